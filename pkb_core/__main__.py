@@ -1,0 +1,4 @@
+"""``python -m pkb_core`` is the ``pkb`` command."""
+from pkb_core.cli import main
+
+main()

@@ -1,0 +1,129 @@
+"""Comparing a candidate's outputs with the reference's, leaf by leaf.
+
+Rules (shared/rigor.md): the structure must match; every tensor leaf must have
+the reference's dtype and shape; integer and boolean leaves compare exactly;
+complex leaves compare real and imaginary parts; NaN and Inf must sit exactly
+where the reference has them; floating leaves pass when
+
+    |cand - ref| <= atol * max|ref| + rtol * |ref|
+
+elementwise, with dtype defaults below (a problem's ``TOLERANCE`` overrides
+them). ``atol`` is relative to the leaf's largest magnitude, so one number
+works for outputs of any scale. Python scalars and strings compare exactly,
+floats among them with the same rule.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+#: Default tolerances per floating dtype: (rtol, atol as a fraction of max|ref|).
+DEFAULT_TOLERANCE = {
+    torch.float64: (1e-9, 1e-12),
+    torch.float32: (1e-4, 1e-5),
+    torch.float16: (2e-3, 1e-3),
+    torch.bfloat16: (2e-2, 1e-2),
+}
+_FP8 = {getattr(torch, n) for n in ("float8_e4m3fn", "float8_e5m2") if hasattr(torch, n)}
+
+
+def leaves(value, path="out"):
+    """Yield ``(path, leaf)`` of a nested tuple/list/dict structure."""
+    if isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            yield from leaves(item, f"{path}[{i}]")
+    elif isinstance(value, dict):
+        for key in value:
+            yield from leaves(value[key], f"{path}[{key!r}]")
+    else:
+        yield path, value
+
+
+def structure(value):
+    """The shape of a nested structure, leaves replaced by their type name."""
+    if isinstance(value, (list, tuple)):
+        return [structure(v) for v in value]
+    if isinstance(value, dict):
+        return {k: structure(v) for k, v in value.items()}
+    return "tensor" if isinstance(value, torch.Tensor) else type(value).__name__
+
+
+def tolerance_for(dtype, override=None):
+    rtol, atol = DEFAULT_TOLERANCE.get(dtype, DEFAULT_TOLERANCE[torch.float32])
+    if override:
+        rtol, atol = override.get("rtol", rtol), override.get("atol", atol)
+    return rtol, atol
+
+
+def compare(candidate, reference, tolerance=None) -> str | None:
+    """``None`` if ``candidate`` matches ``reference``, else one line saying where and by how much."""
+    if structure(candidate) != structure(reference):
+        return f"output structure {_brief(structure(candidate))} differs from the reference's {_brief(structure(reference))}"
+    for (path, cand), (_, ref) in zip(leaves(candidate), leaves(reference)):
+        problem = compare_leaf(cand, ref, tolerance)
+        if problem:
+            return f"{path}: {problem}"
+    return None
+
+
+def compare_leaf(cand, ref, tolerance=None) -> str | None:
+    if not isinstance(ref, torch.Tensor):
+        if isinstance(ref, float) and isinstance(cand, (int, float)):
+            rtol, atol = tolerance_for(torch.float64, tolerance)
+            ok = (math.isnan(ref) and math.isnan(cand)) or abs(cand - ref) <= atol * abs(ref) + rtol * abs(ref)
+            return None if ok else f"got {cand!r}, expected {ref!r}"
+        return None if cand == ref else f"got {cand!r}, expected {ref!r}"
+    if type(cand) is not torch.Tensor:
+        return f"got {type(cand).__name__}, expected a plain torch.Tensor"
+    if cand.dtype != ref.dtype:
+        return f"dtype {_dtype(cand.dtype)}, expected {_dtype(ref.dtype)}"
+    if cand.shape != ref.shape:
+        return f"shape {tuple(cand.shape)}, expected {tuple(ref.shape)}"
+    cand, ref = cand.detach().cpu(), ref.detach().cpu()
+    if ref.is_complex():
+        return compare_leaf(torch.view_as_real(cand), torch.view_as_real(ref), tolerance)
+    if ref.dtype in _FP8:
+        cand, ref = cand.view(torch.uint8), ref.view(torch.uint8)
+    if not ref.is_floating_point():
+        bad = cand != ref
+        return _report(bad, cand, ref, "exact comparison") if bad.any() else None
+    return _compare_float(cand, ref, tolerance)
+
+
+def _compare_float(cand, ref, tolerance):
+    rtol, atol = tolerance_for(ref.dtype, tolerance)
+    c, r = cand.double(), ref.double()
+    nan_mismatch = torch.isnan(c) != torch.isnan(r)
+    inf_mismatch = (torch.isinf(c) | torch.isinf(r)) & (c != r)
+    finite_r = r[torch.isfinite(r)]
+    scale = finite_r.abs().max().item() if finite_r.numel() else 0.0
+    err = (c - r).abs()
+    finite = torch.isfinite(c) & torch.isfinite(r)
+    out_of_tol = finite & (err > atol * scale + rtol * r.abs())
+    bad = nan_mismatch | inf_mismatch | out_of_tol
+    if not bad.any():
+        return None
+    label = f"rtol={rtol:g}, atol={atol:g}*max|ref|={atol * scale:.3g}"
+    if nan_mismatch.any() or inf_mismatch.any():
+        label = "NaN/Inf where the reference has none (or the other way round); " + label
+    return _report(bad, cand, ref, label, err=torch.where(finite, err, torch.full_like(err, math.inf)))
+
+
+def _report(bad, cand, ref, label, err=None):
+    count = int(bad.sum())
+    flat = int(torch.argmax(err.masked_fill(~bad, -1) if err is not None else bad.to(torch.int8)))
+    index = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), bad.shape)) if bad.dim() else ()
+    got, want = cand.reshape(-1)[flat].item(), ref.reshape(-1)[flat].item()
+    worst = f", max abs err {err.reshape(-1)[flat].item():.3g}" if err is not None else ""
+    return (f"{count} of {bad.numel()} elements differ{worst} at {index} "
+            f"(got {got:.6g}, expected {want:.6g}); {label}")
+
+
+def _dtype(dtype):
+    return str(dtype).replace("torch.", "")
+
+
+def _brief(value, limit=120):
+    text = str(value)
+    return text if len(text) <= limit else text[:limit] + "..."

@@ -1,0 +1,91 @@
+"""Turning ``pkb run`` options into jobs: problems x solutions x one backend.
+
+Which solutions run:
+
+* ``--solution FILE``: that file, for the selected problems (by default the
+  problem its name starts with, ``<id>_<name>...py``);
+* ``--solutions DIR``: every ``<id>_<name>*.py`` in DIR for the selected
+  problems (several samples per problem allowed);
+* neither: the backend's own samples when it ships some, else the problem's
+  reference as the candidate (a self-check).
+
+Problems whose world-size rule rejects ``--nproc`` get an ``unsupported``
+record without any launch.
+"""
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from pkb_core.errors import PkbError
+
+_SOLUTION_NAME = re.compile(r"^(\d+)_")
+
+
+@dataclass
+class RunRequest:
+    """The options of one ``pkb run``, after config and defaults are applied."""
+
+    problems: str | None
+    backend: str
+    solution: str | None
+    solutions: str | None
+    nproc: int
+    trials: int
+    dtype: str
+    size: str
+    mode: str
+    measure_perf: bool
+    warmup: int
+    iters: int
+    save_outputs: bool
+
+
+def pair_solutions(request: RunRequest, registry, info) -> list[tuple]:
+    """``[(spec, solution path or None, label)]`` in problem order."""
+    if request.solution and request.solutions:
+        raise PkbError("give --solution or --solutions, not both")
+    if request.solution:
+        path = Path(request.solution)
+        if not path.is_file():
+            raise PkbError(f"solution file {path} does not exist")
+        if request.problems:
+            specs = registry.select(request.problems)
+        else:
+            match = _SOLUTION_NAME.match(path.name)
+            if not match:
+                raise PkbError(f"cannot tell the problem of {path.name}: name it <id>_<name>.py or pass --problem")
+            specs = [registry.get(match.group(1))]
+        return [(spec, path, str(path)) for spec in specs]
+    specs = registry.select(request.problems or "all")
+    folder = Path(request.solutions) if request.solutions else info.samples
+    if request.solutions and not folder.is_dir():
+        raise PkbError(f"solutions directory {folder} does not exist")
+    if folder is None:
+        return [(spec, None, "reference") for spec in specs]
+    pairs = []
+    for spec in specs:
+        for path in sorted(folder.glob(f"{spec.id}_*.py")):
+            if path.stem == spec.key or path.stem.startswith(spec.key + "_"):
+                pairs.append((spec, path, path.name if not request.solutions else str(path)))
+    if not pairs:
+        raise PkbError(f"no solution files for the selected problems in {folder}")
+    return pairs
+
+
+def make_job(request: RunRequest, spec, solution, label) -> dict:
+    """The job dict the launcher and the workers share."""
+    digest = hashlib.sha1(Path(solution).read_bytes()).hexdigest()[:10] if solution else "ref"
+    key = "|".join([spec.key, request.backend, label, digest, f"W{request.nproc}", request.size,
+                    request.dtype, request.mode, "perf" if request.measure_perf else "check"])
+    slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", f"{spec.key}-{Path(label).stem}-W{request.nproc}-{request.size}")
+    return {
+        "key": key, "slug": slug, "problem_id": spec.id, "problem": spec.key, "category": spec.category,
+        "problem_path": str(spec.path), "backend": request.backend,
+        "solution": str(Path(solution).resolve()) if solution else None, "solution_label": label,
+        "size": request.size, "dtype": request.dtype, "trials": request.trials, "mode": request.mode,
+        "measure_perf": request.measure_perf, "warmup": request.warmup, "iters": request.iters,
+        "save_outputs": request.save_outputs,
+    }

@@ -1,0 +1,100 @@
+"""Result records: one self-contained JSON object per job, appended as JSON lines.
+
+A run directory holds ``records.jsonl``; a rerun into the same directory skips
+jobs whose key is already there. ``--json`` prints exactly these records.
+
+Record fields: ``key``, ``problem_id``, ``problem``, ``category``, ``backend``,
+``solution``, ``world_size``, ``size``, ``dtype``, ``mode``, ``verdict``
+(pass, fail, error, compile-error, timeout, crash, unsupported, flagged),
+``reason``, ``trials``, and when timed ``reference_ms`` and ``solution_ms``
+(medians, max over ranks), ``speedup`` (reference / solution) and ``stats``
+(min, p10, median, p90, max, mean, stddev, rounds for each side); plus
+``datetime``, ``pkb_version``, ``seconds`` and ``machine``.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import platform
+from pathlib import Path
+
+from pkb_core import __version__
+
+RECORDS = "records.jsonl"
+VERDICTS = ("pass", "fail", "error", "compile-error", "timeout", "crash", "unsupported", "flagged")
+
+
+def job_record(job: dict, world_size: int, verdict: str, reason: str = "", *, timing=None,
+               trials=0, seconds=None, machine=None) -> dict:
+    """The record of one job (``job`` is the launcher's job dict)."""
+    assert verdict in VERDICTS, verdict
+    record = {
+        "key": job["key"],
+        "problem_id": job["problem_id"],
+        "problem": job["problem"],
+        "category": job["category"],
+        "backend": job["backend"],
+        "solution": job["solution_label"],
+        "world_size": world_size,
+        "size": job["size"],
+        "dtype": job["dtype"],
+        "mode": job["mode"],
+        "verdict": verdict,
+        "reason": reason,
+        "trials": trials,
+    }
+    if timing:
+        ref, cand = timing["reference"]["median"], timing["candidate"]["median"]
+        record.update(reference_ms=ref, solution_ms=cand, speedup=ref / cand if cand > 0 else None,
+                      stats=timing, options={"warmup": job["warmup"], "iters": job["iters"]})
+    record.update(
+        datetime=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        pkb_version=__version__,
+        seconds=None if seconds is None else round(seconds, 3),
+        machine=machine or {},
+    )
+    return record
+
+
+def append_record(run_dir: Path, record: dict) -> None:
+    """Append one record; a single write of one line, so readers never see half of it."""
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    line = json.dumps(record, sort_keys=False) + "\n"
+    fd = os.open(run_dir / RECORDS, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line.encode())
+    finally:
+        os.close(fd)
+
+
+def read_records(run_dir: Path) -> list[dict]:
+    """Every record of a run directory, in the order written (later duplicates win)."""
+    path = Path(run_dir) / RECORDS
+    if not path.exists():
+        return []
+    by_key = {}
+    for line in path.read_text().splitlines():
+        if line.strip():
+            record = json.loads(line)
+            by_key[record["key"]] = record
+    return list(by_key.values())
+
+
+def machine_info(device) -> dict:
+    """What the numbers were measured on (rank 0's view)."""
+    import torch
+
+    info = {
+        "host": platform.node(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "device": device.type,
+        "cpu_count": os.cpu_count(),
+    }
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        info.update(gpu=props.name, gpu_count=torch.cuda.device_count(), cuda=torch.version.cuda,
+                    nccl=".".join(map(str, torch.cuda.nccl.version())))
+    return info

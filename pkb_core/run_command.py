@@ -1,0 +1,134 @@
+"""``pkb run``: parse options, plan jobs, run them, show the results."""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+from pathlib import Path
+
+import click
+
+from pkb_core.errors import PkbError
+from pkb_core.results import append_record, job_record
+from pkb_core.table import render_table
+
+#: Verdicts that make ``pkb run`` exit with status 1.
+FAILING = {"fail", "error", "compile-error", "timeout", "crash", "flagged"}
+#: Warm-up and timed iterations per size when not given.
+TIMING_DEFAULTS = {"tiny": (3, 10), "default": (500, 100), "large": (50, 50)}
+
+
+@click.command()
+@click.option("--problem", "problems", default=None,
+              help="Ids, names, categories, ranges (1-8) or 'all', comma-separated. Default: all (or the "
+                   "problem a --solution file is named after).")
+@click.option("--backend", default="reference", show_default=True, help="Backend plugin (see `pkb backends`).")
+@click.option("--solution", default=None, help="A solution file (defines solution(*inputs)).")
+@click.option("--solutions", default=None, help="A directory of <id>_<name>*.py solution files.")
+@click.option("--nproc", type=int, default=None, help="Ranks (default: every GPU; 2 in CPU mode).")
+@click.option("--trials", type=int, default=5, show_default=True, help="Correctness trials, fresh inputs each.")
+@click.option("--dtype", type=click.Choice(["auto", "bf16", "fp16", "fp32"]), default="auto", show_default=True,
+              help="Working dtype (auto: bf16 on GPU, fp32 on CPU).")
+@click.option("--size", type=click.Choice(["auto", "tiny", "default", "large"]), default="auto", show_default=True,
+              help="Size preset (auto: default on GPU, tiny on CPU).")
+@click.option("--mode", type=click.Choice(["eval", "dryrun"]), default="eval", show_default=True,
+              help="eval checks against the reference; dryrun runs only the candidate and saves its outputs.")
+@click.option("--measure-perf", is_flag=True, help="Time the reference and the candidate.")
+@click.option("--warmup", type=int, default=None, help="Warm-up iterations (default by size).")
+@click.option("--iters", type=int, default=None, help="Timed iterations (default by size).")
+@click.option("--device", type=click.Choice(["auto", "cuda", "cpu"]), default="auto", show_default=True)
+@click.option("--timeout", "job_timeout", type=float, default=None,
+              help="Seconds a job may run before it is a timeout (default 120 on CPU, 600 on GPU).")
+@click.option("--out", default=None, help="Run directory (default runs/<time>); reruns skip recorded jobs.")
+@click.option("--save-outputs", is_flag=True, help="Keep each rank's outputs in the run directory.")
+@click.option("--json", "json_", is_flag=True, help="Print one JSON object with every record.")
+@click.pass_obj
+def run(pm, problems, backend, solution, solutions, nproc, trials, dtype, size, mode, measure_perf, warmup,
+        iters, device, job_timeout, out, save_outputs, json_):
+    """Check (and with --measure-perf, time) solutions against the references."""
+    from pkb_core.device import detect_device, device_count
+    from pkb_core.launch import LaunchSettings, run_jobs
+    from pkb_core.plan import RunRequest, make_job, pair_solutions
+    from pkb_core.plugins import get_backend_info
+    from pkb_core.registry import build_registry
+
+    device = detect_device(device)
+    info = get_backend_info(pm, backend)
+    missing = info.unavailable_reason(device)
+    if missing:
+        raise PkbError(missing)
+    if size == "auto":
+        size = "default" if device == "cuda" else "tiny"
+    if device == "cpu":
+        click.echo(f"No GPU: CPU mode (gloo, shared-memory heap, Triton interpreter), size {size}.", err=True)
+    nproc = nproc or max(device_count(device), 1)
+    if device == "cuda" and nproc > device_count(device):
+        raise PkbError(f"--nproc {nproc} but only {device_count(device)} GPU(s) here")
+    dtype = ("bf16" if device == "cuda" else "fp32") if dtype == "auto" else dtype
+    default_warmup, default_iters = TIMING_DEFAULTS[size]
+    request = RunRequest(problems=problems, backend=backend, solution=solution, solutions=solutions, nproc=nproc,
+                         trials=trials, dtype=dtype, size=size, mode=mode, measure_perf=measure_perf,
+                         warmup=default_warmup if warmup is None else warmup,
+                         iters=default_iters if iters is None else iters, save_outputs=save_outputs)
+    registry = build_registry(pm)
+    run_dir = Path(out or Path("runs") / _dt.datetime.now().strftime("%Y%m%d-%H%M%S"))
+    jobs, rejected = [], []
+    for spec, path, label in pair_solutions(request, registry, info):
+        job = make_job(request, spec, path, label)
+        why = spec.load().world_size_error(nproc, size)
+        (rejected if why else jobs).append((job, why))
+    for job, why in rejected:
+        append_record(run_dir, job_record(job, nproc, "unsupported", f"world size {nproc}: {why}"))
+    total = len(jobs) + len(rejected)
+    progress = _Progress(total, quiet=json_)
+    for job, _ in rejected:
+        progress({"problem": job["problem"], "solution": job["solution_label"], "verdict": "unsupported"})
+    backend_options = getattr(pm, "pkb_config", {}).get("backends", {}).get(backend, {})
+    settings = LaunchSettings(nproc=nproc, device=device, backend=backend, run_dir=run_dir,
+                              job_timeout=job_timeout or (600.0 if device == "cuda" else 120.0),
+                              options=backend_options)
+    run_jobs([job for job, _ in jobs], settings, on_record=progress)
+    from pkb_core.results import read_records
+
+    keys = {job["key"] for job, _ in jobs + rejected}
+    records = [r for r in read_records(run_dir) if r["key"] in keys]
+    if json_:
+        click.echo(json.dumps({"run_dir": str(run_dir), "results": records}, indent=2))
+    else:
+        click.echo(summary_table(records))
+        click.echo(f"\n{_counts(records)}  (records in {run_dir}/records.jsonl)")
+    if any(r["verdict"] in FAILING for r in records):
+        raise SystemExit(1)
+
+
+class _Progress:
+    """One line per finished job on stderr."""
+
+    def __init__(self, total, quiet=False):
+        self.total, self.done, self.quiet = total, 0, quiet
+
+    def __call__(self, record):
+        self.done += 1
+        if self.quiet:
+            return
+        extra = f"  {record['speedup']:.2f}x" if record.get("speedup") else ""
+        click.echo(f"[{self.done}/{self.total}] {record['problem']}  {record['solution']}  "
+                   f"{record['verdict']}{extra}", err=True)
+
+
+def summary_table(records) -> str:
+    rows = []
+    for r in sorted(records, key=lambda r: (r["problem_id"], r["solution"])):
+        rows.append([r["problem"], r["solution"], r["world_size"], r["size"], r["verdict"],
+                     r.get("reference_ms"), r.get("solution_ms"), r.get("speedup"), _short(r.get("reason", ""))])
+    return render_table(["problem", "solution", "W", "size", "verdict", "ref ms", "sol ms", "speedup", "reason"], rows)
+
+
+def _counts(records) -> str:
+    counts = {}
+    for r in records:
+        counts[r["verdict"]] = counts.get(r["verdict"], 0) + 1
+    return ", ".join(f"{n} {v}" for v, n in sorted(counts.items()))
+
+
+def _short(text, limit=100):
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -1,0 +1,37 @@
+"""Broadcast of one matrix from a source rank.
+
+Each rank holds ``tensor`` of shape (M, N); ``src`` (default 0) names the rank
+whose tensor is sent. Return a new (M, N) tensor equal to src's ``tensor`` on
+every rank; ``tensor`` itself must not be modified. Bit-exact comparison.
+"""
+import torch
+import torch.distributed as dist
+
+ID = 3
+NAME = "broadcast"
+CATEGORY = "collective"
+ORIGIN = "generic NCCL primitive"
+WORLD_SIZE = "any W >= 2"
+SIZES = {
+    "tiny": {"m": 8, "n": 16},
+    "default": {"m": 1024, "n": 1024},
+    "large": {"m": 8192, "n": 8192},
+}
+
+
+def inputs(ctx):
+    p = ctx.params
+    return (ctx.randn(p["m"], p["n"]), 0)
+
+
+def reference(tensor, src=0):
+    out = tensor.clone()
+    dist.broadcast(out, src=src)
+    return out
+
+
+def traffic(params, world_size, itemsize):
+    """The source's block reaches W-1 peers (a pipelined tree sends it about
+    once per rank); every rank writes one block."""
+    nbytes = params["m"] * params["n"] * itemsize
+    return {"link_bytes": nbytes, "hbm_bytes": 2 * nbytes, "flops": 0}

@@ -1,0 +1,46 @@
+"""Scatter of W matrices from a source rank.
+
+On rank ``src`` (default 0), ``tensor`` has shape (W, M, N) and slot i is meant
+for rank i. On every other rank ``tensor`` is an (M, N) placeholder filled with
+NaN. Return a new (M, N) tensor on each rank r: slot r of src's tensor.
+Bit-exact comparison (returning the placeholder fails).
+"""
+import torch
+import torch.distributed as dist
+
+ID = 5
+NAME = "scatter"
+CATEGORY = "collective"
+ORIGIN = "generic NCCL primitive"
+WORLD_SIZE = "any W >= 2"
+SIZES = {
+    "tiny": {"m": 8, "n": 16},
+    "default": {"m": 1024, "n": 1024},
+    "large": {"m": 4096, "n": 4096},
+}
+
+
+def inputs(ctx, src=0):
+    p = ctx.params
+    if ctx.rank == src:
+        tensor = ctx.randn(ctx.world_size, p["m"], p["n"])
+    else:
+        tensor = torch.full((p["m"], p["n"]), float("nan"), dtype=ctx.dtype, device=ctx.device)
+    return (tensor, src)
+
+
+def reference(tensor, src=0):
+    rank = dist.get_rank()
+    if rank == src:
+        out = torch.empty_like(tensor[0])
+        dist.scatter(out, list(tensor.unbind(0)), src=src)
+    else:
+        out = torch.empty_like(tensor)
+        dist.scatter(out, None, src=src)
+    return out
+
+
+def traffic(params, world_size, itemsize):
+    """The source sends W-1 blocks; each block is read once and written once."""
+    nbytes = params["m"] * params["n"] * itemsize
+    return {"link_bytes": (world_size - 1) * nbytes, "hbm_bytes": 2 * nbytes, "flops": 0}

@@ -1,0 +1,40 @@
+"""Gather of one matrix from every rank onto a destination rank.
+
+Each rank r holds ``tensor`` x_r of shape (M, N); ``dst`` defaults to 0.
+Return on rank dst a new (W, M, N) tensor whose slot s is x_s; on every other
+rank an unchanged copy of its own x_r. Bit-exact comparison.
+"""
+import torch
+import torch.distributed as dist
+
+ID = 6
+NAME = "gather"
+CATEGORY = "collective"
+ORIGIN = "generic NCCL primitive"
+WORLD_SIZE = "any W >= 2"
+SIZES = {
+    "tiny": {"m": 8, "n": 16},
+    "default": {"m": 1024, "n": 1024},
+    "large": {"m": 8192, "n": 8192},
+}
+
+
+def inputs(ctx):
+    p = ctx.params
+    return (ctx.randn(p["m"], p["n"]), 0)
+
+
+def reference(tensor, dst=0):
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    if rank == dst:
+        out = torch.empty((world_size, *tensor.shape), dtype=tensor.dtype, device=tensor.device)
+        dist.gather(tensor.contiguous(), list(out.unbind(0)), dst=dst)
+        return out
+    dist.gather(tensor.contiguous(), None, dst=dst)
+    return tensor.clone()
+
+
+def traffic(params, world_size, itemsize):
+    """The root receives W-1 blocks and writes W."""
+    nbytes = params["m"] * params["n"] * itemsize
+    return {"link_bytes": nbytes, "hbm_bytes": (world_size + 1) * nbytes, "flops": 0}

@@ -1,0 +1,36 @@
+"""All-to-all of W matrices.
+
+Each rank s holds ``tensor`` x_s of shape (W, M, N); slot r is meant for rank r.
+Return on rank r a new (W, M, N) tensor y with y[s] = x_s[r]. Bit-exact
+comparison.
+"""
+import torch
+import torch.distributed as dist
+
+ID = 8
+NAME = "alltoall"
+CATEGORY = "collective"
+ORIGIN = "generic NCCL primitive"
+WORLD_SIZE = "any W >= 2"
+SIZES = {
+    "tiny": {"m": 8, "n": 16},
+    "default": {"m": 1024, "n": 1024},
+    "large": {"m": 4096, "n": 4096},
+}
+
+
+def inputs(ctx):
+    p = ctx.params
+    return (ctx.randn(ctx.world_size, p["m"], p["n"]),)
+
+
+def reference(tensor):
+    out = torch.empty_like(tensor)
+    dist.all_to_all_single(out, tensor.contiguous())
+    return out
+
+
+def traffic(params, world_size, itemsize):
+    """Each rank sends W-1 slots and receives W-1; reads and writes W slots."""
+    block = params["m"] * params["n"] * itemsize
+    return {"link_bytes": (world_size - 1) * block, "hbm_bytes": 2 * world_size * block, "flops": 0}
