@@ -154,7 +154,7 @@ class _Watch:
             return None
         errors = self.errors()
         last_error_time = max((s["time"] for s in self.statuses.values() if s.get("error")), default=None)
-        if errors and now - last_error_time > ERROR_GRACE_S:
+        if errors and now - last_error_time > min(ERROR_GRACE_S, job_timeout / 2):
             rank, message = errors[0]
             return "error", f"rank {rank}: {message} (its peers did not finish)"
         if now - self.job_started[job] > job_timeout:
@@ -183,22 +183,22 @@ def _sweep_shared_memory(launch_id: str):
                     pass
 
 
-_SIGNAL = re.compile(r"Signal (\d+) \((SIG\w+)\)")
-_EXITCODE = re.compile(r"exitcode\s*:\s*(-?\d+)")
+_EXITCODE = re.compile(r"exitcode\s*:\s*(-\d+)")
+#: Signals torchrun sends to the surviving ranks after the first one fails.
+_CLEANUP_SIGNALS = {"SIGTERM", "SIGKILL"}
 
 
-def _crash_reason(log_path: Path, returncode) -> str:
+def _signal_death(log_path: Path, returncode) -> str | None:
+    """"a rank died with SIGxxx" when the log or the exit status shows a signal."""
     text = log_path.read_text(errors="replace") if log_path.exists() else ""
-    match = _SIGNAL.search(text)
-    if match:
-        return f"a rank died with {match.group(2)}"
-    match = _EXITCODE.search(text)
-    if match and int(match.group(1)) < 0:
-        return f"a rank died with {signal.Signals(-int(match.group(1))).name}"
+    names = [signal.Signals(-int(code)).name for code in _EXITCODE.findall(text)]
+    # The cause is a signal other than the ones torchrun uses to clean up.
+    names.sort(key=lambda name: name in _CLEANUP_SIGNALS)
+    if names:
+        return f"a rank died with {names[0]}"
     if returncode is not None and returncode < 0:
         return f"the launcher died with {signal.Signals(-returncode).name}"
-    code = match.group(1) if match else returncode
-    return f"a rank exited with status {code}"
+    return None
 
 
 def _record_failure(unfinished, watch: _Watch, killed_for, returncode, log_path, settings, on_record):
@@ -208,9 +208,15 @@ def _record_failure(unfinished, watch: _Watch, killed_for, returncode, log_path,
     if killed_for:
         verdict, reason = killed_for
     else:
-        errors = watch.errors()
-        verdict, reason = ("error", f"rank {errors[0][0]}: {errors[0][1]}") if errors else \
-            ("crash", _crash_reason(log_path, returncode))
+        # A signal explains everything after it (peers see "connection reset"),
+        # so it wins over the errors the surviving ranks reported.
+        died, errors = _signal_death(log_path, returncode), watch.errors()
+        if died:
+            verdict, reason = "crash", died
+        elif errors:
+            verdict, reason = "error", f"rank {errors[0][0]}: {errors[0][1]}"
+        else:
+            verdict, reason = "crash", f"a rank exited with status {returncode} ({log_path})"
     if culprit is None:
         # Nothing started: the launch itself failed. Every job shares that fate
         # (retrying would fail the same way).
@@ -218,9 +224,9 @@ def _record_failure(unfinished, watch: _Watch, killed_for, returncode, log_path,
         targets, reason = unfinished, f"{reason}; launch log {log_path}: {tail}"[:2000]
     else:
         targets = [culprit]
-        phase = next((s["phase"] for s in watch.statuses.values() if s["job"] == job_key), "?")
         if verdict == "crash":
-            reason = f"{reason} during {phase}"
+            phases = ", ".join(f"rank {r}: {s['phase']}" for r, s in sorted(watch.statuses.items()))
+            reason = f"{reason} ({phases})"
     for job in targets:
         record = job_record(job, settings.nproc, verdict, reason)
         append_record(settings.run_dir, record)

@@ -73,6 +73,7 @@ def run_batch(batch: dict) -> None:
     pm, defaults = _worker_plugin_manager(batch["backend"])
     info = machine_info(device) if rank == 0 else None
     state = None
+    clean_exit = False
     ctx = WorkerContext(rank=rank, world_size=world_size, local_rank=local_rank, device=device,
                         control_group=control, run_dir=run_dir, options=batch.get("options", {}))
     try:
@@ -82,6 +83,7 @@ def run_batch(batch: dict) -> None:
             for job in batch["jobs"]:
                 if rank == 0:
                     append_record(run_dir, job_record(job, world_size, "unsupported", str(exc), machine=info))
+            clean_exit = True
             return
         defaults.heap = default_heap(device, control, batch["run_id"])
         runner = JobRunner(pm=pm, state=state, rank=rank, world_size=world_size, device=device,
@@ -92,27 +94,26 @@ def run_batch(batch: dict) -> None:
             try:
                 problem = read_spec(job["problem_path"]).load()
                 outcome = runner.run(job, problem)
-            except Exception as exc:  # noqa: BLE001 - a harness or problem bug: record it, go on
-                import traceback
-
-                traceback.print_exc()
-                outcome_args = ("error", f"harness error: {_describe(exc)}")
-                if rank == 0:
-                    append_record(run_dir, job_record(job, world_size, *outcome_args, machine=info))
-                status.write(job["key"], "done")
-                continue
+            except Exception as exc:
+                # The ranks may now disagree about where they are (a peer died,
+                # a collective was left half done): end the launch. The launcher
+                # records this job from the status files and relaunches the rest.
+                status.write(job["key"], "harness", error=f"harness error: {_describe(exc)}")
+                raise
             if rank == 0:
                 append_record(run_dir, job_record(
                     job, world_size, outcome.verdict, outcome.reason, timing=outcome.timing,
                     trials=outcome.trials, seconds=time.time() - started, machine=info))
             status.write(job["key"], "done")
+        clean_exit = True
     finally:
         try:
             pm.hook.pkb_backend_finalize(state=state)
         finally:
             forget_allocations()
-            dist.barrier(group=control)
-            dist.destroy_process_group()
+            if clean_exit:
+                dist.barrier(group=control)
+                dist.destroy_process_group()
 
 
 def main(argv=None) -> int:

@@ -1,0 +1,45 @@
+"""Shared fixtures: pkb's own opt-in pytest plugin plus a few local helpers."""
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest_plugins = ["pkb_core.testing"]
+
+# Tests run the real CPU pipeline; never let a developer's GPU change that.
+os.environ["PKB_DEVICE"] = "cpu"
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+@pytest.fixture
+def fixtures():
+    return FIXTURES
+
+
+@pytest.fixture
+def fake_dist(tmp_path, monkeypatch):
+    """Install a throwaway distribution with entry points, visible to this
+    process and to the worker processes that ``pkb run`` starts."""
+
+    def install(name, entry_points: dict, modules: dict):
+        site = tmp_path / f"site-{name}"
+        site.mkdir()
+        for module, source in modules.items():
+            (site / f"{module}.py").write_text(source)
+        info = site / f"{name}-0.1.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1\n")
+        lines = []
+        for group, items in entry_points.items():
+            lines.append(f"[{group}]")
+            lines += [f"{key} = {value}" for key, value in items.items()]
+        (info / "entry_points.txt").write_text("\n".join(lines) + "\n")
+        monkeypatch.syspath_prepend(str(site))
+        monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]))
+        return site
+
+    yield install
+    for name in [m for m in sys.modules if m.startswith("pkbtest_")]:
+        del sys.modules[name]

@@ -1,0 +1,21 @@
+"""The CLI module, the hookspecs and problem packs must not import torch."""
+import subprocess
+import sys
+
+import pytest
+
+
+@pytest.mark.parametrize("module", ["pkb_core.cli", "pkb_core.hookspecs", "pkb_problems", "pkb_core.registry"])
+def test_module_does_not_import_torch(module):
+    code = (f"import sys, {module}\n"
+            "heavy = [m for m in ('torch', 'triton', 'cupy', 'nvshmem') if m in sys.modules]\n"
+            "assert not heavy, heavy")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_listing_problems_does_not_import_torch():
+    code = ("import sys\nfrom pkb_core.plugins import get_plugin_manager\n"
+            "from pkb_core.registry import build_registry\n"
+            "assert len(build_registry(get_plugin_manager())) >= 8\n"
+            "assert 'torch' not in sys.modules")
+    subprocess.run([sys.executable, "-c", code], check=True)

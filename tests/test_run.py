@@ -1,0 +1,106 @@
+"""`pkb run` end to end in CPU mode: the real pipeline (torchrun, gloo, shared-memory heap)."""
+import json
+
+import pytest
+
+VERDICTS_OF_BAD_SOLUTIONS = {
+    "1_allreduce_wrong.py": ("fail", "elements differ"),
+    "1_allreduce_fakes_with_local_math.py": ("fail", "elements differ"),
+    "1_allreduce_shape.py": ("fail", "shape (2, 16), expected (8, 16)"),
+    "1_allreduce_mutates_input.py": ("fail", "modified its input"),
+    "1_allreduce_returns_input.py": ("fail", "modified its input"),
+    "1_allreduce_hang.py": ("timeout", "no result after"),
+    "1_allreduce_crash.py": ("crash", "SIGABRT"),
+    "1_allreduce_raises_on_one_rank.py": ("error", "rank 1: solution raised ValueError: boom on rank 1"),
+    "1_allreduce_no_solution.py": ("compile-error", "defines no callable `solution`"),
+    "1_allreduce_syntax.py": ("compile-error", "syntax error"),
+    "1_allreduce_symm_mem_style.py": ("pass", ""),
+}
+
+
+def _records(result):
+    assert result.stdout.strip(), result.output
+    return json.loads(result.stdout)["results"]
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_collective_self_checks_pass(pkb_invoke, tmp_path, world_size):
+    result = pkb_invoke("run", "--problem", "collective", "--nproc", world_size, "--out", tmp_path,
+                        "--measure-perf", "--json")
+    records = _records(result)
+    assert [r["problem_id"] for r in records] == list(range(1, 9))
+    for record in records:
+        assert record["verdict"] == "pass", record
+        assert record["world_size"] == world_size and record["size"] == "tiny" and record["dtype"] == "fp32"
+        assert record["reference_ms"] > 0 and record["solution_ms"] > 0 and record["speedup"] > 0
+        assert record["stats"]["candidate"]["rounds"] == 10
+        assert {"problem", "category", "backend", "solution", "reason"} <= set(record)
+    assert result.exit_code == 0
+
+
+def test_rerun_skips_recorded_jobs(pkb_invoke, tmp_path):
+    first = _records(pkb_invoke("run", "--problem", "3", "--out", tmp_path, "--json", "--trials", "1"))
+    again = _records(pkb_invoke("run", "--problem", "3,4", "--out", tmp_path, "--json", "--trials", "1"))
+    assert again[0]["datetime"] == first[0]["datetime"]  # not rerun
+    assert [r["problem_id"] for r in again] == [3, 4]
+    lines = (tmp_path / "records.jsonl").read_text().splitlines()
+    assert len(lines) == 2
+
+
+def test_bad_solutions_get_the_right_verdicts(pkb_invoke, tmp_path, fixtures):
+    result = pkb_invoke("run", "--solutions", fixtures / "solutions", "--problem", "1", "--out", tmp_path,
+                        "--timeout", "15", "--trials", "2", "--json")
+    by_file = {r["solution"].rsplit("/", 1)[-1]: r for r in _records(result)}
+    assert set(by_file) == set(VERDICTS_OF_BAD_SOLUTIONS)
+    for name, (verdict, text) in VERDICTS_OF_BAD_SOLUTIONS.items():
+        record = by_file[name]
+        assert record["verdict"] == verdict, (name, record["reason"])
+        assert text in record["reason"], (name, record["reason"])
+    assert result.exit_code == 1
+
+
+def test_dryrun_and_save_outputs(pkb_invoke, tmp_path):
+    import torch
+
+    records = _records(pkb_invoke("run", "--problem", "2", "--out", tmp_path, "--json", "--save-outputs",
+                                  "--trials", "2"))
+    assert records[0]["verdict"] == "pass"
+    saved = torch.load(next((tmp_path / "outputs").glob("2_allgather*")) / "rank1.pt")
+    assert torch.equal(saved["candidate"], saved["reference"])
+    assert saved["candidate"].shape == (2, 8, 16)
+    dry = tmp_path / "dry"
+    records = _records(pkb_invoke("run", "--problem", "2", "--mode", "dryrun", "--out", dry, "--json"))
+    assert records[0]["verdict"] == "pass" and records[0]["mode"] == "dryrun"
+    assert "reference" not in torch.load(next((dry / "outputs").glob("2_allgather*")) / "rank0.pt")
+
+
+def test_third_party_backend_through_an_entry_point(pkb_invoke, fake_dist, tmp_path, monkeypatch):
+    source = '''
+import os
+from pkb_core.backend import BackendInfo
+from pkb_core.hookspecs import hookimpl
+
+@hookimpl
+def pkb_backend_info():
+    return BackendInfo(name="marker", devices=("cpu",), description="wraps the reference")
+
+@hookimpl
+def pkb_backend_compile(state, problem, solution):
+    return problem.reference
+
+@hookimpl
+def pkb_backend_launch(state, program, inputs):
+    # Leave a trace that this plugin's hooks ran inside the workers.
+    with open(os.environ["PKBTEST_MARKS"], "a") as marks:
+        marks.write(f"rank {state.rank}\\n")
+    return lambda: program(*inputs)
+'''
+    fake_dist("pkbtest-marker", {"pkb.backends": {"marker": "pkbtest_marker"}}, {"pkbtest_marker": source})
+    marks = tmp_path / "marks.txt"
+    monkeypatch.setenv("PKBTEST_MARKS", str(marks))
+    listing = json.loads(pkb_invoke("backends", "--json").stdout)["backends"]
+    assert next(b for b in listing if b["name"] == "marker")["distribution"] == "pkbtest-marker"
+    records = _records(pkb_invoke("run", "--backend", "marker", "--problem", "1,8", "--out", tmp_path / "run",
+                                  "--json", "--trials", "2"))
+    assert [(r["backend"], r["verdict"]) for r in records] == [("marker", "pass"), ("marker", "pass")]
+    assert sorted(marks.read_text().split("\n")[:-1]) == ["rank 0"] * 4 + ["rank 1"] * 4
