@@ -122,6 +122,19 @@ def _spec_json(spec) -> dict:
             "summary": spec.summary, "path": str(spec.path)}
 
 
+def context_settings(config: dict) -> dict:
+    """Keyword arguments for ``cli.main``: environment prefix and file defaults."""
+    return {"auto_envvar_prefix": "PKB", "default_map": default_map(config)}
+
+
+def prepare(pm, config: dict) -> click.Group:
+    """The full ``pkb`` group: built-ins plus commands from plugins."""
+    pm.pkb_config = config  # backend options reach `pkb run` through the manager
+    cli = build_cli(pm)
+    pm.hook.pkb_register_commands(cli=cli)
+    return cli
+
+
 def main(argv=None) -> None:
     """Entry point of the ``pkb`` command and ``python -m pkb_core``."""
     try:
@@ -133,8 +146,4 @@ def main(argv=None) -> None:
     for record in pm.load_errors:
         click.echo(f"warning: plugin {record.key} from {record.distribution} failed to load: {record.error}",
                    err=True)
-    pm.pkb_config = config  # backend options reach `pkb run` through the manager
-    cli = build_cli(pm)
-    pm.hook.pkb_register_commands(cli=cli)
-    cli.main(args=argv, prog_name="pkb", auto_envvar_prefix="PKB", default_map=default_map(config),
-             obj=pm)
+    prepare(pm, config).main(args=argv, prog_name="pkb", obj=pm, **context_settings(config))

@@ -45,14 +45,15 @@ def pkb_pm():
 def pkb_invoke(tmp_path):
     from click.testing import CliRunner
 
-    from pkb_core.cli import build_cli
+    from pkb_core.cli import context_settings, prepare
+    from pkb_core.config import load_config
     from pkb_core.plugins import get_plugin_manager
 
     def invoke(*args, pm=None):
         pm = pm or get_plugin_manager()
-        cli = build_cli(pm)
-        pm.hook.pkb_register_commands(cli=cli)
-        return CliRunner().invoke(cli, [str(a) for a in args], obj=pm, catch_exceptions=False)
+        config = load_config()
+        return CliRunner().invoke(prepare(pm, config), [str(a) for a in args], obj=pm, catch_exceptions=False,
+                                  **context_settings(config))
 
     return invoke
 

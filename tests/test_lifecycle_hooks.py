@@ -1,0 +1,64 @@
+"""Each lifecycle hook, seen from a throwaway backend that logs its calls in every rank."""
+import json
+
+BACKEND = '''
+import os
+import torch
+from pkb_core.backend import BackendInfo
+from pkb_core.errors import BackendUnavailable
+from pkb_core.hookspecs import hookimpl
+from pkb_core.symmetric.shm import SharedMemoryHeap
+
+def log(text):
+    with open(os.environ["PKBTEST_LOG"], "a") as f:
+        f.write(text + "\\n")
+
+@hookimpl
+def pkb_backend_info():
+    return BackendInfo(name="logger", devices=("cpu",))
+
+@hookimpl
+def pkb_backend_init(ctx):
+    log(f"init {ctx.rank}")
+    if os.environ.get("PKBTEST_UNAVAILABLE"):
+        raise BackendUnavailable("libfoo runtime did not start")
+    ctx.heap = SharedMemoryHeap(ctx.control_group, "logger%d" % os.getpid())
+    return ctx
+
+@hookimpl
+def pkb_backend_allocate(state, shape, dtype):
+    log(f"allocate {state.rank} {tuple(shape)}")
+    return state.heap.empty(shape, dtype)
+
+@hookimpl
+def pkb_backend_finalize(state):
+    log(f"finalize {getattr(state, 'rank', None)}")
+'''
+
+
+def _run(pkb_invoke, fake_dist, tmp_path, monkeypatch, *args):
+    fake_dist("pkbtest-logger", {"pkb.backends": {"logger": "pkbtest_logger"}}, {"pkbtest_logger": BACKEND})
+    log = tmp_path / "hooks.log"
+    monkeypatch.setenv("PKBTEST_LOG", str(log))
+    result = pkb_invoke("run", "--backend", "logger", "--out", tmp_path / "run", "--json", *args)
+    return json.loads(result.stdout)["results"], sorted(log.read_text().splitlines())
+
+
+def test_pkb_backend_init_allocate_finalize_order(pkb_invoke, fake_dist, tmp_path, monkeypatch):
+    records, calls = _run(pkb_invoke, fake_dist, tmp_path, monkeypatch, "--problem", "1,7", "--trials", "3")
+    assert [r["verdict"] for r in records] == ["pass", "pass"]
+    # One launch: init and finalize once per rank; one symmetric slot per job
+    # (allocated once, reused by later trials, since sizes do not grow).
+    assert calls.count("init 0") == 1 and calls.count("init 1") == 1
+    assert calls.count("finalize 0") == 1 and calls.count("finalize 1") == 1
+    allocations = sorted(c for c in calls if c.startswith("allocate 0"))
+    assert allocations == ["allocate 0 (1024,)", "allocate 0 (512,)"]  # 8x16 fp32, then (2*8)x16 fp32
+
+
+def test_backend_unavailable_at_init_is_unsupported_and_still_finalizes(pkb_invoke, fake_dist, tmp_path,
+                                                                       monkeypatch):
+    monkeypatch.setenv("PKBTEST_UNAVAILABLE", "1")
+    records, calls = _run(pkb_invoke, fake_dist, tmp_path, monkeypatch, "--problem", "1")
+    assert records[0]["verdict"] == "unsupported"
+    assert records[0]["reason"] == "libfoo runtime did not start"
+    assert "finalize None" in calls
