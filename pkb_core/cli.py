@@ -110,6 +110,28 @@ def build_cli(pm) -> click.Group:
         click.echo(render_table(["plugin", "distribution", "version", "status"],
                                 [[r["name"], r["distribution"], r["version"], r["error"] or "ok"] for r in rows]))
 
+    @cli.command()
+    @click.option("--device", type=click.Choice(["auto", "cuda", "cpu"]), default="auto")
+    @click.option("--force", is_flag=True, help="Measure again even if cached.")
+    @click.option("--json", "json_", is_flag=True, help="Print JSON.")
+    def calibrate(device, force, json_):
+        """Measure this machine's link, memory and matmul rates (cached per machine)."""
+        from pkb_core.calibrate import cache_path, calibrate as measure
+        from pkb_core.device import detect_device
+
+        device = detect_device(device)
+        result = measure(device, force=force)
+        if json_:
+            click.echo(json.dumps(result, indent=2))
+            return
+        rows = [["link (per direction, best pair)", f"{result['link_gbps']:.1f} GB/s"],
+                ["memory (read + write)", f"{result['hbm_gbps']:.1f} GB/s"],
+                [f"matmul ({result['matmul_dtype']})", f"{result['matmul_tflops']:.3g} TFLOP/s"]]
+        rows += [[f"  GPU{l['src']} -> GPU{l['dst']} ({l['issued_by']})", f"{l['gbps']:.1f} GB/s"]
+                 for l in result["links"]]
+        click.echo(render_table(["ceiling", "measured"], rows))
+        click.echo(f"\n{result['method']}\ncached in {cache_path(device)}")
+
     from pkb_core.run_command import run
 
     cli.add_command(run)

@@ -7,6 +7,7 @@ stay matched.
 """
 from __future__ import annotations
 
+import contextlib
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,8 +17,8 @@ import torch.distributed as dist
 
 from pkb_core.check import compare, leaves
 from pkb_core.errors import CompileError
+from pkb_core.guards import harness_call, static_scan
 from pkb_core.problem import Problem, RunContext
-from pkb_core.timing import summarize, time_iterations
 
 
 @dataclass
@@ -33,7 +34,8 @@ class Outcome:
 class JobRunner:
     """Runs jobs for one rank of a worker launch (see :mod:`pkb_core.worker`)."""
 
-    def __init__(self, *, pm, state, rank, world_size, device, control, secret, run_dir: Path, status):
+    def __init__(self, *, pm, state, rank, world_size, device, control, secret, run_dir: Path, status,
+                 guard=None, tamper=None, calibration=None):
         self.pm = pm
         self.state = state
         self.rank = rank
@@ -43,17 +45,24 @@ class JobRunner:
         self.secret = secret
         self.run_dir = run_dir
         self.status = status
+        #: CollectiveGuard for custom-kernel backends (None for the reference).
+        self.guard = guard
+        self.tamper = tamper
+        self.calibration = calibration
         self.groups = {}  # process groups built by problems, cached for the launch
         self.slots = SymmetricSlots(self)
 
     # -- agreement -----------------------------------------------------------
-    def agree(self, local: str | None) -> str | None:
-        """Gather each rank's problem (``None`` = fine); return the first, naming its rank."""
+    def agree(self, local):
+        """Gather each rank's ``(verdict, reason)`` or ``None``; return the first
+        one found (lowest rank), its reason prefixed with the rank, else ``None``."""
         gathered = [None] * self.world_size
-        dist.all_gather_object(gathered, local, group=self.control)
-        for rank, problem in enumerate(gathered):
-            if problem:
-                return f"rank {rank}: {problem}"
+        with harness_call():
+            dist.all_gather_object(gathered, local, group=self.control)
+        for rank, found in enumerate(gathered):
+            if found:
+                verdict, reason = found
+                return verdict, f"rank {rank}: {reason}"
         return None
 
     def sync(self):
@@ -62,90 +71,99 @@ class JobRunner:
 
     # -- the job -------------------------------------------------------------
     def run(self, job: dict, problem: Problem) -> Outcome:
-        hook = self.pm.hook
         local = None
         program = None
         try:
-            program = hook.pkb_backend_compile(state=self.state, problem=problem, solution=job["solution"])
+            program = self.pm.hook.pkb_backend_compile(state=self.state, problem=problem, solution=job["solution"])
             if program is None:
-                local = "the backend returned None from pkb_backend_compile"
+                local = ("compile-error", "the backend returned None from pkb_backend_compile")
         except CompileError as exc:
-            local = str(exc)
+            local = ("compile-error", str(exc))
         except Exception as exc:  # noqa: BLE001 - a backend bug is still this job's verdict
-            local = f"compiling raised {_describe(exc)}"
-        problem_text = self.agree(local)
-        if problem_text:
-            return Outcome("compile-error", problem_text)
-
-        dtype = _DTYPES[job["dtype"]]
-        params = problem.spec.params(job["size"])
+            local = ("compile-error", f"compiling raised {_describe(exc)}")
+        found = self.agree(local)
+        if found:
+            return Outcome(*found)
+        hint = static_scan(job["solution"]) if self.guard else None
         outcome = Outcome("pass")
+        bound = None
         for trial in range(job["trials"]):
-            ctx = RunContext(rank=self.rank, world_size=self.world_size, device=self.device, dtype=dtype,
-                             size=job["size"], params=params, trial=trial, secret=self.secret,
-                             problem_key=problem.spec.key, groups=self.groups)
-            verdict, reason, bound = self.run_trial(job, problem, program, ctx)
+            found, bound = self.run_trial(job, problem, program, self.context(job, problem, trial))
             outcome.trials = trial + 1
-            if verdict != "pass":
+            if found:
+                verdict, reason = found
+                if hint and verdict in ("flagged", "fail"):
+                    reason = f"{reason} [hint: {hint}]"
                 return Outcome(verdict, f"trial {trial}: {reason}", trials=trial + 1)
         if job["mode"] == "eval" and job.get("measure_perf"):
-            outcome.timing = self.measure(job, problem, bound)
+            from pkb_core.perf import measure
+
+            outcome.timing, found = measure(self, job, problem, program, bound)
+            if found:
+                outcome.verdict, outcome.reason = found
         return outcome
 
+    def context(self, job, problem, trial) -> RunContext:
+        return RunContext(rank=self.rank, world_size=self.world_size, device=self.device,
+                          dtype=_DTYPES[job["dtype"]], size=job["size"], params=problem.spec.params(job["size"]),
+                          trial=trial, secret=self.secret, problem_key=problem.spec.key, groups=self.groups)
+
+    def call_candidate(self, job, program, cand_args, pristine, mutates):
+        """Launch and call the candidate once, under the guards.
+
+        Returns ``(fn, out, local)`` where ``local`` is ``None`` or this rank's
+        ``(verdict, reason)``.
+        """
+        self.status.write(job["key"], "candidate")
+        _poison_free_memory(self.device, cand_args)
+        fn, out = None, None
+        try:
+            fn = self.pm.hook.pkb_backend_launch(state=self.state, program=program, inputs=cand_args)
+            with self.guard.watching() if self.guard else contextlib.nullcontext():
+                out = fn()
+                self.sync()
+        except Exception as exc:  # noqa: BLE001 - the candidate's failure is a verdict
+            local = ("error", f"solution raised {_describe(exc)}")
+            self.status.write(job["key"], "candidate", error=local[1])
+            return fn, out, local
+        called = self.guard.take() if self.guard else None
+        if called:
+            return fn, out, ("flagged", called)
+        problem = _input_problems(cand_args, pristine, out, mutates)
+        return fn, out, ("fail", problem) if problem else None
+
     def run_trial(self, job, problem, program, ctx):
+        """One trial; returns ``(found, bound)``: the agreed ``(verdict, reason)``
+        or ``None``, and what timing needs (callable, inputs) when it passed."""
         args = problem.inputs(ctx)
         pristine = _clone(args)
         ref_args = _clone(args)
         cand_args = self.slots.place(args)
-        self.status.write(job["key"], "candidate")
-        local, out = None, None
-        try:
-            fn = self.pm.hook.pkb_backend_launch(state=self.state, program=program, inputs=cand_args)
-            out = fn()
-            self.sync()
-        except Exception as exc:  # noqa: BLE001 - the candidate's failure is a verdict
-            local = f"solution raised {_describe(exc)}"
-            self.status.write(job["key"], "candidate", error=local)
-        if local is None:
-            local = _input_problems(cand_args, pristine, out, problem.mutates)
-        failure = self.agree(local)
-        if failure:
-            return ("error" if "raised" in failure else "fail"), failure, None
+        fn, out, local = self.call_candidate(job, program, cand_args, pristine, problem.mutates)
+        found = self.agree(local)
+        if found:
+            return found, None
         if job["mode"] == "dryrun":
-            self.save(job, ctx.trial, {"candidate": out})
-            return "pass", "", (fn, cand_args, pristine)
+            self.save(job, {"candidate": out})
+            return None, (fn, cand_args, pristine)
         self.status.write(job["key"], "reference")
         try:
             ref_out = problem.reference(*ref_args)
             self.sync()
-            local = compare(out, ref_out, problem.spec.tolerance)
+            problem_text = compare(out, ref_out, problem.spec.tolerance)
+            local = ("fail", problem_text) if problem_text else None
         except Exception as exc:  # noqa: BLE001
-            local = f"the reference raised {_describe(exc)}"
-            return "error", self.agree(local) or local, None
-        failure = self.agree(local)
-        if job.get("save_outputs") and (failure or ctx.trial == job["trials"] - 1):
-            self.save(job, ctx.trial, {"candidate": out, "reference": ref_out, "inputs": pristine})
-        if failure:
-            return "fail", failure, None
-        return "pass", "", (fn, cand_args, pristine)
+            local = ("error", f"the reference raised {_describe(exc)}")
+        tampered = self.tamper.changed()
+        if tampered:
+            local = ("flagged", tampered)
+        found = self.agree(local)
+        if job.get("save_outputs") and (found or ctx.trial == job["trials"] - 1):
+            self.save(job, {"candidate": out, "reference": ref_out if local is None or local[0] == "fail" else None,
+                            "inputs": pristine})
+        return found, (None if found else (fn, cand_args, pristine))
 
-    # -- timing --------------------------------------------------------------
-    def measure(self, job, problem, bound) -> dict:
-        fn, cand_args, pristine = bound
-        ref_args = _clone(pristine)
-        self.status.write(job["key"], "timing")
-
-        def refresher(target):
-            if not problem.mutates:
-                return None
-            return lambda: _restore(target, pristine, problem.mutates)
-
-        common = dict(device=self.device, group=self.control, warmup=job["warmup"], iters=job["iters"])
-        reference = summarize(time_iterations(lambda: problem.reference(*ref_args), refresh=refresher(ref_args), **common))
-        candidate = summarize(time_iterations(fn, refresh=refresher(cand_args), **common))
-        return {"reference": reference, "candidate": candidate}
-
-    def save(self, job, trial, payload):
+    def save(self, job, payload):
         folder = self.run_dir / "outputs" / job["slug"]
         folder.mkdir(parents=True, exist_ok=True)
         torch.save(_to_cpu(payload), folder / f"rank{self.rank}.pt")
@@ -240,6 +258,14 @@ def _to_cpu(value):
     if isinstance(value, dict):
         return {k: _to_cpu(v) for k, v in value.items()}
     return value
+
+
+def _poison_free_memory(device, args):
+    """Fill soon-to-be-reused allocator memory with 0xFF (NaN for floats), so an
+    output the candidate never writes cannot inherit an earlier answer."""
+    nbytes = sum(t.numel() * t.element_size() for _, t in leaves(args) if isinstance(t, torch.Tensor))
+    poison = torch.full((max(2 * nbytes, 1 << 16),), 255, dtype=torch.uint8, device=device)
+    del poison
 
 
 def _input_problems(cand_args, pristine, out, mutates) -> str | None:

@@ -40,6 +40,7 @@ class LaunchSettings:
     run_dir: Path
     job_timeout: float
     options: dict = field(default_factory=dict)
+    calibration: dict | None = None
     torchrun_args: tuple = ("--standalone",)
 
 
@@ -66,6 +67,7 @@ def _launch(jobs, settings: LaunchSettings, secret, on_record) -> set:
         "run_dir": str(settings.run_dir), "scratch": str(scratch), "run_id": launch_id,
         "backend": settings.backend, "device": settings.device, "secret": secret,
         "job_timeout": settings.job_timeout, "options": settings.options, "jobs": jobs,
+        "calibration": settings.calibration,
     }
     batch_file = scratch / "batch.json"
     batch_file.write_text(json.dumps(batch))

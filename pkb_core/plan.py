@@ -41,6 +41,8 @@ class RunRequest:
     warmup: int
     iters: int
     save_outputs: bool
+    timing_modes: tuple = ("latency",)
+    profile: bool = False
 
 
 def pair_solutions(request: RunRequest, registry, info) -> list[tuple]:
@@ -79,7 +81,7 @@ def make_job(request: RunRequest, spec, solution, label) -> dict:
     """The job dict the launcher and the workers share."""
     digest = hashlib.sha1(Path(solution).read_bytes()).hexdigest()[:10] if solution else "ref"
     key = "|".join([spec.key, request.backend, label, digest, f"W{request.nproc}", request.size,
-                    request.dtype, request.mode, "perf" if request.measure_perf else "check"])
+                    request.dtype, request.mode, ("perf:" + "+".join(request.timing_modes)) if request.measure_perf else "check"])
     slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", f"{spec.key}-{Path(label).stem}-W{request.nproc}-{request.size}")
     return {
         "key": key, "slug": slug, "problem_id": spec.id, "problem": spec.key, "category": spec.category,
@@ -87,5 +89,6 @@ def make_job(request: RunRequest, spec, solution, label) -> dict:
         "solution": str(Path(solution).resolve()) if solution else None, "solution_label": label,
         "size": request.size, "dtype": request.dtype, "trials": request.trials, "mode": request.mode,
         "measure_perf": request.measure_perf, "warmup": request.warmup, "iters": request.iters,
-        "save_outputs": request.save_outputs,
+        "save_outputs": request.save_outputs, "timing_modes": list(request.timing_modes),
+        "profile": request.profile,
     }

@@ -45,9 +45,16 @@ def job_record(job: dict, world_size: int, verdict: str, reason: str = "", *, ti
         "trials": trials,
     }
     if timing:
-        ref, cand = timing["reference"]["median"], timing["candidate"]["median"]
-        record.update(reference_ms=ref, solution_ms=cand, speedup=ref / cand if cand > 0 else None,
-                      stats=timing, options={"warmup": job["warmup"], "iters": job["iters"]})
+        record.update(stats=timing, options={"warmup": job["warmup"], "iters": job["iters"],
+                                             "timing_modes": job["timing_modes"]})
+        if timing.get("reference") and timing.get("candidate"):
+            ref, cand = timing["reference"]["median"], timing["candidate"]["median"]
+            record.update(reference_ms=ref, solution_ms=cand, speedup=ref / cand if cand > 0 else None,
+                          timing_mode=timing["primary"])
+        if timing.get("sol"):
+            sol = timing["sol"]
+            record["sol"] = dict(sol, reference_fraction=sol["floor_ms"] / record["reference_ms"],
+                                 solution_fraction=sol["floor_ms"] / record["solution_ms"])
     record.update(
         datetime=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         pkb_version=__version__,

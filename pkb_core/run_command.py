@@ -33,6 +33,9 @@ TIMING_DEFAULTS = {"tiny": (3, 10), "default": (500, 100), "large": (50, 50)}
 @click.option("--mode", type=click.Choice(["eval", "dryrun"]), default="eval", show_default=True,
               help="eval checks against the reference; dryrun runs only the candidate and saves its outputs.")
 @click.option("--measure-perf", is_flag=True, help="Time the reference and the candidate.")
+@click.option("--timing-mode", "timing_modes", default="latency", show_default=True,
+              help="Comma-separated: latency, back-to-back, graph (the first gives the headline numbers).")
+@click.option("--profile", is_flag=True, help="Save per-rank profiler traces of a few calls (needs --measure-perf).")
 @click.option("--warmup", type=int, default=None, help="Warm-up iterations (default by size).")
 @click.option("--iters", type=int, default=None, help="Timed iterations (default by size).")
 @click.option("--device", type=click.Choice(["auto", "cuda", "cpu"]), default="auto", show_default=True)
@@ -42,8 +45,8 @@ TIMING_DEFAULTS = {"tiny": (3, 10), "default": (500, 100), "large": (50, 50)}
 @click.option("--save-outputs", is_flag=True, help="Keep each rank's outputs in the run directory.")
 @click.option("--json", "json_", is_flag=True, help="Print one JSON object with every record.")
 @click.pass_obj
-def run(pm, problems, backend, solution, solutions, nproc, trials, dtype, size, mode, measure_perf, warmup,
-        iters, device, job_timeout, out, save_outputs, json_):
+def run(pm, problems, backend, solution, solutions, nproc, trials, dtype, size, mode, measure_perf, timing_modes,
+        profile, warmup, iters, device, job_timeout, out, save_outputs, json_):
     """Check (and with --measure-perf, time) solutions against the references."""
     from pkb_core.device import detect_device, device_count
     from pkb_core.launch import LaunchSettings, run_jobs
@@ -68,7 +71,8 @@ def run(pm, problems, backend, solution, solutions, nproc, trials, dtype, size, 
     request = RunRequest(problems=problems, backend=backend, solution=solution, solutions=solutions, nproc=nproc,
                          trials=trials, dtype=dtype, size=size, mode=mode, measure_perf=measure_perf,
                          warmup=default_warmup if warmup is None else warmup,
-                         iters=default_iters if iters is None else iters, save_outputs=save_outputs)
+                         iters=default_iters if iters is None else iters, save_outputs=save_outputs,
+                         timing_modes=_timing_modes(timing_modes), profile=profile)
     registry = build_registry(pm)
     run_dir = Path(out or Path("runs") / _dt.datetime.now().strftime("%Y%m%d-%H%M%S"))
     jobs, rejected = [], []
@@ -83,9 +87,14 @@ def run(pm, problems, backend, solution, solutions, nproc, trials, dtype, size, 
     for job, _ in rejected:
         progress({"problem": job["problem"], "solution": job["solution_label"], "verdict": "unsupported"})
     backend_options = getattr(pm, "pkb_config", {}).get("backends", {}).get(backend, {})
+    calibration = None
+    if measure_perf and jobs:
+        from pkb_core.calibrate import calibrate
+
+        calibration = calibrate(device)
     settings = LaunchSettings(nproc=nproc, device=device, backend=backend, run_dir=run_dir,
                               job_timeout=job_timeout or (600.0 if device == "cuda" else 120.0),
-                              options=backend_options)
+                              options=backend_options, calibration=calibration)
     run_jobs([job for job, _ in jobs], settings, on_record=progress)
     from pkb_core.results import read_records
 
@@ -98,6 +107,16 @@ def run(pm, problems, backend, solution, solutions, nproc, trials, dtype, size, 
         click.echo(f"\n{_counts(records)}  (records in {run_dir}/records.jsonl)")
     if any(r["verdict"] in FAILING for r in records):
         raise SystemExit(1)
+
+
+def _timing_modes(text: str) -> tuple:
+    from pkb_core.timing import MODES
+
+    modes = tuple(m.strip() for m in text.split(",") if m.strip())
+    unknown = [m for m in modes if m not in MODES]
+    if unknown or not modes:
+        raise PkbError(f"unknown timing mode {', '.join(unknown) or text!r} (choose from {', '.join(MODES)})")
+    return modes
 
 
 class _Progress:

@@ -1,10 +1,26 @@
-"""Timing a zero-argument callable on every rank; the max over ranks per iteration.
+"""The multi-GPU timing protocol (shared/rigor.md rules 10-16).
 
-Basic protocol (latency mode): before each iteration every rank synchronises
-its device and meets the others at a barrier; the iteration is timed on the
-device (CUDA events) or with the host clock on CPU; the per-iteration times
-are then reduced with MAX over ranks, because the slowest rank is the
-collective's time. Statistics come from those raw per-iteration maxima.
+Three named modes, all timed on the device (CUDA events; the host clock on CPU)
+on every rank, reduced per iteration with MAX over ranks (the slowest rank is
+the collective's time), summarised from those raw maxima:
+
+``latency``
+    Before every iteration: L2 flush (CUDA), device synchronise, barrier across
+    ranks, then a short device-side hold (``torch.cuda._sleep``) so the launch
+    is queued before the work begins and every rank starts together. One
+    iteration per sample.
+``back-to-back``
+    One barrier, then ``iters`` calls queued back to back with an event between
+    consecutive calls: includes host launch cost where the host cannot keep up.
+``graph``
+    ``graph_calls`` calls captured in one CUDA graph; each sample is one replay
+    divided by ``graph_calls``: removes host launch cost. CUDA only; a callable
+    that cannot be captured gets an explanation instead of a number.
+
+Reference and candidate are timed in the same processes, alternating in rounds
+(:func:`time_interleaved`), so drift hits both; the speedup is a ratio of
+medians from one run. Each sample ends with the events of the current stream;
+work hidden on side streams is caught by :func:`side_stream_check`.
 """
 from __future__ import annotations
 
@@ -14,31 +30,72 @@ import time
 import torch
 import torch.distributed as dist
 
+MODES = ("latency", "back-to-back", "graph")
+#: Cycles of device-side hold before a latency-mode sample (about 20 us at 1.9 GHz).
+HOLD_CYCLES = 40_000
+
+
+class _Flusher:
+    """Writes twice the L2 size before each latency sample (CUDA only)."""
+
+    def __init__(self, device):
+        self.buffer = None
+        if device.type == "cuda":
+            l2 = torch.cuda.get_device_properties(device).L2_cache_size
+            self.buffer = torch.empty(2 * l2, dtype=torch.uint8, device=device)
+
+    def __call__(self):
+        if self.buffer is not None:
+            self.buffer.zero_()
+
 
 def _sync(device):
     if device.type == "cuda":
         torch.cuda.synchronize(device)
 
 
-def time_iterations(fn, *, device, group, warmup: int, iters: int, refresh=None) -> list[float]:
+def _max_over_ranks(times, group) -> list[float]:
+    per_iter = torch.tensor(times, dtype=torch.float64)
+    dist.all_reduce(per_iter, op=dist.ReduceOp.MAX, group=group)
+    return per_iter.tolist()
+
+
+def time_iterations(fn, *, device, group, warmup: int, iters: int, mode: str = "latency", refresh=None,
+                    graph_calls: int = 10) -> list[float]:
     """Milliseconds per iteration, each the max over ranks.
 
-    :param refresh: called before every iteration, outside the timed region
-        (restores arguments that the callable mutates).
+    :param refresh: called before every latency-mode iteration, outside the
+        timed region (restores arguments the callable mutates; such callables
+        are timed in latency mode only).
     """
     for _ in range(warmup):
         if refresh:
             refresh()
         fn()
     _sync(device)
+    if mode == "latency":
+        times = _latency(fn, device, group, iters, refresh)
+    elif mode == "back-to-back":
+        times = _back_to_back(fn, device, group, iters)
+    elif mode == "graph":
+        times = _graph(fn, device, group, iters, graph_calls)
+    else:
+        raise ValueError(f"unknown timing mode {mode!r} (one of {', '.join(MODES)})")
+    return _max_over_ranks(times, group)
+
+
+def _latency(fn, device, group, iters, refresh):
+    flush = _Flusher(device)
     times = []
     for _ in range(iters):
         if refresh:
             refresh()
+        flush()
         _sync(device)
         dist.barrier(group=group)
         if device.type == "cuda":
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            torch.cuda._sleep(HOLD_CYCLES)  # the launch below queues while the device waits
             start.record()
             fn()
             end.record()
@@ -48,13 +105,117 @@ def time_iterations(fn, *, device, group, warmup: int, iters: int, refresh=None)
             t0 = time.perf_counter()
             fn()
             times.append((time.perf_counter() - t0) * 1e3)
-    per_iter = torch.tensor(times, dtype=torch.float64)
-    dist.all_reduce(per_iter, op=dist.ReduceOp.MAX, group=group)
-    return per_iter.tolist()
+    return times
+
+
+def _back_to_back(fn, device, group, iters):
+    _sync(device)
+    dist.barrier(group=group)
+    if device.type != "cuda":
+        stamps = [time.perf_counter()]
+        for _ in range(iters):
+            fn()
+            stamps.append(time.perf_counter())
+        return [(b - a) * 1e3 for a, b in zip(stamps, stamps[1:])]
+    events = [torch.cuda.Event(enable_timing=True) for _ in range(iters + 1)]
+    events[0].record()
+    for i in range(iters):
+        fn()
+        events[i + 1].record()
+    events[-1].synchronize()
+    return [a.elapsed_time(b) for a, b in zip(events, events[1:])]
+
+
+def _graph(fn, device, group, iters, graph_calls):
+    if device.type != "cuda":
+        raise GraphUnavailable("CUDA-graph mode needs a GPU")
+    side = torch.cuda.Stream(device)
+    side.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(side):
+        fn()  # warm up on a side stream, as capture requires
+    torch.cuda.current_stream(device).wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    try:
+        with torch.cuda.graph(graph):
+            for _ in range(graph_calls):
+                fn()
+    except Exception as exc:  # noqa: BLE001 - not every callable can be captured
+        raise GraphUnavailable(f"cannot capture in a CUDA graph: {type(exc).__name__}: {exc}") from None
+    graph.replay()
+    _sync(device)
+    times = []
+    for _ in range(iters):
+        _sync(device)
+        dist.barrier(group=group)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(HOLD_CYCLES)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / graph_calls)
+    return times
+
+
+class GraphUnavailable(RuntimeError):
+    """The callable cannot be timed in graph mode; the message says why."""
+
+
+def time_interleaved(sides: dict, *, device, group, warmup, iters, mode, rounds=4, refreshers=None) -> dict:
+    """Time several callables alternately in ``rounds`` and return ``{name: times}``.
+
+    Warm-up happens once per side; each round times ``iters / rounds``
+    iterations of every side in turn, so slow drift affects all of them alike.
+    """
+    refreshers = refreshers or {}
+    times = {name: [] for name in sides}
+    chunk = max(1, iters // rounds)
+    for name, fn in sides.items():
+        for _ in range(warmup):
+            if refreshers.get(name):
+                refreshers[name]()
+            fn()
+    _sync(device)
+    done = 0
+    while done < iters:
+        n = min(chunk, iters - done)
+        for name, fn in sides.items():
+            times[name] += time_iterations(fn, device=device, group=group, warmup=0, iters=n, mode=mode,
+                                           refresh=refreshers.get(name))
+        done += n
+    return times
+
+
+def side_stream_check(fn, *, device, group, samples=5) -> str | None:
+    """Compare event time with host time to a device-wide synchronisation.
+
+    Work launched on another stream escapes the events of the current stream
+    but not ``torch.cuda.synchronize()``. A callable whose synchronised host
+    time is far above its event time hides work. CUDA only.
+    """
+    if device.type != "cuda":
+        return None
+    event_ms, wall_ms = [], []
+    for _ in range(samples):
+        _sync(device)
+        dist.barrier(group=group)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        t0 = time.perf_counter()
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize(device)
+        wall_ms.append((time.perf_counter() - t0) * 1e3)
+        event_ms.append(start.elapsed_time(end))
+    event, wall = statistics.median(event_ms), statistics.median(wall_ms)
+    if wall > 2 * event + 0.2:
+        return (f"work outside the current stream: {wall:.3f} ms to a device-wide synchronisation but "
+                f"{event:.3f} ms on the current stream's events")
+    return None
 
 
 def summarize(times: list[float]) -> dict:
-    """min, median, max, mean, stddev, p10, p90 and the count of a list of ms."""
+    """min, p10, median, p90, max, mean, stddev and the count of a list of ms."""
     ordered = sorted(times)
     quantiles = statistics.quantiles(ordered, n=10, method="inclusive") if len(ordered) > 1 else ordered * 9
     return {

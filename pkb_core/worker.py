@@ -23,6 +23,7 @@ import torch.distributed as dist
 from pkb_core.backend import WorkerContext
 from pkb_core.defaults import CoreDefaults
 from pkb_core.errors import BackendUnavailable, PkbError
+from pkb_core.guards import CollectiveGuard, TamperGuard
 from pkb_core.job import JobRunner, _describe
 from pkb_core.plugins import backend_infos, get_plugin_manager
 from pkb_core.problem import read_spec
@@ -71,6 +72,12 @@ def run_batch(batch: dict) -> None:
         dist.init_process_group("gloo", timeout=timeout)
     control = dist.new_group(backend="gloo", timeout=timeout)
     pm, defaults = _worker_plugin_manager(batch["backend"])
+    # Captured before any solution is imported (rigor rules 6 and 9).
+    tamper = TamperGuard()
+    guard = None
+    if backend_infos(pm)[batch["backend"]].custom_kernels:
+        guard = CollectiveGuard()
+        guard.install()
     info = machine_info(device) if rank == 0 else None
     state = None
     clean_exit = False
@@ -87,7 +94,8 @@ def run_batch(batch: dict) -> None:
             return
         defaults.heap = default_heap(device, control, batch["run_id"])
         runner = JobRunner(pm=pm, state=state, rank=rank, world_size=world_size, device=device,
-                           control=control, secret=batch["secret"], run_dir=run_dir, status=status)
+                           control=control, secret=batch["secret"], run_dir=run_dir, status=status,
+                           guard=guard, tamper=tamper, calibration=batch.get("calibration"))
         for job in batch["jobs"]:
             status.write(job["key"], "compile")
             started = time.time()

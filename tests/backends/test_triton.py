@@ -1,0 +1,163 @@
+"""The Triton backend (pkb-triton): it loads and describes itself, its samples
+pass under the Triton interpreter at W=2 and W=3 (the BackendContract suite:
+one ``pkb run`` per world size with all 8 samples), and its device-side
+barrier really waits (a rank that arrives late is waited for)."""
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from pkb_core.testing import BackendContract
+
+pytest.importorskip("pkb_triton")
+
+
+class TestTritonBackend(BackendContract):
+    backend = "triton"
+
+
+def test_plugin_and_package_import_light():
+    code = ("import sys, pkb_triton, pkb_triton.plugin\n"
+            "pkb_triton.plugin.pkb_backend_info()\n"
+            "heavy = [m for m in ('torch', 'triton') if m in sys.modules]\n"
+            "assert not heavy, heavy")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_requirements_name_what_is_missing():
+    import torch
+
+    from pkb_triton.plugin import pkb_backend_info
+
+    info = pkb_backend_info()
+    assert info.name == "triton" and set(info.devices) == {"cuda", "cpu"}
+    assert sorted(p.name for p in info.samples.glob("*.py")) == [
+        "1_allreduce.py", "2_allgather.py", "3_broadcast.py", "4_reduce.py", "5_scatter.py", "6_gather.py",
+        "7_reducescatter.py", "8_alltoall.py"]
+    assert info.requirements("cpu") is None
+    if not torch.cuda.is_available():
+        reason = info.requirements("cuda")
+        assert "torch.cuda" in reason and "\n" not in reason
+
+
+def test_grid_respects_the_signal_pad():
+    import torch
+
+    from pkb_triton.host import CPU_MAX_PROGRAMS, Peers, max_programs
+
+    assert max_programs(2) == 512 and max_programs(3) == 341 and max_programs(8, channels=2) == 64
+    peers = Peers(ptrs=0, pads=0, rank=0, world_size=3, pad_slots=1024, device=torch.device("cpu"))
+    assert peers.grid(128, 4096) == 1
+    assert peers.grid(10**9, 1024) == CPU_MAX_PROGRAMS
+    assert peers.grid(10**9, 1024, max_programs=3) == 3
+    tight = Peers(ptrs=0, pads=0, rank=0, world_size=8, pad_slots=32, device=torch.device("cpu"))
+    assert tight.grid(10**9, 1024) == 4 and tight.grid(10**9, 1024, channels=2) == 2
+    with pytest.raises(ValueError):
+        tight.grid(10**9, 1024, channels=5)
+
+
+def test_peers_refuses_a_tensor_outside_the_heap():
+    import torch
+
+    from pkb_triton import peers
+
+    with pytest.raises(LookupError):
+        peers(torch.zeros(4))
+
+
+# Two ranks under the interpreter, on the CPU heap. Round 1: rank 1 sleeps
+# before it writes its buffer and launches; rank 0 must wait for it and read
+# the value written after the sleep. Round 2 swaps the roles, on channel 1, with
+# a grid of 3 programs. Afterwards every pad slot is back to 0. Then a
+# workspace: allocated collectively, reachable through peers().
+_PROBE = textwrap.dedent('''
+    import os, sys, time
+    import torch, torch.distributed as dist, torch.multiprocessing as mp
+    import triton, triton.language as tl
+
+    from pkb_triton import barrier, peer_ptr, peers, workspace
+
+    @triton.jit
+    def probe(out, ptrs, pads, rank, channel, WORLD: tl.constexpr):
+        barrier(pads, rank, WORLD, channel)
+        offs = tl.program_id(0) * 16 + tl.arange(0, 16)
+        src = peer_ptr(ptrs, (rank + 1) % WORLD, out)
+        tl.store(out + offs, tl.load(src + offs))
+        barrier(pads, rank, WORLD, channel)
+
+    def run(rank, world, port, result_dir):
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        dist.init_process_group("gloo", rank=rank, world_size=world)
+        from types import SimpleNamespace
+        from pkb_core.symmetric.shm import SharedMemoryHeap
+        from pkb_triton import _runtime
+        heap = SharedMemoryHeap(dist.group.WORLD, f"tritontest{port}")
+        buf = heap.empty((48,), torch.float32)
+        sym = peers(buf)
+        lines = []
+        for rnd, (late, channel, grid) in enumerate([(1, 0, 1), (0, 1, 3)]):
+            if rank == late:
+                time.sleep(1.5)
+            buf.fill_(100 * (rnd + 1) + rank)
+            out = torch.zeros(48)
+            started = time.time()
+            probe[(grid,)](out, sym.ptrs, sym.pads, sym.rank, channel, WORLD=world)
+            lines.append(f"round{rnd} rank{rank} waited={time.time() - started:.2f} "
+                         f"got={out[:16 * grid].unique().tolist()}")
+        pads = heap.handles[0].get_signal_pad(rank)
+        lines.append(f"rank{rank} pads_nonzero={int((pads != 0).sum())}")
+        _runtime.start(SimpleNamespace(device=torch.device("cpu"), control_group=dist.group.WORLD),
+                       f"tritonws{port}")
+        ws = workspace(32, torch.float32, "probe")
+        assert workspace(32, torch.float32, "probe") is ws
+        ws.fill_(7 + rank)
+        out = torch.zeros(48)
+        wsym = peers(ws)
+        probe[(1,)](out, wsym.ptrs, wsym.pads, wsym.rank, 0, WORLD=world)
+        lines.append(f"rank{rank} workspace_got={out[:16].unique().tolist()}")
+        with open(os.path.join(result_dir, f"rank{rank}.txt"), "w") as f:
+            f.write("\\n".join(lines) + "\\n")
+        dist.barrier()
+        _runtime.stop()
+        dist.destroy_process_group()
+
+    if __name__ == "__main__":
+        mp.spawn(run, args=(2, int(sys.argv[1]), sys.argv[2]), nprocs=2)
+''')
+
+
+def _free_port():
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_barrier_waits_for_a_late_rank(tmp_path):
+    script = tmp_path / "probe.py"
+    script.write_text(_PROBE)
+    env = dict(os.environ, TRITON_INTERPRET="1", OMP_NUM_THREADS="1")
+    proc = subprocess.run([sys.executable, str(script), str(_free_port()), str(tmp_path)], env=env,
+                          capture_output=True, text=True, timeout=150)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = [line for rank in (0, 1) for line in (tmp_path / f"rank{rank}.txt").read_text().splitlines()]
+    text = "\n".join(lines)
+
+    def line(prefix):
+        return next(item for item in lines if item.startswith(prefix))
+
+    def waited(prefix):
+        return float(line(prefix).split("waited=")[1].split()[0])
+
+    # Round 1: rank 0 waited for the late rank 1 and read what it wrote after its sleep.
+    assert line("round0 rank0").endswith("got=[101.0]") and waited("round0 rank0") > 1.0, text
+    assert line("round0 rank1").endswith("got=[100.0]"), text
+    # Round 2 (channel 1, 3 programs): rank 1 waited for rank 0.
+    assert line("round1 rank1").endswith("got=[200.0]") and waited("round1 rank1") > 1.0, text
+    assert line("round1 rank0").endswith("got=[201.0]"), text
+    assert line("rank0 pads") == "rank0 pads_nonzero=0" and line("rank1 pads") == "rank1 pads_nonzero=0", text
+    assert line("rank0 workspace") == "rank0 workspace_got=[8.0]", text
+    assert line("rank1 workspace") == "rank1 workspace_got=[7.0]", text
