@@ -132,9 +132,11 @@ def build_cli(pm) -> click.Group:
         click.echo(render_table(["ceiling", "measured"], rows))
         click.echo(f"\n{result['method']}\ncached in {cache_path(device)}")
 
+    from pkb_core.bench_command import bench
     from pkb_core.run_command import run
 
     cli.add_command(run)
+    cli.add_command(bench)
     return cli
 
 

@@ -105,7 +105,7 @@ class JobRunner:
 
     def context(self, job, problem, trial) -> RunContext:
         return RunContext(rank=self.rank, world_size=self.world_size, device=self.device,
-                          dtype=_DTYPES[job["dtype"]], size=job["size"], params=problem.spec.params(job["size"]),
+                          dtype=_DTYPES[job["dtype"]], size=job["size"], params=job["params"],
                           trial=trial, secret=self.secret, problem_key=problem.spec.key, groups=self.groups)
 
     def call_candidate(self, job, program, cand_args, pristine, mutates):

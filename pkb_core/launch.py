@@ -88,7 +88,7 @@ def _launch(jobs, settings: LaunchSettings, secret, on_record) -> set:
             watch.poll()
             killed_for = watch.verdict_if_stuck(settings.job_timeout)
             if killed_for:
-                _kill_group(proc)
+                _kill(proc, watch)
                 break
         proc.wait()
     watch.poll()
@@ -165,11 +165,15 @@ class _Watch:
         return None
 
 
-def _kill_group(proc):
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+def _kill(proc, watch):
+    """Kill torchrun's process group and every rank: torchrun starts each rank
+    in a session of its own, out of reach of the group signal."""
+    targets = [("group", proc.pid)] + [("pid", s["pid"]) for s in watch.statuses.values() if s.get("pid")]
+    for kind, pid in targets:
+        try:
+            os.killpg(pid, signal.SIGKILL) if kind == "group" else os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
 def _sweep_shared_memory(launch_id: str):

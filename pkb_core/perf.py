@@ -56,8 +56,12 @@ def measure(runner, job, problem, program, bound):
         hidden = side_stream_check(fn, device=runner.device, group=runner.control)
         local = ("flagged", hidden) if hidden else None
     if local is None and runner.calibration and timing["candidate"]:
-        traffic = problem.traffic(problem.spec.params(job["size"]), runner.world_size, _itemsize(job["dtype"]))
+        traffic = problem.traffic(job["params"], runner.world_size, _itemsize(job["dtype"]))
         timing["sol"] = speed_of_light(traffic, runner.calibration)
+        busbw = getattr(problem.module, "busbw", None)
+        if busbw:
+            nbytes, factor = busbw(job["params"], runner.world_size, _itemsize(job["dtype"]))
+            timing["bus"] = {"bytes": nbytes, "factor": factor}
         impossible = below_floor(timing["candidate"]["median"], timing["sol"])
         local = ("flagged", impossible) if impossible else None
     clocks = [None] * runner.world_size

@@ -77,8 +77,13 @@ def pair_solutions(request: RunRequest, registry, info) -> list[tuple]:
     return pairs
 
 
-def make_job(request: RunRequest, spec, solution, label) -> dict:
-    """The job dict the launcher and the workers share."""
+def make_job(request: RunRequest, spec, solution, label, params=None) -> dict:
+    """The job dict the launcher and the workers share.
+
+    ``params`` overrides the size preset's parameters (sweeps); the job's
+    ``size`` then names the override, e.g. ``"sweep:4194304"``.
+    """
+    params = dict(spec.params(request.size) if params is None else params)
     digest = hashlib.sha1(Path(solution).read_bytes()).hexdigest()[:10] if solution else "ref"
     key = "|".join([spec.key, request.backend, label, digest, f"W{request.nproc}", request.size,
                     request.dtype, request.mode, ("perf:" + "+".join(request.timing_modes)) if request.measure_perf else "check"])
@@ -90,5 +95,5 @@ def make_job(request: RunRequest, spec, solution, label) -> dict:
         "size": request.size, "dtype": request.dtype, "trials": request.trials, "mode": request.mode,
         "measure_perf": request.measure_perf, "warmup": request.warmup, "iters": request.iters,
         "save_outputs": request.save_outputs, "timing_modes": list(request.timing_modes),
-        "profile": request.profile,
+        "profile": request.profile, "params": params,
     }

@@ -36,6 +36,11 @@ ParallelKernelBench) and defines, at module level:
     ``{"link_bytes": ..., "hbm_bytes": ..., "flops": ...}`` per rank per call:
     bytes this rank sends over GPU links, bytes through its HBM, FLOPs.
 
+Optional, for ``pkb bench`` (message-size sweeps): ``sweep(nbytes, world_size,
+itemsize)`` returns size parameters whose per-rank message is about ``nbytes``;
+``busbw(params, world_size, itemsize)`` returns ``(S, factor)`` as nccl-tests
+defines them (algbw = S / t, busbw = algbw * factor).
+
 and a module docstring that states the task precisely: it is the spec shown to
 people and to LLMs.
 
@@ -170,12 +175,12 @@ class Problem:
         #: Indices of arguments the reference mutates (cloned for every call).
         self.mutates = tuple(getattr(module, "MUTATES", ()))
 
-    def world_size_error(self, world_size: int, size: str) -> str | None:
-        """Why this problem cannot run at ``world_size`` (``None`` if it can)."""
+    def world_size_error(self, world_size: int, params: dict) -> str | None:
+        """Why this problem cannot run at ``world_size`` with size ``params`` (``None`` if it can)."""
         if world_size < 2:
             return "needs at least 2 ranks (nothing is communicated at W = 1)"
         rule = getattr(self.module, "world_size_error", None)
-        return rule(world_size, self.spec.params(size)) if rule else None
+        return rule(world_size, params) if rule else None
 
 
 def _import_file(path: Path, module_name: str):
@@ -189,6 +194,14 @@ def _import_file(path: Path, module_name: str):
         sys.modules.pop(module_name, None)
         raise
     return module
+
+
+def matrix_for_bytes(nbytes: int, itemsize: int, rows_per_block: int = 1) -> dict:
+    """``{"m", "n"}`` of a matrix of about ``nbytes`` (``n`` at most 1024) for
+    sweeps; ``rows_per_block`` divides the bytes among that many blocks of ``m`` rows."""
+    elements = max(1, nbytes // (itemsize * rows_per_block))
+    n = min(1024, elements)
+    return {"m": max(1, elements // n), "n": n}
 
 
 def derive_seed(*parts) -> int:

@@ -78,7 +78,7 @@ def run(pm, problems, backend, solution, solutions, nproc, trials, dtype, size, 
     jobs, rejected = [], []
     for spec, path, label in pair_solutions(request, registry, info):
         job = make_job(request, spec, path, label)
-        why = spec.load().world_size_error(nproc, size)
+        why = spec.load().world_size_error(nproc, job["params"])
         (rejected if why else jobs).append((job, why))
     for job, why in rejected:
         append_record(run_dir, job_record(job, nproc, "unsupported", f"world size {nproc}: {why}"))

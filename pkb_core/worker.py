@@ -39,7 +39,8 @@ class StatusFile:
 
     def write(self, job: str, phase: str, error: str = "") -> None:
         tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"job": job, "phase": phase, "error": error, "time": time.time()}))
+        tmp.write_text(json.dumps({"job": job, "phase": phase, "error": error, "time": time.time(),
+                                   "pid": os.getpid()}))
         os.replace(tmp, self.path)
 
 

@@ -57,6 +57,21 @@ def test_bad_solutions_get_the_right_verdicts(pkb_invoke, tmp_path, fixtures):
         assert record["verdict"] == verdict, (name, record["reason"])
         assert text in record["reason"], (name, record["reason"])
     assert result.exit_code == 1
+    # No rank outlives its launch (torchrun starts ranks in sessions of their own).
+    for status in tmp_path.glob(".scratch/*/rank*.json"):
+        pid = json.loads(status.read_text())["pid"]
+        assert not _alive(pid), f"rank process {pid} still running ({status})"
+
+
+def _alive(pid):
+    import os
+
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as stat:  # a zombie is dead too
+        return stat.read().split()[2] != "Z"
 
 
 def test_dryrun_and_save_outputs(pkb_invoke, tmp_path):
@@ -82,7 +97,7 @@ from pkb_core.hookspecs import hookimpl
 
 @hookimpl
 def pkb_backend_info():
-    return BackendInfo(name="marker", devices=("cpu",), description="wraps the reference")
+    return BackendInfo(name="marker", devices=("cpu",), custom_kernels=False, description="wraps the reference")
 
 @hookimpl
 def pkb_backend_compile(state, problem, solution):

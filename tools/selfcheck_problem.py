@@ -54,7 +54,7 @@ def _worker(rank, args, port):
     torch.set_num_threads(1)
     spec = read_spec(args.path)
     problem = spec.load()
-    err = problem.world_size_error(args.world_size, args.size)
+    err = problem.world_size_error(args.world_size, spec.params(args.size))
     if err:
         if rank == 0:
             print(f"world size {args.world_size} rejected: {err}")

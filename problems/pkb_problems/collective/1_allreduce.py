@@ -10,6 +10,8 @@ is exact in any order: the output is compared bit for bit.
 import torch
 import torch.distributed as dist
 
+from pkb_core.problem import matrix_for_bytes
+
 ID = 1
 NAME = "allreduce"
 CATEGORY = "collective"
@@ -42,3 +44,13 @@ def traffic(params, world_size, itemsize):
         "hbm_bytes": 2 * nbytes,
         "flops": (world_size - 1) * params["m"] * params["n"],
     }
+
+
+def sweep(nbytes, world_size, itemsize):
+    """Sizes for a sweep where ``nbytes`` is the all-reduced buffer."""
+    return matrix_for_bytes(nbytes, itemsize, 1)
+
+
+def busbw(params, world_size, itemsize):
+    """nccl-tests' (S, factor): busbw = S / t * factor."""
+    return params["m"] * params["n"] * itemsize, 2 * (world_size - 1) / world_size

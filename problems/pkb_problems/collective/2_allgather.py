@@ -6,6 +6,8 @@ Each rank r holds ``tensor`` x_r of shape (M, N). Return a new tensor of shape
 import torch
 import torch.distributed as dist
 
+from pkb_core.problem import matrix_for_bytes
+
 ID = 2
 NAME = "allgather"
 CATEGORY = "collective"
@@ -40,3 +42,13 @@ def traffic(params, world_size, itemsize):
         "hbm_bytes": (world_size + 1) * nbytes,
         "flops": 0,
     }
+
+
+def sweep(nbytes, world_size, itemsize):
+    """Sizes for a sweep where ``nbytes`` is each rank's input block."""
+    return matrix_for_bytes(nbytes, itemsize, 1)
+
+
+def busbw(params, world_size, itemsize):
+    """nccl-tests' (S, factor): busbw = S / t * factor."""
+    return world_size * params["m"] * params["n"] * itemsize, (world_size - 1) / world_size

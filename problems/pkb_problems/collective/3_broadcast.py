@@ -7,6 +7,8 @@ every rank; ``tensor`` itself must not be modified. Bit-exact comparison.
 import torch
 import torch.distributed as dist
 
+from pkb_core.problem import matrix_for_bytes
+
 ID = 3
 NAME = "broadcast"
 CATEGORY = "collective"
@@ -35,3 +37,13 @@ def traffic(params, world_size, itemsize):
     once per rank); every rank writes one block."""
     nbytes = params["m"] * params["n"] * itemsize
     return {"link_bytes": nbytes, "hbm_bytes": 2 * nbytes, "flops": 0}
+
+
+def sweep(nbytes, world_size, itemsize):
+    """Sizes for a sweep where ``nbytes`` is the broadcast buffer."""
+    return matrix_for_bytes(nbytes, itemsize, 1)
+
+
+def busbw(params, world_size, itemsize):
+    """nccl-tests' (S, factor): busbw = S / t * factor."""
+    return params["m"] * params["n"] * itemsize, 1.0

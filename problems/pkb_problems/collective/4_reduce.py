@@ -8,6 +8,8 @@ Inputs are integers in [-16, 16], so the sum is exact: bit-exact comparison.
 import torch
 import torch.distributed as dist
 
+from pkb_core.problem import matrix_for_bytes
+
 ID = 4
 NAME = "reduce"
 CATEGORY = "collective"
@@ -42,3 +44,13 @@ def traffic(params, world_size, itemsize):
         "hbm_bytes": (world_size + 1) * nbytes,
         "flops": (world_size - 1) * params["m"] * params["n"],
     }
+
+
+def sweep(nbytes, world_size, itemsize):
+    """Sizes for a sweep where ``nbytes`` is the reduced buffer."""
+    return matrix_for_bytes(nbytes, itemsize, 1)
+
+
+def busbw(params, world_size, itemsize):
+    """nccl-tests' (S, factor): busbw = S / t * factor."""
+    return params["m"] * params["n"] * itemsize, 1.0

@@ -8,6 +8,8 @@ Bit-exact comparison (returning the placeholder fails).
 import torch
 import torch.distributed as dist
 
+from pkb_core.problem import matrix_for_bytes
+
 ID = 5
 NAME = "scatter"
 CATEGORY = "collective"
@@ -44,3 +46,13 @@ def traffic(params, world_size, itemsize):
     """The source sends W-1 blocks; each block is read once and written once."""
     nbytes = params["m"] * params["n"] * itemsize
     return {"link_bytes": (world_size - 1) * nbytes, "hbm_bytes": 2 * nbytes, "flops": 0}
+
+
+def sweep(nbytes, world_size, itemsize):
+    """Sizes for a sweep where ``nbytes`` is each rank's output block."""
+    return matrix_for_bytes(nbytes, itemsize, 1)
+
+
+def busbw(params, world_size, itemsize):
+    """nccl-tests' (S, factor): busbw = S / t * factor."""
+    return world_size * params["m"] * params["n"] * itemsize, (world_size - 1) / world_size

@@ -7,6 +7,8 @@ rank an unchanged copy of its own x_r. Bit-exact comparison.
 import torch
 import torch.distributed as dist
 
+from pkb_core.problem import matrix_for_bytes
+
 ID = 6
 NAME = "gather"
 CATEGORY = "collective"
@@ -38,3 +40,13 @@ def traffic(params, world_size, itemsize):
     """The root receives W-1 blocks and writes W."""
     nbytes = params["m"] * params["n"] * itemsize
     return {"link_bytes": nbytes, "hbm_bytes": (world_size + 1) * nbytes, "flops": 0}
+
+
+def sweep(nbytes, world_size, itemsize):
+    """Sizes for a sweep where ``nbytes`` is each rank's input block."""
+    return matrix_for_bytes(nbytes, itemsize, 1)
+
+
+def busbw(params, world_size, itemsize):
+    """nccl-tests' (S, factor): busbw = S / t * factor."""
+    return world_size * params["m"] * params["n"] * itemsize, (world_size - 1) / world_size

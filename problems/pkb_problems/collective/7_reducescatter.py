@@ -7,6 +7,8 @@ block r of x_s. Inputs are integers in [-16, 16]: bit-exact comparison.
 import torch
 import torch.distributed as dist
 
+from pkb_core.problem import matrix_for_bytes
+
 ID = 7
 NAME = "reducescatter"
 CATEGORY = "collective"
@@ -39,3 +41,13 @@ def traffic(params, world_size, itemsize):
         "hbm_bytes": (world_size + 1) * block,
         "flops": (world_size - 1) * params["m"] * params["n"],
     }
+
+
+def sweep(nbytes, world_size, itemsize):
+    """Sizes for a sweep where ``nbytes`` is each rank's whole input (W blocks)."""
+    return matrix_for_bytes(nbytes, itemsize, world_size)
+
+
+def busbw(params, world_size, itemsize):
+    """nccl-tests' (S, factor): busbw = S / t * factor."""
+    return world_size * params["m"] * params["n"] * itemsize, (world_size - 1) / world_size

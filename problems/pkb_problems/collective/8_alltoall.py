@@ -7,6 +7,8 @@ comparison.
 import torch
 import torch.distributed as dist
 
+from pkb_core.problem import matrix_for_bytes
+
 ID = 8
 NAME = "alltoall"
 CATEGORY = "collective"
@@ -34,3 +36,13 @@ def traffic(params, world_size, itemsize):
     """Each rank sends W-1 slots and receives W-1; reads and writes W slots."""
     block = params["m"] * params["n"] * itemsize
     return {"link_bytes": (world_size - 1) * block, "hbm_bytes": 2 * world_size * block, "flops": 0}
+
+
+def sweep(nbytes, world_size, itemsize):
+    """Sizes for a sweep where ``nbytes`` is each rank's whole input (W slots)."""
+    return matrix_for_bytes(nbytes, itemsize, world_size)
+
+
+def busbw(params, world_size, itemsize):
+    """nccl-tests' (S, factor): busbw = S / t * factor."""
+    return world_size * params["m"] * params["n"] * itemsize, (world_size - 1) / world_size
