@@ -168,7 +168,14 @@ class _Watch:
 def _kill(proc, watch):
     """Kill torchrun's process group and every rank: torchrun starts each rank
     in a session of its own, out of reach of the group signal."""
-    targets = [("group", proc.pid)] + [("pid", s["pid"]) for s in watch.statuses.values() if s.get("pid")]
+    ranks = [s["pid"] for s in watch.statuses.values() if s.get("pid")]
+    for pid in ranks:  # stacks into the log first (see worker.run_batch)
+        try:
+            os.kill(pid, signal.SIGUSR1)
+        except (ProcessLookupError, PermissionError):
+            pass
+    time.sleep(1.0)
+    targets = [("group", proc.pid)] + [("pid", pid) for pid in ranks]
     for kind, pid in targets:
         try:
             os.killpg(pid, signal.SIGKILL) if kind == "group" else os.kill(pid, signal.SIGKILL)

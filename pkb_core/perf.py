@@ -38,6 +38,7 @@ def measure(runner, job, problem, program, bound):
     sides = {"reference": lambda: problem.reference(*ref_args), "candidate": fn}
     timing = {"modes": {}, "primary": job["timing_modes"][0]}
     for mode in job["timing_modes"]:
+        runner.status.write(job["key"], f"timing {mode}")
         if mode != "latency" and problem.mutates:
             timing["modes"][mode] = {"unavailable": "the problem mutates its arguments: latency mode only"}
             continue
@@ -51,6 +52,7 @@ def measure(runner, job, problem, program, bound):
     primary = timing["modes"].get(timing["primary"], {})
     timing["reference"], timing["candidate"] = primary.get("reference"), primary.get("candidate")
 
+    runner.status.write(job["key"], "re-check")
     local = _recheck(runner, job, problem, program, cand_args)
     if local is None:
         hidden = side_stream_check(fn, device=runner.device, group=runner.control)

@@ -40,7 +40,7 @@ TIMING_DEFAULTS = {"tiny": (3, 10), "default": (500, 100), "large": (50, 50)}
 @click.option("--iters", type=int, default=None, help="Timed iterations (default by size).")
 @click.option("--device", type=click.Choice(["auto", "cuda", "cpu"]), default="auto", show_default=True)
 @click.option("--timeout", "job_timeout", type=float, default=None,
-              help="Seconds a job may run before it is a timeout (default 120 on CPU, 600 on GPU).")
+              help="Seconds a job may run before it is a timeout (default 120 on CPU, 300 on GPU).")
 @click.option("--out", default=None, help="Run directory (default runs/<time>); reruns skip recorded jobs.")
 @click.option("--save-outputs", is_flag=True, help="Keep each rank's outputs in the run directory.")
 @click.option("--json", "json_", is_flag=True, help="Print one JSON object with every record.")
@@ -93,7 +93,7 @@ def run(pm, problems, backend, solution, solutions, nproc, trials, dtype, size, 
 
         calibration = calibrate(device)
     settings = LaunchSettings(nproc=nproc, device=device, backend=backend, run_dir=run_dir,
-                              job_timeout=job_timeout or (600.0 if device == "cuda" else 120.0),
+                              job_timeout=job_timeout or (300.0 if device == "cuda" else 120.0),
                               options=backend_options, calibration=calibration)
     run_jobs([job for job, _ in jobs], settings, on_record=progress)
     from pkb_core.results import read_records

@@ -10,8 +10,10 @@ named, and an error on one rank is reported even when its peers hang.
 """
 from __future__ import annotations
 
+import faulthandler
 import json
 import os
+import signal
 import sys
 import time
 from datetime import timedelta
@@ -56,6 +58,9 @@ def _worker_plugin_manager(backend: str):
 
 
 def run_batch(batch: dict) -> None:
+    # The launcher sends SIGUSR1 before killing a stuck launch: every rank then
+    # writes its Python stack to the launch log, which names where it hung.
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local_rank = int(os.environ.get("LOCAL_RANK", rank))
     run_dir = Path(batch["run_dir"])
