@@ -47,10 +47,12 @@ def parse_sizes(text: str) -> list[int]:
 @click.option("--warmup", type=int, default=20, show_default=True)
 @click.option("--iters", type=int, default=50, show_default=True)
 @click.option("--device", type=click.Choice(["auto", "cuda", "cpu"]), default="auto")
+@click.option("--timeout", "job_timeout", type=float, default=None, help="Seconds per job (default 120 CPU, 300 GPU).")
 @click.option("--out", default=None)
 @click.option("--json", "json_", is_flag=True)
 @click.pass_obj
-def bench(pm, problems, backend, solutions, sizes, nproc, dtype, trials, warmup, iters, device, out, json_):
+def bench(pm, problems, backend, solutions, sizes, nproc, dtype, trials, warmup, iters, device, job_timeout, out,
+          json_):
     """Sweep message sizes: solutions vs NCCL (eager and CUDA graph), with busbw."""
     from pkb_core.baselines import baselines_for
     from pkb_core.calibrate import calibrate
@@ -95,7 +97,8 @@ def bench(pm, problems, backend, solutions, sizes, nproc, dtype, trials, warmup,
     for backend_name, batch in ((backend, jobs), ("reference", baseline_jobs)):
         if batch:
             settings = LaunchSettings(nproc=nproc, device=device, backend=backend_name, run_dir=run_dir,
-                                      job_timeout=600.0 if device == "cuda" else 120.0, calibration=calibration)
+                                      job_timeout=job_timeout or (300.0 if device == "cuda" else 120.0),
+                                      calibration=calibration)
             run_jobs(batch, settings, on_record=progress)
     from pkb_core.results import read_records
 

@@ -42,6 +42,10 @@ def measure(runner, job, problem, program, bound):
         if mode != "latency" and problem.mutates:
             timing["modes"][mode] = {"unavailable": "the problem mutates its arguments: latency mode only"}
             continue
+        if mode == "graph" and not getattr(problem.module, "CUDA_GRAPH", True):
+            timing["modes"][mode] = {"unavailable": "the reference cannot be replayed from a CUDA graph "
+                                                    "(CUDA_GRAPH = False in the problem)"}
+            continue
         try:
             with harness_call():
                 times = time_interleaved(sides, device=runner.device, group=runner.control, warmup=job["warmup"],

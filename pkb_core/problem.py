@@ -17,6 +17,10 @@ ParallelKernelBench) and defines, at module level:
 ``MUTATES`` (tuple of ints, optional)
     Indices of arguments the reference legitimately mutates (in-place
     optimizer updates); the harness gives every call fresh clones of them.
+``CUDA_GRAPH`` (bool, optional)
+    ``False`` when the reference cannot be replayed from a CUDA graph (NCCL's
+    point-to-point based scatter/gather hung on replay on the 2xH200): graph
+    mode then reports itself unavailable for this problem.
 ``TOLERANCE`` (dict, optional)
     ``{"rtol": float, "atol": float}`` overriding the dtype defaults of
     :mod:`pkb_core.check` for floating-point outputs. ``atol`` is relative to

@@ -31,8 +31,9 @@ import torch
 import torch.distributed as dist
 
 MODES = ("latency", "back-to-back", "graph")
-#: Cycles of device-side hold before a latency-mode sample (about 20 us at 1.9 GHz).
-HOLD_CYCLES = 40_000
+#: Cycles of device-side hold before a latency-mode sample (about 100 us at
+#: 1.98 GHz): longer than a Python launch, so the work is queued before it starts.
+HOLD_CYCLES = 200_000
 
 
 class _Flusher:

@@ -12,6 +12,7 @@ import pytest
 from pkb_core.testing import BackendContract
 
 pytest.importorskip("pkb_triton")
+pytest.importorskip("triton")
 
 
 class TestTritonBackend(BackendContract):

@@ -1,0 +1,84 @@
+"""The ``triton`` backend's hooks (entry point ``pkb.backends: triton``).
+
+Solutions are Python files compiled by the core default (``solution`` is
+loaded from the file; Triton JIT-compiles kernels on the first call) and
+launched by the core default (``lambda: program(*inputs)``). This module only
+describes the backend, checks its runtime on each rank and keeps the context
+that :func:`pkb_triton.workspace` needs. It imports neither torch nor triton.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from pkb_core.backend import BackendInfo
+from pkb_core.hookspecs import hookimpl
+
+SAMPLES = Path(__file__).parent / "samples"
+
+
+def _interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0").strip().lower() in ("1", "true", "on", "yes")
+
+
+def requirements(device: str):
+    """``None`` when Triton can run on ``device`` here, else what is missing."""
+    try:
+        import triton  # noqa: F401
+    except Exception as exc:  # noqa: BLE001 - any import failure means "missing"
+        return f"triton is not importable ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
+    if device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            return "torch.cuda is not available (no NVIDIA GPU, or a CPU build of torch)"
+    return None
+
+
+@hookimpl
+def pkb_backend_info():
+    return BackendInfo(
+        name="triton",
+        devices=("cuda", "cpu"),
+        requirements=requirements,
+        samples=SAMPLES,
+        description="Triton kernels reading peers through symmetric-memory pointer tables "
+                    "(CPU: the Triton interpreter)",
+    )
+
+
+@hookimpl
+def pkb_backend_init(ctx):
+    from pkb_core.errors import BackendUnavailable
+
+    missing = requirements(ctx.device.type)
+    if missing:
+        raise BackendUnavailable(missing)
+    if ctx.device.type == "cpu" and not _interpreting():
+        raise BackendUnavailable("CPU mode needs TRITON_INTERPRET=1 (pkb's launcher sets it unless the "
+                                 "environment sets it otherwise)")
+    if ctx.device.type == "cuda" and _interpreting():
+        raise BackendUnavailable("TRITON_INTERPRET is set: unset it to run Triton kernels on the GPU")
+    import secrets
+
+    import torch.distributed as dist
+
+    from pkb_triton import _runtime
+
+    # A launch-wide name for the CPU workspace heap's shared-memory files.
+    token = [secrets.token_hex(4) if ctx.rank == 0 else None]
+    dist.broadcast_object_list(token, src=0, group=ctx.control_group)
+    _runtime.start(ctx, f"triton-{token[0]}")
+    return ctx
+
+
+@hookimpl
+def pkb_backend_finalize(state):
+    try:
+        from pkb_triton import _runtime
+        from pkb_triton.host import _reset
+
+        _reset()
+        _runtime.stop()
+    except Exception as exc:  # noqa: BLE001 - finalize must not raise
+        print(f"pkb-triton: finalize: {type(exc).__name__}: {exc}", flush=True)
