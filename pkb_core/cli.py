@@ -7,6 +7,7 @@ torch; commands that need it import it inside.
 """
 from __future__ import annotations
 
+import importlib
 import json
 import sys
 
@@ -18,6 +19,14 @@ from pkb_core.errors import PkbError
 from pkb_core.plugins import backend_infos, get_plugin_manager
 from pkb_core.registry import build_registry
 from pkb_core.table import render_table
+
+
+#: Commands that live in modules of their own ("module:attribute"), imported
+#: when the CLI is built; each module keeps torch imports inside its function.
+BUILTIN_COMMANDS = [
+    "pkb_core.run_command:run",
+    "pkb_core.bench_command:bench",
+]
 
 
 class _Group(click.Group):
@@ -132,11 +141,9 @@ def build_cli(pm) -> click.Group:
         click.echo(render_table(["ceiling", "measured"], rows))
         click.echo(f"\n{result['method']}\ncached in {cache_path(device)}")
 
-    from pkb_core.bench_command import bench
-    from pkb_core.run_command import run
-
-    cli.add_command(run)
-    cli.add_command(bench)
+    for spec in BUILTIN_COMMANDS:
+        module_name, _, attr = spec.partition(":")
+        cli.add_command(getattr(importlib.import_module(module_name), attr))
     return cli
 
 

@@ -14,6 +14,7 @@ import ctypes
 import inspect
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -255,6 +256,9 @@ def test_build_success_is_marked_and_memoised(monkeypatch, tmp_path):
 LOCK_SCRIPT = textwrap.dedent("""
     import sys, time
     import pkb_cuda.build as b
+    import pkb_cuda.toolchain
+
+    pkb_cuda.toolchain.toolchain = lambda: {"torch": "fake"}  # keep torch out: a fast test
 
     def fake_load_inline(spec, build_dir, verbose):
         with open(sys.argv[1], "a") as f:
@@ -320,6 +324,22 @@ def test_nvcc_error_becomes_compile_error_with_its_message(tmp_path):
     assert message.startswith("building the CUDA extension 'broken' failed:")
     assert 'broken.cu(2): error: identifier "not_declared" is undefined' in message
     assert len(message.splitlines()) <= 6
+
+
+@pytest.mark.skipif(not shutil.which("c++") or not shutil.which("nm"), reason="no host compiler or nm")
+def test_binding_signature_mismatch_is_caught_without_linking(tmp_path):
+    from pkb_cuda.check import check_bindings
+
+    (tmp_path / "main.cpp").write_text("long run(long x);\nlong call() { return run(1); }\n")
+    (tmp_path / "cuda.cpp").write_text("long run(int x) { return x; }\n")  # int, not long
+    for name in ("main", "cuda"):
+        subprocess.run(["c++", "-c", str(tmp_path / f"{name}.cpp"), "-o", str(tmp_path / f"{name}.o")], check=True)
+    spec = build.BuildSpec.make("sig", SRC, "long run(long x);", ["run"], toolchain_info={})
+    with pytest.raises(CompileError, match=r"run\(long\) is declared in cpp_source but cuda_source defines run\(int\)"):
+        check_bindings(spec, str(tmp_path / "main.o"), str(tmp_path / "cuda.o"))
+    (tmp_path / "cuda.cpp").write_text("long run(long x) { return x; }\n")
+    subprocess.run(["c++", "-c", str(tmp_path / "cuda.cpp"), "-o", str(tmp_path / "cuda.o")], check=True)
+    check_bindings(spec, str(tmp_path / "main.o"), str(tmp_path / "cuda.o"))
 
 
 @pytest.mark.skipif(os.environ.get("PKB_CUDA_COMPILE_CHECK", "") in ("", "0") or not HAVE_NVCC,
