@@ -11,6 +11,7 @@ the batch go on in a fresh launch, so one bad job never takes others with it.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -30,9 +31,29 @@ ERROR_GRACE_S = 10.0
 STARTUP_TIMEOUT_S = 180.0
 
 
+@dataclass(frozen=True)
+class Nodes:
+    """A job spanning several nodes through torchrun's c10d rendezvous.
+
+    Every node runs the same ``pkb run`` with its own ``node_rank``; the same
+    ``rdzv_id`` gives every node the same run secret (so replicated inputs
+    agree) and the same shared-memory names. Only the node that holds global
+    rank 0 writes records.
+    """
+
+    nnodes: int
+    node_rank: int
+    endpoint: str
+    rdzv_id: str
+
+    def torchrun_args(self) -> tuple:
+        return ("--nnodes", str(self.nnodes), "--node-rank", str(self.node_rank), "--rdzv-backend", "c10d",
+                "--rdzv-endpoint", self.endpoint, "--rdzv-id", self.rdzv_id)
+
+
 @dataclass
 class LaunchSettings:
-    """How to start workers. ``torchrun_args`` carries multi-node rendezvous flags."""
+    """How to start workers: ``nproc`` ranks per node, one node unless ``nodes``."""
 
     nproc: int
     device: str
@@ -41,7 +62,11 @@ class LaunchSettings:
     job_timeout: float
     options: dict = field(default_factory=dict)
     calibration: dict | None = None
-    torchrun_args: tuple = ("--standalone",)
+    nodes: Nodes | None = None
+
+    @property
+    def world_size(self) -> int:
+        return self.nproc * (self.nodes.nnodes if self.nodes else 1)
 
 
 def run_jobs(jobs: list[dict], settings: LaunchSettings, on_record=None) -> list[dict]:
@@ -50,6 +75,11 @@ def run_jobs(jobs: list[dict], settings: LaunchSettings, on_record=None) -> list
     run_dir.mkdir(parents=True, exist_ok=True)
     done = {r["key"] for r in read_records(run_dir)}
     pending = [job for job in jobs if job["key"] not in done]
+    if settings.nodes:
+        # Nodes cannot agree on a relaunch: one launch, whatever happens.
+        if pending:
+            _launch(pending, settings, hashlib.sha256(settings.nodes.rdzv_id.encode()).hexdigest(), on_record)
+        pending = []
     secret = secrets.token_hex(16)
     while pending:
         finished = _launch(pending, settings, secret, on_record)
@@ -60,8 +90,14 @@ def run_jobs(jobs: list[dict], settings: LaunchSettings, on_record=None) -> list
 
 def _launch(jobs, settings: LaunchSettings, secret, on_record) -> set:
     """One torchrun launch over ``jobs``; returns the keys that now have a record."""
-    launch_id = secrets.token_hex(4)
-    scratch = Path(settings.run_dir) / ".scratch" / launch_id
+    if settings.nodes:
+        launch_id = hashlib.sha256(f"{settings.nodes.rdzv_id}/{secret}".encode()).hexdigest()[:8]
+        scratch = Path(settings.run_dir) / ".scratch" / f"{launch_id}-node{settings.nodes.node_rank}"
+        torchrun_args = settings.nodes.torchrun_args()
+    else:
+        launch_id = secrets.token_hex(4)
+        scratch = Path(settings.run_dir) / ".scratch" / launch_id
+        torchrun_args = ("--standalone",)
     scratch.mkdir(parents=True)
     batch = {
         "run_dir": str(settings.run_dir), "scratch": str(scratch), "run_id": launch_id,
@@ -74,7 +110,7 @@ def _launch(jobs, settings: LaunchSettings, secret, on_record) -> set:
     log_path = Path(settings.run_dir) / "logs" / f"launch-{launch_id}.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(settings.nproc),
-           *settings.torchrun_args, "-m", "pkb_core.worker", str(batch_file)]
+           *torchrun_args, "-m", "pkb_core.worker", str(batch_file)]
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     if settings.device == "cpu":
         env.setdefault("OMP_NUM_THREADS", "1")
@@ -94,6 +130,8 @@ def _launch(jobs, settings: LaunchSettings, secret, on_record) -> set:
     watch.poll()
     _sweep_shared_memory(launch_id)
     unfinished = [job for job in jobs if job["key"] not in watch.finished]
+    if settings.nodes and not killed_for and proc.returncode == 0:
+        return watch.finished  # the records went to the node that holds global rank 0
     if unfinished:
         _record_failure(unfinished, watch, killed_for, proc.returncode, log_path, settings, on_record)
     return watch.finished
@@ -241,7 +279,7 @@ def _record_failure(unfinished, watch: _Watch, killed_for, returncode, log_path,
             phases = ", ".join(f"rank {r}: {s['phase']}" for r, s in sorted(watch.statuses.items()))
             reason = f"{reason} ({phases})"
     for job in targets:
-        record = job_record(job, settings.nproc, verdict, reason)
+        record = job_record(job, settings.world_size, verdict, reason)
         append_record(settings.run_dir, record)
         watch.finished.add(job["key"])
         if on_record:

@@ -25,6 +25,10 @@ TIMING_DEFAULTS = {"tiny": (3, 10), "default": (500, 100), "large": (50, 50)}
 @click.option("--solution", default=None, help="A solution file (defines solution(*inputs)).")
 @click.option("--solutions", default=None, help="A directory of <id>_<name>*.py solution files.")
 @click.option("--nproc", type=int, default=None, help="Ranks (default: every GPU; 2 in CPU mode).")
+@click.option("--nnodes", type=int, default=1, show_default=True, help="Nodes of one job (torchrun c10d rendezvous).")
+@click.option("--node-rank", type=int, default=0, show_default=True, help="This node's rank (with --nnodes).")
+@click.option("--rdzv-endpoint", default=None, help="host:port of the rendezvous (with --nnodes > 1).")
+@click.option("--rdzv-id", default="pkb", show_default=True, help="Rendezvous id, the same on every node.")
 @click.option("--trials", type=int, default=5, show_default=True, help="Correctness trials, fresh inputs each.")
 @click.option("--dtype", type=click.Choice(["auto", "bf16", "fp16", "fp32"]), default="auto", show_default=True,
               help="Working dtype (auto: bf16 on GPU, fp32 on CPU).")
@@ -45,11 +49,11 @@ TIMING_DEFAULTS = {"tiny": (3, 10), "default": (500, 100), "large": (50, 50)}
 @click.option("--save-outputs", is_flag=True, help="Keep each rank's outputs in the run directory.")
 @click.option("--json", "json_", is_flag=True, help="Print one JSON object with every record.")
 @click.pass_obj
-def run(pm, problems, backend, solution, solutions, nproc, trials, dtype, size, mode, measure_perf, timing_modes,
+def run(pm, problems, backend, solution, solutions, nproc, nnodes, node_rank, rdzv_endpoint, rdzv_id, trials, dtype, size, mode, measure_perf, timing_modes,
         profile, warmup, iters, device, job_timeout, out, save_outputs, json_):
     """Check (and with --measure-perf, time) solutions against the references."""
     from pkb_core.device import detect_device, device_count
-    from pkb_core.launch import LaunchSettings, run_jobs
+    from pkb_core.launch import LaunchSettings, Nodes, run_jobs
     from pkb_core.plan import RunRequest, make_job, pair_solutions
     from pkb_core.plugins import get_backend_info
     from pkb_core.registry import build_registry
@@ -66,9 +70,15 @@ def run(pm, problems, backend, solution, solutions, nproc, trials, dtype, size, 
     nproc = nproc or max(device_count(device), 1)
     if device == "cuda" and nproc > device_count(device):
         raise PkbError(f"--nproc {nproc} but only {device_count(device)} GPU(s) here")
+    nodes = None
+    if nnodes > 1:
+        if not rdzv_endpoint:
+            raise PkbError("--nnodes > 1 needs --rdzv-endpoint host:port (the same on every node)")
+        nodes = Nodes(nnodes=nnodes, node_rank=node_rank, endpoint=rdzv_endpoint, rdzv_id=rdzv_id)
+    world_size = nproc * nnodes
     dtype = ("bf16" if device == "cuda" else "fp32") if dtype == "auto" else dtype
     default_warmup, default_iters = TIMING_DEFAULTS[size]
-    request = RunRequest(problems=problems, backend=backend, solution=solution, solutions=solutions, nproc=nproc,
+    request = RunRequest(problems=problems, backend=backend, solution=solution, solutions=solutions, nproc=world_size,
                          trials=trials, dtype=dtype, size=size, mode=mode, measure_perf=measure_perf,
                          warmup=default_warmup if warmup is None else warmup,
                          iters=default_iters if iters is None else iters, save_outputs=save_outputs,
@@ -78,10 +88,10 @@ def run(pm, problems, backend, solution, solutions, nproc, trials, dtype, size, 
     jobs, rejected = [], []
     for spec, path, label in pair_solutions(request, registry, info):
         job = make_job(request, spec, path, label)
-        why = spec.load().world_size_error(nproc, job["params"])
+        why = spec.load().world_size_error(world_size, job["params"])
         (rejected if why else jobs).append((job, why))
     for job, why in rejected:
-        append_record(run_dir, job_record(job, nproc, "unsupported", f"world size {nproc}: {why}"))
+        append_record(run_dir, job_record(job, world_size, "unsupported", f"world size {world_size}: {why}"))
     total = len(jobs) + len(rejected)
     progress = _Progress(total, quiet=json_)
     for job, _ in rejected:
@@ -94,12 +104,14 @@ def run(pm, problems, backend, solution, solutions, nproc, trials, dtype, size, 
         calibration = calibrate(device)
     settings = LaunchSettings(nproc=nproc, device=device, backend=backend, run_dir=run_dir,
                               job_timeout=job_timeout or (300.0 if device == "cuda" else 120.0),
-                              options=backend_options, calibration=calibration)
+                              options=backend_options, calibration=calibration, nodes=nodes)
     run_jobs([job for job, _ in jobs], settings, on_record=progress)
     from pkb_core.results import read_records
 
     keys = {job["key"] for job, _ in jobs + rejected}
     records = [r for r in read_records(run_dir) if r["key"] in keys]
+    if nodes and nodes.node_rank != 0 and not records:
+        click.echo(f"node {node_rank} of {nnodes}: done; records are written where global rank 0 ran", err=True)
     if json_:
         click.echo(json.dumps({"run_dir": str(run_dir), "results": records}, indent=2))
     else:

@@ -4,7 +4,7 @@ One launch runs a batch of jobs that share a backend and a world size:
 init the process group and the backend once, then for each job compile,
 run the trials, time, and (rank 0) append the job's record; finalize always.
 
-Each rank keeps a small status file (``<scratch>/rank<r>.json``: job, phase,
+Each rank keeps a small status file (``<scratch>/rank<local rank>.json``: job, phase,
 error) that the launcher's watchdog reads, so a job that hangs or crashes is
 named, and an error on one rank is reported even when its peers hang.
 """
@@ -65,7 +65,8 @@ def run_batch(batch: dict) -> None:
     local_rank = int(os.environ.get("LOCAL_RANK", rank))
     run_dir = Path(batch["run_dir"])
     scratch = Path(batch["scratch"])
-    status = StatusFile(scratch, rank)
+    # Named by local rank: each node's launcher watches its own ranks.
+    status = StatusFile(scratch, local_rank)
     status.write("", "init")
     timeout = timedelta(seconds=batch["job_timeout"] + 60)
     if batch["device"] == "cuda":
