@@ -26,6 +26,12 @@ from pkb_core.table import render_table
 BUILTIN_COMMANDS = [
     "pkb_core.run_command:run",
     "pkb_core.bench_command:bench",
+    "pkb_core.report_command:report",
+    "pkb_core.report_command:plot",
+    "pkb_core.compare_command:compare",
+    "pkb_core.inspect_command:inspect",
+    "pkb_core.prompt_command:prompt",
+    "pkb_core.generate_command:generate",
 ]
 
 

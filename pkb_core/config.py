@@ -8,6 +8,14 @@ e.g. ``PKB_RUN_BACKEND``), this file, the built-in default. Tables:
     ``nproc``, ``measure_perf``, ...).
 ``[backends.<name>]``
     Options handed to that backend's ``pkb_backend_init`` (``ctx.options``).
+``[prompt]``
+    Defaults of ``pkb prompt`` and ``pkb generate`` for the prompt options
+    (``template``, ``backend``, ``precision``, ``hardware``, ``size``, ``nproc``).
+``[generate]``
+    Defaults of ``pkb generate`` (``model``, ``provider``, ``samples``, ...);
+    they win over ``[prompt]``.
+``[providers.<name>]``
+    Options handed to that model provider's factory (docs/generation.md).
 """
 from __future__ import annotations
 
@@ -39,4 +47,6 @@ def load_config(directory: Path | None = None) -> dict:
 
 def default_map(config: dict) -> dict:
     """click's ``default_map``: one table per command."""
-    return {"run": dict(config.get("run", {}))}
+    prompt = dict(config.get("prompt", {}))
+    return {"run": dict(config.get("run", {})), "prompt": prompt,
+            "generate": {**prompt, **config.get("generate", {})}}

@@ -88,6 +88,65 @@ def pkb_register_commands(cli):
     """
 
 
+@hookspec(firstresult=True)
+def pkb_backend_prompt(backend):
+    """Contribute a backend's part of a generation prompt (``pkb prompt``, ``pkb generate``).
+
+    :param backend: the name of the backend a prompt is being written for
+        (``--backend``). Return ``None`` unless it is yours.
+    :return: a :class:`pkb_core.backend_prompt.BackendPrompt`: ``instructions``
+        (Markdown: how a solution for this backend is written, its helper API,
+        the synchronisation pattern, pitfalls) and ``examples``, a tuple of
+        :class:`pkb_core.backend_prompt.PromptExample` (a problem id and the
+        source of a solution for it; pkb adds the problem's reference source).
+
+    pkb writes the rest of the prompt itself: the problem's docstring and
+    reference source, the input shapes and dtypes at the chosen size and world
+    size, the machine, and the rules a solution is judged by. An example for
+    the problem being asked is never shown, so give two or more. A backend
+    that implements nothing here still gets prompts, with its
+    ``BackendInfo.description`` as the only instructions.
+
+    Called in the ``pkb`` command's process; firstresult: the first non-None
+    answer is used. Keep it cheap (read files, import no GPU runtime).
+    Example::
+
+        @hookimpl
+        def pkb_backend_prompt(backend):
+            if backend != "mybackend":
+                return None
+            return BackendPrompt(
+                instructions="Write `solution(...)` that launches ...",
+                examples=(PromptExample("1", (SAMPLES / "1_allreduce.py").read_text()),
+                          PromptExample("2", (SAMPLES / "2_allgather.py").read_text())))
+    """
+
+
+@hookspec
+def pkb_register_providers(register):
+    """Add model providers for ``pkb generate --provider NAME``.
+
+    :param register: ``register(name, factory)``. ``factory(options)`` is
+        called once per ``pkb generate`` with the ``[providers.<name>]`` table
+        of the pkb configuration (a dict, empty when absent) and returns an
+        object with ``complete(messages, settings)``: ``messages`` is a list of
+        ``{"role": "system" | "user", "content": str}``, ``settings`` a
+        :class:`pkb_core.providers.ModelSettings` (``model``, ``temperature``,
+        ``max_tokens``, ``None`` meaning the provider's default). It returns a
+        :class:`pkb_core.providers.Completion` and raises
+        :class:`pkb_core.errors.PkbError` with one line on failure (after its
+        own retries). A factory raises ``PkbError`` for missing credentials.
+
+    Called in the ``pkb`` command's process. pkb registers ``openai`` itself
+    (any server speaking the OpenAI chat-completions protocol); a name
+    registered twice is an error. Example::
+
+        @hookimpl
+        def pkb_register_providers(register):
+            register("echo", lambda options: EchoProvider(**options))
+    """
+
+
 # ---------------------------------------------------------------------------
 # Backend lifecycle hooks (every rank of a worker launch)
 # ---------------------------------------------------------------------------

@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from pkb_core.errors import PkbError
+from pkb_core.progress import JobProgress
 from pkb_core.results import append_record, job_record
 from pkb_core.table import render_table
 
@@ -93,7 +94,7 @@ def run(pm, problems, backend, solution, solutions, nproc, nnodes, node_rank, rd
     for job, why in rejected:
         append_record(run_dir, job_record(job, world_size, "unsupported", f"world size {world_size}: {why}"))
     total = len(jobs) + len(rejected)
-    progress = _Progress(total, quiet=json_)
+    progress = JobProgress(total, quiet=json_)
     for job, _ in rejected:
         progress({"problem": job["problem"], "solution": job["solution_label"], "verdict": "unsupported"})
     backend_options = getattr(pm, "pkb_config", {}).get("backends", {}).get(backend, {})
@@ -105,7 +106,11 @@ def run(pm, problems, backend, solution, solutions, nproc, nnodes, node_rank, rd
     settings = LaunchSettings(nproc=nproc, device=device, backend=backend, run_dir=run_dir,
                               job_timeout=job_timeout or (300.0 if device == "cuda" else 120.0),
                               options=backend_options, calibration=calibration, nodes=nodes)
-    run_jobs([job for job, _ in jobs], settings, on_record=progress)
+    progress.start()
+    try:
+        run_jobs([job for job, _ in jobs], settings, on_record=progress)
+    finally:
+        progress.close()
     from pkb_core.results import read_records
 
     keys = {job["key"] for job, _ in jobs + rejected}
@@ -129,21 +134,6 @@ def _timing_modes(text: str) -> tuple:
     if unknown or not modes:
         raise PkbError(f"unknown timing mode {', '.join(unknown) or text!r} (choose from {', '.join(MODES)})")
     return modes
-
-
-class _Progress:
-    """One line per finished job on stderr."""
-
-    def __init__(self, total, quiet=False):
-        self.total, self.done, self.quiet = total, 0, quiet
-
-    def __call__(self, record):
-        self.done += 1
-        if self.quiet:
-            return
-        extra = f"  {record['speedup']:.2f}x" if record.get("speedup") else ""
-        click.echo(f"[{self.done}/{self.total}] {record['problem']}  {record['solution']}  "
-                   f"{record['verdict']}{extra}", err=True)
 
 
 def summary_table(records) -> str:

@@ -1,0 +1,62 @@
+"""Progress of ``pkb run``: one line per finished job, and a rich progress bar on a terminal.
+
+The lines (``[i/n] problem  solution  verdict  speedup``) go to stderr as
+before; when stderr is a terminal and ``rich`` is installed (and ``PKB_PLAIN``
+is unset) they scroll above a live bar with the count and the elapsed time.
+Pipes, CI logs and tests get the plain lines only.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+
+
+class JobProgress:
+    """Call with each finished record; the bar shows between :meth:`start` and :meth:`close`."""
+
+    def __init__(self, total: int, quiet: bool = False):
+        self.total, self.done, self.quiet = total, 0, quiet
+        self._bar = None
+        self._task = None
+
+    def __call__(self, record: dict) -> None:
+        self.done += 1
+        if self.quiet:
+            return
+        extra = f"  {record['speedup']:.2f}x" if record.get("speedup") else ""
+        line = f"[{self.done}/{self.total}] {record['problem']}  {record['solution']}  {record['verdict']}{extra}"
+        if self._bar is None:
+            click.echo(line, err=True)
+            return
+        self._bar.console.print(line, highlight=False, markup=False)
+        self._bar.update(self._task, completed=self.done)
+
+    def start(self) -> None:
+        """Show the live bar (only on a terminal with rich; otherwise nothing changes)."""
+        if self.quiet or self._bar is not None or not _rich_on_stderr():
+            return
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self._bar = Progress(TextColumn("jobs"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                             console=Console(stderr=True), transient=True)
+        self._bar.start()
+        self._task = self._bar.add_task("jobs", total=self.total, completed=self.done)
+
+    def close(self) -> None:
+        """Remove the bar (idempotent); the job lines stay."""
+        if self._bar is not None:
+            self._bar.stop()
+            self._bar = None
+
+
+def _rich_on_stderr() -> bool:
+    if os.environ.get("PKB_PLAIN") or not sys.stderr.isatty():
+        return False
+    try:
+        import rich.progress  # noqa: F401
+    except ImportError:
+        return False
+    return True
