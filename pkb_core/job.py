@@ -150,7 +150,8 @@ class JobRunner:
         try:
             ref_out = problem.reference(*ref_args)
             self.sync()
-            problem_text = compare(out, ref_out, problem.spec.tolerance)
+            problem_text = compare(out, ref_out, problem.spec.tolerance) or _compare_updates(
+                cand_args, ref_args, problem.mutates, problem.spec.tolerance)
             local = ("fail", problem_text) if problem_text else None
         except Exception as exc:  # noqa: BLE001
             local = ("error", f"the reference raised {_describe(exc)}")
@@ -258,6 +259,15 @@ def _to_cpu(value):
     if isinstance(value, dict):
         return {k: _to_cpu(v) for k, v in value.items()}
     return value
+
+
+def _compare_updates(cand_args, ref_args, mutates, tolerance) -> str | None:
+    """Arguments updated in place (``MUTATES``) are outputs too: compare them."""
+    for i in mutates:
+        problem = compare(cand_args[i], ref_args[i], tolerance)
+        if problem:
+            return f"argument {i} (updated in place): {problem.replace('out', 'value', 1)}"
+    return None
 
 
 def _poison_free_memory(device, args):

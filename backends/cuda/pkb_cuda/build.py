@@ -1,0 +1,356 @@
+"""Building CUDA sources with torch's ``load_inline``: cached by content,
+built once per node, compiler errors turned into :class:`CompileError`.
+
+Layout of the cache (``cache_dir()``, default ``~/.cache/pkb/cuda``)::
+
+    <key>/             one build: load_inline's build directory
+        main.cpp, cuda.cu, build.ninja, *.o   written by load_inline
+        <module>.so    the extension
+        pkb.lock       the file lock held while building
+        pkb-ok.json    written last, after the module loaded: the build is complete
+        pkb-failed.txt the trimmed compiler message of the last failed build
+
+Concurrency: every rank of a node calls :func:`compile` with the same
+sources. The first to take ``pkb.lock`` (``fcntl.flock``) builds; the others
+block on the lock and then load the finished ``.so`` (or re-raise the failure
+it recorded). No collective is involved, so it works before or after the
+process group exists.
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import re
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pkb_core.errors import CompileError
+
+from pkb_cuda import toolchain
+
+#: nvcc flags used when ``extra_cuda_cflags`` is not given.
+DEFAULT_CUDA_CFLAGS = ("-O3",)
+#: host compiler flags used when ``extra_cflags`` is not given.
+DEFAULT_CFLAGS = ("-O3",)
+#: A failure recorded this recently is re-raised instead of rebuilt, so the
+#: ranks that waited on the lock do not repeat a failed 40-second build.
+FAILURE_REUSE_S = 120.0
+#: Lines of compiler output kept in a CompileError.
+MAX_MESSAGE_LINES = 40
+
+_HEADER_PATH = Path(__file__).with_name("pkb_cuda.cuh")
+BARRIER_CUH = _HEADER_PATH.read_text()
+
+_LOADED: dict[str, object] = {}  # cache key -> module, per process
+_CHECK_ONLY: dict | None = None  # set by compile_only()
+
+
+def cache_dir() -> Path:
+    """Root of the build cache: ``$PKB_CACHE_DIR/cuda``, default ``~/.cache/pkb/cuda``."""
+    root = os.environ.get("PKB_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "pkb")
+    return Path(root) / "cuda"
+
+
+@dataclass(frozen=True)
+class BuildSpec:
+    """What one :func:`compile` call builds: sources as load_inline gets them."""
+
+    name: str
+    cuda_source: str
+    cpp_source: str
+    functions: tuple
+    extra_cuda_cflags: tuple
+    extra_cflags: tuple
+    extra_ldflags: tuple
+    extra_include_paths: tuple
+    toolchain: dict = field(default_factory=dict, compare=False)
+
+    @classmethod
+    def make(cls, name, cuda_source, cpp_source="", functions=(), *, extra_cuda_cflags=None,
+             extra_cflags=None, extra_ldflags=(), extra_include_paths=(), prelude=True, toolchain_info=None):
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name or ""):
+            raise ValueError(f"compile name {name!r} must be a C identifier")
+        if isinstance(functions, str):
+            functions = (functions,)
+        cuda = f'#line 1 "{name}.cu"\n{cuda_source}'
+        if prelude:
+            cuda = f'#line 1 "pkb_cuda.cuh"\n{BARRIER_CUH}\n{cuda}'
+        # load_inline appends the pybind11 bindings after cpp_source: name them.
+        cpp = f'#line 1 "{name}.cpp"\n{cpp_source}\n#line 1 "{name}-bindings.cpp"\n'
+        return cls(
+            name=name, cuda_source=cuda, cpp_source=cpp, functions=tuple(functions),
+            extra_cuda_cflags=tuple(DEFAULT_CUDA_CFLAGS if extra_cuda_cflags is None else extra_cuda_cflags),
+            extra_cflags=tuple(DEFAULT_CFLAGS if extra_cflags is None else extra_cflags),
+            extra_ldflags=tuple(extra_ldflags),
+            extra_include_paths=tuple(os.path.abspath(p) for p in extra_include_paths),
+            toolchain=toolchain.toolchain() if toolchain_info is None else toolchain_info,
+        )
+
+    @property
+    def key(self) -> str:
+        """sha256 of sources, functions, flags and toolchain (40 hex digits)."""
+        payload = json.dumps({
+            "name": self.name, "cuda": self.cuda_source, "cpp": self.cpp_source,
+            "functions": list(self.functions), "cuda_cflags": list(self.extra_cuda_cflags),
+            "cflags": list(self.extra_cflags), "ldflags": list(self.extra_ldflags),
+            "include_paths": list(self.extra_include_paths), "toolchain": self.toolchain,
+        }, sort_keys=True)
+        return hashlib.sha256(payload.encode()).hexdigest()[:40]
+
+    @property
+    def module_name(self) -> str:
+        """The extension's Python name (unique per key, so two solutions that
+        both call their kernel ``allreduce`` never collide)."""
+        return f"pkb_{self.name}_{self.key[:12]}"
+
+
+def cache_key(name, cuda_source, cpp_source="", functions=(), **options) -> str:
+    """The cache key :func:`compile` would use for these arguments (same
+    keywords as :func:`compile`). Changes with any source, flag, the torch
+    version, nvcc's version, the arch list or the Python ABI."""
+    return BuildSpec.make(name, cuda_source, cpp_source, functions, **options).key
+
+
+def compile(name, cuda_source, cpp_source="", functions=(), *, extra_cuda_cflags=None, extra_cflags=None,
+            extra_ldflags=(), extra_include_paths=(), prelude=True, verbose=None):
+    """Build (or load from the cache) a CUDA extension; return its module.
+
+    :param name: a C identifier naming the extension (used in error messages
+        and file names: the CUDA source is reported as ``<name>.cu``).
+    :param cuda_source: CUDA C++ with the kernels and the host functions that
+        launch them. load_inline puts ``#include <torch/types.h>``,
+        ``<cuda.h>`` and ``<cuda_runtime.h>`` in front; with ``prelude`` the
+        device helpers of :data:`BARRIER_CUH` (namespace ``pkb``) come first.
+    :param cpp_source: C++ declarations of the host functions to bind, e.g.
+        ``"torch::Tensor allreduce(torch::Tensor x, int64_t buffers);"``.
+    :param functions: names of the functions to expose to Python.
+    :param extra_cuda_cflags: nvcc flags (default :data:`DEFAULT_CUDA_CFLAGS`;
+        a given list replaces the default). ``-std=c++20`` replaces torch's
+        default standard.
+    :param extra_cflags: host compiler flags for the bindings (default ``-O3``).
+    :param extra_ldflags: linker flags, e.g. ``["-lcuda"]``.
+    :param extra_include_paths: directories for ``#include``. Their files are
+        not part of the cache key: change ``name`` or a flag after editing them.
+    :param prelude: put :data:`BARRIER_CUH` in front of ``cuda_source``.
+    :param verbose: show the build commands (default: ``PKB_CUDA_VERBOSE=1``).
+    :return: the loaded module; call ``module.<function>(...)``.
+    :raises pkb_core.errors.CompileError: nvcc or the host compiler failed, or
+        the module did not load; the message holds the compiler's error lines.
+
+    The build directory is ``cache_dir() / cache_key(...)``. A cached build
+    loads in well under a second; a cold one takes about 45 s on the GPU
+    machine (torch's headers), once per node: the other local ranks wait on a
+    file lock and then load it. Within a process the module is memoised.
+    """
+    spec = BuildSpec.make(name, cuda_source, cpp_source, functions, extra_cuda_cflags=extra_cuda_cflags,
+                          extra_cflags=extra_cflags, extra_ldflags=extra_ldflags,
+                          extra_include_paths=extra_include_paths, prelude=prelude)
+    key = spec.key
+    if key in _LOADED:
+        return _LOADED[key]
+    if _CHECK_ONLY is not None:
+        from pkb_cuda.check import check_spec
+
+        _CHECK_ONLY["results"].append(check_spec(spec, **_CHECK_ONLY["options"]))
+        return _Unbuilt(spec)
+    if verbose is None:
+        verbose = os.environ.get("PKB_CUDA_VERBOSE", "") not in ("", "0")
+    build_dir = cache_dir() / key
+    module = _load_finished(spec, build_dir)
+    if module is None:
+        module = _build(spec, build_dir, verbose)
+    _LOADED[key] = module
+    return module
+
+
+# ---------------------------------------------------------------------------
+# building and loading
+# ---------------------------------------------------------------------------
+
+@contextlib.contextmanager
+def file_lock(path: Path):
+    """Hold an exclusive ``flock`` on ``path`` (created if missing)."""
+    fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            os.close(fd)
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def _load_finished(spec: BuildSpec, build_dir: Path):
+    """The module of a complete build (``pkb-ok.json`` present), else ``None``."""
+    marker = build_dir / "pkb-ok.json"
+    so_path = build_dir / f"{spec.module_name}.so"
+    if not (marker.is_file() and so_path.is_file()):
+        return None
+    try:
+        return import_extension(spec.module_name, so_path)
+    except ImportError as exc:
+        raise CompileError(f"loading the cached CUDA extension {spec.name!r} ({so_path}) failed: {exc}") from None
+
+
+def import_extension(module_name: str, so_path: Path):
+    """Import a built extension ``.so`` (torch first: it links libtorch)."""
+    import importlib.util
+
+    import torch  # noqa: F401
+
+    spec = importlib.util.spec_from_file_location(module_name, str(so_path))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _build(spec: BuildSpec, build_dir: Path, verbose: bool):
+    build_dir.mkdir(parents=True, exist_ok=True)
+    waiting_since = time.time()
+    with file_lock(build_dir / "pkb.lock"):
+        module = _load_finished(spec, build_dir)  # another rank built it while we waited
+        if module is not None:
+            return module
+        failed = build_dir / "pkb-failed.txt"
+        if failed.is_file() and failed.stat().st_mtime >= waiting_since - FAILURE_REUSE_S:
+            raise CompileError(failed.read_text())
+        started = time.time()
+        try:
+            module = _load_inline(spec, build_dir, verbose)
+        except Exception as exc:  # noqa: BLE001 - every build failure is the solution's verdict
+            message = compile_message(spec.name, exc)
+            _atomic_write(failed, message)
+            raise CompileError(message) from None
+        with contextlib.suppress(FileNotFoundError):
+            failed.unlink()
+        _atomic_write(build_dir / "pkb-ok.json", json.dumps({
+            "key": spec.key, "name": spec.name, "module": spec.module_name, "functions": list(spec.functions),
+            "toolchain": spec.toolchain, "build_seconds": round(time.time() - started, 1),
+            "built_at": time.strftime("%Y-%m-%dT%H:%M:%S"), "pid": os.getpid(),
+        }, indent=1))
+        return module
+
+
+def _load_inline(spec: BuildSpec, build_dir: Path, verbose: bool):
+    from torch.utils.cpp_extension import load_inline
+
+    return load_inline(
+        name=spec.module_name,
+        cpp_sources=[spec.cpp_source],
+        cuda_sources=[spec.cuda_source],
+        functions=list(spec.functions) or None,
+        extra_cflags=list(spec.extra_cflags),
+        extra_cuda_cflags=list(spec.extra_cuda_cflags),
+        extra_ldflags=list(spec.extra_ldflags),
+        extra_include_paths=list(spec.extra_include_paths),
+        build_directory=str(build_dir),
+        verbose=verbose,
+        with_cuda=True,
+    )
+
+
+class _Unbuilt:
+    """Stands in for a module under :func:`compile_only`: calling it fails."""
+
+    def __init__(self, spec: BuildSpec):
+        self._spec = spec
+
+    def __getattr__(self, attr):
+        def unbuilt(*args, **kwargs):
+            raise RuntimeError(f"{self._spec.name}.{attr}: compiled for checking only (pkb_cuda.compile_only)")
+
+        return unbuilt
+
+
+@contextlib.contextmanager
+def compile_only(workdir=None, bindings=True, ptxas_info=True):
+    """Within the block, :func:`compile` only compiles the sources to object
+    files with nvcc and the host compiler (no link, no load, no GPU needed),
+    exactly as load_inline would (same generated files and flags), and
+    returns a stand-in module. Yields the list that collects one
+    :class:`pkb_cuda.check.CheckResult` per compile call. Used by
+    ``backends/cuda/tools/compile_check.py``.
+
+    :param workdir: where objects go (default: a temporary directory).
+    :param bindings: also compile load_inline's ``main.cpp`` (torch/extension.h,
+        slow) and check that every bound function is defined by the CUDA
+        object with the declared signature.
+    :param ptxas_info: ask ptxas for registers and spills per kernel.
+    """
+    global _CHECK_ONLY
+    previous = _CHECK_ONLY
+    results: list = []
+    _CHECK_ONLY = {"results": results,
+                   "options": {"workdir": workdir, "bindings": bindings, "ptxas_info": ptxas_info}}
+    try:
+        yield results
+    finally:
+        _CHECK_ONLY = previous
+
+
+# ---------------------------------------------------------------------------
+# compiler messages
+# ---------------------------------------------------------------------------
+
+_ERROR_LINE = re.compile(r"(\berror\b|undefined reference|undefined symbol|\bfatal\b)", re.IGNORECASE)
+_NOISE = re.compile(r"^(\[\d+/\d+\]|FAILED:|ninja: |Error building extension|\S*(nvcc|c\+\+|g\+\+|gcc|clang\+\+)\s+-)"
+                    r"|\d+ errors? detected in the compilation")
+
+
+def trim_compiler_output(log: str, limit: int = MAX_MESSAGE_LINES) -> str:
+    """The useful part of a build log: each error line with the two lines after
+    it (nvcc and gcc print the source line and a caret there), without the
+    long command lines and ninja's chatter. Falls back to the log's tail."""
+    lines = [line.rstrip() for line in log.splitlines()]
+    keep: list[int] = []
+    for i, line in enumerate(lines):
+        if _ERROR_LINE.search(line) and not _NOISE.search(line.strip()):
+            for j in range(i, min(i + 3, len(lines))):
+                if j == i or not (_ERROR_LINE.search(lines[j]) or _NOISE.search(lines[j].strip())):
+                    if j not in keep:
+                        keep.append(j)
+                if j > i and _ERROR_LINE.search(lines[j]):
+                    break
+    if not keep:
+        keep = [i for i, line in enumerate(lines) if line.strip() and not _NOISE.search(line.strip())][-15:]
+    picked = [lines[i] for i in sorted(keep)]
+    if len(picked) > limit:
+        picked = picked[:limit] + [f"... ({len(picked) - limit} more lines)"]
+    return "\n".join(picked)
+
+
+def compile_message(name: str, exc: BaseException) -> str:
+    """The CompileError text for an exception raised while building ``name``."""
+    text = str(exc)
+    if isinstance(exc, ImportError):
+        return f"the CUDA extension {name!r} built but did not load: {_demangle(text)}"
+    if "Error building extension" in text:
+        log = text.split(":", 1)[1] if ":" in text else text
+        return f"building the CUDA extension {name!r} failed:\n{trim_compiler_output(log)}"
+    first = text.strip().splitlines()[0] if text.strip() else ""
+    return f"building the CUDA extension {name!r} failed: {type(exc).__name__}: {first}"
+
+
+def _demangle(text: str) -> str:
+    """Append the demangled form of a C++ symbol named in ``text``, if any."""
+    match = re.search(r"(_Z\w+)", text)
+    if not match:
+        return text
+    try:
+        plain = subprocess.run(["c++filt", match.group(1)], capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return text
+    hint = " (declared in cpp_source but not defined with that signature in cuda_source?)"
+    return f"{text} = {plain}{hint}" if plain and plain != match.group(1) else text

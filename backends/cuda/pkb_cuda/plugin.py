@@ -1,0 +1,53 @@
+"""The ``cuda`` backend's hooks.
+
+Solutions are Python files that build CUDA C++ through :func:`pkb_cuda.compile`
+at import, so the core defaults do the rest: compile loads the file's
+``solution`` (the import builds the kernels, once per node, behind a file
+lock), launch calls it, allocation uses torch symm_mem. This plugin describes
+the backend and refuses to start on a node that cannot build or run kernels.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from pkb_core.backend import BackendInfo
+from pkb_core.errors import BackendUnavailable
+from pkb_core.hookspecs import hookimpl
+
+SAMPLES = Path(__file__).parent / "samples"
+
+
+def requirements(device: str):
+    """``None`` when CUDA solutions can be built and run here, else one line
+    naming what is missing (torch with CUDA and a GPU, nvcc, ninja)."""
+    from pkb_cuda.toolchain import missing
+
+    return missing(device)
+
+
+@hookimpl
+def pkb_backend_info():
+    return BackendInfo(
+        name="cuda",
+        devices=("cuda",),
+        requirements=requirements,
+        samples=SAMPLES,
+        description="CUDA C++ via torch load_inline (cached per node); peers read over NVLink",
+    )
+
+
+@hookimpl
+def pkb_backend_init(ctx):
+    reason = requirements(ctx.device.type)
+    if reason:
+        raise BackendUnavailable(reason)
+    return ctx
+
+
+@hookimpl
+def pkb_backend_prompt(backend):
+    if backend != "cuda":
+        return None
+    from pkb_cuda.prompt import backend_prompt
+
+    return backend_prompt()

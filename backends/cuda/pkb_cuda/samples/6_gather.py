@@ -1,0 +1,118 @@
+"""Gather onto ``dst`` in CUDA: dst copies every peer's block, the others copy their own.
+
+On dst the output is (W, M, N) with slot s read straight from rank s's memory
+over NVLink; on every other rank it is a copy of its own input. One kernel
+with the same grid everywhere (the pairwise CAS barrier pairs block b of each
+rank) copies ranks [first, first + count): [0, W) on dst, [rank, rank + 1)
+elsewhere. 16-byte vectors where every address allows, element-sized words
+otherwise. The second barrier keeps the other ranks from returning while dst
+still reads their inputs.
+"""
+import pkb_cuda
+
+CUDA_SOURCE = r"""
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+namespace {
+
+constexpr int kThreads = 512;
+constexpr int kUnroll = 4;  // 16-byte vectors per thread in flight
+
+// out[slot j - first] <- rank j's tensor, for j in [first, first + count); `chunk` bytes each.
+template <typename E>
+__global__ void __launch_bounds__(kThreads, 2)
+gather_kernel(const uint64_t* __restrict__ buffers, uint32_t* const* pads, int64_t offset,
+              char* __restrict__ out, int64_t chunk, int first, int count, int rank, int world, bool vec) {
+  pkb::barrier_block(pads, rank, world, blockIdx.x);
+
+  const int64_t threads = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t nvec = vec ? chunk / 16 : 0;
+  for (int64_t base = tid; base < nvec; base += threads * kUnroll) {
+    for (int jj = 0; jj < count; ++jj) {
+      const int j = (rank + jj) % count;  // stagger the peers read first
+      const uint4* src = pkb::peer_ptr<const uint4>(buffers, first + j, offset);
+      uint4* dst = reinterpret_cast<uint4*>(out + j * chunk);
+      uint4 v[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int64_t i = base + u * threads;
+        if (i < nvec) v[u] = src[i];
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int64_t i = base + u * threads;
+        if (i < nvec) dst[i] = v[u];
+      }
+    }
+  }
+  // Tail (or everything when the addresses are not 16-byte aligned), in elements.
+  const int64_t elems = chunk / static_cast<int64_t>(sizeof(E));
+  for (int64_t i = nvec * (16 / sizeof(E)) + tid; i < elems; i += threads) {
+    for (int j = 0; j < count; ++j) {
+      reinterpret_cast<E*>(out + j * chunk)[i] = pkb::peer_ptr<const E>(buffers, first + j, offset)[i];
+    }
+  }
+
+  pkb::barrier_block(pads, rank, world, blockIdx.x);
+}
+
+int sm_count() {
+  static int count = [] {
+    int device = 0, value = 0;
+    C10_CUDA_CHECK(cudaGetDevice(&device));
+    C10_CUDA_CHECK(cudaDeviceGetAttribute(&value, cudaDevAttrMultiProcessorCount, device));
+    return value;
+  }();
+  return count;
+}
+
+}  // namespace
+
+torch::Tensor gather(torch::Tensor x, int64_t dst, int64_t buffers, int64_t pads, int64_t offset, int64_t rank,
+                     int64_t world, int64_t max_blocks, int64_t align) {
+  TORCH_CHECK(x.is_cuda() && x.is_contiguous(), "gather: expected a contiguous CUDA tensor");
+  TORCH_CHECK(0 <= dst && dst < world, "gather: dst ", dst, " is not a rank of ", world);
+  TORCH_CHECK(max_blocks >= 1, "gather: the signal pad has no room for ", world, " ranks");
+  c10::cuda::CUDAGuard guard(x.device());
+  const bool root = rank == dst;
+  std::vector<int64_t> shape = x.sizes().vec();
+  if (root) shape.insert(shape.begin(), world);
+  auto out = torch::empty(shape, x.options());
+  const int64_t chunk = x.numel() * x.element_size();
+  if (chunk == 0) return out;
+  // Same grid on every rank (sized for dst's W blocks): it pairs the barrier's blocks.
+  const int64_t per_block = int64_t(kThreads) * kUnroll * 16;
+  const int64_t cap = std::min<int64_t>(2 * sm_count(), max_blocks);
+  const int blocks = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>((chunk * world + per_block - 1) / per_block, cap)));
+  const bool vec = align >= 16 && chunk % 16 == 0 && reinterpret_cast<uintptr_t>(out.data_ptr()) % 16 == 0;
+  const int first = root ? 0 : static_cast<int>(rank), count = root ? static_cast<int>(world) : 1;
+  auto stream = c10::cuda::getCurrentCUDAStream();
+  auto table = reinterpret_cast<const uint64_t*>(buffers);
+  auto pad_table = reinterpret_cast<uint32_t* const*>(pads);
+  char* o = static_cast<char*>(out.data_ptr());
+  const int r = static_cast<int>(rank), w = static_cast<int>(world);
+  switch (x.element_size()) {
+    case 1: gather_kernel<uint8_t><<<blocks, kThreads, 0, stream>>>(table, pad_table, offset, o, chunk, first, count, r, w, vec); break;
+    case 2: gather_kernel<uint16_t><<<blocks, kThreads, 0, stream>>>(table, pad_table, offset, o, chunk, first, count, r, w, vec); break;
+    case 4: gather_kernel<uint32_t><<<blocks, kThreads, 0, stream>>>(table, pad_table, offset, o, chunk, first, count, r, w, vec); break;
+    case 8: gather_kernel<uint64_t><<<blocks, kThreads, 0, stream>>>(table, pad_table, offset, o, chunk, first, count, r, w, vec); break;
+    default: TORCH_CHECK(false, "gather: unsupported element size ", x.element_size());
+  }
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return out;
+}
+"""
+
+CPP_SOURCE = """
+torch::Tensor gather(torch::Tensor x, int64_t dst, int64_t buffers, int64_t pads, int64_t offset, int64_t rank,
+                     int64_t world, int64_t max_blocks, int64_t align);
+"""
+
+_ext = pkb_cuda.compile("gather", CUDA_SOURCE, CPP_SOURCE, functions=["gather"])
+
+
+def solution(tensor, dst=0):
+    return _ext.gather(tensor, int(dst), *pkb_cuda.peers(tensor))
