@@ -67,7 +67,8 @@ def compare_row(a: dict, b: dict, threshold: float = DEFAULT_THRESHOLD) -> dict:
     if row["verdict_a"] != "pass" and row["verdict_b"] == "pass":
         return dict(row, status="improved", why=f"verdict {row['verdict_a']} -> pass")
     if row["verdict_a"] != "pass":
-        return dict(row, status="unchanged", why=f"not passing in either run ({row['verdict_a']} -> {row['verdict_b']})")
+        return dict(row, status="unchanged",
+                    why=f"not passing in either run ({row['verdict_a']} -> {row['verdict_b']})")
     ta, tb = _timing(a), _timing(b)
     if not ta or not tb:
         return dict(row, status="unchanged", why="untimed in " + ("A" if not ta else "B"))

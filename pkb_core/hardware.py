@@ -2,7 +2,8 @@
 
 ``--hardware auto`` describes the GPUs of this machine (torch.cuda, plus
 ``nvidia-smi topo -m`` for the link topology when nvidia-smi is on the PATH);
-without a GPU it falls back to :data:`FALLBACK_PRESET` and says so. Any other
+without a GPU (or with ``PKB_DEVICE=cpu``) it falls back to
+:data:`FALLBACK_PRESET` and says so. Any other
 value names a preset of :data:`PRESETS`: a node (or NVLink domain) whose
 GPUs are all joined by NVLink. Figures are the vendors' published numbers for
 the SXM parts: NVLink bandwidth counts both directions together, as the data
@@ -101,7 +102,9 @@ def detect_hardware() -> Hardware:
     """This machine's GPUs, or the fallback preset (with a note saying so)."""
     import torch
 
-    if not (torch.cuda.is_available() and torch.cuda.device_count() > 0):
+    from pkb_core.device import detect_device
+
+    if detect_device("auto") != "cuda":  # no GPU, or PKB_DEVICE=cpu (as for pkb run)
         preset = PRESETS[FALLBACK_PRESET]
         return Hardware(preset.key, preset.gpus, preset.gpu, preset.details, preset.interconnect,
                         f"no GPU on the machine that wrote this prompt: preset {FALLBACK_PRESET} assumed")

@@ -52,7 +52,8 @@ def from_options(options: dict) -> "ChatCompletionsProvider":
     """The provider factory: ``options`` is the ``[providers.openai]`` table."""
     unknown = sorted(set(options) - _OPTIONS)
     if unknown:
-        raise PkbError(f"[providers.openai]: unknown option(s) {', '.join(unknown)} (known: {', '.join(sorted(_OPTIONS))})")
+        raise PkbError(f"[providers.openai]: unknown option(s) {', '.join(unknown)} "
+                       f"(known: {', '.join(sorted(_OPTIONS))})")
     base_url = os.environ.get("PKB_OPENAI_BASE_URL") or options.get("base_url") or DEFAULT_BASE_URL
     names = (options["api_key_env"],) if options.get("api_key_env") else KEY_VARIABLES
     key = next((os.environ[n] for n in names if os.environ.get(n)), None)

@@ -4,9 +4,10 @@
   category, log scale, a line at 1x;
 * ``sol``: % of the speed-of-light floor reached by the reference and the
   solution, per problem (log scale, a line at 100 %);
-* ``sweep-<problem>``: for ``pkb bench`` runs (size ``sweep:<bytes>``), time and
-  busbw against message size, one line per solution and for NCCL (the
-  reference), solid for eager (latency mode) and dashed for CUDA-graph mode.
+* ``sweep-<problem>`` (``-W<n>-<dtype>`` added when a run swept it several
+  ways): for ``pkb bench`` runs (size ``sweep:<bytes>``), time and busbw
+  against message size, one line per solution and for NCCL (the reference),
+  solid for eager (latency mode) and dashed for CUDA-graph mode.
 
 matplotlib is optional: it is imported inside :func:`write_plots`, which
 raises one clear :class:`PkbError` when it is missing.
@@ -43,12 +44,15 @@ def write_plots(records, out_dir) -> list[Path]:
     sol_rows = [r for r in presets if is_correct(r) and (r.get("sol") or {}).get("solution_fraction")]
     if sol_rows:
         figures["sol"] = _sol_figure(plt, sol_rows)
-    sweeps: dict[str, list[dict]] = {}
+    sweeps: dict[tuple, list[dict]] = {}
     for r in records:
         if is_sweep(r) and r.get("stats"):
-            sweeps.setdefault(r["problem"], []).append(r)
-    for problem, rows in sorted(sweeps.items()):
-        figures[f"sweep-{problem}"] = _sweep_figure(plt, problem, rows)
+            sweeps.setdefault((r["problem"], r.get("world_size"), r.get("dtype")), []).append(r)
+    problems = [key[0] for key in sweeps]
+    for (problem, world_size, dtype), rows in sorted(sweeps.items(), key=lambda item: tuple(map(str, item[0]))):
+        # One chart per problem; runs that swept it at several world sizes or dtypes get one per combination.
+        name = f"sweep-{problem}" if problems.count(problem) == 1 else f"sweep-{problem}-W{world_size}-{dtype}"
+        figures[name] = _sweep_figure(plt, problem, rows)
     if not figures:
         raise PkbError("nothing to plot: no correct, timed records (run with --measure-perf)")
     written = []
@@ -219,7 +223,7 @@ def _sweep_series(rows):
         points = []
         for nbytes in sorted(by_size):
             ms = statistics.median(by_size[nbytes])
-            bus = next((r["stats"].get("bus") for r in rows if sweep_bytes(r) == nbytes and r["stats"].get("bus")), None)
+            bus = next((r["stats"]["bus"] for r in rows if sweep_bytes(r) == nbytes and r["stats"].get("bus")), None)
             busbw = bus["bytes"] / (ms * 1e-3) * bus["factor"] / 1e9 if bus and ms > 0 else None
             points.append((nbytes, ms, busbw))
         out.append((label, mode, points))

@@ -83,7 +83,8 @@ class PromptBuilder:
         problem = spec.load()
         why = problem.world_size_error(world_size, params)
         if why:
-            raise UnsupportedWorldSize(f"problem {spec.key} does not run with {world_size} ranks: {why} (choose --nproc)")
+            raise UnsupportedWorldSize(f"problem {spec.key} does not run with {world_size} ranks: {why} "
+                                       "(choose --nproc)")
         inputs = describe_inputs(problem, size=request.size, world_size=world_size, precision=request.precision)
         values = {
             "problem_key": spec.key, "problem_id": str(spec.id), "problem_name": spec.name,
@@ -158,14 +159,17 @@ def tolerance_text(spec, precision: str) -> str:
 
 
 def inputs_unchanged_text(problem) -> str:
-    """The rule on modifying inputs, naming any argument the reference may update in place."""
+    """The rule on modifying inputs, naming the arguments the reference updates in place
+    (``MUTATES``: compared like outputs and allowed to be returned, see :mod:`pkb_core.job`)."""
     base = "Never write into an input: after every call each input is compared bit for bit with a copy taken before it."
     if not problem.mutates:
         return base
     names = list(inspect.signature(problem.reference).parameters)
     mutated = ", ".join(f"`{names[i]}`" if i < len(names) else f"argument {i}" for i in problem.mutates)
-    return (f"Never write into an input, except {mutated}, which the reference updates in place (each call "
-            "gets a fresh copy): every other input is compared bit for bit with a copy taken before the call.")
+    return (f"Never write into an input, except {mutated}, which the reference updates in place: update it the "
+            "same way (each call gets a fresh copy); after the call its new value is compared with the reference's "
+            "like an output, and returning it is allowed. Every other input is compared bit for bit with a copy "
+            "taken before the call.")
 
 
 def _params_text(params: dict) -> str:

@@ -67,7 +67,7 @@ def load_template(path=None) -> PromptTemplate:
     for key, value in override.items():
         wanted = TEMPLATE_KEYS[key]
         if not isinstance(value, wanted) or isinstance(value, bool):
-            raise PkbError(f"prompt template {path}: {key} must be a {wanted.__name__}")
+            raise PkbError(f"prompt template {path}: {key} must be {'an integer' if wanted is int else 'a string'}")
     return PromptTemplate({**parts, **override}, str(path))
 
 

@@ -12,7 +12,8 @@ Definitions (KernelBench's, applied to pkb's records):
 * **pass rate** = correct rows / counted rows;
 * **fast_p** = rows that are correct *and* have ``speedup > p`` / counted
   rows, for p in :data:`FAST_P` (``fast_0`` is the pass rate; rows without
-  timing count as not fast; ``None`` when no row of the run was timed);
+  timing count as not fast; ``None`` when rows are correct but none of them
+  was timed, i.e. a run without ``--measure-perf``);
 * **geomean speedup** = geometric mean of ``speedup`` over correct timed rows;
 * **pass@k / fast_p@k**, when a problem has several samples (solutions
   ``<id>_<name>*.py`` run on the same problem, backend, world size, size, dtype
@@ -84,9 +85,15 @@ def fast_p(records, p: float) -> float | None:
     rows = counted(records)
     if not rows:
         return None
-    if p > 0 and not any(r.get("speedup") for r in rows):
-        return None  # an untimed run says nothing about speed
+    if p > 0 and _untimed(rows):
+        return None  # correct but never timed: nothing is known about speed
     return sum(1 for r in rows if _fast(r, p)) / len(rows)
+
+
+def _untimed(rows) -> bool:
+    """Some rows are correct and none of the correct ones was timed."""
+    correct = [r for r in rows if is_correct(r)]
+    return bool(correct) and not any(r.get("speedup") for r in correct)
 
 
 def _fast(record, p) -> bool:
@@ -125,7 +132,7 @@ def at_k(records, ks=None) -> dict | None:
     if max_n < 2 and ks is None:
         return None
     ks = [k for k in (ks or DEFAULT_KS) if k <= max_n]
-    timed = any(r.get("speedup") for g in groups.values() for r in g)
+    timed = not _untimed([r for g in groups.values() for r in g])
     result = {"problems": len(groups), "max_n": max_n, "k": {}}
     for k in ks:
         eligible = [g for g in groups.values() if len(g) >= k]

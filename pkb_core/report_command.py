@@ -12,6 +12,8 @@ from pkb_core.report import FAST_P, load_run, summarize
 
 #: Longest reason shown in the terminal table (JSON and HTML keep all of it).
 REASON_WIDTH = 70
+#: What an aggregate that needs timings says when there are none.
+UNTIMED = "n/a (no timings)"
 
 
 @click.command()
@@ -104,8 +106,8 @@ def _aggregates_section(agg) -> Section:
     rows = [["rows counted", agg["count"]], ["unsupported (not counted)", agg["unsupported"]],
             ["verdicts", ", ".join(f"{n} {v}" for v, n in agg["verdicts"].items())],
             ["pass rate", _pct(agg["pass_rate"])]]
-    rows += [[f"fast_{p:g} (correct and speedup > {p:g})", _pct(agg["fast_p"][f"{p:g}"])] for p in FAST_P]
-    rows.append([f"geomean speedup ({agg['timed_correct']} correct, timed)", _times(agg["geomean_speedup"])])
+    rows += [[f"fast_{p:g} (correct and speedup > {p:g})", _pct(agg["fast_p"][f"{p:g}"]) or UNTIMED] for p in FAST_P]
+    rows.append([f"geomean speedup ({agg['timed_correct']} correct, timed)", _times(agg["geomean_speedup"]) or UNTIMED])
     return Section("Aggregates", ["metric", "value"], rows)
 
 

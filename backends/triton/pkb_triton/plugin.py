@@ -82,3 +82,12 @@ def pkb_backend_finalize(state):
         _runtime.stop()
     except Exception as exc:  # noqa: BLE001 - finalize must not raise
         print(f"pkb-triton: finalize: {type(exc).__name__}: {exc}", flush=True)
+
+
+@hookimpl
+def pkb_backend_prompt(backend):
+    if backend != "triton":
+        return None
+    from pkb_triton.prompt import backend_prompt
+
+    return backend_prompt()

@@ -1,0 +1,178 @@
+"""`pkb report` and `pkb plot` on recorded run directories (tests/fixtures/runs, see make_runs.py there)."""
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+
+from pkb_core.report import at_k, fast_p, geomean, load_run, pass_at_k, summarize
+
+
+@pytest.fixture
+def samples(fixtures):
+    return fixtures / "runs" / "samples"
+
+
+def test_aggregates_match_hand_computed_values(samples):
+    # 10 records: 1 unsupported (not counted), 9 counted, 5 pass with speedups 2, 1.25, 0.5, 1, 4.
+    agg = summarize(load_run(samples))["aggregates"]
+    assert agg["count"] == 9 and agg["unsupported"] == 1
+    assert agg["verdicts"] == {"error": 1, "fail": 1, "flagged": 1, "pass": 5, "timeout": 1, "unsupported": 1}
+    assert agg["pass_rate"] == pytest.approx(5 / 9)
+    # fast_p counts speedup > p strictly: 1.0 is not fast_1, 2.0 is not fast_2; flagged (10x) never counts.
+    assert agg["fast_p"] == pytest.approx({"0": 5 / 9, "1": 3 / 9, "1.5": 2 / 9, "2": 1 / 9})
+    assert agg["geomean_speedup"] == pytest.approx(5 ** (1 / 5))
+    assert agg["timed_correct"] == 5
+
+
+def test_category_rollup(samples):
+    categories = {c["category"]: c for c in summarize(load_run(samples))["categories"]}
+    assert categories["collective"] == pytest.approx(
+        {"category": "collective", "count": 7, "pass_rate": 4 / 7, "geomean_speedup": 1.25 ** 0.25, "fast_1": 2 / 7})
+    assert categories["tensor-parallel"] == pytest.approx(
+        {"category": "tensor-parallel", "count": 2, "pass_rate": 1 / 2, "geomean_speedup": 4.0, "fast_1": 1 / 2})
+
+
+def test_pass_at_k_is_the_unbiased_estimator():
+    for n in range(1, 8):
+        for c in range(n + 1):
+            for k in range(1, n + 1):
+                closed = 1 - math.comb(n - c, k) / math.comb(n, k)
+                assert pass_at_k(n, c, k) == pytest.approx(closed)
+    assert pass_at_k(4, 2, 1) == pytest.approx(0.5)       # pass@1 is c / n
+    assert pass_at_k(4, 2, 2) == pytest.approx(5 / 6)     # 1 - C(2,2)/C(4,2)
+    assert pass_at_k(5, 1, 5) == 1.0
+    with pytest.raises(ValueError):
+        pass_at_k(2, 1, 3)
+
+
+def test_at_k_over_problems_with_several_samples(samples):
+    # Problems (n, c): 1_allreduce (4, 2), 2_allgather (2, 1), 7 (1, 1), 9 (1, 1), 10 (1, 0).
+    result = at_k(load_run(samples))
+    assert result["problems"] == 5 and result["max_n"] == 4
+    assert list(result["k"]) == ["1", "2"]
+    k1, k2 = result["k"]["1"], result["k"]["2"]
+    assert k1["problems"] == 5 and k1["pass"] == pytest.approx((2 / 4 + 1 / 2 + 1 + 1 + 0) / 5)
+    assert k1["fast_p"]["1"] == pytest.approx((2 / 4 + 0 + 0 + 1 + 0) / 5)
+    assert k1["fast_p"]["2"] == pytest.approx(1 / 5)
+    assert k2["problems"] == 2 and k2["pass"] == pytest.approx((5 / 6 + 1) / 2)
+    assert k2["fast_p"]["1"] == pytest.approx((5 / 6 + 0) / 2)
+    assert k2["fast_p"]["1.5"] == pytest.approx((1 - math.comb(3, 2) / math.comb(4, 2)) / 2)
+
+
+def test_single_sample_runs_have_no_at_k_and_untimed_runs_no_fast_p():
+    records = [{"problem": "1_allreduce", "category": "collective", "verdict": "pass"},
+               {"problem": "2_allgather", "category": "collective", "verdict": "fail"}]
+    assert at_k(records) is None
+    assert fast_p(records, 0) == 0.5 and fast_p(records, 1) is None
+    assert fast_p(records[1:], 1) == 0.0  # nothing correct: nothing is fast, timed or not
+    assert geomean([]) is None
+
+
+def test_rows_carry_sol_and_bandwidth(samples):
+    rows = {r["solution"]: r for r in summarize(load_run(samples))["rows"]}
+    a = rows["1_allreduce_a.py"]
+    assert a["reference_sol_pct"] == pytest.approx(25) and a["solution_sol_pct"] == pytest.approx(50)
+    assert a["bound"] == "link"
+    # 100 MB in 0.5 ms: algbw 200 GB/s, factor 1.0; allgather: 50 MB in 1 ms, factor 0.5.
+    assert a["algbw_gbps"] == pytest.approx(200) and a["busbw_gbps"] == pytest.approx(200)
+    assert rows["2_allgather_a.py"]["busbw_gbps"] == pytest.approx(25)
+    assert rows["7_reducescatter_a.py"]["algbw_gbps"] is None
+    assert rows["1_allreduce_b.py"]["flags"] == ["noisy reference", "noisy candidate"]
+    assert rows["9_layernorm_backward_a.py"]["flags"] == ["throttled"]
+
+
+def test_report_json_is_the_summary(pkb_invoke, samples):
+    result = pkb_invoke("report", samples, "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["aggregates"]["fast_p"]["1"] == pytest.approx(3 / 9)
+    assert len(data["rows"]) == 10 and data["at_k"]["k"]["2"]["problems"] == 2
+    assert data["plots"] == []
+
+
+def test_report_text_and_custom_k(pkb_invoke, samples):
+    result = pkb_invoke("report", samples, "--k", "1,3")
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    for text in ("Results", "Aggregates", "By category", "pass@k", "1_allreduce_a.py", "throttled",
+                 "fast_1.5 (correct and speedup > 1.5)  22.2%", "geomean speedup (5 correct, timed)    1.380x"):
+        assert text in out, text
+    assert "\x1b[" not in out  # not a terminal: plain text, no colour codes
+    at3 = [line for line in out.splitlines() if line.startswith("3 ")]
+    # pass@3: only 1_allreduce has n >= 3: 1 - C(2,3)/C(4,3) = 1 -> 100 %.
+    assert at3 and at3[0].split()[1:3] == ["1", "100"]
+
+
+def test_report_html_is_self_contained(pkb_invoke, samples, tmp_path):
+    page = tmp_path / "report.html"
+    result = pkb_invoke("report", samples, "--html", page)
+    assert result.exit_code == 0, result.output
+    text = page.read_text()
+    assert text.startswith("<!DOCTYPE html>") and "</html>" in text
+    assert "<table>" in text and "1_allreduce_a.py" in text and '<td class="fail">fail</td>' in text
+    assert "http://" not in text and "https://" not in text and "<script" not in text and "<link" not in text
+
+
+def test_report_bad_input_is_one_line(pkb_invoke, tmp_path):
+    result = pkb_invoke("report", tmp_path / "missing")
+    assert result.exit_code == 1 and result.output.strip().splitlines()[-1].startswith("Error: run directory")
+    tmp_path.joinpath("empty").mkdir()
+    result = pkb_invoke("report", tmp_path / "empty")
+    assert result.exit_code == 1 and "Error: no records in" in result.output
+    result = pkb_invoke("report", tmp_path / "empty", "--k", "0")
+    assert result.exit_code == 1 and "Error: --k" in result.output
+
+
+def test_plots_are_written(pkb_invoke, fixtures, tmp_path):
+    pytest.importorskip("matplotlib")
+    result = pkb_invoke("plot", fixtures / "runs" / "samples", "--out", tmp_path / "samples")
+    assert result.exit_code == 0, result.output
+    names = sorted(p.name for p in (tmp_path / "samples").iterdir())
+    assert names == ["sol.png", "sol.svg", "speedup.png", "speedup.svg"]
+    result = pkb_invoke("plot", fixtures / "runs" / "sweep", "--out", tmp_path / "sweep")
+    assert result.exit_code == 0, result.output
+    names = sorted(p.name for p in (tmp_path / "sweep").iterdir())
+    assert names == ["sweep-1_allreduce.png", "sweep-1_allreduce.svg"]
+    for path in list((tmp_path / "samples").iterdir()) + list((tmp_path / "sweep").iterdir()):
+        assert path.stat().st_size > 1000, path
+    assert (tmp_path / "sweep" / "sweep-1_allreduce.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    svg = (tmp_path / "sweep" / "sweep-1_allreduce.svg").read_text()
+    assert "NCCL (eager)" in svg and "NCCL (graph)" in svg and "symm_mem_one_shot (graph)" in svg
+
+
+def test_report_plots_flag_writes_into_the_run_dir(pkb_invoke, fixtures, tmp_path):
+    pytest.importorskip("matplotlib")
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "records.jsonl").write_text((fixtures / "runs" / "samples" / "records.jsonl").read_text())
+    result = pkb_invoke("report", run, "--plots", "--json")
+    assert result.exit_code == 0, result.output
+    assert len(json.loads(result.stdout)["plots"]) == 4 and (run / "plots" / "speedup.png").exists()
+
+
+def test_sweep_series_take_nccl_from_every_record(fixtures):
+    from pkb_core.plots import _sweep_series
+
+    series = {(label, mode): points for label, mode, points in _sweep_series(load_run(fixtures / "runs" / "sweep"))}
+    labels = ("NCCL", "1_allreduce.py", "symm_mem_one_shot")
+    assert set(series) == {(s, m) for s in labels for m in ("latency", "graph")}
+    nccl = series[("NCCL", "latency")]
+    assert [p[0] for p in nccl] == [4096, 65536, 1048576]
+    # busbw = S / t * factor: 4096 B in 0.020 ms with factor 1.
+    assert nccl[0][2] == pytest.approx(4096 / 20e-6 / 1e9)
+
+
+def test_plot_without_matplotlib_is_one_line(pkb_invoke, fixtures, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import now raises ImportError
+    result = pkb_invoke("plot", fixtures / "runs" / "samples")
+    assert result.exit_code == 1
+    assert result.output.strip() == "Error: plots need matplotlib: pip install matplotlib"
+
+
+def test_cli_imports_no_plotting_or_rich():
+    code = ("import sys, pkb_core.cli\n"
+            "heavy = [m for m in ('matplotlib', 'rich') if m in sys.modules]\n"
+            "assert not heavy, heavy")
+    subprocess.run([sys.executable, "-c", code], check=True)
