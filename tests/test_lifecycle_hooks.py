@@ -15,7 +15,7 @@ def log(text):
 
 @hookimpl
 def pkb_backend_info():
-    return BackendInfo(name="logger", devices=("cpu",))
+    return BackendInfo(name="logger", devices=("cpu",), custom_kernels=False)
 
 @hookimpl
 def pkb_backend_init(ctx):
