@@ -107,7 +107,8 @@ def _launch(jobs, settings: LaunchSettings, secret, on_record) -> set:
     }
     batch_file = scratch / "batch.json"
     batch_file.write_text(json.dumps(batch))
-    log_path = Path(settings.run_dir) / "logs" / f"launch-{launch_id}.log"
+    node = f"-node{settings.nodes.node_rank}" if settings.nodes else ""  # nodes may share --out
+    log_path = Path(settings.run_dir) / "logs" / f"launch-{launch_id}{node}.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(settings.nproc),
            *torchrun_args, "-m", "pkb_core.worker", str(batch_file)]

@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from pkb_core.errors import PkbError
+from pkb_core.fanout import executor_options
 from pkb_core.progress import JobProgress
 from pkb_core.results import append_record, job_record
 from pkb_core.table import render_table
@@ -50,29 +51,32 @@ TIMING_DEFAULTS = {"tiny": (3, 10), "default": (500, 100), "large": (50, 50)}
 @click.option("--save-outputs", is_flag=True, help="Keep each rank's outputs in the run directory.")
 @click.option("--json", "json_", is_flag=True, help="Print one JSON object with every record.")
 @click.pass_obj
+@executor_options  # --executor, --jobs-per-shard, --slurm-*: pkb_core/fanout.py
 def run(pm, problems, backend, solution, solutions, nproc, nnodes, node_rank, rdzv_endpoint, rdzv_id, trials, dtype, size, mode, measure_perf, timing_modes,
-        profile, warmup, iters, device, job_timeout, out, save_outputs, json_):
+        profile, warmup, iters, device, job_timeout, out, save_outputs, json_, executor):
     """Check (and with --measure-perf, time) solutions against the references."""
     from pkb_core.device import detect_device, device_count
-    from pkb_core.launch import LaunchSettings, Nodes, run_jobs
+    from pkb_core.launch import LaunchSettings, Nodes
     from pkb_core.plan import RunRequest, make_job, pair_solutions
     from pkb_core.plugins import get_backend_info
     from pkb_core.registry import build_registry
 
-    device = detect_device(device)
+    # SLURM shards run on other nodes: this machine's GPUs and toolchain say nothing about them.
+    device = detect_device(device) if executor.runs_here else executor.node_device(device)
     info = get_backend_info(pm, backend)
-    missing = info.unavailable_reason(device)
+    missing = info.unavailable_reason(device) if executor.runs_here else None
     if missing:
         raise PkbError(missing)
     if size == "auto":
         size = "default" if device == "cuda" else "tiny"
     if device == "cpu":
         click.echo(f"No GPU: CPU mode (gloo, shared-memory heap, Triton interpreter), size {size}.", err=True)
-    nproc = nproc or max(device_count(device), 1)
-    if device == "cuda" and nproc > device_count(device):
+    nproc = nproc or executor.default_nproc() or max(device_count(device), 1)
+    if executor.runs_here and device == "cuda" and nproc > device_count(device):
         raise PkbError(f"--nproc {nproc} but only {device_count(device)} GPU(s) here")
     nodes = None
     if nnodes > 1:
+        executor.check_nnodes(nnodes)
         if not rdzv_endpoint:
             raise PkbError("--nnodes > 1 needs --rdzv-endpoint host:port (the same on every node)")
         nodes = Nodes(nnodes=nnodes, node_rank=node_rank, endpoint=rdzv_endpoint, rdzv_id=rdzv_id)
@@ -99,7 +103,7 @@ def run(pm, problems, backend, solution, solutions, nproc, nnodes, node_rank, rd
         progress({"problem": job["problem"], "solution": job["solution_label"], "verdict": "unsupported"})
     backend_options = getattr(pm, "pkb_config", {}).get("backends", {}).get(backend, {})
     calibration = None
-    if measure_perf and jobs:
+    if measure_perf and jobs and executor.runs_here:
         from pkb_core.calibrate import calibrate
 
         calibration = calibrate(device)
@@ -108,7 +112,7 @@ def run(pm, problems, backend, solution, solutions, nproc, nnodes, node_rank, rd
                               options=backend_options, calibration=calibration, nodes=nodes)
     progress.start()
     try:
-        run_jobs([job for job, _ in jobs], settings, on_record=progress)
+        executor.run([job for job, _ in jobs], settings, on_record=progress)
     finally:
         progress.close()
     from pkb_core.results import read_records
