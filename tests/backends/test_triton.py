@@ -1,7 +1,9 @@
 """The Triton backend (pkb-triton): it loads and describes itself, its samples
-pass under the Triton interpreter at W=2 and W=3 (the BackendContract suite:
-one ``pkb run`` per world size with all 8 samples), and its device-side
-barrier really waits (a rank that arrives late is waited for)."""
+pass under the Triton interpreter (the BackendContract suite: one ``pkb run``
+per world size, W=2 and W=3, with the 8 collective samples; the two fused GEMM
+samples, problems 12 and 13, in one run at W=2), and its device-side barrier
+really waits (a rank that arrives late is waited for)."""
+import json
 import os
 import subprocess
 import sys
@@ -17,6 +19,20 @@ pytest.importorskip("triton")
 
 class TestTritonBackend(BackendContract):
     backend = "triton"
+    # The collective samples (1-8) admit W=2 and W=3; problem 12 rejects W=3
+    # at size tiny (K=16), so the GEMM samples have a test of their own.
+    sample_problems = "collective"
+
+
+def test_fused_gemm_samples_pass_at_two_ranks(pkb_invoke, tmp_path):
+    """Samples 12 (all-gather + GEMM reading the peers' A slices in the K
+    loop) and 13 (GEMM + all-reduce through a symmetric workspace) at W=2."""
+    result = pkb_invoke("run", "--backend", "triton", "--device", "cpu", "--problem", "12,13", "--nproc", 2,
+                        "--trials", 2, "--json", "--out", tmp_path / "gemm")
+    records = json.loads(result.stdout)["results"]
+    assert sorted(r["problem"] for r in records) == ["12_allgather_gemm", "13_gemm_allreduce"], result.output
+    bad = [(r["problem"], r["verdict"], r["reason"]) for r in records if r["verdict"] != "pass"]
+    assert not bad, bad
 
 
 def test_plugin_and_package_import_light():
@@ -34,9 +50,9 @@ def test_requirements_name_what_is_missing():
 
     info = pkb_backend_info()
     assert info.name == "triton" and set(info.devices) == {"cuda", "cpu"}
-    assert sorted(p.name for p in info.samples.glob("*.py")) == [
+    assert sorted((p.name for p in info.samples.glob("*.py")), key=lambda name: int(name.split("_")[0])) == [
         "1_allreduce.py", "2_allgather.py", "3_broadcast.py", "4_reduce.py", "5_scatter.py", "6_gather.py",
-        "7_reducescatter.py", "8_alltoall.py"]
+        "7_reducescatter.py", "8_alltoall.py", "12_allgather_gemm.py", "13_gemm_allreduce.py"]
     assert info.requirements("cpu") is None
     if not torch.cuda.is_available():
         reason = info.requirements("cuda")
