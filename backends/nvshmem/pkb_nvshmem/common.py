@@ -1,0 +1,204 @@
+"""What both NVSHMEM backends share: environment defaults, finding the NVSHMEM
+library, the numpy/numba-cuda ``row_stack`` workaround, the multicast guard.
+
+Nothing here imports torch, triton, numba or nvshmem4py at module import: the
+``pkb`` command loads the plugins that import this module.
+"""
+from __future__ import annotations
+
+import glob
+import importlib.util
+import os
+import re
+import sys
+from pathlib import Path
+
+#: Set with ``os.environ.setdefault`` by each backend's init, before NVSHMEM
+#: initialises (it reads them then). A value the user set is never replaced.
+#:
+#: * ``NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME=lo``: the unique-id bootstrap's socket
+#:   interface; every rank is on one node, and the working GPU run used ``lo``.
+#: * ``NVSHMEM_DISABLE_NVLS=1``: no NVLink SHARP (multicast) teams. Multicast
+#:   can take shared GPUs out of service, and NVLS team creation fails on
+#:   some H100 hosts (pytorch#169879). Set it to 0 yourself where it is safe.
+ENV_DEFAULTS = {
+    "NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME": "lo",
+    "NVSHMEM_DISABLE_NVLS": "1",
+}
+
+
+def apply_env_defaults(environ=None) -> dict:
+    """``setdefault`` every :data:`ENV_DEFAULTS` entry in ``environ`` (default
+    ``os.environ``); return the entries that were missing and are now set."""
+    environ = os.environ if environ is None else environ
+    added = {}
+    for key, value in ENV_DEFAULTS.items():
+        if key not in environ:
+            environ[key] = value
+            added[key] = value
+    return added
+
+
+# ---------------------------------------------------------------------------
+# numpy 2.5 removed np.row_stack; numba-cuda 0.30.4 still overloads it
+# ---------------------------------------------------------------------------
+
+def ensure_numpy_row_stack(np=None) -> bool:
+    """Give numpy a ``row_stack`` again if it has none; return True if it was added.
+
+    numba-cuda 0.30.4 registers an overload for ``np.row_stack`` while it is
+    imported, and numpy 2.5 removed that function, so importing numba-cuda
+    (and nvshmem4py's Numba device API) fails with ``AttributeError: module
+    'numpy' has no attribute 'row_stack'`` (NVIDIA/numba-cuda#907). Call this
+    before the first ``import numba``.
+
+    The replacement is a *separate* function that forwards to ``np.vstack``
+    (which ``row_stack`` always was an alias of). Assigning ``np.vstack``
+    itself would make numba-cuda register a second overload on ``vstack``.
+
+    :param np: the numpy module to patch (default: ``import numpy``); tests
+        pass a stand-in.
+    """
+    if np is None:
+        import numpy as np
+    if hasattr(np, "row_stack"):
+        return False
+    vstack = np.vstack
+
+    def row_stack(tup, *, dtype=None, casting="same_kind"):
+        """Stack arrays in sequence vertically: ``numpy.vstack`` under its old name
+        (numpy 2.5 removed ``row_stack``; pkb restores it for numba-cuda)."""
+        return vstack(tup, dtype=dtype, casting=casting)
+
+    row_stack.__module__ = getattr(np, "__name__", "numpy")
+    np.row_stack = row_stack
+    return True
+
+
+# ---------------------------------------------------------------------------
+# finding the NVSHMEM library without importing torch
+# ---------------------------------------------------------------------------
+
+HOST_LIBRARY = "libnvshmem_host.so*"
+DEVICE_BITCODE = "libnvshmem_device.bc"
+SYSTEM_DIRS = ("/usr/local/lib", "/usr/lib", "/usr/lib/x86_64-linux-gnu", "/opt/nvidia/nvshmem/lib")
+
+
+def nvshmem_lib_dirs() -> list[Path]:
+    """Where NVSHMEM's libraries are looked for, in order: ``$NVSHMEM_LIB_DIR``,
+    ``$NVSHMEM_HOME/lib``, ``nvidia/nvshmem/lib`` under every ``sys.path`` entry
+    (the ``nvidia-nvshmem-cu13`` wheel), ``$LD_LIBRARY_PATH``,
+    ``$CONDA_PREFIX/lib``, then the usual system directories."""
+    dirs = []
+    if os.environ.get("NVSHMEM_LIB_DIR"):
+        dirs.append(Path(os.environ["NVSHMEM_LIB_DIR"]))
+    if os.environ.get("NVSHMEM_HOME"):
+        dirs.append(Path(os.environ["NVSHMEM_HOME"]) / "lib")
+    for entry in sys.path:
+        if entry:
+            dirs.append(Path(entry) / "nvidia" / "nvshmem" / "lib")
+    dirs += [Path(d) for d in os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep) if d]
+    if os.environ.get("CONDA_PREFIX"):
+        dirs.append(Path(os.environ["CONDA_PREFIX"]) / "lib")
+    dirs += [Path(d) for d in SYSTEM_DIRS]
+    seen, unique = set(), []
+    for d in dirs:
+        if d not in seen:
+            seen.add(d)
+            unique.append(d)
+    return unique
+
+
+def find_nvshmem_lib(device_bitcode: bool = False) -> Path | None:
+    """The first directory holding ``libnvshmem_host.so*`` (and, with
+    ``device_bitcode``, ``libnvshmem_device.bc``, which Triton links), or None."""
+    for d in nvshmem_lib_dirs():
+        if not glob.glob(str(d / HOST_LIBRARY)):
+            continue
+        if device_bitcode and not (d / DEVICE_BITCODE).is_file():
+            continue
+        return d
+    return None
+
+
+LIBRARY_HINT = "pip install nvidia-nvshmem-cu13, or set NVSHMEM_LIB_DIR"
+
+
+def library_missing(device_bitcode: bool = False) -> str | None:
+    """One line if the NVSHMEM library (and the device bitcode) is not found."""
+    if find_nvshmem_lib(device_bitcode) is not None:
+        return None
+    what = f"libnvshmem_host.so and {DEVICE_BITCODE}" if device_bitcode else "libnvshmem_host.so"
+    return f"NVSHMEM library not found ({what}; {LIBRARY_HINT})"
+
+
+def module_missing(name: str) -> bool:
+    """True when ``import name`` cannot work (nothing is imported but parents)."""
+    try:
+        return importlib.util.find_spec(name) is None
+    except (ImportError, ValueError):
+        return True
+
+
+def first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__
+
+
+def cuda_missing() -> str | None:
+    """One line when torch cannot use a GPU here."""
+    import torch
+
+    if torch.version.cuda is None:
+        return f"torch {torch.__version__} is a CPU-only build (torch.cuda is unavailable)"
+    if not torch.cuda.is_available():
+        return "torch.cuda.is_available() is False (no visible NVIDIA GPU)"
+    return None
+
+
+# ---------------------------------------------------------------------------
+# the multicast guard
+# ---------------------------------------------------------------------------
+
+#: Calls that reach NVLink multicast (cuMulticastCreate, NVLS), in Python or
+#: CUDA source. Prose that merely mentions multicast does not match.
+MULTICAST_PATTERNS = (
+    r"\bget_multicast_\w+",         # nvshmem4py: get_multicast_tensor/array/buffer
+    r"\bnvshmemx_mc_ptr\b",         # NVSHMEM's multicast address
+    r"\bmultimem_\w+",              # torch.ops.symm_mem.multimem_*
+    r"\bmultimem\s*<",              # ThunderKittens' multimem<T>
+    r"\bcuMulticast\w*",            # the driver API itself
+    r"\bmulticast_(create|bind)\w*",  # ThunderKittens' vmm helpers
+    r"\bmulticast\s*=\s*True\b",    # TKParallelTensor(multicast=True)
+)
+ALLOW_MULTICAST_ENV = "PKB_ALLOW_MULTICAST"
+
+
+def multicast_use(source: str, extra_patterns=()) -> str | None:
+    """The first multicast call found in ``source`` (a line of it), or None.
+
+    Returns None when ``PKB_ALLOW_MULTICAST=1``: on machines where NVLink
+    multicast is safe, its use is the user's choice, never pkb's default.
+    """
+    if os.environ.get(ALLOW_MULTICAST_ENV, "") not in ("", "0"):
+        return None
+    for pattern in (*MULTICAST_PATTERNS, *extra_patterns):
+        match = re.search(pattern, source)
+        if match:
+            return match.group(0)
+    return None
+
+
+def refuse_multicast(path, extra_patterns=()) -> None:
+    """Raise :class:`pkb_core.errors.CompileError` if the solution file at
+    ``path`` calls a multicast API (see :func:`multicast_use`)."""
+    from pkb_core.errors import CompileError
+
+    try:
+        source = Path(path).read_text(errors="replace")
+    except OSError:
+        return  # load_solution reports the missing file
+    found = multicast_use(source, extra_patterns)
+    if found:
+        raise CompileError(f"{path}: uses NVLink multicast ({found}), which pkb does not allow on this machine "
+                           f"(set {ALLOW_MULTICAST_ENV}=1 where multicast is safe)")

@@ -1,0 +1,82 @@
+"""The ``parallelkittens`` backend's hooks (entry point ``pkb.backends: parallelkittens``).
+
+Solutions are Python files that build ThunderKittens CUDA through
+:func:`pkb_parallelkittens.compile` at import, so the core defaults do the
+rest (compile loads the file's ``solution``, launch calls it, allocation uses
+torch symm_mem without multicast). This plugin describes the backend, refuses
+to start where ThunderKittens kernels cannot be built or run, and refuses
+solution files that use NVLink multicast.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from pkb_core.backend import BackendInfo
+from pkb_core.hookspecs import hookimpl
+
+SAMPLES = Path(__file__).parent / "samples"
+NAME = "parallelkittens"
+
+
+def requirements(device: str):
+    """``None`` when ThunderKittens solutions can be built and run on
+    ``device`` here, else one line naming what is missing: what the CUDA
+    backend needs (CUDA torch and a GPU, nvcc, ninja) and ThunderKittens'
+    headers (``$THUNDERKITTENS_ROOT/include/kittens.cuh``)."""
+    from pkb_cuda.toolchain import missing
+
+    from pkb_parallelkittens.build import tk_missing
+
+    problems = [p for p in (missing(device), tk_missing()) if p]
+    return "; ".join(problems) or None
+
+
+@hookimpl
+def pkb_backend_info():
+    return BackendInfo(
+        name=NAME,
+        devices=("cuda",),
+        requirements=requirements,
+        samples=SAMPLES,
+        description="ThunderKittens (ParallelKittens) CUDA via load_inline, sm_90a; unicast pgls over "
+                    "symmetric inputs, CAS barrier, no multicast",
+    )
+
+
+@hookimpl
+def pkb_backend_init(ctx):
+    from pkb_core.errors import BackendUnavailable
+
+    reason = requirements(ctx.device.type)
+    if reason:
+        raise BackendUnavailable(reason)
+    return ctx
+
+
+@hookimpl
+def pkb_backend_compile(state, problem, solution):
+    if solution is None:
+        return None  # the core default runs the problem's reference
+    from pkb_core.errors import CompileError
+
+    from pkb_parallelkittens.build import ALLOW_MULTICAST_ENV, multicast_use
+
+    try:
+        source = Path(solution).read_text(errors="replace")
+    except OSError:
+        return None  # the core default reports the missing file
+    found = multicast_use(source)
+    if found:
+        raise CompileError(f"{solution}: uses NVLink multicast ({found}), which pkb does not allow on this "
+                           f"machine (set {ALLOW_MULTICAST_ENV}=1 where multicast is safe)")
+    return None  # the core default loads the file's `solution`
+
+
+@hookimpl
+def pkb_backend_finalize(state):
+    try:
+        from pkb_parallelkittens.peers import _reset
+
+        _reset()
+    except Exception as exc:  # noqa: BLE001 - finalize must not raise
+        print(f"pkb-parallelkittens: finalize: {type(exc).__name__}: {exc}", flush=True)
