@@ -400,8 +400,36 @@ def test_device_helpers_are_triton_functions():
     from pkb_nvshmem import lang
 
     assert isinstance(lang.barrier, JITFunction) and isinstance(lang.peer_ptr, JITFunction)
-    assert (lang.SIGNAL_SET.value, lang.SIGNAL_ADD.value, lang.CMP_EQ.value, lang.CMP_GE.value) == (0, 5, 0, 3)
     assert pkb_nvshmem.barrier is lang.barrier
+
+
+NVSHMEM_CONSTANTS = {"SIGNAL_SET": 9, "SIGNAL_ADD": 10, "CMP_EQ": 0, "CMP_NE": 1, "CMP_GT": 2, "CMP_LE": 3,
+                     "CMP_LT": 4, "CMP_GE": 5}
+
+
+def test_signal_constants_are_nvshmems():
+    """NVSHMEM's own numbers (torch's docstrings give SET 0, ADD 5, GE 3: with
+    those, signal_op adds and a >= wait becomes a <= wait)."""
+    pytest.importorskip("triton")
+    from pkb_nvshmem import lang
+
+    assert {name: getattr(lang, name).value for name in NVSHMEM_CONSTANTS} == NVSHMEM_CONSTANTS
+
+
+def test_signal_constants_match_the_nvshmem_headers():
+    import re
+
+    lib = common.find_nvshmem_lib()
+    include = lib.parent / "include" if lib else None
+    transport = include / "device_host_transport" / "nvshmem_common_transport.h" if include else None
+    constants = include / "device_host_transport" / "nvshmem_constants.h" if include else None
+    if not (transport and transport.is_file() and constants.is_file()):
+        pytest.skip("NVSHMEM's headers are not installed (nvidia-nvshmem-cu13)")
+    ops = dict(re.findall(r"NVSHMEM_(SIGNAL_\w+)\s*=\s*(\d+)", transport.read_text()))
+    assert {k: int(v) for k, v in ops.items()} == {"SIGNAL_SET": 9, "SIGNAL_ADD": 10}
+    body = re.search(r"enum nvshmemi_cmp_type \{(.*?)\}", constants.read_text(), re.S).group(1)
+    names = [n for n in re.findall(r"NVSHMEM_(CMP_\w+)", body) if n != "CMP_SENTINEL"]
+    assert {name: i for i, name in enumerate(names)} == {k: v for k, v in NVSHMEM_CONSTANTS.items() if "CMP" in k}
 
 
 # ---------------------------------------------------------------------------

@@ -33,8 +33,10 @@ Device side (``pkb_nvshmem.lang``, ``@triton.jit``):
     through NVSHMEM signals (reusable, no reset, graph-safe).
 :func:`peer_ptr` ``(table, peer, like)``
     rank ``peer``'s copy as a typed pointer (direct NVLink loads).
-:data:`SIGNAL_SET`, :data:`SIGNAL_ADD`, :data:`CMP_EQ`, :data:`CMP_GE`
-    NVSHMEM's constants for ``signal_op`` and ``signal_wait_until``.
+:data:`SIGNAL_SET`, :data:`SIGNAL_ADD`, :data:`CMP_EQ` ... :data:`CMP_GE`
+    NVSHMEM's constants for ``signal_op`` and ``signal_wait_until``, with
+    the values of NVSHMEM's headers (SET 9, ADD 10, EQ 0, NE 1, GT 2, LE 3,
+    LT 4, GE 5; torch's docstrings list other numbers: do not use those).
 
 Shared with the ``nvshmem4py`` backend (``pkb_nvshmem.common``): the
 environment defaults set at init (:data:`ENV_DEFAULTS`), the numpy
@@ -51,14 +53,15 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Symmetric", "peers", "barrier", "peer_ptr", "requires_nvshmem", "nvshmem",
-    "SIGNAL_SET", "SIGNAL_ADD", "CMP_EQ", "CMP_GE",
+    "SIGNAL_SET", "SIGNAL_ADD", "CMP_EQ", "CMP_NE", "CMP_GT", "CMP_LE", "CMP_LT", "CMP_GE",
     "ENV_DEFAULTS", "apply_env_defaults", "ensure_numpy_row_stack",
 ]
 
 _WHERE = {
     "Symmetric": "host", "peers": "host",
     "barrier": "lang", "peer_ptr": "lang", "requires_nvshmem": "lang", "nvshmem": "lang",
-    "SIGNAL_SET": "lang", "SIGNAL_ADD": "lang", "CMP_EQ": "lang", "CMP_GE": "lang",
+    "SIGNAL_SET": "lang", "SIGNAL_ADD": "lang", "CMP_EQ": "lang", "CMP_NE": "lang", "CMP_GT": "lang",
+    "CMP_LE": "lang", "CMP_LT": "lang", "CMP_GE": "lang",
     "ENV_DEFAULTS": "common", "apply_env_defaults": "common", "ensure_numpy_row_stack": "common",
 }
 

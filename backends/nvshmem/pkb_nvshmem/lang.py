@@ -19,8 +19,11 @@ graph replays stay in step. Every rank must pass the same sequence of
 barriers on each slot (same grid, same calls), which the pull pattern gives.
 
 Triton runs scalar code in every thread of a program, so every thread issues
-the same ``signal_op`` (setting the same value: harmless) and every thread
-waits; ``tl.debug_barrier()`` orders the program's threads around it.
+the same ``signal_op`` (setting the same value: harmless, and a warp's stores
+to one address coalesce into one) and every thread waits;
+``tl.debug_barrier()`` orders the program's threads around it. On NVLink
+peers NVSHMEM's ``SIGNAL_SET`` is a volatile store into the peer's word and
+the wait a volatile load loop (seen in the compiled PTX).
 """
 from __future__ import annotations
 
@@ -28,13 +31,22 @@ import triton
 import triton.language as tl
 from torch.distributed._symmetric_memory import _nvshmem_triton as nvshmem
 
-#: ``nvshmem.signal_op`` operation: store the value.
-SIGNAL_SET: tl.constexpr = tl.constexpr(0)
-#: ``nvshmem.signal_op`` operation: add the value.
-SIGNAL_ADD: tl.constexpr = tl.constexpr(5)
-#: ``signal_wait_until`` comparisons.
+# NVSHMEM's constants, as its headers define them (NVSHMEM 3.4.5:
+# device_host_transport/nvshmem_common_transport.h and nvshmem_constants.h).
+# The docstrings of torch's _nvshmem_triton give other numbers (SET 0, ADD 5,
+# GE 3): with those, signal_op adds instead of setting and a ">=" wait is a
+# "<=" wait. tests/backends/test_nvshmem.py checks these against the headers.
+#: ``nvshmem.signal_op`` operation: store the value (``NVSHMEM_SIGNAL_SET``).
+SIGNAL_SET: tl.constexpr = tl.constexpr(9)
+#: ``nvshmem.signal_op`` operation: add the value (``NVSHMEM_SIGNAL_ADD``).
+SIGNAL_ADD: tl.constexpr = tl.constexpr(10)
+#: ``signal_wait_until`` / ``wait_until`` comparisons (``NVSHMEM_CMP_*``).
 CMP_EQ: tl.constexpr = tl.constexpr(0)
-CMP_GE: tl.constexpr = tl.constexpr(3)
+CMP_NE: tl.constexpr = tl.constexpr(1)
+CMP_GT: tl.constexpr = tl.constexpr(2)
+CMP_LE: tl.constexpr = tl.constexpr(3)
+CMP_LT: tl.constexpr = tl.constexpr(4)
+CMP_GE: tl.constexpr = tl.constexpr(5)
 
 requires_nvshmem = nvshmem.requires_nvshmem
 
