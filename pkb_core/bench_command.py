@@ -58,7 +58,7 @@ def bench(pm, problems, backend, solutions, sizes, nproc, dtype, trials, warmup,
     from pkb_core.calibrate import calibrate
     from pkb_core.device import detect_device, device_count
     from pkb_core.launch import LaunchSettings, run_jobs
-    from pkb_core.plan import RunRequest, make_job, pair_solutions
+    from pkb_core.plan import ITEMSIZE, RunRequest, make_job, pair_solutions
     from pkb_core.plugins import get_backend_info
     from pkb_core.registry import build_registry
 
@@ -69,7 +69,7 @@ def bench(pm, problems, backend, solutions, sizes, nproc, dtype, trials, warmup,
         raise PkbError(missing)
     nproc = nproc or max(device_count(device), 1)
     dtype = ("bf16" if device == "cuda" else "fp32") if dtype == "auto" else dtype
-    itemsize = {"fp32": 4, "bf16": 2, "fp16": 2}[dtype]
+    itemsize = ITEMSIZE[dtype]
     modes = ("latency", "graph") if device == "cuda" else ("latency",)
     run_dir = Path(out or Path("runs") / ("bench-" + _dt.datetime.now().strftime("%Y%m%d-%H%M%S")))
     request = RunRequest(problems=problems, backend=backend, solution=None, solutions=solutions, nproc=nproc,

@@ -11,12 +11,12 @@ elements outside tolerance and the first of them.
 """
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import click
 
 from pkb_core.errors import PkbError
+from pkb_core.plan import job_slug
 from pkb_core.results import read_records
 
 
@@ -77,9 +77,8 @@ def _rank_files(folder: Path, rank) -> list[Path]:
 
 
 def _slug(record) -> str:
-    """The outputs folder of a record: the same formula as ``make_job`` in :mod:`pkb_core.plan`."""
-    text = f"{record['problem']}-{Path(str(record['solution'])).stem}-W{record['world_size']}-{record['size']}"
-    return re.sub(r"[^A-Za-z0-9_.-]+", "-", text)
+    """The outputs folder of a record (named by :func:`pkb_core.plan.job_slug`)."""
+    return job_slug(record["problem"], str(record["solution"]), record["world_size"], record["size"])
 
 
 def _tolerance(pm, problem_key):

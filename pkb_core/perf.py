@@ -19,6 +19,7 @@ from pkb_core.check import compare
 from pkb_core.clocks import read_clocks
 from pkb_core.guards import harness_call
 from pkb_core.job import _clone, _restore
+from pkb_core.plan import ITEMSIZE
 from pkb_core.roofline import below_floor, speed_of_light
 from pkb_core.timing import GraphUnavailable, side_stream_check, summarize, time_interleaved
 
@@ -62,11 +63,11 @@ def measure(runner, job, problem, program, bound):
         hidden = side_stream_check(fn, device=runner.device, group=runner.control)
         local = ("flagged", hidden) if hidden else None
     if local is None and runner.calibration and timing["candidate"]:
-        traffic = problem.traffic(job["params"], runner.world_size, _itemsize(job["dtype"]))
+        traffic = problem.traffic(job["params"], runner.world_size, ITEMSIZE[job["dtype"]])
         timing["sol"] = speed_of_light(traffic, runner.calibration)
         busbw = getattr(problem.module, "busbw", None)
         if busbw:
-            nbytes, factor = busbw(job["params"], runner.world_size, _itemsize(job["dtype"]))
+            nbytes, factor = busbw(job["params"], runner.world_size, ITEMSIZE[job["dtype"]])
             timing["bus"] = {"bytes": nbytes, "factor": factor}
         impossible = below_floor(timing["candidate"]["median"], timing["sol"])
         local = ("flagged", impossible) if impossible else None
@@ -121,6 +122,3 @@ def _profile(runner, job, sides):
             summary[side] = profile_calls(fn, device=runner.device, calls=5, trace_path=path)
     return summary
 
-
-def _itemsize(dtype: str) -> int:
-    return {"fp32": 4, "bf16": 2, "fp16": 2, "fp64": 8}[dtype]

@@ -77,6 +77,15 @@ def pair_solutions(request: RunRequest, registry, info) -> list[tuple]:
     return pairs
 
 
+#: Bytes per element of the working dtypes a job may name.
+ITEMSIZE = {"fp32": 4, "bf16": 2, "fp16": 2, "fp64": 8}
+
+
+def job_slug(problem_key: str, solution_label: str, world_size: int, size: str) -> str:
+    """The folder name of a job's saved outputs and profiles (also found from a record)."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", f"{problem_key}-{Path(solution_label).stem}-W{world_size}-{size}")
+
+
 def make_job(request: RunRequest, spec, solution, label, params=None) -> dict:
     """The job dict the launcher and the workers share.
 
@@ -87,9 +96,8 @@ def make_job(request: RunRequest, spec, solution, label, params=None) -> dict:
     digest = hashlib.sha1(Path(solution).read_bytes()).hexdigest()[:10] if solution else "ref"
     key = "|".join([spec.key, request.backend, label, digest, f"W{request.nproc}", request.size,
                     request.dtype, request.mode, ("perf:" + "+".join(request.timing_modes)) if request.measure_perf else "check"])
-    slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", f"{spec.key}-{Path(label).stem}-W{request.nproc}-{request.size}")
     return {
-        "key": key, "slug": slug, "problem_id": spec.id, "problem": spec.key, "category": spec.category,
+        "key": key, "slug": job_slug(spec.key, label, request.nproc, request.size), "problem_id": spec.id, "problem": spec.key, "category": spec.category,
         "problem_path": str(spec.path), "backend": request.backend,
         "solution": str(Path(solution).resolve()) if solution else None, "solution_label": label,
         "size": request.size, "dtype": request.dtype, "trials": request.trials, "mode": request.mode,
