@@ -49,10 +49,12 @@ def parse_sizes(text: str) -> list[int]:
 @click.option("--device", type=click.Choice(["auto", "cuda", "cpu"]), default="auto")
 @click.option("--timeout", "job_timeout", type=float, default=None, help="Seconds per job (default 120 CPU, 300 GPU).")
 @click.option("--out", default=None)
+@click.option("--baselines/--no-baselines", default=True, show_default=True,
+              help="Also time torch symm_mem's all-reduce kernels (one_shot, two_shot) on GPU.")
 @click.option("--json", "json_", is_flag=True)
 @click.pass_obj
 def bench(pm, problems, backend, solutions, sizes, nproc, dtype, trials, warmup, iters, device, job_timeout, out,
-          json_):
+          baselines, json_):
     """Sweep message sizes: solutions vs NCCL (eager and CUDA graph), with busbw."""
     from pkb_core.baselines import baselines_for
     from pkb_core.calibrate import calibrate
@@ -85,7 +87,7 @@ def bench(pm, problems, backend, solutions, sizes, nproc, dtype, trials, warmup,
             params = module.sweep(nbytes, nproc, itemsize)
             request.size = f"sweep:{nbytes}"
             jobs.append(make_job(request, spec, path, label, params=params))
-            if device == "cuda":
+            if device == "cuda" and baselines:
                 baseline_request = RunRequest(**{**request.__dict__, "backend": "reference"})
                 for baseline in baselines_for(spec.key):
                     baseline_jobs.append(make_job(baseline_request, spec, baseline, baseline.stem, params=params))

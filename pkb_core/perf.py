@@ -7,7 +7,8 @@ in the same processes (:func:`pkb_core.timing.time_interleaved`). Then:
   the timed callable is bound to, the callable runs again and its answer is
   compared with the reference on those inputs: a solution that caches its
   first answer fails here;
-* **hidden work** (rule 8): on GPU, event time vs time to a device-wide sync;
+* **hidden work** (rule 8): on GPU, what a device-wide sync still waits for
+  once the current stream's end event has completed;
 * **physics floor** (rule 17): a candidate faster than the problem's traffic
   allows at this machine's calibrated rates is flagged;
 * clocks, power and throttle reasons of every rank are logged;
@@ -105,11 +106,32 @@ def _recheck(runner, job, problem, program, cand_args):
 
 
 def _same_layout(a, b) -> bool:
+    """Same tensors at the same addresses and the same non-tensor values.
+
+    Python scalars drawn per trial (a problem's step size, say) live in the
+    argument tuple, not in the buffers: when they changed, the old tuple would
+    hand the candidate stale values, so the new one must be used.
+    """
+    import torch
+
     from pkb_core.check import leaves
 
-    pairs = list(zip(leaves(a), leaves(b)))
-    return all(getattr(x, "shape", None) == getattr(y, "shape", None) and getattr(x, "data_ptr", lambda: 0)() ==
-               getattr(y, "data_ptr", lambda: 0)() for (_, x), (_, y) in pairs)
+    left, right = list(leaves(a)), list(leaves(b))
+    if len(left) != len(right):
+        return False
+    for (_, x), (_, y) in zip(left, right):
+        if isinstance(x, torch.Tensor) != isinstance(y, torch.Tensor):
+            return False
+        if isinstance(x, torch.Tensor):
+            if x.shape != y.shape or x.data_ptr() != y.data_ptr():
+                return False
+        elif x is not y:
+            try:
+                if not bool(x == y):
+                    return False
+            except Exception:  # noqa: BLE001 - no plain equality (an array, a module): rebind
+                return False
+    return True
 
 
 def _profile(runner, job, sides):

@@ -153,6 +153,14 @@ def test_requirements_name_missing_numba_cuda(monkeypatch):
     assert torch_plugin.requirements("cuda") is None  # the Triton style does not need it
 
 
+def test_requirements_name_missing_cffi(monkeypatch):
+    # The GPU image has no cffi; nvshmem4py's Numba bindings import it.
+    _all_present(monkeypatch)
+    monkeypatch.setattr(common, "module_missing", lambda name: name == "cffi")
+    assert py_plugin.requirements("cuda").startswith("cffi is missing")
+    assert torch_plugin.requirements("cuda") is None
+
+
 def test_requirements_name_torch_without_nvshmem(monkeypatch):
     _all_present(monkeypatch)
     import torch.distributed._symmetric_memory as symm_mem

@@ -29,7 +29,8 @@ WHEEL_HINT = ("carry the cp312 wheel nvshmem4py-cu13 and install it with `pip in
 def requirements(device: str):
     """``None`` when nvshmem4py solutions can run on ``device`` here, else one
     line naming what is missing: a GPU (and CUDA torch), the NVSHMEM library,
-    an importable nvshmem4py (``nvshmem.core``), numba-cuda."""
+    an importable nvshmem4py (``nvshmem.core``), numba-cuda, and cffi (which
+    nvshmem4py's Numba device bindings import; the GPU image lacks it)."""
     from pkb_nvshmem.common import cuda_missing, first_line, library_missing, module_missing
 
     problems = []
@@ -49,6 +50,9 @@ def requirements(device: str):
     if module_missing("numba") or module_missing("numba_cuda"):
         problems.append("numba-cuda is missing (nvshmem4py's device API is written for Numba-CUDA: "
                         "pip install numba-cuda)")
+    if module_missing("cffi"):
+        problems.append("cffi is missing (nvshmem4py's Numba device API imports it: carry its wheel and "
+                        "pycparser's with nvshmem4py's)")
     return "; ".join(problems) or None
 
 
