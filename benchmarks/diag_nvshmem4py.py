@@ -28,7 +28,7 @@ def main() -> int:
         print("cuda.pathfinder:", exc)
     print("CUDA_HOME", os.environ.get("CUDA_HOME"), "CUDA_PATH", os.environ.get("CUDA_PATH"))
     try:
-        cuda.jit("void(uint8[:], uint8[:], int64)")(_kernel)
+        cuda.jit("void(uint8[::1], uint8[::1], int64)")(_kernel)
         print("compiled ok")
         return 0
     except BaseException as exc:  # noqa: BLE001

@@ -1,8 +1,11 @@
 """torch symm_mem two-shot all-reduce (reduce-scatter then all-gather over NVLink).
 
-The in-place operator needs its buffer in symmetric memory; the input must stay
-untouched, so the output goes to a symmetric workspace allocated once per
-shape (allocation is collective: every rank reaches it in the same call).
+The operator works in place on a symmetric buffer; the input must stay
+untouched, so the input is copied into a symmetric workspace allocated once
+per shape (allocation is collective: every rank reaches it in the same call)
+and reduced there. The ``two_shot_all_reduce_out`` variant is not used: on
+torch 2.11 it wrote into its input (pkb's input check failed it at every size
+of the 2xH200 sweep, 2026-11-22).
 """
 import torch
 import torch.distributed as dist
@@ -22,11 +25,6 @@ def _workspace(tensor):
 
 def solution(tensor):
     group = dist.group.WORLD.group_name
-    out_op = getattr(torch.ops.symm_mem, "two_shot_all_reduce_out", None)
-    if out_op is not None:
-        out = torch.empty_like(tensor)
-        out_op(tensor, "sum", group, out)
-        return out
     work = _workspace(tensor)
     work.copy_(tensor)
     torch.ops.symm_mem.two_shot_all_reduce_(work, "sum", group)
