@@ -479,3 +479,29 @@ def test_samples_compile_without_a_gpu():
     result = subprocess.run([sys.executable, str(TOOL), *files], capture_output=True, text=True, timeout=1800)
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.count("ok    ") == len(files)
+
+
+def test_ibgda_headers_are_shadowed_for_nvrtc(tmp_path):
+    # NVSHMEM 3.4.5's build options turn on IBGDA, whose device header needs
+    # rdma-core's infiniband/mlx5dv.h (absent on the GPU image): NVRTC failed
+    # compiling nvshmem4py's shim. pkb puts a copy with IBGDA off first.
+    from types import SimpleNamespace
+
+    include = tmp_path / "nvshmem" / "include"
+    (include / "non_abi").mkdir(parents=True)
+    (include / "non_abi" / "nvshmem_build_options.h").write_text(
+        "#pragma once\n#define NVSHMEM_IBGDA_SUPPORT\n#if defined NVSHMEM_HOSTLIB_ONLY\n#endif\n")
+    config = SimpleNamespace(CUDA_NVRTC_EXTRA_SEARCH_PATHS=f"{include}:/cccl:/bindings")
+    work = tmp_path / "shadow"
+    assert common.shadow_ibgda_headers(config, work) == str(work)
+    assert config.CUDA_NVRTC_EXTRA_SEARCH_PATHS == f"{work}:{include}:/cccl:/bindings"
+    copy = (work / "non_abi" / "nvshmem_build_options.h").read_text()
+    assert copy.rstrip().endswith("#undef NVSHMEM_IBGDA_SUPPORT_GPUMEM_ONLY")
+    assert copy.index("#define NVSHMEM_IBGDA_SUPPORT") < copy.index("#undef NVSHMEM_IBGDA_SUPPORT\n")
+    # Idempotent; nothing to do without IBGDA or without NVSHMEM headers.
+    assert common.shadow_ibgda_headers(config, work) == str(work)
+    assert config.CUDA_NVRTC_EXTRA_SEARCH_PATHS.count(str(work)) == 1
+    (include / "non_abi" / "nvshmem_build_options.h").write_text("#pragma once\n")
+    assert common.shadow_ibgda_headers(SimpleNamespace(CUDA_NVRTC_EXTRA_SEARCH_PATHS=str(include)),
+                                       tmp_path / "other") is None
+    assert common.shadow_ibgda_headers(SimpleNamespace(), tmp_path / "none") is None

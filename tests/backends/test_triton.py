@@ -1,8 +1,9 @@
 """The Triton backend (pkb-triton): it loads and describes itself, its samples
 pass under the Triton interpreter (the BackendContract suite: one ``pkb run``
 per world size, W=2 and W=3, with the 8 collective samples; the two fused GEMM
-samples, problems 12 and 13, in one run at W=2), and its device-side barrier
-really waits (a rank that arrives late is waited for)."""
+samples, problems 12 and 13, in one run at W=2; the two exchange samples,
+problems 28 and 65, in one run at W=2), and its device-side barrier really
+waits (a rank that arrives late is waited for)."""
 import json
 import os
 import subprocess
@@ -35,6 +36,19 @@ def test_fused_gemm_samples_pass_at_two_ranks(pkb_invoke, tmp_path):
     assert not bad, bad
 
 
+def test_exchange_samples_pass_at_two_ranks(pkb_invoke, tmp_path):
+    """Samples 28 (MoE dispatch: routing kernel, then rows pulled through the
+    peers' permutations) and 65 (GNN feature exchange: chunk starts published
+    in a workspace) at W=2."""
+    result = pkb_invoke("run", "--backend", "triton", "--device", "cpu", "--problem", "28,65", "--nproc", 2,
+                        "--trials", 2, "--json", "--out", tmp_path / "exchange")
+    records = json.loads(result.stdout)["results"]
+    assert sorted(r["problem"] for r in records) == ["28_moe_pre_all2all", "65_gnn_feature_exchange_all2all"], \
+        result.output
+    bad = [(r["problem"], r["verdict"], r["reason"]) for r in records if r["verdict"] != "pass"]
+    assert not bad, bad
+
+
 def test_plugin_and_package_import_light():
     code = ("import sys, pkb_triton, pkb_triton.plugin\n"
             "pkb_triton.plugin.pkb_backend_info()\n"
@@ -52,7 +66,8 @@ def test_requirements_name_what_is_missing():
     assert info.name == "triton" and set(info.devices) == {"cuda", "cpu"}
     assert sorted((p.name for p in info.samples.glob("*.py")), key=lambda name: int(name.split("_")[0])) == [
         "1_allreduce.py", "2_allgather.py", "3_broadcast.py", "4_reduce.py", "5_scatter.py", "6_gather.py",
-        "7_reducescatter.py", "8_alltoall.py", "12_allgather_gemm.py", "13_gemm_allreduce.py"]
+        "7_reducescatter.py", "8_alltoall.py", "12_allgather_gemm.py", "13_gemm_allreduce.py",
+        "28_moe_pre_all2all.py", "65_gnn_feature_exchange_all2all.py"]
     assert info.requirements("cpu") is None
     if not torch.cuda.is_available():
         reason = info.requirements("cuda")

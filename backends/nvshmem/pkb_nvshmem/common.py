@@ -202,3 +202,55 @@ def refuse_multicast(path, extra_patterns=()) -> None:
     if found:
         raise CompileError(f"{path}: uses NVLink multicast ({found}), which pkb does not allow on this machine "
                            f"(set {ALLOW_MULTICAST_ENV}=1 where multicast is safe)")
+
+
+#: The NVSHMEM header that turns on the InfiniBand GPU-direct-async device path.
+BUILD_OPTIONS_HEADER = "non_abi/nvshmem_build_options.h"
+
+
+def shadow_ibgda_headers(config, workdir) -> str | None:
+    """Let nvshmem4py's Numba shim compile without InfiniBand headers.
+
+    nvshmem4py compiles its device shim with NVRTC against the installed
+    NVSHMEM headers. NVSHMEM 3.4.5's ``nvshmem_build_options.h`` defines
+    ``NVSHMEM_IBGDA_SUPPORT``, which makes ``transfer_device.cuh`` include
+    ``ibgda_device.cuh`` and with it ``infiniband/mlx5dv.h`` from rdma-core:
+    not on the GPU image, so NVRTC stopped with *cannot open source file
+    "infiniband/mlx5dv.h"* (2xH200, 2026-11-22). IBGDA is the InfiniBand
+    transport; peers on one node go over NVLink without it.
+
+    This writes a copy of the header with that option undefined into
+    ``workdir`` (same relative path) and puts ``workdir`` first in
+    ``config.CUDA_NVRTC_EXTRA_SEARCH_PATHS`` (nvshmem4py sets that list when
+    its Numba bindings are imported), so the copy shadows the original.
+
+    :param config: ``numba.cuda.config`` (tests pass a stand-in).
+    :param workdir: a directory for the copy (created if missing).
+    :returns: the directory put first, or ``None`` when nothing needed doing
+        (no search paths, no NVSHMEM header in them, or no IBGDA in it).
+    """
+    from pathlib import Path
+
+    paths = [p for p in (getattr(config, "CUDA_NVRTC_EXTRA_SEARCH_PATHS", "") or "").split(":") if p]
+    workdir = Path(workdir)
+    if str(workdir) in paths:
+        return str(workdir)
+    original = next((Path(p) / BUILD_OPTIONS_HEADER for p in paths if (Path(p) / BUILD_OPTIONS_HEADER).is_file()),
+                    None)
+    if original is None:
+        return None
+    text = original.read_text()
+    if "#define NVSHMEM_IBGDA_SUPPORT" not in text:
+        return None
+    # Appended after everything (outside any guard: #undef is idempotent).
+    text += ("\n/* pkb: no InfiniBand GPU-direct-async device path (its rdma-core headers are absent) */\n"
+             "#undef NVSHMEM_IBGDA_SUPPORT\n#undef NVSHMEM_IBGDA_SUPPORT_GPUMEM_ONLY\n")
+    target = workdir / BUILD_OPTIONS_HEADER
+    target.parent.mkdir(parents=True, exist_ok=True)
+    import os
+
+    partial = target.with_name(f"{target.name}.{os.getpid()}")  # the ranks of a node write it at once
+    partial.write_text(text)
+    os.replace(partial, target)
+    config.CUDA_NVRTC_EXTRA_SEARCH_PATHS = ":".join([str(workdir), *paths])
+    return str(workdir)

@@ -55,8 +55,24 @@ def _device_module(name: str):
     if name == "int32":
         return importlib.import_module("numba").int32
     if name == "nvd":
-        return importlib.import_module("nvshmem.core.device.numba")
+        module = importlib.import_module("nvshmem.core.device.numba")
+        _compile_without_ibgda()
+        return module
     return importlib.import_module("nvshmem.core")
+
+
+def _compile_without_ibgda():
+    """Shadow NVSHMEM's IBGDA option for nvshmem4py's NVRTC shim (see
+    :func:`pkb_nvshmem.common.shadow_ibgda_headers`)."""
+    import os
+    import tempfile
+
+    import numba.cuda
+
+    from pkb_nvshmem.common import shadow_ibgda_headers
+
+    workdir = os.path.join(tempfile.gettempdir(), f"pkb-nvshmem4py-nvrtc-{os.getuid()}")
+    shadow_ibgda_headers(numba.cuda.config, workdir)
 
 
 def __getattr__(name):
