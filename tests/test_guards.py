@@ -101,7 +101,7 @@ def test_recheck_rebinds_when_a_scalar_argument_changed():
 
 def test_comparison_runs_where_the_reference_is():
     # Whole-tensor arithmetic stays on the reference's device (the host was too
-    # slow for 256 MiB outputs); fp32 differences of 16-bit values are exact.
+    # slow for 256 MiB outputs); 16-bit values are compared in fp32.
     import torch
 
     from pkb_core.check import compare
