@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import click
 
-from pkb_core.table import render_table
+from pkb_core.table import format_cell, numeric_column, render_table
 
 #: Verdict colours in rich tables.
 VERDICT_STYLES = {"pass": "green", "improved": "green", "fail": "red", "error": "red", "compile-error": "red",
@@ -75,7 +75,7 @@ def show(sections) -> None:
         table = Table(title=s.title, title_justify="left", title_style="bold", box=box.SIMPLE_HEAD)
         for i, header in enumerate(s.headers):
             last = i == len(widths) - 1  # the last column (notes, reasons) wraps; the others keep their width
-            table.add_column(header, justify="right" if _numeric_column(s.rows, i) else "left",
+            table.add_column(header, justify="right" if numeric_column(s.rows, i) else "left",
                              min_width=None if last else widths[i], no_wrap=not last)
         for values in s.rows:
             table.add_row(*[_rich_cell(v) for v in values])
@@ -85,22 +85,8 @@ def show(sections) -> None:
         console.print()
 
 
-def format_cell(value) -> str:
-    """The text of one cell, as :mod:`pkb_core.table` writes it."""
-    if value is None:
-        return ""
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return str(value)
-
-
 def _rich_cell(value):
     from rich.text import Text
 
     text = format_cell(value)
     return Text(text, style=VERDICT_STYLES.get(text, ""))
-
-
-def _numeric_column(rows, index) -> bool:
-    values = [r[index] for r in rows if r[index] not in (None, "")]
-    return bool(values) and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)

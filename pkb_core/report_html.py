@@ -8,7 +8,7 @@ from __future__ import annotations
 import html
 
 from pkb_core import __version__
-from pkb_core.console import format_cell
+from pkb_core.table import format_cell
 from pkb_core.results import VERDICTS
 
 _STYLE = """

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 def render_table(headers, rows) -> str:
     """Columns padded to their widest cell; numbers right-aligned."""
-    cells = [[_cell(v) for v in row] for row in rows]
+    cells = [[format_cell(v) for v in row] for row in rows]
     widths = [len(h) for h in headers]
     for row in cells:
         widths = [max(w, len(c)) for w, c in zip(widths, row)]
-    numeric = [all(_is_number(row[i]) for row in rows if row[i] not in (None, "")) and any(
-        row[i] not in (None, "") for row in rows) for i in range(len(headers))]
+    numeric = [numeric_column(rows, i) for i in range(len(headers))]
 
     def line(values):
         return "  ".join(v.rjust(w) if num else v.ljust(w) for v, w, num in zip(values, widths, numeric)).rstrip()
@@ -19,11 +18,15 @@ def render_table(headers, rows) -> str:
     return "\n".join(out)
 
 
-def _is_number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+def numeric_column(rows, index) -> bool:
+    """Whether column ``index`` holds numbers only (empty cells aside) and at least one."""
+    values = [row[index] for row in rows if row[index] not in (None, "")]
+    return bool(values) and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
 
 
-def _cell(value) -> str:
+def format_cell(value) -> str:
+    """The text of one cell (floats to 4 significant digits, None empty); the
+    rich tables of :mod:`pkb_core.console` and the HTML report use it too."""
     if value is None:
         return ""
     if isinstance(value, float):

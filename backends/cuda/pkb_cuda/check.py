@@ -225,3 +225,58 @@ def nvcc_object(source: str, obj: str, flags=(), name: str = "check") -> None:
     code, log = _run([nvcc, "-c", source, "-o", obj, *flags], cwd=os.path.dirname(os.path.abspath(source)))
     if code:
         raise CompileError(f"building the CUDA extension {name!r} failed:\n{trim_compiler_output(log)}")
+
+
+def check_files(files, *, build: bool = False, bindings: bool = True, workdir=None, label: str = "pkb_cuda",
+                detail: str = "") -> int:
+    """Import each solution file and report its builds, one line each; return the failure count.
+
+    Default mode imports a file inside :func:`pkb_cuda.compile_only` (every
+    ``compile`` call it makes is compiled to objects and checked, with ptxas's
+    registers and spills per kernel); ``build=True`` imports it normally, so
+    its extensions are built with load_inline into the cache and loaded. The
+    compile-check tools of the cuda and parallelkittens backends run this.
+
+    :param label: the package whose ``compile`` a file is expected to call
+        (named when a file makes no call; also the module-name prefix).
+    :param detail: words after "compiled" (e.g. ``" for 2 ranks"``).
+    """
+    import importlib.util
+    import traceback
+
+    import pkb_cuda
+
+    def load(path):
+        spec = importlib.util.spec_from_file_location(f"{label}_check_{path.stem}", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+
+    failures = 0
+    for path in files:
+        started = time.time()
+        try:
+            if build:
+                load(path)
+                print(f"ok    {path.name}: built/loaded in {time.time() - started:.1f} s", flush=True)
+                continue
+            with pkb_cuda.compile_only(workdir=workdir, bindings=bindings) as results:
+                load(path)
+            if not results:
+                print(f"??    {path.name}: made no {label}.compile call", flush=True)
+                failures += 1
+                continue
+            for result in results:
+                print(f"ok    {path.name}: {result.name} compiled{detail} in {result.seconds:.1f} s "
+                      f"({result.workdir})", flush=True)
+                for k in result.kernels:
+                    spills = f", spills {k.spill_stores}/{k.spill_loads} B st/ld" if (k.spill_stores or k.spill_loads) else ""
+                    print(f"        {k.kernel}: {k.registers} registers{spills}", flush=True)
+        except BaseException as exc:  # noqa: BLE001 - report and go on (a file may even call sys.exit)
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            failures += 1
+            text = str(exc) if isinstance(exc, CompileError) else \
+                "".join(traceback.format_exception_only(type(exc), exc)).strip()
+            print(f"FAIL  {path.name} ({time.time() - started:.1f} s):\n{text}", flush=True)
+    return failures

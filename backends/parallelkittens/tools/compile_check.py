@@ -24,58 +24,18 @@ Exit status: 0 when every file compiled, 1 otherwise.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import sys
-import time
-import traceback
 from pathlib import Path
-
-
-def _import(path: Path):
-    spec = importlib.util.spec_from_file_location(f"pkb_pk_check_{path.stem}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def _error_text(exc: BaseException) -> str:
-    from pkb_core.errors import CompileError
-
-    if isinstance(exc, CompileError):
-        return str(exc)
-    return "".join(traceback.format_exception_only(type(exc), exc)).strip()
 
 
 def check(files, world: int, build: bool = False, bindings: bool = True, workdir=None) -> int:
     """Compile-check ``files``; print one line per build; return the failure count."""
-    import pkb_cuda
+    from pkb_cuda.check import check_files
 
     os.environ["PKB_WORLD_SIZE"] = str(world)
-    failures = 0
-    for path in files:
-        started = time.time()
-        try:
-            if build:
-                _import(path)
-                print(f"ok    {path.name}: built/loaded in {time.time() - started:.1f} s", flush=True)
-                continue
-            with pkb_cuda.compile_only(workdir=workdir, bindings=bindings) as results:
-                _import(path)
-            if not results:
-                print(f"??    {path.name}: made no pkb_parallelkittens.compile call", flush=True)
-                failures += 1
-                continue
-            for result in results:
-                print(f"ok    {path.name}: {result.name} compiled for {world} ranks in {result.seconds:.1f} s "
-                      f"({result.workdir})", flush=True)
-                for k in result.kernels:
-                    spill = f", spills {k.spill_stores}/{k.spill_loads} B" if k.spill_stores or k.spill_loads else ""
-                    print(f"        {k.kernel}: {k.registers} registers{spill}", flush=True)
-        except Exception as exc:  # noqa: BLE001 - report and go on
-            failures += 1
-            print(f"FAIL  {path.name}:\n{_error_text(exc)}", flush=True)
-    return failures
+    return check_files(files, build=build, bindings=bindings, workdir=workdir, label="pkb_parallelkittens",
+                       detail=f" for {world} ranks")
 
 
 def main(argv=None) -> int:
