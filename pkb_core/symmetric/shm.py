@@ -14,12 +14,14 @@ with ``tl.atomic_cas`` on the signal pads work here as on the GPU.
 """
 from __future__ import annotations
 
+import math
 import os
 
 import torch
 import torch.distributed as dist
 
 from pkb_core.symmetric import register_allocation
+from pkb_core.symmetric.mapped import MappedHandle
 
 SHM_DIR = "/dev/shm"
 PAGE = 4096
@@ -30,37 +32,12 @@ def segment_prefix(run_id: str) -> str:
     return os.path.join(SHM_DIR, f"pkb-{run_id}-")
 
 
-class SharedMemoryHandle:
+class SharedMemoryHandle(MappedHandle):
     """The handle of one CPU allocation; attribute names follow torch's."""
 
     def __init__(self, maps, rank, buffer_size, group):
-        self._maps = maps  # one uint8 tensor per rank, each mapping a whole file
+        super().__init__(maps, rank, buffer_size, SIGNAL_PAD_BYTES)  # one mapping of each rank's file
         self._group = group
-        self.rank = rank
-        self.world_size = len(maps)
-        self.buffer_size = buffer_size
-        self.signal_pad_size = SIGNAL_PAD_BYTES
-        self.offset = 0
-        self.multicast_ptr = 0
-        self.buffer_ptrs = [m.data_ptr() for m in maps]
-        self.signal_pad_ptrs = [m.data_ptr() + buffer_size for m in maps]
-        # uint64 tables readable by (interpreted) kernels.
-        self._buffer_table = torch.tensor(self.buffer_ptrs, dtype=torch.int64)
-        self._signal_table = torch.tensor(self.signal_pad_ptrs, dtype=torch.int64)
-        self.buffer_ptrs_dev = self._buffer_table.data_ptr()
-        self.signal_pad_ptrs_dev = self._signal_table.data_ptr()
-
-    def get_buffer(self, rank, sizes, dtype, storage_offset=0):
-        itemsize = torch.empty((), dtype=dtype).element_size()
-        numel = 1
-        for s in sizes:
-            numel *= s
-        start = storage_offset * itemsize
-        return self._maps[rank][start:start + numel * itemsize].view(dtype).view(tuple(sizes))
-
-    def get_signal_pad(self, rank, sizes=None, dtype=torch.int32):
-        pad = self._maps[rank][self.buffer_size:self.buffer_size + SIGNAL_PAD_BYTES].view(dtype)
-        return pad if sizes is None else pad[: _numel(sizes)].view(tuple(sizes))
 
     def barrier(self, channel=0, timeout_ms=None):
         from pkb_core.guards import harness_call
@@ -71,13 +48,6 @@ class SharedMemoryHandle:
     @staticmethod
     def get_backend(device=None):
         return "CPU-EMU"
-
-
-def _numel(sizes):
-    n = 1
-    for s in sizes:
-        n *= s
-    return n
 
 
 class SharedMemoryHeap:
@@ -93,7 +63,7 @@ class SharedMemoryHeap:
 
     def empty(self, shape, dtype):
         itemsize = torch.empty((), dtype=dtype).element_size()
-        nbytes = max(_numel(shape) * itemsize, 1)
+        nbytes = max(math.prod(shape) * itemsize, 1)
         buffer_size = -(-nbytes // PAGE) * PAGE
         size = buffer_size + SIGNAL_PAD_BYTES
         paths = [f"{segment_prefix(self.run_id)}{self.count}-{p}" for p in range(self.world_size)]

@@ -7,6 +7,8 @@ the harness allocates in one fixed order; never on a subgroup.
 """
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.distributed as dist
 
@@ -26,9 +28,7 @@ class TorchSymmetricHeap:
 
     def empty(self, shape, dtype):
         itemsize = torch.empty((), dtype=dtype).element_size()
-        numel = 1
-        for s in shape:
-            numel *= s
+        numel = math.prod(shape)
         nbytes = max(numel * itemsize, 16)
         buf = self._symm_mem.empty(nbytes, dtype=torch.uint8, device=self.device)
         handle = self._symm_mem.rendezvous(buf, self.group_name)

@@ -16,6 +16,8 @@ synchronise with :func:`pkb_nvshmem.barrier` instead.
 """
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.distributed as dist
 
@@ -93,9 +95,7 @@ class NvshmemHeap:
 
     def empty(self, shape, dtype) -> torch.Tensor:
         itemsize = torch.empty((), dtype=dtype).element_size()
-        numel = 1
-        for s in shape:
-            numel *= s
+        numel = math.prod(shape)
         nbytes = max(numel * itemsize, ALIGN)
         buf = self.raw(nbytes)
         # Always the world group, in the same order on every rank (pytorch#196082).

@@ -10,10 +10,13 @@ torch's current stream.
 """
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.distributed as dist
 
 from pkb_core.symmetric import register_allocation
+from pkb_core.symmetric.mapped import MappedHandle
 
 SIGNAL_PAD_BYTES = 4096
 ALIGN = 256
@@ -39,42 +42,13 @@ def stream_barrier() -> None:
     nvs.barrier(nvs.Teams.TEAM_WORLD, stream=current_stream())
 
 
-class Nvshmem4pyHandle:
+class Nvshmem4pyHandle(MappedHandle):
     """One allocation's handle, with torch's attribute names."""
 
     def __init__(self, base: torch.Tensor, peers: list, buffer_size: int, rank: int):
+        # peers: one uint8 tensor per rank, that rank's whole allocation (nvshmem_ptr views)
+        super().__init__(peers, rank, buffer_size, SIGNAL_PAD_BYTES)
         self._base = base
-        self._peers = peers  # one uint8 tensor per rank: that rank's whole allocation, mapped here
-        self.rank = rank
-        self.world_size = len(peers)
-        self.buffer_size = buffer_size
-        self.signal_pad_size = SIGNAL_PAD_BYTES
-        self.offset = 0
-        self.multicast_ptr = 0
-        self.buffer_ptrs = [p.data_ptr() for p in peers]
-        self.signal_pad_ptrs = [p.data_ptr() + buffer_size for p in peers]
-        device = base.device
-        self._buffer_table = torch.tensor(self.buffer_ptrs, dtype=torch.int64, device=device)
-        self._signal_table = torch.tensor(self.signal_pad_ptrs, dtype=torch.int64, device=device)
-        self.buffer_ptrs_dev = self._buffer_table.data_ptr()
-        self.signal_pad_ptrs_dev = self._signal_table.data_ptr()
-
-    def get_buffer(self, rank, sizes, dtype, storage_offset=0):
-        itemsize = torch.empty((), dtype=dtype).element_size()
-        numel = 1
-        for s in sizes:
-            numel *= s
-        start = storage_offset * itemsize
-        return self._peers[rank][start:start + numel * itemsize].view(dtype).view(tuple(sizes))
-
-    def get_signal_pad(self, rank, sizes=None, dtype=torch.int32):
-        pad = self._peers[rank][self.buffer_size:self.buffer_size + SIGNAL_PAD_BYTES].view(dtype)
-        if sizes is None:
-            return pad
-        numel = 1
-        for s in sizes:
-            numel *= s
-        return pad[:numel].view(tuple(sizes))
 
     def barrier(self, channel=0, timeout_ms=None):
         """NVSHMEM's barrier over every PE, on torch's current stream."""
@@ -101,9 +75,7 @@ class Nvshmem4pyHeap:
         from pkb_core.guards import harness_call
 
         itemsize = torch.empty((), dtype=dtype).element_size()
-        numel = 1
-        for s in shape:
-            numel *= s
+        numel = math.prod(shape)
         nbytes = max(numel * itemsize, 16)
         buffer_size = _round_up(nbytes, ALIGN)
         base = nvs.tensor((buffer_size + SIGNAL_PAD_BYTES,), dtype=torch.uint8)
