@@ -10,6 +10,10 @@ def _always_available(device: str) -> Optional[str]:
     return None
 
 
+def _nothing_to_preload() -> tuple:
+    return ()
+
+
 @dataclass(frozen=True)
 class BackendInfo:
     """A backend's self-description, returned by ``pkb_backend_info``.
@@ -24,6 +28,11 @@ class BackendInfo:
     :param custom_kernels: ``True`` when solutions must move data themselves
         (the no-NCCL guard applies); ``False`` for the reference backend.
     :param description: one line for ``pkb backends``.
+    :param preload: ``preload() -> tuple of paths``: shared libraries every
+        worker process of this backend loads (``RTLD_GLOBAL``) before it imports
+        torch, so that the backend's build of a library wins over the one torch
+        would bring (see :mod:`pkb_core.preload`). Called in the ``pkb``
+        process by the launcher; must not import torch.
     """
 
     name: str
@@ -32,6 +41,7 @@ class BackendInfo:
     samples: Optional[Path] = None
     custom_kernels: bool = True
     description: str = ""
+    preload: Callable[[], tuple] = _nothing_to_preload
 
     def unavailable_reason(self, device: str) -> Optional[str]:
         """Why this backend cannot run on ``device`` here (``None`` if it can)."""

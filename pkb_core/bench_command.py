@@ -96,11 +96,12 @@ def bench(pm, problems, backend, solutions, sizes, nproc, dtype, trials, warmup,
     calibration = calibrate(device)
     progress = lambda record: click.echo(f"{record['problem']} {record['size']} {record['solution']}: "
                                          f"{record['verdict']}", err=True)
-    for backend_name, batch in ((backend, jobs), ("reference", baseline_jobs)):
+    reference = get_backend_info(pm, "reference")
+    for batch_info, batch in ((info, jobs), (reference, baseline_jobs)):
         if batch:
-            settings = LaunchSettings(nproc=nproc, device=device, backend=backend_name, run_dir=run_dir,
+            settings = LaunchSettings(nproc=nproc, device=device, backend=batch_info.name, run_dir=run_dir,
                                       job_timeout=job_timeout or (300.0 if device == "cuda" else 120.0),
-                                      calibration=calibration)
+                                      calibration=calibration, preload=tuple(batch_info.preload()))
             run_jobs(batch, settings, on_record=progress)
     from pkb_core.results import read_records
 

@@ -23,6 +23,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pkb_core.preload import preload_environment
 from pkb_core.results import append_record, job_record, read_records
 
 #: Seconds to wait, after one rank reported an error, for the others to finish.
@@ -63,6 +64,8 @@ class LaunchSettings:
     options: dict = field(default_factory=dict)
     calibration: dict | None = None
     nodes: Nodes | None = None
+    #: Libraries the workers load before torch (``BackendInfo.preload``).
+    preload: tuple = ()
 
     @property
     def world_size(self) -> int:
@@ -112,7 +115,7 @@ def _launch(jobs, settings: LaunchSettings, secret, on_record) -> set:
     log_path.parent.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(settings.nproc),
            *torchrun_args, "-m", "pkb_core.worker", str(batch_file)]
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env = dict(os.environ, PYTHONUNBUFFERED="1", **preload_environment(settings.preload))
     if settings.device == "cpu":
         env.setdefault("OMP_NUM_THREADS", "1")
         env.setdefault("TRITON_INTERPRET", "1")

@@ -19,7 +19,11 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
-import torch
+from pkb_core.preload import load_preloads
+
+load_preloads()  # before torch: a backend's own build of a library must load first
+
+import torch  # noqa: E402
 import torch.distributed as dist
 
 from pkb_core.backend import WorkerContext

@@ -56,9 +56,23 @@ def _device_module(name: str):
         return importlib.import_module("numba").int32
     if name == "nvd":
         module = importlib.import_module("nvshmem.core.device.numba")
+        _use_home_headers()
         _compile_without_ibgda()
         return module
     return importlib.import_module("nvshmem.core")
+
+
+def _use_home_headers():
+    """Compile the shim against ``PKB_NVSHMEM4PY_HOME``'s headers when it is set
+    (see :mod:`pkb_nvshmem.nvshmem4py.home`)."""
+    import numba.cuda
+
+    from pkb_nvshmem.nvshmem4py.home import nvshmem_home, use_home_headers
+
+    home = nvshmem_home()
+    if home is not None:
+        bindings = importlib.import_module("nvshmem.bindings.device.numba")
+        use_home_headers(numba.cuda.config, home, getattr(bindings, "INCLUDE_PATH", None))
 
 
 def _compile_without_ibgda():

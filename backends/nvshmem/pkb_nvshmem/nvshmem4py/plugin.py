@@ -9,7 +9,9 @@ solutions launch Numba-CUDA kernels that call nvshmem4py's device API.
 torch's own NVSHMEM backend is never touched in these processes (both would
 initialise the same library); the ``nvshmem`` backend lives in other worker
 processes. The numpy ``row_stack`` workaround is applied before anything
-imports numba. This module imports none of torch, numba or nvshmem4py.
+imports numba. ``PKB_NVSHMEM4PY_HOME`` gives these processes an NVSHMEM of
+their own (:mod:`pkb_nvshmem.nvshmem4py.home`). This module imports none of
+torch, numba or nvshmem4py.
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from pathlib import Path
 
 from pkb_core.backend import BackendInfo
 from pkb_core.hookspecs import hookimpl
+from pkb_nvshmem.nvshmem4py.home import preload
 
 SAMPLES = Path(__file__).parent / "samples"
 NAME = "nvshmem4py"
@@ -28,16 +31,18 @@ WHEEL_HINT = ("carry the cp312 wheel nvshmem4py-cu13 and install it with `pip in
 
 def requirements(device: str):
     """``None`` when nvshmem4py solutions can run on ``device`` here, else one
-    line naming what is missing: a GPU (and CUDA torch), the NVSHMEM library,
-    an importable nvshmem4py (``nvshmem.core``), numba-cuda, and cffi (which
+    line naming what is missing: a GPU (and CUDA torch), the NVSHMEM library
+    (the tree ``PKB_NVSHMEM4PY_HOME`` names, when it is set), an importable nvshmem4py (``nvshmem.core``), numba-cuda, and cffi (which
     nvshmem4py's Numba device bindings import; the GPU image lacks it)."""
     from pkb_nvshmem.common import cuda_missing, first_line, library_missing, module_missing
+    from pkb_nvshmem.nvshmem4py.home import home_missing, nvshmem_home
 
     problems = []
     gpu = cuda_missing()
     if gpu:
         problems.append(gpu)
-    lib = library_missing()
+    home = nvshmem_home()
+    lib = home_missing(home) if home else library_missing()
     if lib:
         problems.append(lib)
     if module_missing("nvshmem.core"):
@@ -65,7 +70,22 @@ def pkb_backend_info():
         samples=SAMPLES,
         description="Numba-CUDA kernels calling nvshmem4py's device API (get/put/signals); NVSHMEM "
                     "initialised by nvshmem4py",
+        preload=preload,
     )
+
+
+def _home_not_loaded():
+    """One line when ``PKB_NVSHMEM4PY_HOME`` is set but its host library is not
+    the one this worker loaded (the preload failed, or another came first)."""
+    from pkb_core.preload import mapped_paths, preload_errors
+    from pkb_nvshmem.nvshmem4py.home import HOME_ENV, loaded_elsewhere, nvshmem_home
+
+    home = nvshmem_home()
+    if home is None:
+        return None
+    for path, error in preload_errors().items():
+        return f"{HOME_ENV}: could not load {path} ({error})"
+    return loaded_elsewhere(home, mapped_paths("libnvshmem_host"))
 
 
 def _device(local_rank: int):
@@ -80,7 +100,7 @@ def _device(local_rank: int):
 def pkb_backend_init(ctx):
     from pkb_core.errors import BackendUnavailable
 
-    reason = requirements(ctx.device.type)
+    reason = requirements(ctx.device.type) or _home_not_loaded()
     if reason:
         raise BackendUnavailable(reason)
     from pkb_nvshmem.common import apply_env_defaults, ensure_numpy_row_stack, first_line
