@@ -12,12 +12,24 @@ paths), and :func:`load_preloads` runs as the worker's first statement.
 A library that fails to load is remembered, not raised: the backend's init
 then tells the user in one line (see :func:`preload_errors`).
 
-This module imports nothing heavy: it runs before torch.
+Loading first is not enough on its own: ``import torch`` itself loads the
+CUDA libraries of NVIDIA's wheels (NCCL, NVSHMEM, cuBLAS, ...) by absolute
+path from the first ``sys.path`` entry holding ``nvidia/<name>/lib``, and
+the loader dedupes absolute paths by file, not by soname, so torch's copy
+would load beside the preloaded one (seen on 2xH200, 2026-11-22: two
+``libnvshmem_host.so.3`` mapped). :func:`import_torch_after_preloads`
+therefore puts the root of each preloaded library laid out like those
+wheels (``ROOT/nvidia/<name>/lib/<file>``) first on ``sys.path`` while torch
+imports, so torch finds the very file already loaded.
+
+This module imports nothing heavy at import time.
 """
 from __future__ import annotations
 
 import ctypes
 import os
+import sys
+from pathlib import Path
 
 #: The environment variable the launcher fills and the worker reads.
 PRELOAD_ENV = "PKB_WORKER_PRELOAD"
@@ -65,3 +77,28 @@ def mapped_paths(fragment: str, maps_file: str = "/proc/self/maps") -> list[str]
         if len(fields) == 6 and fragment in fields[5] and fields[5] not in found:
             found.append(fields[5])
     return found
+
+
+def wheel_root(path) -> str | None:
+    """``ROOT`` for a library at ``ROOT/nvidia/<name>/lib/<file>`` (the layout
+    of NVIDIA's wheels, which torch searches), else None."""
+    parts = Path(path).parts
+    if len(parts) >= 5 and parts[-4] == "nvidia" and parts[-2] == "lib":
+        return str(Path(*parts[:-4]))
+    return None
+
+
+def import_torch_after_preloads(environ=None) -> list[str]:
+    """Load the preloads (:func:`load_preloads`), then import torch with the
+    wheel roots of what loaded first on ``sys.path`` (removed again after),
+    so torch's own library preloading picks the same files. Returns the
+    paths that loaded."""
+    loaded = load_preloads(environ)
+    roots = [root for root in map(wheel_root, loaded) if root and root not in sys.path]
+    sys.path[:0] = roots
+    try:
+        import torch  # noqa: F401 - the import is the point
+    finally:
+        for root in roots:
+            sys.path.remove(root)
+    return loaded

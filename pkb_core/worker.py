@@ -19,9 +19,9 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
-from pkb_core.preload import load_preloads
+from pkb_core.preload import import_torch_after_preloads
 
-load_preloads()  # before torch: a backend's own build of a library must load first
+import_torch_after_preloads()  # a backend's own build of a library must load before torch's
 
 import torch  # noqa: E402
 import torch.distributed as dist

@@ -12,7 +12,10 @@ Set ``PKB_NVSHMEM4PY_HOME`` to an NVSHMEM tree (``include/nvshmem.h`` and
 processes use it:
 
 * its ``libnvshmem_host.so.3`` is loaded before torch (``BackendInfo.preload``),
-  so nvshmem4py's host calls, which look the library up by soname, reach it;
+  so nvshmem4py's host calls, which look the library up by soname, reach it.
+  Keep the wheel's layout (``ROOT/nvidia/nvshmem``): torch then loads that
+  same file instead of its own (:mod:`pkb_core.preload`); with another
+  layout the process would hold two NVSHMEM libraries, and init refuses;
 * its ``include`` directory replaces the pip one in the NVRTC search path
   nvshmem4py sets for its shim (:func:`use_home_headers`).
 
