@@ -59,7 +59,7 @@ def measure(runner, job, problem, program, bound):
     timing["reference"], timing["candidate"] = primary.get("reference"), primary.get("candidate")
 
     runner.status.write(job["key"], "re-check")
-    local = _recheck(runner, job, problem, program, cand_args)
+    local, fn = _recheck(runner, job, problem, program, cand_args, fn)
     if local is None:
         hidden = side_stream_check(fn, device=runner.device, group=runner.control)
         local = ("flagged", hidden) if hidden else None
@@ -84,8 +84,14 @@ def measure(runner, job, problem, program, bound):
     return timing, runner.agree(local)
 
 
-def _recheck(runner, job, problem, program, cand_args):
-    """Fresh inputs in the timed buffers; the candidate must follow them."""
+def _recheck(runner, job, problem, program, cand_args, fn):
+    """Fresh inputs in the timed buffers; the candidate must follow them.
+
+    Returns ``(local verdict or None, callable)``: the callable just launched
+    on what the buffers now hold, for anything that runs the candidate
+    afterwards (``fn`` only if that launch failed). Calling the old one on
+    changed shapes fed problem 28's reference split sizes that no longer
+    matched its tensors (2xH200, 2026-11-22)."""
     ctx = runner.context(job, problem, RECHECK_TRIAL)
     args = problem.inputs(ctx)
     pristine = _clone(args)
@@ -94,15 +100,16 @@ def _recheck(runner, job, problem, program, cand_args):
     # would read stale shapes, so rebind in that case.
     same = _same_layout(placed, cand_args)
     target = cand_args if same else placed
-    fn, out, local = runner.call_candidate(job, program, target, pristine, problem.mutates)
+    rebound, out, local = runner.call_candidate(job, program, target, pristine, problem.mutates)
+    fn = rebound or fn
     if local:
-        return local
+        return local, fn
     ref_out = problem.reference(*_clone(pristine))
     runner.sync()
     problem_text = compare(out, ref_out, problem.spec.tolerance)
     if problem_text:
-        return "fail", f"after timing, on new inputs in the same buffers: {problem_text} (a cached answer?)"
-    return None
+        return ("fail", f"after timing, on new inputs in the same buffers: {problem_text} (a cached answer?)"), fn
+    return None, fn
 
 
 def _same_layout(a, b) -> bool:

@@ -136,12 +136,20 @@ def _graph(fn, device, group, iters, graph_calls):
         fn()  # warm up on a side stream, as capture requires
     torch.cuda.current_stream(device).wait_stream(side)
     graph = torch.cuda.CUDAGraph()
+    failure = None
     try:
         with torch.cuda.graph(graph):
             for _ in range(graph_calls):
                 fn()
     except Exception as exc:  # noqa: BLE001 - not every callable can be captured
-        raise GraphUnavailable(f"cannot capture in a CUDA graph: {type(exc).__name__}: {exc}") from None
+        failure = f"cannot capture in a CUDA graph: {type(exc).__name__}: {exc}"
+    # Every rank gives up if one could not capture: a rank that replays its
+    # collectives alone waits for peers that never come.
+    failures = [None] * dist.get_world_size(group)
+    dist.all_gather_object(failures, failure, group=group)
+    failure = next((f for f in failures if f), None)
+    if failure:
+        raise GraphUnavailable(failure)
     graph.replay()
     _sync(device)
     times = []

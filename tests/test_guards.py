@@ -99,6 +99,38 @@ def test_recheck_rebinds_when_a_scalar_argument_changed():
     assert not _same_layout((buf, 0.98), (buf, buf))
 
 
+def test_recheck_hands_on_the_callable_bound_to_the_new_inputs():
+    # After the re-check the buffers hold its inputs; the side-stream check
+    # that follows must call what was bound to them, not the timed callable
+    # (whose views and split sizes belong to the old inputs: problems 28, 29
+    # and 70 failed that way on 2xH200, 2026-11-22).
+    from types import SimpleNamespace
+
+    import torch
+
+    from pkb_core.perf import _recheck
+
+    def inputs(ctx):
+        return (torch.arange(ctx.trial % 7 + 3, dtype=torch.float32),)
+
+    bound = []
+
+    def call_candidate(job, program, args, pristine, mutates):
+        fn = lambda: args[0] * 2  # noqa: E731
+        bound.append(fn)
+        return fn, fn(), None
+
+    runner = SimpleNamespace(context=lambda job, problem, trial: SimpleNamespace(trial=trial),
+                             slots=SimpleNamespace(place=lambda args: args), call_candidate=call_candidate,
+                             sync=lambda: None)
+    problem = SimpleNamespace(inputs=inputs, reference=lambda x: x * 2, mutates=(),
+                              spec=SimpleNamespace(tolerance={"atol": 0, "rtol": 0}))
+    timed = lambda: None  # noqa: E731
+    local, fn = _recheck(runner, {}, problem, None, (torch.zeros(2),), timed)
+    assert local is None and fn is bound[-1] and fn is not timed
+    assert fn().numel() == 1_000_000 % 7 + 3
+
+
 def test_comparison_runs_where_the_reference_is():
     # Whole-tensor arithmetic stays on the reference's device (the host was too
     # slow for 256 MiB outputs); 16-bit values are compared in fp32.
