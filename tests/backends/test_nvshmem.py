@@ -505,3 +505,96 @@ def test_ibgda_headers_are_shadowed_for_nvrtc(tmp_path):
     assert common.shadow_ibgda_headers(SimpleNamespace(CUDA_NVRTC_EXTRA_SEARCH_PATHS=str(include)),
                                        tmp_path / "other") is None
     assert common.shadow_ibgda_headers(SimpleNamespace(), tmp_path / "none") is None
+
+
+# ---------------------------------------------------------------------------
+# PKB_NVSHMEM4PY_HOME: nvshmem4py on an NVSHMEM of the user's choosing
+# ---------------------------------------------------------------------------
+
+def _nvshmem_tree(root: Path) -> Path:
+    """A stand-in NVSHMEM tree in the wheel's layout (ROOT/nvidia/nvshmem)."""
+    home = root / "nvidia" / "nvshmem"
+    (home / "include").mkdir(parents=True)
+    (home / "lib").mkdir()
+    (home / "include" / "nvshmem.h").write_text("/* stand-in */\n")
+    (home / "lib" / "libnvshmem_host.so.3").write_bytes(b"\x7fELF")
+    return home
+
+
+def test_home_is_checked_and_preloaded_only_when_complete(tmp_path):
+    from pkb_nvshmem.nvshmem4py import home as h
+
+    assert h.nvshmem_home({}) is None and h.preload({}) == ()
+    tree = _nvshmem_tree(tmp_path)
+    env = {h.HOME_ENV: str(tree)}
+    assert h.home_missing(tree) is None
+    assert h.preload(env) == (str(tree / "lib" / "libnvshmem_host.so.3"),)
+    (tree / "lib" / "libnvshmem_host.so.3").unlink()
+    reason = h.home_missing(tree)
+    assert reason.startswith(f"PKB_NVSHMEM4PY_HOME={tree} has no lib/libnvshmem_host.so.3 (point it at")
+    assert "\n" not in reason and h.preload(env) == ()
+
+
+def test_requirements_check_the_home_instead_of_searching(monkeypatch, tmp_path):
+    _all_present(monkeypatch)
+    monkeypatch.setattr(common, "library_missing", lambda device_bitcode=False: "searched")
+    tree = _nvshmem_tree(tmp_path)
+    monkeypatch.setenv("PKB_NVSHMEM4PY_HOME", str(tree))
+    assert py_plugin.requirements("cuda") is None
+    (tree / "include" / "nvshmem.h").unlink()
+    assert py_plugin.requirements("cuda").startswith(f"PKB_NVSHMEM4PY_HOME={tree} has no include/nvshmem.h")
+    assert torch_plugin.requirements("cuda") == "searched"  # the torch backend ignores the home
+
+
+def test_the_backend_names_its_preload(pkb_pm, monkeypatch, tmp_path):
+    from pkb_core.plugins import get_backend_info
+
+    info = get_backend_info(pkb_pm, "nvshmem4py")
+    monkeypatch.delenv("PKB_NVSHMEM4PY_HOME", raising=False)
+    assert info.preload() == ()
+    tree = _nvshmem_tree(tmp_path)
+    monkeypatch.setenv("PKB_NVSHMEM4PY_HOME", str(tree))
+    assert info.preload() == (str(tree / "lib" / "libnvshmem_host.so.3"),)
+    assert get_backend_info(pkb_pm, "nvshmem").preload() == ()
+
+
+def test_a_second_nvshmem_in_the_process_is_named(tmp_path):
+    # 2xH200, 2026-11-22: torch had loaded its own 3.4.5 beside the home's 3.8.0.
+    from pkb_nvshmem.nvshmem4py.home import loaded_elsewhere
+
+    tree = _nvshmem_tree(tmp_path)
+    ours = str(tree / "lib" / "libnvshmem_host.so.3")
+    torchs = "/venv/site-packages/nvidia/nvshmem/lib/libnvshmem_host.so.3"
+    assert loaded_elsewhere(tree, [ours]) is None
+    assert loaded_elsewhere(tree, []) is None
+    assert loaded_elsewhere(tree, [torchs]) == \
+        f"PKB_NVSHMEM4PY_HOME is set but this process loaded NVSHMEM from {torchs} instead of {ours}"
+    assert "two NVSHMEM host libraries" in loaded_elsewhere(tree, [torchs, ours])
+
+
+def test_init_refuses_when_the_home_library_is_not_the_loaded_one(monkeypatch, tmp_path):
+    from pkb_core import preload
+
+    tree = _nvshmem_tree(tmp_path)
+    monkeypatch.setenv("PKB_NVSHMEM4PY_HOME", str(tree))
+    monkeypatch.setattr(py_plugin, "requirements", lambda device: None)
+    monkeypatch.setattr(preload, "mapped_paths", lambda fragment: ["/other/libnvshmem_host.so.3"])
+    with pytest.raises(BackendUnavailable, match="loaded NVSHMEM from /other/libnvshmem_host.so.3 instead of"):
+        py_plugin.pkb_backend_init(ctx=_Ctx())
+    monkeypatch.setattr(preload, "preload_errors", lambda: {"/x/libnvshmem_host.so.3": "wrong ELF class"})
+    with pytest.raises(BackendUnavailable) as refused:
+        py_plugin.pkb_backend_init(ctx=_Ctx())
+    assert str(refused.value) == "PKB_NVSHMEM4PY_HOME: could not load /x/libnvshmem_host.so.3 (wrong ELF class)"
+
+
+def test_home_headers_replace_the_pip_ones_for_nvrtc(tmp_path):
+    from types import SimpleNamespace
+
+    from pkb_nvshmem.nvshmem4py.home import use_home_headers
+
+    tree = _nvshmem_tree(tmp_path)
+    config = SimpleNamespace(CUDA_NVRTC_EXTRA_SEARCH_PATHS="/pip/nvidia/nvshmem/include:/cccl:/bindings")
+    assert use_home_headers(config, tree, "/pip/nvidia/nvshmem/include") == str(tree / "include")
+    assert config.CUDA_NVRTC_EXTRA_SEARCH_PATHS == f"{tree / 'include'}:/cccl:/bindings"
+    use_home_headers(config, tree, "/pip/nvidia/nvshmem/include")  # idempotent
+    assert config.CUDA_NVRTC_EXTRA_SEARCH_PATHS == f"{tree / 'include'}:/cccl:/bindings"

@@ -29,6 +29,9 @@ SIZES = {
     "default": {"tokens": 1024, "hidden": 1024},
     "large": {"tokens": 32768, "hidden": 4096},
 }
+# NCCL runs all_to_all_single as grouped point-to-point calls; replaying them
+# from a CUDA graph hung on the 2xH200 (docs/benchmarks/2026-11-22-h200x2-c.md).
+CUDA_GRAPH = False
 
 
 def inputs(ctx):
