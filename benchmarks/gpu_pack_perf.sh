@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Owed by issues 6 and 9 (not yet run: the session's device time ran out):
-# every problem of the TP/SP pack and of the EP/graph/geometric/other pack at
-# default size with --measure-perf on 2xH200, reference as candidate.
+# Issues 6 and 9: every problem of the TP/SP pack and of the
+# EP/graph/geometric/other pack at default size with --measure-perf on 2xH200,
+# reference as candidate (run 2026-11-22, docs/benchmarks/2026-11-22-h200x2-c.md).
 # Run from the repository root on the GPU machine: bash benchmarks/gpu_pack_perf.sh
 cd "$(dirname "$0")/.."
 BUDGET=560; source benchmarks/gpu_lib.sh
