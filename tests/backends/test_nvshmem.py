@@ -598,3 +598,24 @@ def test_home_headers_replace_the_pip_ones_for_nvrtc(tmp_path):
     assert config.CUDA_NVRTC_EXTRA_SEARCH_PATHS == f"{tree / 'include'}:/cccl:/bindings"
     use_home_headers(config, tree, "/pip/nvidia/nvshmem/include")  # idempotent
     assert config.CUDA_NVRTC_EXTRA_SEARCH_PATHS == f"{tree / 'include'}:/cccl:/bindings"
+
+
+def test_nvshmem_stream_wrappers_are_made_once_per_stream(monkeypatch):
+    # A new NvshmemStream per barrier cost host time on every call (2xH200 profile).
+    import torch
+
+    from pkb_nvshmem.nvshmem4py import heap
+
+    made = []
+    fake = types.ModuleType("nvshmem.core")
+    fake.NvshmemStream = lambda stream: made.append(stream) or ("wrapped", stream.cuda_stream)
+    monkeypatch.setitem(sys.modules, "nvshmem", types.ModuleType("nvshmem"))
+    monkeypatch.setitem(sys.modules, "nvshmem.core", fake)
+    sys.modules["nvshmem"].core = fake
+    monkeypatch.setattr(heap, "_STREAMS", {})
+    current = types.SimpleNamespace(cuda_stream=7)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda: current)
+    assert heap.current_stream() == ("wrapped", 7) and heap.current_stream() == ("wrapped", 7)
+    current = types.SimpleNamespace(cuda_stream=9)
+    assert heap.current_stream() == ("wrapped", 9)
+    assert [s.cuda_stream for s in made] == [7, 9]

@@ -58,10 +58,18 @@ def as_bytes(tensor: torch.Tensor):
 def stream():
     """torch's current CUDA stream as a Numba stream: launch kernels on it
     (``kernel[blocks, threads, stream()](...)``) so they stay in order with
-    torch's work and with :func:`barrier`."""
+    torch's work and with :func:`barrier`. One Numba stream per CUDA stream
+    is kept: making one took about 100 µs of an eager call (2xH200 profile)."""
+    return _numba_stream(torch.cuda.current_stream().cuda_stream)
+
+
+@functools.lru_cache(maxsize=None)
+def _numba_stream(handle: int):
+    # The Numba stream holds only the handle's value, which is what the launch
+    # and torch both name the stream by: keeping it cannot go stale.
     from numba import cuda
 
-    return cuda.external_stream(torch.cuda.current_stream().cuda_stream)
+    return cuda.external_stream(handle)
 
 
 def barrier() -> None:
