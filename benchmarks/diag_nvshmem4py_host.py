@@ -1,31 +1,27 @@
 """Where an nvshmem4py sample's eager call spends its host time.
 
 A solution file for problem 2 (all-gather) that, on its first call, times
-each host step of ``samples/2_allgather.py`` 200 times on rank 0 and prints
-the medians (they land in the launch log), then answers like the sample.
+each host step of ``samples/2_allgather.py`` 200 times on every rank and
+prints the medians (they land in the launch log); every call then answers
+with the sample's own ``solution``.
 Run on a GPU machine with nvshmem4py set up (docs/backends/nvshmem.md):
 ``pkb run --backend nvshmem4py --problem 2 --solution benchmarks/diag_nvshmem4py_host.py --size default``
 """
+import importlib.util
 import statistics
 import time
+from pathlib import Path
 
 import torch
 
-from pkb_nvshmem.nvshmem4py import as_bytes, barrier, cuda, int32, nvd, peers, stream
+import pkb_nvshmem.nvshmem4py as n4py
+from pkb_nvshmem.nvshmem4py import as_bytes, barrier, peers, stream
 
-THREADS = 512
+SAMPLE = Path(n4py.__file__).parent / "samples" / "2_allgather.py"
+_spec = importlib.util.spec_from_file_location("pkb_nvshmem4py_allgather_sample", SAMPLE)
+sample = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(sample)
 _done = []
-
-
-@cuda.jit
-def _gather(out, src, nbytes, rank, world):
-    share = (nbytes + cuda.gridDim.x - 1) // cuda.gridDim.x
-    lo = cuda.blockIdx.x * share
-    hi = min(lo + share, nbytes)
-    if lo < hi:
-        for i in range(world):
-            peer = (rank + i) % world
-            nvd.get_block(out[peer * nbytes + lo:peer * nbytes + hi], src[lo:hi], int32(peer))
 
 
 def _time(label, step, reps=200):
@@ -46,7 +42,7 @@ def _profile(tensor):
     blocks = sym.blocks(nbytes)
 
     def launch():
-        _gather[blocks, THREADS, s](a, b, nbytes, sym.rank, sym.world_size)
+        sample._gather[blocks, sample.THREADS, s](a, b, nbytes, sym.rank, sym.world_size)
         barrier()  # keep the ranks in step: every launch reads the peers
 
     results = [
@@ -62,15 +58,8 @@ def _profile(tensor):
 
 
 def solution(tensor):
-    sym = peers(tensor)
     if not _done:
         _done.append(True)
         barrier()
         _profile(tensor)  # on every rank: the barriers need every PE
-    out = torch.empty((sym.world_size, *tensor.shape), dtype=tensor.dtype, device=tensor.device)
-    nbytes = tensor.numel() * tensor.element_size()
-    barrier()
-    _gather[sym.blocks(nbytes), THREADS, stream()](as_bytes(out), as_bytes(tensor), nbytes, sym.rank,
-                                                    sym.world_size)
-    barrier()
-    return out
+    return sample.solution(tensor)

@@ -37,3 +37,9 @@ builds() {  # cold builds of the cuda and parallelkittens samples, in parallel (
   done
   wait
 }
+
+nvshmem4py_on_nvshmem38() {  # nvshmem4py on the carried NVSHMEM 3.8.0 (.carry/nvshmem-3.8.0.txz)
+  export PYTHONPATH=/tmp/n4py${PYTHONPATH:+:$PYTHONPATH}
+  mkdir -p /tmp/nvshmem38 && tar xJf .carry/nvshmem-3.8.0.txz -C /tmp/nvshmem38
+  export PKB_NVSHMEM4PY_HOME=/tmp/nvshmem38/nvidia/nvshmem
+}

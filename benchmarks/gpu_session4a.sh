@@ -9,14 +9,12 @@
 # nvshmem_bootstrap_uid.so.3).
 cd "$(dirname "$0")/.."
 BUDGET=500; source benchmarks/gpu_lib.sh
-export PYTHONPATH=/tmp/n4py${PYTHONPATH:+:$PYTHONPATH}
-mkdir -p /tmp/nvshmem38 && tar xJf .carry/nvshmem-3.8.0.txz -C /tmp/nvshmem38
-H=/tmp/nvshmem38/nvidia/nvshmem
+nvshmem4py_on_nvshmem38
+H=$PKB_NVSHMEM4PY_HOME
 MAPS='import sys; print(sys.argv[1], sorted({l.split()[-1] for l in open("/proc/self/maps") if "nvshmem" in l}) or "none")'
 python3 -c "import torch; $MAPS" after-import-torch 2>&1 | tail -2
 python3 -c "import torch; torch.zeros(1, device='cuda'); import torch.distributed._symmetric_memory; $MAPS" after-cuda-init 2>&1 | tail -2
 PKB_WORKER_PRELOAD=$H/lib/libnvshmem_host.so.3 python3 -c "import pkb_core.worker, torch; torch.zeros(1, device='cuda'); $MAPS" with-preload 2>&1 | tail -2
-export PKB_NVSHMEM4PY_HOME=$H
 t0=$(date +%s)
 timeout 90 python3 benchmarks/diag_nvshmem4py.py > $L/diag_n4py.txt 2>&1
 echo "== diag_n4py rc=$? $(( $(date +%s) - t0 )) s"

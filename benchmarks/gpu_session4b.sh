@@ -7,12 +7,10 @@
 # Carry: .whl (nvshmem4py, cffi, pycparser), .carry (nvshmem-3.8.0.txz).
 cd "$(dirname "$0")/.."
 BUDGET=420; source benchmarks/gpu_lib.sh
-export PYTHONPATH=/tmp/n4py${PYTHONPATH:+:$PYTHONPATH}
-mkdir -p /tmp/nvshmem38 && tar xJf .carry/nvshmem-3.8.0.txz -C /tmp/nvshmem38
-H=/tmp/nvshmem38/nvidia/nvshmem
+nvshmem4py_on_nvshmem38
+H=$PKB_NVSHMEM4PY_HOME
 MAPS='import sys; print(sys.argv[1], sorted({l.split()[-1] for l in open("/proc/self/maps") if "nvshmem" in l}) or "none")'
 PKB_WORKER_PRELOAD=$H/lib/libnvshmem_host.so.3 python3 -c "import pkb_core.worker, torch; torch.zeros(1, device='cuda'); $MAPS" worker-with-preload 2>&1 | tail -2
-export PKB_NVSHMEM4PY_HOME=$H
 TAIL=12 step n4py 150 run --backend nvshmem4py --size default --measure-perf --timing-mode latency,graph --trials 2 \
      --warmup 10 --iters 30 --timeout 90
 grep -h "Error\|error:\|Segmentation\|Traceback" $L/n4py-logs/*.log 2>/dev/null | sort | uniq -c | sort -rn | head -8 | cut -c1-300

@@ -4,9 +4,7 @@
 # profile of one sample. Carry: .whl, .carry (as gpu_session4b.sh).
 cd "$(dirname "$0")/.."
 BUDGET=240; source benchmarks/gpu_lib.sh
-export PYTHONPATH=/tmp/n4py${PYTHONPATH:+:$PYTHONPATH}
-mkdir -p /tmp/nvshmem38 && tar xJf .carry/nvshmem-3.8.0.txz -C /tmp/nvshmem38
-export PKB_NVSHMEM4PY_HOME=/tmp/nvshmem38/nvidia/nvshmem
+nvshmem4py_on_nvshmem38
 TAIL=6 step n4py-host 150 run --backend nvshmem4py --problem 2 --solution benchmarks/diag_nvshmem4py_host.py \
      --size default --trials 1 --timeout 120
 grep -h "host steps" $L/n4py-host-logs/*.log | cut -c1-400

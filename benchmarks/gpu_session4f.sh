@@ -4,9 +4,7 @@
 # eager call goes (host steps add up to ~130 us, call 6).
 cd "$(dirname "$0")/.."
 BUDGET=200; source benchmarks/gpu_lib.sh
-export PYTHONPATH=/tmp/n4py${PYTHONPATH:+:$PYTHONPATH}
-mkdir -p /tmp/nvshmem38 && tar xJf .carry/nvshmem-3.8.0.txz -C /tmp/nvshmem38
-export PKB_NVSHMEM4PY_HOME=/tmp/nvshmem38/nvidia/nvshmem
+nvshmem4py_on_nvshmem38
 TAIL=6 step n4py-prof 150 run --backend nvshmem4py --problem 2 --size default --measure-perf --timing-mode latency \
      --trials 1 --warmup 10 --iters 30 --timeout 120 --profile
 ls -la $L/n4py-prof-profiles 2>/dev/null | head

@@ -5,9 +5,7 @@
 # at default size, and the sweep again. Carry: .whl, .carry.
 cd "$(dirname "$0")/.."
 BUDGET=330; source benchmarks/gpu_lib.sh
-export PYTHONPATH=/tmp/n4py${PYTHONPATH:+:$PYTHONPATH}
-mkdir -p /tmp/nvshmem38 && tar xJf .carry/nvshmem-3.8.0.txz -C /tmp/nvshmem38
-export PKB_NVSHMEM4PY_HOME=/tmp/nvshmem38/nvidia/nvshmem
+nvshmem4py_on_nvshmem38
 TAIL=4 step n4py-host 90 run --backend nvshmem4py --problem 2 --solution benchmarks/diag_nvshmem4py_host.py \
      --size default --trials 1 --timeout 60
 grep -h "host steps" $L/n4py-host-logs/*.log | cut -c1-400
