@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fourth GPU session, sixth call (2xH200): where nvshmem4py's eager calls
-# spend their host time (benchmarks/diag_nvshmem4py_host.py), and torch's
-# profile of one sample. Carry: .whl, .carry (as gpu_session4b.sh).
+# spend their host time (benchmarks/diag_nvshmem4py_host.py).
+# Carry: .whl, .carry (as gpu_session4b.sh).
 cd "$(dirname "$0")/.."
 BUDGET=240; source benchmarks/gpu_lib.sh
 nvshmem4py_on_nvshmem38
