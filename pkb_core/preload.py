@@ -8,7 +8,8 @@ build has to be loaded first: before ``import torch``.
 
 A backend names those libraries with ``BackendInfo.preload``; the launcher
 passes them to its workers in :data:`PRELOAD_ENV` (``os.pathsep``-separated
-paths), and :func:`load_preloads` runs as the worker's first statement.
+paths), and the worker's first statement loads them
+(:func:`import_torch_after_preloads`).
 A library that fails to load is remembered, not raised: the backend's init
 then tells the user in one line (see :func:`preload_errors`).
 

@@ -29,9 +29,12 @@ class Shard(submitit.helpers.Checkpointable):
         from pkb_core.launch import run_jobs
         from pkb_core.plugins import get_backend_info, get_plugin_manager
 
-        missing = get_backend_info(get_plugin_manager(), settings.backend).unavailable_reason(settings.device)
+        info = get_backend_info(get_plugin_manager(), settings.backend)
+        missing = info.unavailable_reason(settings.device)
         if missing:
             raise PkbError(f"on {platform.node()}: {missing}")
+        # Library paths are the node's, not the submitting host's.
+        settings = dataclasses.replace(settings, preload=tuple(info.preload()))
         if settings.calibration is None and any(job["measure_perf"] for job in jobs):
             from pkb_core.calibrate import calibrate
 

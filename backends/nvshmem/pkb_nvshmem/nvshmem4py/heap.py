@@ -26,9 +26,9 @@ def _round_up(n: int, to: int) -> int:
     return -(-n // to) * to
 
 
-#: NvshmemStream wrappers by CUDA stream handle. Wrapping anew on every call
-#: cost tens of µs of host time per barrier (2xH200 profile, 2026-11-22). A
-#: wrapper keeps its torch stream object alive, so its handle cannot be reused.
+#: NvshmemStream wrappers by CUDA stream handle, made once rather than on
+#: every barrier: eager calls are host-bound (docs/benchmarks/2026-11-22-h200x2-c.md).
+#: A wrapper holds its torch stream object, so its handle cannot be reused.
 _STREAMS: dict = {}
 
 

@@ -59,7 +59,8 @@ def stream():
     """torch's current CUDA stream as a Numba stream: launch kernels on it
     (``kernel[blocks, threads, stream()](...)``) so they stay in order with
     torch's work and with :func:`barrier`. One Numba stream per CUDA stream
-    is kept: making one took about 100 µs of an eager call (2xH200 profile)."""
+    is kept: the profile of an eager call showed ~100 µs of host time where
+    a new one was made on every call (docs/benchmarks/2026-11-22-h200x2-c.md)."""
     return _numba_stream(torch.cuda.current_stream().cuda_stream)
 
 

@@ -32,8 +32,9 @@ WHEEL_HINT = ("carry the cp312 wheel nvshmem4py-cu13 and install it with `pip in
 def requirements(device: str):
     """``None`` when nvshmem4py solutions can run on ``device`` here, else one
     line naming what is missing: a GPU (and CUDA torch), the NVSHMEM library
-    (the tree ``PKB_NVSHMEM4PY_HOME`` names, when it is set), an importable nvshmem4py (``nvshmem.core``), numba-cuda, and cffi (which
-    nvshmem4py's Numba device bindings import; the GPU image lacks it)."""
+    (the tree ``PKB_NVSHMEM4PY_HOME`` names, when it is set), an importable
+    nvshmem4py (``nvshmem.core``), numba-cuda, and cffi (which nvshmem4py's
+    Numba device bindings import; the GPU image lacks it)."""
     from pkb_nvshmem.common import cuda_missing, first_line, library_missing, module_missing
     from pkb_nvshmem.nvshmem4py.home import home_missing, nvshmem_home
 
@@ -83,7 +84,9 @@ def _home_not_loaded():
     home = nvshmem_home()
     if home is None:
         return None
-    for path, error in preload_errors().items():
+    failed = preload_errors()
+    if failed:
+        path, error = next(iter(failed.items()))
         return f"{HOME_ENV}: could not load {path} ({error})"
     return loaded_elsewhere(home, mapped_paths("libnvshmem_host"))
 
