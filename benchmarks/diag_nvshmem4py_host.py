@@ -40,9 +40,10 @@ def _profile(tensor):
     out = torch.empty((sym.world_size, *tensor.shape), dtype=tensor.dtype, device=tensor.device)
     a, b, s = as_bytes(out), as_bytes(tensor), stream()
     blocks = sym.blocks(nbytes)
+    share = sym.share(nbytes, blocks)
 
     def launch():
-        sample._gather[blocks, sample.THREADS, s](a, b, nbytes, sym.rank, sym.world_size)
+        sample._gather[blocks, sample.THREADS, s](a, b, nbytes, share, sym.rank, sym.world_size)
         barrier()  # keep the ranks in step: every launch reads the peers
 
     results = [

@@ -619,3 +619,17 @@ def test_nvshmem_stream_wrappers_are_made_once_per_stream(monkeypatch):
     current = types.SimpleNamespace(cuda_stream=9)
     assert heap.current_stream() == ("wrapped", 9)
     assert [s.cuda_stream for s in made] == [7, 9]
+
+
+@pytest.mark.parametrize("total,parts,itemsize", [(33554432, 132, 2), (67108864, 132, 1), (1000, 7, 4),
+                                                   (5, 8, 2), (1, 1, 8), (255, 3, 1)])
+def test_aligned_shares_cover_everything_and_start_256_bytes_apart(total, parts, itemsize):
+    # The unrounded ceil(total / parts) put NVSHMEM gets at odd addresses.
+    share = common.aligned_share(total, parts, itemsize)
+    assert (share * itemsize) % common.SHARE_ALIGN == 0
+    assert share * parts >= total                      # parts programs cover every element
+    assert share - -(-total // parts) < common.SHARE_ALIGN // itemsize  # rounded up, no further
+
+
+def test_aligned_share_falls_back_to_elements_for_odd_item_sizes():
+    assert common.aligned_share(100, 3, itemsize=3) == 34

@@ -53,6 +53,15 @@ class Symmetric:
         cap = min(cap, self.signal_slots // channels)
         return max(1, min(cap, -(-numel // block)))
 
+    def chunk(self, numel: int, grid: int, itemsize: int) -> int:
+        """Elements per program when ``grid`` programs split ``numel`` elements
+        of ``itemsize`` bytes: every program's part starts 256 bytes after the
+        previous one's (:func:`pkb_nvshmem.common.aligned_share`), so NVSHMEM
+        copies it with wide words. Programs past the end get nothing."""
+        from pkb_nvshmem.common import aligned_share
+
+        return aligned_share(numel, grid, itemsize)
+
 
 @functools.lru_cache(maxsize=None)
 def _sm_count(device: torch.device) -> int:

@@ -32,6 +32,15 @@ class Peers:
         size every rank shares, so every rank launches the same grid."""
         return max(1, min(sm_count(self.device), -(-nbytes // per_block)))
 
+    def share(self, nbytes: int, blocks: int) -> int:
+        """Bytes per block when ``blocks`` blocks split ``nbytes``: each block's
+        part starts 256 bytes after the previous one's, so NVSHMEM's block
+        copies use wide words (:func:`pkb_nvshmem.common.aligned_share`).
+        Blocks past the end get nothing."""
+        from pkb_nvshmem.common import aligned_share
+
+        return aligned_share(nbytes, blocks)
+
 
 @functools.lru_cache(maxsize=None)
 def sm_count(device: torch.device) -> int:

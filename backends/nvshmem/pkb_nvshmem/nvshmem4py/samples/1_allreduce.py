@@ -19,8 +19,7 @@ THREADS = 512
 
 
 @cuda.jit
-def _gather(out, src, nbytes, rank, world):
-    share = (nbytes + cuda.gridDim.x - 1) // cuda.gridDim.x
+def _gather(out, src, nbytes, share, rank, world):
     lo = cuda.blockIdx.x * share
     hi = min(lo + share, nbytes)
     if lo < hi:
@@ -34,8 +33,10 @@ def solution(tensor):
     nbytes = tensor.numel() * tensor.element_size()
     staging = torch.empty((sym.world_size, *tensor.shape), dtype=tensor.dtype, device=tensor.device)
     barrier()
-    _gather[sym.blocks(nbytes), THREADS, stream()](as_bytes(staging), as_bytes(tensor), nbytes, sym.rank,
-                                                    sym.world_size)
+    blocks = sym.blocks(nbytes)
+    share = sym.share(nbytes, blocks)
+    _gather[blocks, THREADS, stream()](as_bytes(staging), as_bytes(tensor), nbytes, share, sym.rank,
+                                       sym.world_size)
     barrier()
     accumulate = torch.float64 if tensor.dtype == torch.float64 else torch.float32
     return staging.sum(dim=0, dtype=accumulate).to(tensor.dtype)

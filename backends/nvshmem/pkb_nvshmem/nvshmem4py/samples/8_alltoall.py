@@ -3,8 +3,9 @@
 Each rank pulls its own slot of every rank's (W, M, N) input, an NVSHMEM
 symmetric object, with the block-scoped ``get_block(dst, src, pe)`` of
 nvshmem4py's Numba device API, into the slot of the rank it came from. Block
-b copies its share of the slot's bytes from each rank, starting with its own
-rank. NVSHMEM barriers on torch's stream meet the peers before and after.
+b copies its share of the slot's bytes (``sym.share``: parts 256 bytes
+apart) from each rank, starting with its own rank. NVSHMEM barriers on
+torch's stream meet the peers before and after.
 """
 import torch
 
@@ -14,8 +15,7 @@ THREADS = 512
 
 
 @cuda.jit
-def _exchange(out, src, slot, rank, world):
-    share = (slot + cuda.gridDim.x - 1) // cuda.gridDim.x
+def _exchange(out, src, slot, share, rank, world):
     lo = cuda.blockIdx.x * share
     hi = min(lo + share, slot)
     mine = rank * slot  # where this rank's slot starts in every input
@@ -30,7 +30,9 @@ def solution(tensor):
     out = torch.empty_like(tensor)
     slot = tensor[0].numel() * tensor.element_size()
     barrier()
-    _exchange[sym.blocks(slot), THREADS, stream()](as_bytes(out), as_bytes(tensor), slot, sym.rank,
-                                                    sym.world_size)
+    blocks = sym.blocks(slot)
+    share = sym.share(slot, blocks)
+    _exchange[blocks, THREADS, stream()](as_bytes(out), as_bytes(tensor), slot, share, sym.rank,
+                                         sym.world_size)
     barrier()
     return out
