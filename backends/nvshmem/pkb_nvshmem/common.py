@@ -9,9 +9,11 @@ from __future__ import annotations
 import glob
 import importlib.util
 import os
-import re
 import sys
 from pathlib import Path
+
+# The multicast guard is pkb_core's; re-exported for the plugins and their tests.
+from pkb_core.multicast import ALLOW_MULTICAST_ENV, MULTICAST_PATTERNS, multicast_use, refuse_multicast  # noqa: F401
 
 #: Set with ``os.environ.setdefault`` by each backend's init, before NVSHMEM
 #: initialises (it reads them then). A value the user set is never replaced.
@@ -173,54 +175,6 @@ def cuda_missing() -> str | None:
     if not torch.cuda.is_available():
         return "torch.cuda.is_available() is False (no visible NVIDIA GPU)"
     return None
-
-
-# ---------------------------------------------------------------------------
-# the multicast guard
-# ---------------------------------------------------------------------------
-
-#: Calls that reach NVLink multicast (cuMulticastCreate, NVLS), in Python or
-#: CUDA source. Prose that merely mentions multicast does not match.
-MULTICAST_PATTERNS = (
-    r"\bget_multicast_\w+",         # nvshmem4py: get_multicast_tensor/array/buffer
-    r"\bnvshmemx_mc_ptr\b",         # NVSHMEM's multicast address
-    r"\bmultimem_\w+",              # torch.ops.symm_mem.multimem_*
-    r"\bmultimem\s*<",              # ThunderKittens' multimem<T>
-    r"\bcuMulticast\w*",            # the driver API itself
-    r"\bmulticast_(create|bind)\w*",  # ThunderKittens' vmm helpers
-    r"\bmulticast\s*=\s*True\b",    # TKParallelTensor(multicast=True)
-)
-ALLOW_MULTICAST_ENV = "PKB_ALLOW_MULTICAST"
-
-
-def multicast_use(source: str, extra_patterns=()) -> str | None:
-    """The first multicast call found in ``source`` (a line of it), or None.
-
-    Returns None when ``PKB_ALLOW_MULTICAST=1``: on machines where NVLink
-    multicast is safe, its use is the user's choice, never pkb's default.
-    """
-    if os.environ.get(ALLOW_MULTICAST_ENV, "") not in ("", "0"):
-        return None
-    for pattern in (*MULTICAST_PATTERNS, *extra_patterns):
-        match = re.search(pattern, source)
-        if match:
-            return match.group(0)
-    return None
-
-
-def refuse_multicast(path, extra_patterns=()) -> None:
-    """Raise :class:`pkb_core.errors.CompileError` if the solution file at
-    ``path`` calls a multicast API (see :func:`multicast_use`)."""
-    from pkb_core.errors import CompileError
-
-    try:
-        source = Path(path).read_text(errors="replace")
-    except OSError:
-        return  # load_solution reports the missing file
-    found = multicast_use(source, extra_patterns)
-    if found:
-        raise CompileError(f"{path}: uses NVLink multicast ({found}), which pkb does not allow on this machine "
-                           f"(set {ALLOW_MULTICAST_ENV}=1 where multicast is safe)")
 
 
 #: The NVSHMEM header that turns on the InfiniBand GPU-direct-async device path.

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 from pathlib import Path
+
+from pkb_core.multicast import ALLOW_MULTICAST_ENV
 
 #: The device/host helpers (namespace ``pkb::pk``) put in front of every source.
 HEADER_PATH = Path(__file__).with_name("pkb_parallelkittens.cuh")
@@ -29,17 +30,13 @@ TK_CFLAGS = ("-O3",)
 #: ThunderKittens builds TMA descriptors with the driver API (cuTensorMapEncodeTiled).
 TK_LDFLAGS = ("-lcuda",)
 
-#: Calls that reach NVLink multicast in ThunderKittens, on top of
-#: :data:`MULTICAST_PATTERNS` (refused by :func:`compile` and the plugin).
+#: Calls that reach NVLink multicast in ThunderKittens, on top of pkb_core's
+#: (:data:`pkb_core.multicast.MULTICAST_PATTERNS`); refused by :func:`compile`
+#: and the plugin.
 TK_MULTICAST_PATTERNS = (
     r"\bbarrier_t\s*<", r"\bbarrier_all\s*\(", r"\bsignal_all\s*\(", r"\bTKParallelTensor\b", r"\bmc_ptr\b",
     r"\bmulticast_(?:check|create|bind|unbind)\w*",
 )
-MULTICAST_PATTERNS = (
-    r"\bcuMulticast\w*", r"\bmultimem\s*<", r"\bmultimem_\w+", r"\bget_multicast_\w+",
-    r"\bmulticast\s*=\s*True\b",
-)
-ALLOW_MULTICAST_ENV = "PKB_ALLOW_MULTICAST"
 
 
 def tk_root() -> Path | None:
@@ -97,15 +94,12 @@ def world_size() -> int:
 
 
 def multicast_use(source: str) -> str | None:
-    """The first multicast call in ``source``, or None (always None with
-    ``PKB_ALLOW_MULTICAST=1``, for machines where multicast is safe)."""
-    if os.environ.get(ALLOW_MULTICAST_ENV, "") not in ("", "0"):
-        return None
-    for pattern in (*MULTICAST_PATTERNS, *TK_MULTICAST_PATTERNS):
-        match = re.search(pattern, source)
-        if match:
-            return match.group(0)
-    return None
+    """The first multicast call in ``source``, ThunderKittens' spellings
+    included, or None (always None with ``PKB_ALLOW_MULTICAST=1``, for
+    machines where multicast is safe)."""
+    from pkb_core.multicast import multicast_use as core_multicast_use
+
+    return core_multicast_use(source, TK_MULTICAST_PATTERNS)
 
 
 def compile(name, cuda_source, cpp_source="", functions=(), *, extra_cuda_cflags=(), extra_cflags=(),

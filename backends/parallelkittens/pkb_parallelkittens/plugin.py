@@ -57,18 +57,11 @@ def pkb_backend_init(ctx):
 def pkb_backend_compile(state, problem, solution):
     if solution is None:
         return None  # the core default runs the problem's reference
-    from pkb_core.errors import CompileError
+    from pkb_core.multicast import refuse_multicast
 
-    from pkb_parallelkittens.build import ALLOW_MULTICAST_ENV, multicast_use
+    from pkb_parallelkittens.build import TK_MULTICAST_PATTERNS
 
-    try:
-        source = Path(solution).read_text(errors="replace")
-    except OSError:
-        return None  # the core default reports the missing file
-    found = multicast_use(source)
-    if found:
-        raise CompileError(f"{solution}: uses NVLink multicast ({found}), which pkb does not allow on this "
-                           f"machine (set {ALLOW_MULTICAST_ENV}=1 where multicast is safe)")
+    refuse_multicast(solution, TK_MULTICAST_PATTERNS)
     return None  # the core default loads the file's `solution`
 
 
