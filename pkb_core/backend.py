@@ -53,11 +53,18 @@ class BackendInfo:
 
 @dataclass
 class WorkerContext:
-    """What ``pkb_backend_init`` gets on each rank.
+    """What ``pkb_backend_init`` gets in each of a candidate's processes.
 
-    ``device`` is a ``torch.device``; ``control_group`` is a gloo process group
-    the harness uses for its own agreement and barriers (solutions must not
-    use it); ``options`` holds the ``[backends.<name>]`` table of the config.
+    ``device`` is a ``torch.device``; ``options`` holds the ``[backends.<name>]``
+    table of the config. ``store`` is the job's c10d store (the same on every
+    rank), ``run_id`` a name unique to the job and the same on every rank (for
+    shared-memory files and the like), and ``barrier()`` a barrier among the
+    job's ranks: what a backend needs to set up a runtime collectively. The
+    default process group is initialised; for a custom-kernel backend it is the
+    sealed group of :mod:`pkb_core.sealed` (ranks and a barrier, no
+    collectives), and the process is locked down (:mod:`pkb_core.lockdown`)
+    only after init, so init may still open connections of its own (an
+    NVSHMEM bootstrap, say). ``control_group`` is the default group.
     """
 
     rank: int
@@ -67,3 +74,6 @@ class WorkerContext:
     control_group: Any
     run_dir: Path
     options: dict = field(default_factory=dict)
+    store: Any = None
+    run_id: str = ""
+    barrier: Optional[Callable[[], None]] = None

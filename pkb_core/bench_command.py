@@ -101,7 +101,8 @@ def bench(pm, problems, backend, solutions, sizes, nproc, dtype, trials, warmup,
         if batch:
             settings = LaunchSettings(nproc=nproc, device=device, backend=batch_info.name, run_dir=run_dir,
                                       job_timeout=job_timeout or (300.0 if device == "cuda" else 120.0),
-                                      calibration=calibration, preload=tuple(batch_info.preload()))
+                                      calibration=calibration, preload=tuple(batch_info.preload()),
+                                      custom_kernels=batch_info.custom_kernels)
             run_jobs(batch, settings, on_record=progress)
     from pkb_core.results import read_records
 

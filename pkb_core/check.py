@@ -29,24 +29,39 @@ _FP8 = {getattr(torch, n) for n in ("float8_e4m3fn", "float8_e5m2") if hasattr(t
 
 
 def leaves(value, path="out"):
-    """Yield ``(path, leaf)`` of a nested tuple/list/dict structure."""
-    if isinstance(value, (list, tuple)):
+    """Yield ``(path, leaf)`` of a nested tuple/list/dict structure (dicts in key order)."""
+    if isinstance(value, (list, tuple)) and not isinstance(value, torch.Size):
         for i, item in enumerate(value):
             yield from leaves(item, f"{path}[{i}]")
     elif isinstance(value, dict):
-        for key in value:
+        for key in sorted(value, key=repr):
             yield from leaves(value[key], f"{path}[{key!r}]")
     else:
         yield path, value
 
 
 def structure(value):
-    """The shape of a nested structure, leaves replaced by their type name."""
-    if isinstance(value, (list, tuple)):
+    """The shape of a nested structure, leaves replaced by their type name.
+
+    Tuples and lists are alike (PKB solutions return either); dicts are keyed,
+    so two dicts match when they have the same keys, in any order.
+    """
+    if isinstance(value, (list, tuple)) and not isinstance(value, torch.Size):
         return [structure(v) for v in value]
     if isinstance(value, dict):
-        return {k: structure(v) for k, v in value.items()}
-    return "tensor" if isinstance(value, torch.Tensor) else type(value).__name__
+        return {k: structure(v) for k, v in sorted(value.items(), key=lambda kv: repr(kv[0]))}
+    if isinstance(value, torch.Tensor):
+        return "tensor"
+    return getattr(value, "type_name", None) or type(value).__name__
+
+
+def _containers(value):
+    """The nesting of tuples, lists and dicts alone (leaves are compared one by one)."""
+    if isinstance(value, (list, tuple)) and not isinstance(value, torch.Size):
+        return [_containers(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _containers(v) for k, v in value.items()}
+    return None
 
 
 def tolerance_for(dtype, override=None):
@@ -58,7 +73,7 @@ def tolerance_for(dtype, override=None):
 
 def compare(candidate, reference, tolerance=None) -> str | None:
     """``None`` if ``candidate`` matches ``reference``, else one line saying where and by how much."""
-    if structure(candidate) != structure(reference):
+    if _containers(candidate) != _containers(reference):
         return f"output structure {_brief(structure(candidate))} differs from the reference's {_brief(structure(reference))}"
     for (path, cand), (_, ref) in zip(leaves(candidate), leaves(reference)):
         problem = compare_leaf(cand, ref, tolerance)
@@ -69,13 +84,9 @@ def compare(candidate, reference, tolerance=None) -> str | None:
 
 def compare_leaf(cand, ref, tolerance=None) -> str | None:
     if not isinstance(ref, torch.Tensor):
-        if isinstance(ref, float) and isinstance(cand, (int, float)):
-            rtol, atol = tolerance_for(torch.float64, tolerance)
-            ok = (math.isnan(ref) and math.isnan(cand)) or abs(cand - ref) <= atol * abs(ref) + rtol * abs(ref)
-            return None if ok else f"got {cand!r}, expected {ref!r}"
-        return None if cand == ref else f"got {cand!r}, expected {ref!r}"
+        return _compare_scalar(cand, ref, tolerance)
     if type(cand) is not torch.Tensor:
-        return f"got {type(cand).__name__}, expected a plain torch.Tensor"
+        return f"got {_type_name(cand)}, expected a plain torch.Tensor of dtype {_dtype(ref.dtype)}"
     if cand.dtype != ref.dtype:
         return f"dtype {_dtype(cand.dtype)}, expected {_dtype(ref.dtype)}"
     if cand.shape != ref.shape:
@@ -92,6 +103,24 @@ def compare_leaf(cand, ref, tolerance=None) -> str | None:
         bad = cand != ref
         return _report(bad, cand, ref, "exact comparison") if bad.any() else None
     return _compare_float(cand, ref, tolerance)
+
+
+def _compare_scalar(cand, ref, tolerance) -> str | None:
+    """Python scalars and strings: the same type (bool, int and float are told
+    apart), equal values; floats within the fp64 tolerance."""
+    if type(cand) is not type(ref):
+        return f"got {_type_name(cand)} {cand!r}, expected {_type_name(ref)} {ref!r}"
+    if isinstance(ref, float):
+        rtol, atol = tolerance_for(torch.float64, tolerance)
+        ok = (math.isnan(ref) and math.isnan(cand)) or abs(cand - ref) <= atol * abs(ref) + rtol * abs(ref)
+        return None if ok else f"got {cand!r}, expected {ref!r}"
+    if isinstance(ref, (bool, int, str, type(None), torch.Size)):
+        return None if cand == ref else f"got {cand!r}, expected {ref!r}"
+    return f"cannot compare a {_type_name(ref)} output"
+
+
+def _type_name(value) -> str:
+    return getattr(value, "type_name", None) or type(value).__name__
 
 
 def _compare_float(cand, ref, tolerance):

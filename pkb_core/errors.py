@@ -17,5 +17,28 @@ class CompileError(PkbError):
     """A solution could not be built or loaded; becomes the ``compile-error`` verdict."""
 
 
+class SolutionFailed(Exception):
+    """A candidate's solution raised; the message is the verdict's one line.
+
+    ``refused`` tells that it raised because the sealed process group refused
+    a collective (:mod:`pkb_core.sealed`)."""
+
+    def __init__(self, description: str, refused: bool = False):
+        super().__init__(description)
+        self.refused = refused
+
+
 class PluginError(PkbError):
     """A plugin misbehaved (two backends, a firstresult hook returned None, ...)."""
+
+
+def describe(exc: BaseException) -> str:
+    """``Type: first line of the message (file:line)`` of the innermost frame, one line."""
+    import traceback
+    from pathlib import Path
+
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f" ({Path(frames[-1].filename).name}:{frames[-1].lineno})" if frames else ""
+    text = str(exc).strip()
+    message = text.splitlines()[0] if text else ""
+    return f"{type(exc).__name__}: {message}{where}"

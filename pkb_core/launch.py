@@ -1,24 +1,21 @@
-"""Host side of ``pkb run``: plan jobs, start torchrun launches, watch them.
+"""Host side of ``pkb run``: the judge's ranks, a fresh candidate per job, the records.
 
-Jobs that share a backend and a world size run in one torchrun launch (a
-launch costs seconds: process start, torch import, process-group init). A
-watchdog reads each rank's status file: a job that makes no progress within
-its timeout becomes ``timeout``; an error reported by one rank while its peers
-hang becomes ``error`` after a short grace period; a launch that dies becomes
-``crash`` (with the signal's name) for the job that was running. The process
-group is killed, shared-memory segments are swept, and the remaining jobs of
-the batch go on in a fresh launch, so one bad job never takes others with it.
+A *launch* runs the jobs of one backend and world size on this node (docs/
+architecture.md draws it). It starts the judge's processes once (one per rank;
+they never import candidate code) and, for every job, a fresh set of candidate
+processes that is thrown away with the job: nothing a candidate leaves in its
+processes reaches another job, and a sticky CUDA error ends only its own job.
+The next job's candidate processes start while the current job runs, so their
+start-up (Python, torch, the CUDA context) is off the critical path. The
+launcher itself conducts each job (:mod:`pkb_core.jobrun`), turns hangs,
+crashes and errors into verdicts (:mod:`pkb_core.ranks`) and is the only
+process that writes records. Each group of processes gets a c10d store of
+its own, served from this process.
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import os
-import re
 import secrets
-import signal
-import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,30 +23,21 @@ from pathlib import Path
 from pkb_core.preload import preload_environment
 from pkb_core.results import append_record, job_record, read_records
 
-#: Seconds to wait, after one rank reported an error, for the others to finish.
-ERROR_GRACE_S = 10.0
-#: Seconds a launch may take to reach its first job (imports, rendezvous).
+#: Seconds a group of worker processes may take to start (imports, CUDA context, store).
 STARTUP_TIMEOUT_S = 180.0
+#: Seconds the judge may take to answer a command that does not involve the candidate.
+JUDGE_GRACE_S = 10.0
 
 
 @dataclass(frozen=True)
 class Nodes:
-    """A job spanning several nodes through torchrun's c10d rendezvous.
-
-    Every node runs the same ``pkb run`` with its own ``node_rank``; the same
-    ``rdzv_id`` gives every node the same run secret (so replicated inputs
-    agree) and the same shared-memory names. Only the node that holds global
-    rank 0 writes records.
-    """
+    """A job spanning several nodes: every node runs the same ``pkb run`` with its
+    own ``node_rank`` and the same rendezvous endpoint and id."""
 
     nnodes: int
     node_rank: int
     endpoint: str
     rdzv_id: str
-
-    def torchrun_args(self) -> tuple:
-        return ("--nnodes", str(self.nnodes), "--node-rank", str(self.node_rank), "--rdzv-backend", "c10d",
-                "--rdzv-endpoint", self.endpoint, "--rdzv-id", self.rdzv_id)
 
 
 @dataclass
@@ -64,8 +52,10 @@ class LaunchSettings:
     options: dict = field(default_factory=dict)
     calibration: dict | None = None
     nodes: Nodes | None = None
-    #: Libraries the workers load before torch (``BackendInfo.preload``).
+    #: Libraries the candidate's workers load before torch (``BackendInfo.preload``).
     preload: tuple = ()
+    #: Whether the backend's solutions must move data themselves (``BackendInfo.custom_kernels``).
+    custom_kernels: bool = True
 
     @property
     def world_size(self) -> int:
@@ -78,213 +68,152 @@ def run_jobs(jobs: list[dict], settings: LaunchSettings, on_record=None) -> list
     run_dir.mkdir(parents=True, exist_ok=True)
     done = {r["key"] for r in read_records(run_dir)}
     pending = [job for job in jobs if job["key"] not in done]
-    if settings.nodes:
-        # Nodes cannot agree on a relaunch: one launch, whatever happens.
-        if pending:
-            _launch(pending, settings, hashlib.sha256(settings.nodes.rdzv_id.encode()).hexdigest(), on_record)
-        pending = []
-    secret = secrets.token_hex(16)
-    while pending:
-        finished = _launch(pending, settings, secret, on_record)
-        pending = [job for job in pending if job["key"] not in finished]
+    if pending:
+        if settings.nodes:
+            from pkb_core.nodes import run_multinode
+
+            run_multinode(pending, settings, on_record)
+        else:
+            Launch(settings, on_record).run(pending)
     by_key = {r["key"]: r for r in read_records(run_dir)}
     return [by_key[job["key"]] for job in jobs if job["key"] in by_key]
 
 
-def _launch(jobs, settings: LaunchSettings, secret, on_record) -> set:
-    """One torchrun launch over ``jobs``; returns the keys that now have a record."""
-    if settings.nodes:
-        launch_id = hashlib.sha256(f"{settings.nodes.rdzv_id}/{secret}".encode()).hexdigest()[:8]
-        scratch = Path(settings.run_dir) / ".scratch" / f"{launch_id}-node{settings.nodes.node_rank}"
-        torchrun_args = settings.nodes.torchrun_args()
-    else:
-        launch_id = secrets.token_hex(4)
-        scratch = Path(settings.run_dir) / ".scratch" / launch_id
-        torchrun_args = ("--standalone",)
-    scratch.mkdir(parents=True)
-    batch = {
-        "run_dir": str(settings.run_dir), "scratch": str(scratch), "run_id": launch_id,
-        "backend": settings.backend, "device": settings.device, "secret": secret,
-        "job_timeout": settings.job_timeout, "options": settings.options, "jobs": jobs,
-        "calibration": settings.calibration,
-    }
-    batch_file = scratch / "batch.json"
-    batch_file.write_text(json.dumps(batch))
-    node = f"-node{settings.nodes.node_rank}" if settings.nodes else ""  # nodes may share --out
-    log_path = Path(settings.run_dir) / "logs" / f"launch-{launch_id}{node}.log"
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(settings.nproc),
-           *torchrun_args, "-m", "pkb_core.worker", str(batch_file)]
-    env = dict(os.environ, PYTHONUNBUFFERED="1", **preload_environment(settings.preload))
-    if settings.device == "cpu":
-        env.setdefault("OMP_NUM_THREADS", "1")
-        env.setdefault("TRITON_INTERPRET", "1")
-    watch = _Watch(scratch, settings.nproc, Path(settings.run_dir), {j["key"] for j in jobs}, on_record)
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-        killed_for = None
-        while proc.poll() is None:
-            time.sleep(0.2)
-            watch.poll()
-            killed_for = watch.verdict_if_stuck(settings.job_timeout)
-            if killed_for:
-                _kill(proc, watch)
-                break
-        proc.wait()
-    watch.poll()
-    _sweep_shared_memory(launch_id)
-    unfinished = [job for job in jobs if job["key"] not in watch.finished]
-    if settings.nodes and not killed_for and proc.returncode == 0:
-        return watch.finished  # the records went to the node that holds global rank 0
-    if unfinished:
-        _record_failure(unfinished, watch, killed_for, proc.returncode, log_path, settings, on_record)
-    return watch.finished
+class _Store:
+    """A c10d store served by this process for one group of workers."""
+
+    def __init__(self, world_size: int):
+        from datetime import timedelta
+
+        import torch.distributed as dist
+
+        self.store = dist.TCPStore("127.0.0.1", 0, world_size, is_master=True, wait_for_workers=False,
+                                   timeout=timedelta(seconds=STARTUP_TIMEOUT_S))
+        self.address = f"127.0.0.1:{self.store.port}"
 
 
-class _Watch:
-    """Follows the rank status files and the records file of one launch."""
+class Launch:
+    """The jobs of one launch on this node (see the module docstring)."""
 
-    def __init__(self, scratch: Path, nproc: int, run_dir: Path, keys: set, on_record):
-        self.scratch, self.nproc, self.run_dir, self.keys = scratch, nproc, run_dir, keys
+    def __init__(self, settings: LaunchSettings, on_record=None):
+        self.settings = settings
         self.on_record = on_record
-        self.finished: set = set()
-        self.statuses: dict = {}
-        self.job_started: dict = {}
-        self.started_at = time.time()
-        self._offset = 0
+        self.run_dir = Path(settings.run_dir)
+        self.launch_id = secrets.token_hex(4)
+        self.secret = secrets.token_hex(16)
+        self.log_path = self.run_dir / "logs" / f"launch-{self.launch_id}.log"
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self.machine = {}
+        self._stores = {}
 
-    def poll(self):
-        for rank in range(self.nproc):
-            try:
-                self.statuses[rank] = json.loads((self.scratch / f"rank{rank}.json").read_text())
-            except (OSError, ValueError):
-                continue
-        for status in self.statuses.values():
-            if status["job"] and status["job"] not in self.job_started:
-                self.job_started[status["job"]] = time.time()
-        self._read_new_records()
+    def _env(self, role: str, store: _Store, run_id: str = "") -> dict:
+        env = dict(os.environ, PYTHONUNBUFFERED="1", PKB_DEVICE_TYPE=self.settings.device, PKB_STORE=store.address,
+                   PKB_RUN_DIR=str(self.run_dir), PKB_RUN_ID=run_id)
+        if role == "candidate":
+            env.update(preload_environment(self.settings.preload))
+        if self.settings.device == "cpu":
+            env.setdefault("OMP_NUM_THREADS", "1")
+            env.setdefault("TRITON_INTERPRET", "1")
+        return env
 
-    def _read_new_records(self):
-        path = self.run_dir / "records.jsonl"
-        if not path.exists():
-            return
-        with open(path) as f:
-            f.seek(self._offset)
-            chunk = f.read()
-        complete = chunk[: chunk.rfind("\n") + 1]
-        self._offset += len(complete.encode())
-        for line in complete.splitlines():
-            record = json.loads(line)
-            if record["key"] in self.keys and record["key"] not in self.finished:
-                self.finished.add(record["key"])
-                if self.on_record:
-                    self.on_record(record)
+    def _start(self, role: str, run_id: str = ""):
+        from pkb_core.ranks import RankGroup
 
-    def current_job(self):
-        running = [s["job"] for s in self.statuses.values() if s["job"] and s["job"] not in self.finished]
-        return running[0] if running else None
+        store = _Store(self.settings.nproc)
+        group = RankGroup(role, self.settings.nproc, env=self._env(role, store, run_id), log_path=self.log_path,
+                          label="judge rank" if role == "judge" else "rank")
+        self._stores[id(group)] = store  # served as long as the group lives
+        if role == "judge":
+            for worker in group.workers:
+                worker.send({"secret": self.secret})
+        group.ready = False
+        return group
 
-    def errors(self):
-        return [(rank, s["error"]) for rank, s in sorted(self.statuses.items())
-                if s.get("error") and s["job"] not in self.finished]
+    def _ready(self, group) -> None:
+        if not group.ready:
+            answers = group.gather("ready", deadline=time.monotonic() + STARTUP_TIMEOUT_S)
+            group.ready = True
+            if group.role == "judge" and answers[0].get("machine"):
+                self.machine = answers[0]["machine"]
 
-    def verdict_if_stuck(self, job_timeout):
-        """``(verdict, reason)`` when the launch must be killed, else ``None``."""
-        now = time.time()
-        job = self.current_job()
-        if job is None:
-            if not self.finished and now - self.started_at > STARTUP_TIMEOUT_S:
-                return "error", f"the launch did not start a job within {STARTUP_TIMEOUT_S:.0f} s"
-            return None
-        errors = self.errors()
-        last_error_time = max((s["time"] for s in self.statuses.values() if s.get("error")), default=None)
-        if errors and now - last_error_time > min(ERROR_GRACE_S, job_timeout / 2):
-            rank, message = errors[0]
-            return "error", f"rank {rank}: {message} (its peers did not finish)"
-        if now - self.job_started[job] > job_timeout:
-            phases = ", ".join(f"rank {r}: {s['phase']}" for r, s in sorted(self.statuses.items()) if s["job"] == job)
-            return "timeout", f"no result after {job_timeout:.0f} s ({phases})"
-        return None
+    def _stop(self, group, **kwargs) -> None:
+        if group is not None:
+            group.stop(**kwargs)
+            self._stores.pop(id(group), None)
 
+    def run(self, pending: list[dict]) -> None:
+        from pkb_core.ranks import JobEnded
 
-def _kill(proc, watch):
-    """Kill torchrun's process group and every rank: torchrun starts each rank
-    in a session of its own, out of reach of the group signal."""
-    ranks = [s["pid"] for s in watch.statuses.values() if s.get("pid")]
-    for pid in ranks:  # stacks into the log first (see worker.run_batch)
+        judges = spare = None
         try:
-            os.kill(pid, signal.SIGUSR1)
-        except (ProcessLookupError, PermissionError):
-            pass
-    time.sleep(1.0)
-    targets = [("group", proc.pid)] + [("pid", pid) for pid in ranks]
-    for kind, pid in targets:
-        try:
-            os.killpg(pid, signal.SIGKILL) if kind == "group" else os.kill(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-
-
-def _sweep_shared_memory(launch_id: str):
-    from pkb_core.symmetric.shm import SHM_DIR
-
-    prefix = f"pkb-{launch_id}-"
-    if os.path.isdir(SHM_DIR):
-        for name in os.listdir(SHM_DIR):
-            if name.startswith(prefix):
+            for index, job in enumerate(pending):
+                run_id = f"{self.launch_id}-j{index}"
+                candidates = spare or self._start("candidate", run_id)
+                spare = None
+                if judges is None:
+                    judges = self._start("judge")
                 try:
-                    os.unlink(os.path.join(SHM_DIR, name))
-                except OSError:
-                    pass
+                    self._ready(judges)
+                except JobEnded as ended:
+                    self._stop(judges, stacks=True)
+                    judges = None
+                    self._record(job, "error", f"the judge's processes did not start: {ended.reason} "
+                                               f"(launch log {self.log_path})", started=time.time())
+                    self._stop(candidates)
+                    continue
+                if index + 1 < len(pending):
+                    spare = self._start("candidate", f"{self.launch_id}-j{index + 1}")
+                judges = self._run_one(job, index, run_id, judges, candidates, spare)
+        finally:
+            self._stop(spare)
+            if judges is not None:
+                self._stop(judges, deadline=time.monotonic() + JUDGE_GRACE_S)
 
+    def _run_one(self, job, index, run_id, judges, candidates, spare):
+        """One job; returns the judge group to go on with (a new one if it failed)."""
+        from pkb_core.jobrun import JobRun, JudgeFailed, Outcome, Parcels
+        from pkb_core.problem import read_spec
+        from pkb_core.ranks import JobEnded
 
-_EXITCODE = re.compile(r"exitcode\s*:\s*(-\d+)")
-#: Signals torchrun sends to the surviving ranks after the first one fails.
-_CLEANUP_SIGNALS = {"SIGTERM", "SIGKILL"}
+        started = time.time()
+        parcels = Parcels(self.launch_id, index)
+        outcome = Outcome()
+        try:
+            try:
+                self._ready(candidates)
+            except JobEnded as ended:
+                raise JobEnded("error", f"the candidate's processes did not start: {ended.reason} "
+                                        f"(launch log {self.log_path})") from None
+            problem = read_spec(job["problem_path"]).load()
+            run = JobRun(job, problem, judges, candidates, parcels=parcels, settings=self.settings,
+                         deadline=time.monotonic() + self.settings.job_timeout,
+                         before_timing=lambda: spare is None or self._ready(spare))
+            outcome = run.run()
+        except JobEnded as ended:
+            outcome.verdict, outcome.reason = ended.verdict, ended.reason
+        except JudgeFailed as failed:
+            outcome.verdict = "error"
+            outcome.reason = f"the judge's processes failed ({failed.ended.reason}); launch log {self.log_path}"
+            self._stop(judges, stacks=True)
+            judges = None
+        finally:
+            self._stop(candidates, stacks=outcome.verdict == "timeout")
+            parcels.remove()
+        self._record(job, outcome.verdict, outcome.reason, started=started, outcome=outcome)
+        if judges is not None and not judges.alive():
+            self._stop(judges)
+            judges = None
+        return judges
 
-
-def _signal_death(log_path: Path, returncode) -> str | None:
-    """"a rank died with SIGxxx" when the log or the exit status shows a signal."""
-    text = log_path.read_text(errors="replace") if log_path.exists() else ""
-    names = [signal.Signals(-int(code)).name for code in _EXITCODE.findall(text)]
-    # The cause is a signal other than the ones torchrun uses to clean up.
-    names.sort(key=lambda name: name in _CLEANUP_SIGNALS)
-    if names:
-        return f"a rank died with {names[0]}"
-    if returncode is not None and returncode < 0:
-        return f"the launcher died with {signal.Signals(-returncode).name}"
-    return None
-
-
-def _record_failure(unfinished, watch: _Watch, killed_for, returncode, log_path, settings, on_record):
-    """Give the job that was running its verdict; leave the rest for the next launch."""
-    job_key = watch.current_job()
-    culprit = next((j for j in unfinished if j["key"] == job_key), None)
-    if killed_for:
-        verdict, reason = killed_for
-    else:
-        # A signal explains everything after it (peers see "connection reset"),
-        # so it wins over the errors the surviving ranks reported.
-        died, errors = _signal_death(log_path, returncode), watch.errors()
-        if died:
-            verdict, reason = "crash", died
-        elif errors:
-            verdict, reason = "error", f"rank {errors[0][0]}: {errors[0][1]}"
-        else:
-            verdict, reason = "crash", f"a rank exited with status {returncode} ({log_path})"
-    if culprit is None:
-        # Nothing started: the launch itself failed. Every job shares that fate
-        # (retrying would fail the same way).
-        tail = " | ".join(log_path.read_text(errors="replace").strip().splitlines()[-3:]) if log_path.exists() else ""
-        targets, reason = unfinished, f"{reason}; launch log {log_path}: {tail}"[:2000]
-    else:
-        targets = [culprit]
-        if verdict == "crash":
-            phases = ", ".join(f"rank {r}: {s['phase']}" for r, s in sorted(watch.statuses.items()))
-            reason = f"{reason} ({phases})"
-    for job in targets:
-        record = job_record(job, settings.world_size, verdict, reason)
-        append_record(settings.run_dir, record)
-        watch.finished.add(job["key"])
-        if on_record:
-            on_record(record)
+    def _record(self, job, verdict, reason, *, started, outcome=None):
+        record = job_record(job, self.settings.world_size, verdict, reason,
+                            timing=outcome.timing if outcome else None, trials=outcome.trials if outcome else 0,
+                            seconds=time.time() - started, machine=self.machine)
+        if outcome is not None:
+            if outcome.barriers:
+                record["barriers"] = outcome.barriers
+            if outcome.lockdown:
+                record["lockdown_gaps"] = outcome.lockdown
+        append_record(self.run_dir, record)
+        if self.on_record:
+            self.on_record(record)

@@ -132,3 +132,14 @@ def get_backend_info(pm, name: str):
         choices = ", ".join(sorted(infos)) or "none installed"
         raise PkbError(f"unknown backend {name!r} (choose one of: {choices})")
     return infos[name]
+
+
+def worker_plugin_manager(backend: str, defaults):
+    """A candidate process's manager: exactly the one backend, plus the core
+    defaults (``defaults``, registered as ``pkb_core.defaults``)."""
+    pm = get_plugin_manager(backend=backend)
+    names = set(backend_infos(pm))
+    if names != {backend}:
+        raise PkbError(f"worker expected backend {backend!r}, loaded {sorted(names) or 'none'}")
+    pm.register(defaults, name="pkb_core.defaults")
+    return pm

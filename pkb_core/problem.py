@@ -228,7 +228,8 @@ class RunContext:
     generator, so inputs are random, rank-distinct and fresh every trial.
     """
 
-    def __init__(self, *, rank, world_size, device, dtype, size, params, trial, secret, problem_key, groups=None):
+    def __init__(self, *, rank, world_size, device, dtype, size, params, trial, secret, problem_key, groups=None,
+                 full_mantissa=False):
         import torch
 
         self.rank = rank
@@ -243,6 +244,11 @@ class RunContext:
         self.shared_gen = torch.Generator(device=self.device)
         self.shared_gen.manual_seed(derive_seed(secret, problem_key, trial, "shared"))
         self._groups = groups if groups is not None else {}
+        #: Draw :meth:`exact` values with every mantissa bit (see there).
+        self.full_mantissa = full_mantissa
+        #: ``group -> (partition, index of its block)`` for every group made here,
+        #: so a group argument can be rebuilt in another process.
+        self.group_blocks = {}
 
     def _generator(self, shared: bool):
         return self.shared_gen if shared else self.gen
@@ -272,8 +278,15 @@ class RunContext:
         """Integers in ``[-bound, bound]`` stored in a floating dtype.
 
         Sums of up to a few hundred such values are exact in bf16, fp16 and
-        fp32 in any order, so reductions over them compare bit for bit.
+        fp32 in any order, so reductions over them compare bit for bit. On a
+        *full-mantissa trial* (``ctx.full_mantissa``, set by the harness for
+        some trials of every job) the values are uniform in the same range with
+        every mantissa bit used instead, and outputs compare with the dtype's
+        tolerances: a solution that moves integers through a lossy wire format
+        (int8, say) passes the integer trials but not these.
         """
+        if self.full_mantissa:
+            return self.rand(*shape, dtype=dtype or self.dtype, shared=shared, low=-bound, high=bound)
         return self.randint(-bound, bound + 1, *shape, dtype=dtype or self.dtype, shared=shared)
 
     def permutation(self, n, shared=False):
@@ -294,14 +307,19 @@ class RunContext:
         key = tuple(ranks)
         if key not in self._groups:
             self._groups[key] = dist.new_group(list(key))
-        return self._groups[key]
+        group = self._groups[key]
+        if self.rank in key:
+            self.group_blocks.setdefault(group, ((key,), 0))
+        return group
 
     def groups(self, partition):
         """Create groups for every block of ``partition`` (all ranks call with
         the same list of rank lists) and return the one containing this rank."""
         mine = None
-        for block in partition:
+        blocks = tuple(tuple(block) for block in partition)
+        for index, block in enumerate(blocks):
             group = self.group(block)
             if self.rank in block:
                 mine = group
+                self.group_blocks[group] = (blocks, index)
         return mine

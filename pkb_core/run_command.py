@@ -110,7 +110,7 @@ def run(pm, problems, backend, solution, solutions, nproc, nnodes, node_rank, rd
     settings = LaunchSettings(nproc=nproc, device=device, backend=backend, run_dir=run_dir,
                               job_timeout=job_timeout or (300.0 if device == "cuda" else 120.0),
                               options=backend_options, calibration=calibration, nodes=nodes,
-                              preload=tuple(info.preload()))
+                              preload=tuple(info.preload()), custom_kernels=info.custom_kernels)
     progress.start()
     try:
         executor.run([job for job, _ in jobs], settings, on_record=progress)

@@ -1,26 +1,29 @@
-"""The multi-GPU timing protocol (shared/rigor.md rules 10-16).
+"""Timing one side's calls in one process (shared/rigor.md rules 10-16).
 
-Three named modes, all timed on the device (CUDA events; the host clock on CPU)
-on every rank, reduced per iteration with MAX over ranks (the slowest rank is
-the collective's time), summarised from those raw maxima:
+The same code times the reference (in the judge's processes) and the candidate
+(in its own processes); the launcher alternates the two sides in rounds, takes
+the max over ranks of every call and summarises (:mod:`pkb_core.crosscheck`
+compares what each side reports with the launcher's own clock). A *batch* is
+one side's share of a round: ``k`` calls, call ``i`` bound to input set ``i``
+of the round's fresh pool, so no input repeats within a batch. Three modes:
 
 ``latency``
-    Before every iteration: L2 flush (CUDA), device synchronise, barrier across
+    Before every call: L2 flush (CUDA), device synchronise, the barrier across
     ranks, then a short device-side hold (``torch.cuda._sleep``) so the launch
-    is queued before the work begins and every rank starts together. One
-    iteration per sample.
+    is queued before the work begins and every rank starts together.
 ``back-to-back``
-    One barrier, then ``iters`` calls queued back to back with an event between
-    consecutive calls: includes host launch cost where the host cannot keep up.
+    One barrier, then the ``k`` calls queued back to back with an event
+    between consecutive calls: includes host launch cost where the host
+    cannot keep up.
 ``graph``
-    ``graph_calls`` calls captured in one CUDA graph; each sample is one replay
-    divided by ``graph_calls``: removes host launch cost. CUDA only; a callable
-    that cannot be captured gets an explanation instead of a number.
+    The ``k`` calls captured once in one CUDA graph (the pool's buffers stay
+    put, so later rounds replay the same graph on new values); each sample is
+    one replay, barrier-aligned and held like a latency call, divided by
+    ``k``. CUDA only; a side that cannot be captured gets an explanation.
 
-Reference and candidate are timed in the same processes, alternating in rounds
-(:func:`time_interleaved`), so drift hits both; the speedup is a ratio of
-medians from one run. Each sample ends with the events of the current stream;
-work hidden on side streams is caught by :func:`side_stream_check`.
+Every batch ends with a device-wide synchronisation, so what the launcher's
+clock sees includes work left on other streams. Times are milliseconds: CUDA
+events on GPU, the host clock on CPU.
 """
 from __future__ import annotations
 
@@ -28,16 +31,19 @@ import statistics
 import time
 
 import torch
-import torch.distributed as dist
 
 MODES = ("latency", "back-to-back", "graph")
-#: Cycles of device-side hold before a latency-mode sample (about 100 us at
+#: Cycles of device-side hold before a latency-mode call (about 100 us at
 #: 1.98 GHz): longer than a Python launch, so the work is queued before it starts.
 HOLD_CYCLES = 200_000
 
 
+class GraphUnavailable(RuntimeError):
+    """The callable cannot be timed in graph mode; the message says why."""
+
+
 class _Flusher:
-    """Writes twice the L2 size before each latency sample (CUDA only)."""
+    """Writes twice the L2 size before each latency call (CUDA only)."""
 
     def __init__(self, device):
         self.buffer = None
@@ -55,178 +61,133 @@ def _sync(device):
         torch.cuda.synchronize(device)
 
 
-def _max_over_ranks(times, group) -> list[float]:
-    per_iter = torch.tensor(times, dtype=torch.float64)
-    dist.all_reduce(per_iter, op=dist.ReduceOp.MAX, group=group)
-    return per_iter.tolist()
+class BatchTimer:
+    """Times batches of one side's calls on one rank.
 
-
-def time_iterations(fn, *, device, group, warmup: int, iters: int, mode: str = "latency", refresh=None,
-                    graph_calls: int = 10) -> list[float]:
-    """Milliseconds per iteration, each the max over ranks.
-
-    :param refresh: called before every latency-mode iteration, outside the
-        timed region (restores arguments the callable mutates; such callables
-        are timed in latency mode only).
+    :param device: this rank's device.
+    :param barrier: a zero-argument barrier across this side's ranks.
     """
-    for _ in range(warmup):
-        if refresh:
-            refresh()
-        fn()
-    _sync(device)
-    if mode == "latency":
-        times = _latency(fn, device, group, iters, refresh)
-    elif mode == "back-to-back":
-        times = _back_to_back(fn, device, group, iters)
-    elif mode == "graph":
-        times = _graph(fn, device, group, iters, graph_calls)
-    else:
-        raise ValueError(f"unknown timing mode {mode!r} (one of {', '.join(MODES)})")
-    return _max_over_ranks(times, group)
 
+    def __init__(self, device, barrier):
+        self.device = device
+        self.barrier = barrier
+        self.flush = _Flusher(device)
+        self._graph = None
+        self._graph_outputs = None
 
-def _latency(fn, device, group, iters, refresh):
-    flush = _Flusher(device)
-    times = []
-    for _ in range(iters):
-        if refresh:
-            refresh()
-        flush()
-        _sync(device)
-        dist.barrier(group=group)
-        if device.type == "cuda":
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    def warm_up(self, calls, count: int, refresh=None) -> None:
+        for n in range(count):
+            i = n % len(calls)
+            if refresh:
+                refresh(i)
+            calls[i]()
+        _sync(self.device)
+
+    def run(self, calls, mode: str, *, refresh=None, replays: int = 0) -> tuple[list, list]:
+        """``(times_ms, outputs)``: one time per call (per replay in graph
+        mode) and the output of each call, in order.
+
+        :param refresh: ``refresh(i)`` restores input set ``i`` before its call
+            (arguments the problem mutates; latency mode only).
+        """
+        if mode == "latency":
+            result = self._latency(calls, refresh)
+        elif mode == "back-to-back":
+            result = self._back_to_back(calls)
+        elif mode == "graph":
+            result = self._graph_replays(calls, replays or len(calls))
+        else:
+            raise ValueError(f"unknown timing mode {mode!r} (one of {', '.join(MODES)})")
+        _sync(self.device)  # work on any stream of this process is done before the batch ends
+        return result
+
+    def _aligned(self):
+        self.flush()
+        _sync(self.device)
+        self.barrier()
+        if self.device.type == "cuda":
             torch.cuda._sleep(HOLD_CYCLES)  # the launch below queues while the device waits
+
+    def _latency(self, calls, refresh):
+        times, outputs = [], []
+        for i, call in enumerate(calls):
+            if refresh:
+                refresh(i)
+            self._aligned()
+            if self.device.type == "cuda":
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                outputs.append(call())
+                end.record()
+                end.synchronize()
+                times.append(start.elapsed_time(end))
+            else:
+                t0 = time.perf_counter()
+                outputs.append(call())
+                times.append((time.perf_counter() - t0) * 1e3)
+        return times, outputs
+
+    def _back_to_back(self, calls):
+        _sync(self.device)
+        self.barrier()
+        outputs = []
+        if self.device.type != "cuda":
+            stamps = [time.perf_counter()]
+            for call in calls:
+                outputs.append(call())
+                stamps.append(time.perf_counter())
+            return [(b - a) * 1e3 for a, b in zip(stamps, stamps[1:])], outputs
+        events = [torch.cuda.Event(enable_timing=True) for _ in range(len(calls) + 1)]
+        events[0].record()
+        for i, call in enumerate(calls):
+            outputs.append(call())
+            events[i + 1].record()
+        events[-1].synchronize()
+        return [a.elapsed_time(b) for a, b in zip(events, events[1:])], outputs
+
+    def capture(self, calls) -> str | None:
+        """Capture ``calls`` in one CUDA graph; ``None`` or why it failed.
+
+        The caller makes the ranks agree on the result before replaying (a
+        rank that replays its collectives alone waits for peers that never
+        come)."""
+        if self.device.type != "cuda":
+            return "CUDA-graph mode needs a GPU"
+        side = torch.cuda.Stream(self.device)
+        side.wait_stream(torch.cuda.current_stream(self.device))
+        try:
+            with torch.cuda.stream(side):
+                for call in calls:
+                    call()  # warm up on a side stream, as capture requires
+            torch.cuda.current_stream(self.device).wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                outputs = [call() for call in calls]
+        except Exception as exc:  # noqa: BLE001 - not every callable can be captured
+            return f"cannot capture in a CUDA graph: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        self._graph, self._graph_outputs = graph, outputs
+        graph.replay()
+        _sync(self.device)
+        return None
+
+    def _graph_replays(self, calls, replays):
+        if self._graph is None:
+            raise GraphUnavailable("the batch was not captured")
+        times = []
+        for _ in range(replays):
+            self._aligned()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
-            fn()
+            self._graph.replay()
             end.record()
             end.synchronize()
-            times.append(start.elapsed_time(end))
-        else:
-            t0 = time.perf_counter()
-            fn()
-            times.append((time.perf_counter() - t0) * 1e3)
-    return times
+            times.append(start.elapsed_time(end) / len(calls))
+        return times, list(self._graph_outputs)
 
 
-def _back_to_back(fn, device, group, iters):
-    _sync(device)
-    dist.barrier(group=group)
-    if device.type != "cuda":
-        stamps = [time.perf_counter()]
-        for _ in range(iters):
-            fn()
-            stamps.append(time.perf_counter())
-        return [(b - a) * 1e3 for a, b in zip(stamps, stamps[1:])]
-    events = [torch.cuda.Event(enable_timing=True) for _ in range(iters + 1)]
-    events[0].record()
-    for i in range(iters):
-        fn()
-        events[i + 1].record()
-    events[-1].synchronize()
-    return [a.elapsed_time(b) for a, b in zip(events, events[1:])]
-
-
-def _graph(fn, device, group, iters, graph_calls):
-    if device.type != "cuda":
-        raise GraphUnavailable("CUDA-graph mode needs a GPU")
-    side = torch.cuda.Stream(device)
-    side.wait_stream(torch.cuda.current_stream(device))
-    with torch.cuda.stream(side):
-        fn()  # warm up on a side stream, as capture requires
-    torch.cuda.current_stream(device).wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    failure = None
-    try:
-        with torch.cuda.graph(graph):
-            for _ in range(graph_calls):
-                fn()
-    except Exception as exc:  # noqa: BLE001 - not every callable can be captured
-        failure = f"cannot capture in a CUDA graph: {type(exc).__name__}: {exc}"
-    # Every rank gives up if one could not capture: a rank that replays its
-    # collectives alone waits for peers that never come.
-    failures = [None] * dist.get_world_size(group)
-    dist.all_gather_object(failures, failure, group=group)
-    failure = next((f for f in failures if f), None)
-    if failure:
-        raise GraphUnavailable(failure)
-    graph.replay()
-    _sync(device)
-    times = []
-    for _ in range(iters):
-        _sync(device)
-        dist.barrier(group=group)
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        torch.cuda._sleep(HOLD_CYCLES)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / graph_calls)
-    return times
-
-
-class GraphUnavailable(RuntimeError):
-    """The callable cannot be timed in graph mode; the message says why."""
-
-
-def time_interleaved(sides: dict, *, device, group, warmup, iters, mode, rounds=4, refreshers=None) -> dict:
-    """Time several callables alternately in ``rounds`` and return ``{name: times}``.
-
-    Warm-up happens once per side; each round times ``iters / rounds``
-    iterations of every side in turn, so slow drift affects all of them alike.
-    """
-    refreshers = refreshers or {}
-    times = {name: [] for name in sides}
-    chunk = max(1, iters // rounds)
-    for name, fn in sides.items():
-        for _ in range(warmup):
-            if refreshers.get(name):
-                refreshers[name]()
-            fn()
-    _sync(device)
-    done = 0
-    while done < iters:
-        n = min(chunk, iters - done)
-        for name, fn in sides.items():
-            times[name] += time_iterations(fn, device=device, group=group, warmup=0, iters=n, mode=mode,
-                                           refresh=refreshers.get(name))
-        done += n
-    return times
-
-
-def side_stream_check(fn, *, device, group, samples=5) -> str | None:
-    """Work still running on other streams once the current stream is done.
-
-    Each sample records events around ``fn()`` on the current stream, waits
-    for the end event only, and then times a device-wide synchronisation:
-    what that still waits for was launched elsewhere and escaped the events.
-    Host time spent inside ``fn`` is not counted (the driver may submit the
-    start event late, so comparing wall time with event time flagged honest
-    host-heavy launches: ParallelKittens at 4 KiB on 2xH200, 2026-11-22).
-    Flags when the median of that tail exceeds 0.2 ms plus half the median
-    event time. CUDA only.
-    """
-    if device.type != "cuda":
-        return None
-    event_ms, tail_ms = [], []
-    for _ in range(samples):
-        _sync(device)
-        dist.barrier(group=group)
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        t0 = time.perf_counter()
-        torch.cuda.synchronize(device)
-        tail_ms.append((time.perf_counter() - t0) * 1e3)
-        event_ms.append(start.elapsed_time(end))
-    event, tail = statistics.median(event_ms), statistics.median(tail_ms)
-    if tail > 0.2 + 0.5 * event:
-        return (f"work outside the current stream: {tail:.3f} ms still running on other streams after the "
-                f"current stream's events finished ({event:.3f} ms)")
-    return None
+def max_over_ranks(per_rank: list[list[float]]) -> list[float]:
+    """Per call, the slowest rank's time (the collective's time)."""
+    return [max(column) for column in zip(*per_rank)]
 
 
 def summarize(times: list[float]) -> dict:

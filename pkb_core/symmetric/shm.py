@@ -18,7 +18,6 @@ import math
 import os
 
 import torch
-import torch.distributed as dist
 
 from pkb_core.symmetric import register_allocation
 from pkb_core.symmetric.mapped import MappedHandle
@@ -35,15 +34,12 @@ def segment_prefix(run_id: str) -> str:
 class SharedMemoryHandle(MappedHandle):
     """The handle of one CPU allocation; attribute names follow torch's."""
 
-    def __init__(self, maps, rank, buffer_size, group):
+    def __init__(self, maps, rank, buffer_size, barrier):
         super().__init__(maps, rank, buffer_size, SIGNAL_PAD_BYTES)  # one mapping of each rank's file
-        self._group = group
+        self._barrier = barrier
 
     def barrier(self, channel=0, timeout_ms=None):
-        from pkb_core.guards import harness_call
-
-        with harness_call():  # a heap barrier, not a solution's NCCL call
-            dist.barrier(group=self._group)
+        self._barrier()
 
     @staticmethod
     def get_backend(device=None):
@@ -51,13 +47,17 @@ class SharedMemoryHandle(MappedHandle):
 
 
 class SharedMemoryHeap:
-    """Allocates :class:`SharedMemoryHandle`-backed CPU tensors (collective)."""
+    """Allocates :class:`SharedMemoryHandle`-backed CPU tensors (collective).
 
-    def __init__(self, group, run_id: str):
-        self.group = group
+    :param barrier: a zero-argument barrier among the heap's ranks (the
+        harness's store barrier; no process group is involved).
+    """
+
+    def __init__(self, rank: int, world_size: int, barrier, run_id: str):
+        self.rank = rank
+        self.world_size = world_size
+        self.barrier = barrier
         self.run_id = run_id
-        self.rank = dist.get_rank(group)
-        self.world_size = dist.get_world_size(group)
         self.count = 0
         self.handles = []
 
@@ -73,11 +73,11 @@ class SharedMemoryHeap:
             os.ftruncate(fd, size)  # a fresh file reads as zeros: the pad starts zeroed
         finally:
             os.close(fd)
-        dist.barrier(group=self.group)
+        self.barrier()
         maps = [torch.from_file(path, shared=True, size=size, dtype=torch.uint8) for path in paths]
-        dist.barrier(group=self.group)
+        self.barrier()
         os.unlink(paths[self.rank])
-        handle = SharedMemoryHandle(maps, self.rank, buffer_size, self.group)
+        handle = SharedMemoryHandle(maps, self.rank, buffer_size, self.barrier)
         self.handles.append(handle)
         register_allocation(handle.buffer_ptrs[self.rank], buffer_size, handle)
         return maps[self.rank][:nbytes].view(dtype).view(tuple(shape)) if shape else maps[self.rank][:itemsize].view(dtype)[0]

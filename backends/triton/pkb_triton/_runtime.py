@@ -25,7 +25,7 @@ def heap():
         else:
             from pkb_core.symmetric.shm import SharedMemoryHeap
 
-            _HEAP = SharedMemoryHeap(_CONTEXT.control_group, _RUN_ID)
+            _HEAP = SharedMemoryHeap(_CONTEXT.rank, _CONTEXT.world_size, _CONTEXT.barrier, _RUN_ID)
     return _HEAP
 
 

@@ -131,20 +131,9 @@ def workspace(numel: int, dtype: torch.dtype, tag: str = "") -> torch.Tensor:
     key = (tag, int(numel), dtype)
     tensor = _WORKSPACES.get(key)
     if tensor is None:
-        with _harness_call():  # the heap's own host barriers move no solution data
-            tensor = _runtime.heap().empty((int(numel),), dtype)
+        tensor = _runtime.heap().empty((int(numel),), dtype)
         _WORKSPACES[key] = tensor
     return tensor
-
-
-def _harness_call():
-    try:
-        from pkb_core.guards import harness_call
-    except ImportError:  # an older pkb_core without the collective guard
-        import contextlib
-
-        return contextlib.nullcontext()
-    return harness_call()
 
 
 def _reset() -> None:

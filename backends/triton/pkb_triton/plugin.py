@@ -59,16 +59,11 @@ def pkb_backend_init(ctx):
                                  "environment sets it otherwise)")
     if ctx.device.type == "cuda" and _interpreting():
         raise BackendUnavailable("TRITON_INTERPRET is set: unset it to run Triton kernels on the GPU")
-    import secrets
-
-    import torch.distributed as dist
-
     from pkb_triton import _runtime
 
-    # A launch-wide name for the CPU workspace heap's shared-memory files.
-    token = [secrets.token_hex(4) if ctx.rank == 0 else None]
-    dist.broadcast_object_list(token, src=0, group=ctx.control_group)
-    _runtime.start(ctx, f"triton-{token[0]}")
+    # The job's name keeps the CPU workspace heap's shared-memory files apart
+    # from the harness's (and the launcher sweeps them with the job's).
+    _runtime.start(ctx, f"{ctx.run_id}-ws")
     return ctx
 
 

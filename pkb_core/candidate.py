@@ -1,0 +1,211 @@
+"""A candidate's rank: one fresh process per rank and job, holding nothing of the judge.
+
+It gets its inputs as data from the judge's parcels, places them in the
+backend's symmetric heap, calls the solution, and sends back what it returned
+(and what its argument buffers hold afterwards) as data. It never sees a
+reference output, never compares, and the times it reports are checked against
+the launcher's clock (:mod:`pkb_core.crosscheck`). Before the solution is
+imported, the process is locked down (:mod:`pkb_core.lockdown`); a
+custom-kernel backend's processes hold only the sealed world group
+(:mod:`pkb_core.sealed`).
+
+Commands (each answered with the same ``op``):
+
+``setup``    process group, backend init, heap, lockdown, then compile the solution
+``trial``    place one trial's inputs, call the solution once, send its outputs back
+``pool``     place a round's input sets for timing
+``capture``  capture the batch of calls in a CUDA graph (graph mode)
+``time``     time one batch over the pool, send every output back
+``profile``  a profiler trace of a few calls
+"""
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from pkb_core.barrier import StoreBarrier
+from pkb_core.errors import BackendUnavailable, CompileError, SolutionFailed, describe
+from pkb_core.parcel import TRUSTED, pack, unpack
+from pkb_core.problem import read_spec
+from pkb_core.timing import BatchTimer
+from pkb_core.trees import restore
+
+
+class CandidateRank:
+    """What one candidate process does for the launcher (see the module docstring)."""
+
+    def __init__(self, *, rank, world_size, local_rank, device, store, run_id, run_dir, send_event):
+        self.rank = rank
+        self.world_size = world_size
+        self.local_rank = local_rank
+        self.device = device
+        self.store = store
+        self.run_id = run_id
+        self.run_dir = run_dir
+        self.send_event = send_event
+        self.harness_barrier = StoreBarrier(store, world_size, device, prefix="pkb-harness")
+        self.groups = {}
+
+    # -- setup ------------------------------------------------------------------
+    def on_setup(self, job, backend, custom_kernels, options):
+        from pkb_core.backend import WorkerContext
+        from pkb_core.defaults import CoreDefaults
+        from pkb_core.lockdown import lock_down
+        from pkb_core.plugins import worker_plugin_manager
+        from pkb_core.symmetric import default_heap
+
+        self.job = job
+        self._init_process_group(custom_kernels)
+        self.pm = worker_plugin_manager(backend, CoreDefaults())
+        defaults = self.pm.get_plugin("pkb_core.defaults")
+        ctx = WorkerContext(rank=self.rank, world_size=self.world_size, local_rank=self.local_rank,
+                            device=self.device, control_group=dist.group.WORLD, run_dir=self.run_dir,
+                            options=options, store=self.store, run_id=self.run_id, barrier=self.harness_barrier)
+        try:
+            self.state = self.pm.hook.pkb_backend_init(ctx=ctx)
+        except BackendUnavailable as exc:
+            return {"verdict": "unsupported", "reason": str(exc)}
+        defaults.heap = default_heap(self.device, self.harness_barrier, self.run_id, self.rank, self.world_size)
+        self.slots = _Slots(self)
+        self.pool_slots = []
+        self.timer = BatchTimer(self.device, StoreBarrier(self.store, self.world_size, self.device,
+                                                          prefix="pkb-timing"))
+        missing = lock_down(network=not custom_kernels)
+        # From here on, the solution's code runs in this process.
+        self.problem = read_spec(job["problem_path"]).load()
+        try:
+            self.program = self.pm.hook.pkb_backend_compile(state=self.state, problem=self.problem,
+                                                            solution=job["solution"])
+            if self.program is None:
+                raise CompileError("the backend returned None from pkb_backend_compile")
+        except CompileError as exc:
+            return {"verdict": "compile-error", "reason": str(exc), "lockdown": missing}
+        except Exception as exc:  # noqa: BLE001 - a backend bug is still this job's verdict
+            return {"verdict": "compile-error", "reason": f"compiling raised {describe(exc)}", "lockdown": missing}
+        return {"verdict": None, "lockdown": missing}
+
+    def _init_process_group(self, custom_kernels: bool):
+        if custom_kernels:
+            from pkb_core.sealed import BACKEND_NAME, install_barrier, register_backend
+
+            register_backend()
+            dist.init_process_group(BACKEND_NAME, store=self.store, rank=self.rank, world_size=self.world_size)
+            install_barrier(StoreBarrier(self.store, self.world_size, self.device,
+                                         on_call=lambda: self.send_event({"event": "barrier"})))
+        elif self.device.type == "cuda":
+            dist.init_process_group("nccl", store=self.store, rank=self.rank, world_size=self.world_size,
+                                    device_id=self.device)
+        else:
+            dist.init_process_group("gloo", store=self.store, rank=self.rank, world_size=self.world_size)
+
+    def make_group(self, partition, index):
+        """The group of block ``index`` of ``partition`` (all blocks created, in
+        order, once per job: ``new_group`` is collective)."""
+        key = tuple(partition)
+        if key not in self.groups:
+            self.groups[key] = [dist.new_group(list(block)) for block in partition]
+        return self.groups[key][index]
+
+    # -- one call ---------------------------------------------------------------
+    def _call(self, fn):
+        try:
+            out = fn()
+            if self.device.type == "cuda":
+                torch.cuda.synchronize(self.device)
+            return out
+        except Exception as exc:  # noqa: BLE001 - the solution's failure is its verdict
+            from pkb_core.sealed import is_refusal
+
+            raise SolutionFailed(f"solution raised {describe(exc)}", is_refusal(exc)) from None
+
+    def on_trial(self, skeleton, path, slots, out_path):
+        args = unpack(skeleton, path, limits=TRUSTED, device=self.device, make_group=self.make_group)
+        placed = self.slots.place(args, slots)
+        self.harness_barrier()  # every rank's inputs are in place before any solution reads its peers
+        fn = self.pm.hook.pkb_backend_launch(state=self.state, program=self.program, inputs=placed)
+        out = self._call(fn)
+        return {"skeleton": pack({"out": out, "args": placed}, out_path)}
+
+    # -- timing -----------------------------------------------------------------
+    def on_pool(self, skeleton, path, slots):
+        sets = unpack(skeleton, path, limits=TRUSTED, device=self.device, make_group=self.make_group)
+        while len(self.pool_slots) < len(sets):
+            self.pool_slots.append(_Slots(self))
+        self.pool = [self.pool_slots[i].place(s, slots[i]) for i, s in enumerate(sets)]
+        self.pristine = sets
+        self.harness_barrier()
+        self.calls = [self.pm.hook.pkb_backend_launch(state=self.state, program=self.program, inputs=placed)
+                      for placed in self.pool]
+        return {}
+
+    def _refresh(self):
+        mutates = self.problem.mutates
+        if not mutates:
+            return None
+        return lambda i: restore(self.pool[i], self.pristine[i], mutates)
+
+    def on_capture(self):
+        return {"failure": self.timer.capture(self.calls)}
+
+    def on_warm(self, count):
+        try:
+            self.timer.warm_up(self.calls, count, self._refresh())
+        except Exception as exc:  # noqa: BLE001
+            from pkb_core.sealed import is_refusal
+
+            raise SolutionFailed(f"solution raised {describe(exc)} while warming up", is_refusal(exc)) from None
+        return {}
+
+    def on_time(self, mode, path, replays=0):
+        try:
+            times, outputs = self.timer.run(self.calls, mode, refresh=self._refresh(), replays=replays)
+        except Exception as exc:  # noqa: BLE001
+            from pkb_core.sealed import is_refusal
+
+            raise SolutionFailed(f"solution raised {describe(exc)} while timed", is_refusal(exc)) from None
+        return {"times": times, "skeleton": pack({"out": outputs, "args": []}, path)}
+
+    def on_profile(self, path):
+        from pkb_core.profiling import profile_calls
+
+        return {"summary": profile_calls(self.calls[0], device=self.device, calls=5, trace_path=path)}
+
+
+class _Slots:
+    """Symmetric buffers for one argument tree's tensors, reused while big enough.
+
+    ``sizes`` (from the launcher: the largest byte count of each tensor leaf
+    over all ranks) is the same on every rank, so every rank allocates the same
+    buffers in the same order, as the collective allocator requires.
+    """
+
+    def __init__(self, rank: CandidateRank):
+        self.rank = rank
+        self.buffers: list[torch.Tensor] = []
+
+    def place(self, args, sizes):
+        for i, nbytes in enumerate(sizes):
+            if i >= len(self.buffers) or self.buffers[i].numel() < nbytes:
+                buffer = self.rank.pm.hook.pkb_backend_allocate(state=self.rank.state, shape=(max(nbytes, 1),),
+                                                                 dtype=torch.uint8)
+                if i < len(self.buffers):
+                    self.buffers[i] = buffer
+                else:
+                    self.buffers.append(buffer)
+        placed = iter(range(len(sizes)))
+
+        def to_slot(value):
+            if isinstance(value, torch.Tensor):
+                i = next(placed)
+                nbytes = value.numel() * value.element_size()
+                view = self.buffers[i][:nbytes].view(value.dtype).view(value.shape)
+                view.copy_(value)
+                return view
+            if isinstance(value, (list, tuple)) and not isinstance(value, torch.Size):
+                return type(value)(to_slot(v) for v in value)
+            if isinstance(value, dict):
+                return {k: to_slot(v) for k, v in value.items()}
+            return value
+
+        return to_slot(args)
+

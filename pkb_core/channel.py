@@ -1,0 +1,92 @@
+"""Messages between the launcher and its worker processes: JSON lines over pipes.
+
+Each worker reads commands from its standard input and writes its answers to a
+separate pipe (the descriptor in ``PKB_REPLY_FD``), never to standard output:
+a candidate prints what it likes into the log, but only the harness's writes
+on the reply pipe are read as messages. A message is one JSON object on one
+line. A command has an ``op``; the answer to it has the same ``op`` and either
+the command's results or ``error``. Between them a worker may send *events*
+(``{"event": name, ...}``): things the launcher counts, such as a solution's
+barrier calls.
+
+What a candidate's process writes is untrusted: the launcher reads at most
+:data:`MAX_LINE` bytes per message, parses it as plain JSON (no objects are
+built from it) and checks each answer's fields where it uses them.
+"""
+from __future__ import annotations
+
+import json
+import os
+
+#: The longest message accepted (skeletons of large argument trees fit easily).
+MAX_LINE = 64 << 20
+REPLY_FD_ENV = "PKB_REPLY_FD"
+
+
+class ChannelClosed(EOFError):
+    """The other side closed its end (the launcher went away)."""
+
+
+class WorkerChannel:
+    """The worker's end: commands in on stdin, answers and events out on the reply pipe."""
+
+    def __init__(self, read_fd: int = 0, write_fd: int | None = None):
+        self._in = os.fdopen(read_fd, "rb", buffering=1 << 16, closefd=False)
+        self._out = int(os.environ[REPLY_FD_ENV]) if write_fd is None else write_fd
+
+    def receive(self) -> dict:
+        line = self._in.readline()
+        if not line:
+            raise ChannelClosed("the launcher closed the command pipe")
+        return json.loads(line)
+
+    def send(self, message: dict) -> None:
+        data = (json.dumps(message, allow_nan=True) + "\n").encode()
+        view = memoryview(data)
+        while view:
+            written = os.write(self._out, view)
+            view = view[written:]
+
+
+class LineReader:
+    """The launcher's end of one reply pipe: non-blocking reads, complete lines out."""
+
+    def __init__(self, fd: int):
+        self.fd = fd
+        os.set_blocking(fd, False)
+        self._buffer = bytearray()
+        self.closed = False
+
+    def read_messages(self) -> list:
+        """Every complete message available now (``[]`` if none); sets :attr:`closed` at EOF.
+
+        A line that is not a JSON object, or is longer than :data:`MAX_LINE`,
+        becomes ``{"malformed": text}`` for the caller to judge.
+        """
+        while True:
+            try:
+                chunk = os.read(self.fd, 1 << 20)
+            except BlockingIOError:
+                break
+            if not chunk:
+                self.closed = True
+                break
+            self._buffer += chunk
+            if len(self._buffer) > MAX_LINE and b"\n" not in self._buffer:
+                self._buffer.clear()
+                return [{"malformed": f"a message longer than {MAX_LINE} bytes"}]
+        messages = []
+        while True:
+            end = self._buffer.find(b"\n")
+            if end < 0:
+                break
+            line = bytes(self._buffer[:end])
+            del self._buffer[:end + 1]
+            try:
+                message = json.loads(line)
+            except ValueError:
+                message = {"malformed": line[:200].decode(errors="replace")}
+            if not isinstance(message, dict):
+                message = {"malformed": f"a JSON {type(message).__name__}, not an object"}
+            messages.append(message)
+        return messages

@@ -1,0 +1,261 @@
+"""Trees of arguments or outputs as data: a JSON skeleton plus one file of bytes.
+
+Between the judge's processes and a candidate's, nothing travels as a live
+Python object (docs/trust.md): a tree of tensors, scalars, tuples, lists and
+dicts is *packed* into a skeleton (JSON-able, describing every node) and a
+parcel file holding the tensors' bytes, and *unpacked* on the other side into
+fresh tensors. Unpacking what a candidate sent is strict (:class:`Limits`):
+only known node kinds and dtypes, shapes that match their byte counts, bytes
+inside the file, bounded depth and size; anything else is :class:`ParcelError`,
+which the judge turns into the candidate's verdict.
+
+Node kinds: ``tensor`` (dtype, shape, offset, byte count), ``tuple``, ``list``,
+``size`` (``torch.Size``), ``dict`` (key/value pairs; keys are str or int),
+``int``, ``float``, ``bool``, ``str``, ``none``; from the judge only:
+``group`` (a process group, as the partition of ranks it belongs to) and
+``linear`` (a ``torch.nn.Linear``); from a candidate only: ``object`` (anything
+else it returned, by type name, so the verdict can name it).
+"""
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+
+import torch
+
+_DTYPES = {str(d).replace("torch.", ""): d for d in (
+    torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.int32, torch.int16,
+    torch.int8, torch.uint8, torch.bool, torch.complex64, torch.complex128,
+    *(getattr(torch, n) for n in ("float8_e4m3fn", "float8_e5m2", "uint16", "uint32", "uint64") if hasattr(torch, n)),
+)}
+_ALIGN = 64
+_SCALARS = {bool: "bool", int: "int", float: "float", str: "str", type(None): "none"}
+
+
+class ParcelError(ValueError):
+    """A skeleton or parcel that breaks the format; the message says where."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Bounds on what an untrusted skeleton may describe."""
+
+    max_depth: int = 64
+    max_nodes: int = 200_000
+    max_str: int = 10_000
+    #: Bytes of tensor data in all (``None``: no bound).
+    max_bytes: int | None = None
+    #: Node kinds accepted; the judge's own kinds (group, linear) are not among a candidate's.
+    kinds: frozenset = frozenset({"tensor", "tuple", "list", "size", "dict", "int", "float", "bool", "str",
+                                  "none", "object"})
+
+
+UNTRUSTED = Limits()
+TRUSTED = Limits(max_depth=10_000, max_nodes=10**9, max_str=10**9,
+                 kinds=UNTRUSTED.kinds | {"group", "linear"})
+
+
+def dtype_name(dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+def pack(tree, path, *, group_blocks=None) -> dict:
+    """Write ``tree``'s tensors into the file ``path`` and return the skeleton.
+
+    :param group_blocks: ``group -> (partition, index)`` for process groups
+        among the leaves (the judge's inputs); ``None`` sends them as ``object``.
+    """
+    writer = _Writer(path)
+    try:
+        return writer.node(tree, group_blocks)
+    finally:
+        writer.close()
+
+
+class _Writer:
+    def __init__(self, path):
+        self.file = open(path, "wb")
+        self.offset = 0
+
+    def close(self):
+        self.file.close()
+
+    def tensor(self, value: torch.Tensor) -> dict:
+        flat = value.detach().reshape(-1)
+        if flat.dtype.is_complex:
+            flat = torch.view_as_real(flat).reshape(-1)
+        raw = flat.contiguous().view(torch.uint8).cpu() if flat.numel() else torch.empty(0, dtype=torch.uint8)
+        at = -(-self.offset // _ALIGN) * _ALIGN
+        if raw.numel():
+            self.file.seek(at)
+            self.file.write(memoryview(raw.numpy()))
+        self.offset = at + raw.numel()
+        return {"k": "tensor", "dtype": dtype_name(value.dtype), "shape": list(value.shape), "at": at,
+                "n": raw.numel()}
+
+    def node(self, value, groups) -> dict:
+        if type(value) is torch.Tensor or (isinstance(value, torch.nn.Parameter)):
+            if dtype_name(value.dtype) not in _DTYPES:
+                return {"k": "object", "type": f"tensor of dtype {value.dtype}"}
+            return self.tensor(value)
+        if isinstance(value, torch.Size):
+            return {"k": "size", "v": [int(v) for v in value]}
+        if type(value) in (tuple, list) or (isinstance(value, tuple) and hasattr(value, "_fields")):
+            return {"k": "list" if isinstance(value, list) else "tuple", "v": [self.node(v, groups) for v in value]}
+        if type(value) is dict:
+            return {"k": "dict", "v": [[k, self.node(v, groups)] for k, v in value.items()
+                                       if isinstance(k, (str, int))]} if all(
+                isinstance(k, (str, int)) for k in value) else {"k": "object", "type": "dict with non-str keys"}
+        if type(value) in _SCALARS:
+            return {"k": _SCALARS[type(value)], "v": value}
+        if groups is not None and value in groups:
+            partition, index = groups[value]
+            return {"k": "group", "partition": [list(b) for b in partition], "index": index}
+        if type(value) is torch.nn.Linear:
+            return {"k": "linear", "in": value.in_features, "out": value.out_features,
+                    "weight": self.tensor(value.weight.data),
+                    "bias": self.tensor(value.bias.data) if value.bias is not None else None}
+        return {"k": "object", "type": type(value).__module__ + "." + type(value).__qualname__}
+
+
+class _Reader:
+    def __init__(self, path, limits: Limits, device, make_group):
+        self.path = path
+        self.limits = limits
+        self.device = device
+        self.make_group = make_group
+        self.nodes = 0
+        self.bytes = 0
+        self.file = open(path, "rb")
+        self.size = os.fstat(self.file.fileno()).st_size
+
+    def close(self):
+        self.file.close()
+
+    def tensor(self, node, where) -> torch.Tensor:
+        dtype = _DTYPES.get(node.get("dtype"))
+        if dtype is None:
+            raise ParcelError(f"{where}: unknown dtype {node.get('dtype')!r}")
+        shape, at, n = node.get("shape"), node.get("at"), node.get("n")
+        if not (isinstance(shape, list) and all(type(d) is int and d >= 0 for d in shape)):
+            raise ParcelError(f"{where}: bad shape {shape!r}")
+        itemsize = torch.empty((), dtype=dtype).element_size()
+        if type(at) is not int or type(n) is not int or at < 0 or n != math.prod(shape) * itemsize:
+            raise ParcelError(f"{where}: {n!r} bytes at {at!r} do not hold a {dtype_name(dtype)} tensor of shape {shape}")
+        if at + n > self.size:
+            raise ParcelError(f"{where}: bytes {at}..{at + n} lie outside the {self.size}-byte parcel")
+        self.bytes += n
+        if self.limits.max_bytes is not None and self.bytes > self.limits.max_bytes:
+            raise ParcelError(f"{where}: the parcel holds more than {self.limits.max_bytes} bytes of tensors")
+        raw = torch.empty(n, dtype=torch.uint8)
+        if n:
+            self.file.seek(at)
+            got = self.file.readinto(memoryview(raw.numpy()))
+            if got != n:
+                raise ParcelError(f"{where}: the parcel ended after {got} of {n} bytes")
+        if dtype.is_complex:
+            real = raw.view(torch.float32 if dtype == torch.complex64 else torch.float64)
+            value = torch.view_as_complex(real.reshape(*shape, 2)) if shape else torch.view_as_complex(real.reshape(2))
+        else:
+            value = raw.view(dtype).reshape(shape)
+        return value.to(self.device) if self.device is not None else value
+
+    def node(self, node, where, depth):
+        self.nodes += 1
+        if depth > self.limits.max_depth or self.nodes > self.limits.max_nodes:
+            raise ParcelError(f"{where}: the tree is too deep or too large")
+        if not isinstance(node, dict) or node.get("k") not in self.limits.kinds:
+            kind = node.get("k") if isinstance(node, dict) else type(node).__name__
+            raise ParcelError(f"{where}: unexpected node {kind!r}")
+        kind = node["k"]
+        if kind == "tensor":
+            return self.tensor(node, where)
+        if kind in ("tuple", "list", "size"):
+            items = node.get("v")
+            if not isinstance(items, list):
+                raise ParcelError(f"{where}: {kind} without items")
+            if kind == "size":
+                if not all(type(v) is int for v in items):
+                    raise ParcelError(f"{where}: torch.Size of non-integers")
+                return torch.Size(items)
+            values = [self.node(v, f"{where}[{i}]", depth + 1) for i, v in enumerate(items)]
+            return tuple(values) if kind == "tuple" else values
+        if kind == "dict":
+            pairs = node.get("v")
+            if not isinstance(pairs, list) or not all(isinstance(p, list) and len(p) == 2 for p in pairs):
+                raise ParcelError(f"{where}: dict without key/value pairs")
+            out = {}
+            for key, value in pairs:
+                if type(key) not in (str, int):
+                    raise ParcelError(f"{where}: dict key of type {type(key).__name__}")
+                out[key] = self.node(value, f"{where}[{key!r}]", depth + 1)
+            return out
+        if kind == "object":
+            return Foreign(str(node.get("type"))[:200])
+        if kind == "group":
+            return self.make_group([tuple(b) for b in node["partition"]], node["index"])
+        if kind == "linear":
+            layer = torch.nn.Linear(node["in"], node["out"], bias=node["bias"] is not None)
+            weight = self.tensor(node["weight"], f"{where}.weight")
+            layer = layer.to(device=weight.device, dtype=weight.dtype)
+            with torch.no_grad():
+                layer.weight.copy_(weight)
+                if node["bias"] is not None:
+                    layer.bias.copy_(self.tensor(node["bias"], f"{where}.bias"))
+            return layer
+        value = node.get("v")
+        expected = {"int": int, "float": float, "bool": bool, "str": str, "none": type(None)}[kind]
+        if kind == "float" and type(value) is int:
+            value = float(value)  # JSON writes 2.0 as 2.0, but be lenient with hand-made skeletons
+        if type(value) is not expected:
+            raise ParcelError(f"{where}: a {kind} node holds {type(value).__name__}")
+        if kind == "str" and len(value) > self.limits.max_str:
+            raise ParcelError(f"{where}: string of {len(value)} characters")
+        return value
+
+
+class Foreign:
+    """Stands for an object a candidate returned that is not data (its type name)."""
+
+    def __init__(self, type_name: str):
+        self.type_name = type_name
+
+    def __repr__(self):
+        return f"<{self.type_name}>"
+
+
+def unpack(skeleton, path, *, limits: Limits = UNTRUSTED, device=None, make_group=None):
+    """The tree a skeleton describes, with fresh tensors read from ``path``.
+
+    :param device: where the tensors go (``None``: stay on the CPU).
+    :param make_group: ``make_group(partition, index)`` for ``group`` nodes.
+    :raises ParcelError: the skeleton or the file breaks the format.
+    """
+    try:
+        reader = _Reader(path, limits, device, make_group)
+    except OSError as exc:
+        raise ParcelError(f"cannot read the parcel {path}: {exc.strerror}") from None
+    try:
+        return reader.node(skeleton, "out", 0)
+    finally:
+        reader.close()
+
+
+def tensor_bytes(skeleton) -> list[int]:
+    """Byte counts of the tensor leaves of a (trusted) skeleton, in order."""
+    found = []
+
+    def walk(node):
+        kind = node["k"]
+        if kind == "tensor":
+            found.append(node["n"])
+        elif kind in ("tuple", "list"):
+            for item in node["v"]:
+                walk(item)
+        elif kind == "dict":
+            for _, item in node["v"]:
+                walk(item)
+
+    walk(skeleton)
+    return found
