@@ -6,8 +6,6 @@ candidate's ``dist.barrier()`` is one too (:mod:`pkb_core.sealed`).
 """
 from __future__ import annotations
 
-import time
-
 
 class StoreBarrier:
     """A barrier among ``world_size`` ranks over ``store``.
@@ -45,11 +43,12 @@ class StoreBarrier:
         generation = self._generations.get(name, 0) + 1
         self._generations[name] = generation
         key = f"{self.prefix}/{name}/{generation}"
-        self.store.add(key, 1)
-        delay = 1e-5
-        while int(self.store.add(key, 0)) < size:
-            time.sleep(delay)
-            delay = min(2 * delay, 1e-3)
+        # The last rank to arrive opens the barrier; the others wait on the
+        # store's notification (no polling, so no polling jitter in timings).
+        if self.store.add(key, 1) == size:
+            self.store.set(key + "/open", b"1")
+        else:
+            self.store.wait([key + "/open"])
         if self.on_call:
             self.on_call()
         return None

@@ -17,6 +17,7 @@ Commands (each answered with the same ``op``):
 ``capture``  capture the batch of calls in a CUDA graph (graph mode)
 ``time``     time one batch over the pool, send every output back
 ``profile``  a profiler trace of a few calls
+``end``      the backend's finalize hook
 """
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from pkb_core.barrier import StoreBarrier
 from pkb_core.errors import BackendUnavailable, CompileError, SolutionFailed, describe
 from pkb_core.parcel import TRUSTED, pack, unpack
 from pkb_core.problem import read_spec
+from pkb_core.sealed import is_refusal
 from pkb_core.timing import BatchTimer
 from pkb_core.trees import restore
 
@@ -61,16 +63,18 @@ class CandidateRank:
         ctx = WorkerContext(rank=self.rank, world_size=self.world_size, local_rank=self.local_rank,
                             device=self.device, control_group=dist.group.WORLD, run_dir=self.run_dir,
                             options=options, store=self.store, run_id=self.run_id, barrier=self.harness_barrier)
+        self.state = None
         try:
             self.state = self.pm.hook.pkb_backend_init(ctx=ctx)
         except BackendUnavailable as exc:
+            self.on_end()
             return {"verdict": "unsupported", "reason": str(exc)}
         defaults.heap = default_heap(self.device, self.harness_barrier, self.run_id, self.rank, self.world_size)
         self.slots = _Slots(self)
         self.pool_slots = []
         self.timer = BatchTimer(self.device, StoreBarrier(self.store, self.world_size, self.device,
                                                           prefix="pkb-timing"))
-        missing = lock_down(network=not custom_kernels)
+        missing = lock_down(network=not custom_kernels, read_only=[self.run_dir])
         # From here on, the solution's code runs in this process.
         self.problem = read_spec(job["problem_path"]).load()
         try:
@@ -106,6 +110,14 @@ class CandidateRank:
             self.groups[key] = [dist.new_group(list(block)) for block in partition]
         return self.groups[key][index]
 
+    def on_end(self):
+        """The backend's finalize hook (the launcher ends a healthy job with it;
+        a candidate that hung or crashed is killed without)."""
+        if getattr(self, "pm", None) is not None and not getattr(self, "finalized", False):
+            self.finalized = True
+            self.pm.hook.pkb_backend_finalize(state=self.state)
+        return {}
+
     # -- one call ---------------------------------------------------------------
     def _call(self, fn):
         try:
@@ -114,9 +126,7 @@ class CandidateRank:
                 torch.cuda.synchronize(self.device)
             return out
         except Exception as exc:  # noqa: BLE001 - the solution's failure is its verdict
-            from pkb_core.sealed import is_refusal
-
-            raise SolutionFailed(f"solution raised {describe(exc)}", is_refusal(exc)) from None
+            raise _failed(exc) from None
 
     def on_trial(self, skeleton, path, slots, out_path):
         args = unpack(skeleton, path, limits=TRUSTED, device=self.device, make_group=self.make_group)
@@ -124,7 +134,11 @@ class CandidateRank:
         self.harness_barrier()  # every rank's inputs are in place before any solution reads its peers
         fn = self.pm.hook.pkb_backend_launch(state=self.state, program=self.program, inputs=placed)
         out = self._call(fn)
-        return {"skeleton": pack({"out": out, "args": placed}, out_path)}
+        # The arguments go back as the buffers that were passed in, whatever the
+        # solution did to the argument lists it was handed (problem 21 updates
+        # list elements in place: rebinding them must not count).
+        after = self.slots.rebuild(args)
+        return {"skeleton": pack({"out": out, "args": after}, out_path)}
 
     # -- timing -----------------------------------------------------------------
     def on_pool(self, skeleton, path, slots):
@@ -151,24 +165,29 @@ class CandidateRank:
         try:
             self.timer.warm_up(self.calls, count, self._refresh())
         except Exception as exc:  # noqa: BLE001
-            from pkb_core.sealed import is_refusal
-
-            raise SolutionFailed(f"solution raised {describe(exc)} while warming up", is_refusal(exc)) from None
+            raise _failed(exc, " while warming up") from None
         return {}
 
     def on_time(self, mode, path, replays=0):
         try:
             times, outputs = self.timer.run(self.calls, mode, refresh=self._refresh(), replays=replays)
         except Exception as exc:  # noqa: BLE001
-            from pkb_core.sealed import is_refusal
-
-            raise SolutionFailed(f"solution raised {describe(exc)} while timed", is_refusal(exc)) from None
+            raise _failed(exc, " while timed") from None
         return {"times": times, "skeleton": pack({"out": outputs, "args": []}, path)}
 
     def on_profile(self, path):
         from pkb_core.profiling import profile_calls
 
         return {"summary": profile_calls(self.calls[0], device=self.device, calls=5, trace_path=path)}
+
+
+def _failed(exc: BaseException, when: str = "") -> SolutionFailed:
+    """The verdict line for a solution that raised (a refused collective says so)."""
+    if is_refusal(exc):
+        from pkb_core.sealed import REFUSAL_REASON
+
+        return SolutionFailed(f"{REFUSAL_REASON}{when}: {describe(exc)}", refused=True)
+    return SolutionFailed(f"solution raised {describe(exc)}{when}")
 
 
 class _Slots:
@@ -192,14 +211,23 @@ class _Slots:
                     self.buffers[i] = buffer
                 else:
                     self.buffers.append(buffer)
-        placed = iter(range(len(sizes)))
+        return self._map(args, copy=True)
+
+    def rebuild(self, args):
+        """A new tree shaped like ``args`` whose tensors are views of the
+        buffers as they are now (what :meth:`place` handed out)."""
+        return self._map(args, copy=False)
+
+    def _map(self, args, copy: bool):
+        placed = iter(range(len(self.buffers)))
 
         def to_slot(value):
             if isinstance(value, torch.Tensor):
                 i = next(placed)
                 nbytes = value.numel() * value.element_size()
                 view = self.buffers[i][:nbytes].view(value.dtype).view(value.shape)
-                view.copy_(value)
+                if copy:
+                    view.copy_(value)
                 return view
             if isinstance(value, (list, tuple)) and not isinstance(value, torch.Size):
                 return type(value)(to_slot(v) for v in value)

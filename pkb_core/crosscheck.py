@@ -28,7 +28,7 @@ from __future__ import annotations
 import statistics
 
 #: Jitter of the launcher's clock around one batch (ms): pipes, the scheduler.
-FLOOR_MS = {"cpu": 20.0, "cuda": 2.0}
+FLOOR_MS = {"cpu": 5.0, "cuda": 1.0}
 #: The device-side hold before each latency/graph call, in ms (timing.HOLD_CYCLES at ~2 GHz).
 HOLD_MS = 0.1
 

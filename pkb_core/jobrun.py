@@ -29,6 +29,10 @@ from pkb_core.timing import max_over_ranks, summarize
 POOL_CALLS = 10
 #: Bytes of one side's pool of inputs plus outputs, per rank, beyond which batches get fewer calls.
 POOL_BYTES = 2 << 30
+#: Every timed output of a batch is checked while a rank's batch outputs stay below this;
+#: above it, :data:`SAMPLED_CALLS` calls chosen at random after the batch.
+CHECK_ALL_BYTES = 64 << 20
+SAMPLED_CALLS = 2
 
 
 @dataclass
@@ -101,13 +105,26 @@ class JobRun:
 
     def _judge(self, op, payload=None):
         try:
-            return self.judges.command(op, payload, deadline=self.deadline)
+            started = time.monotonic()
+            answers = self.judges.command(op, payload, deadline=self.deadline)
+            self.wall_ms = (time.monotonic() - started) * 1e3
+            return answers
         except JobEnded as ended:
             raise JudgeFailed(ended) from None
 
     def _candidate(self, op, payload=None):
         try:
-            return self.candidates.command(op, payload, deadline=self.deadline)
+            started = time.monotonic()
+            answers = self.candidates.command(op, payload, deadline=self.deadline)
+            self.wall_ms = (time.monotonic() - started) * 1e3
+            if op in ("trial", "time", "warm"):
+                busy = self.candidates.busy_after_answer()
+                if busy:
+                    rank, used = busy[0]
+                    raise JobEnded("flagged", f"rank {rank}: its processes used {used:.0f} ms of CPU in the 20 ms "
+                                              f"after its {op} answer: the solution left work running on the host "
+                                              "(a thread or a child process), outside what is checked and timed")
+            return answers
         finally:
             self.candidates.freeze()
 
@@ -123,6 +140,8 @@ class JobRun:
                 self._timing()
         except JobEnded as ended:
             self.outcome.verdict, self.outcome.reason = ended.verdict, ended.reason
+            if ended.verdict == "timeout":
+                self.outcome.reason = f"no result after {self.settings.job_timeout:.0f} s ({ended.reason})"
             if self.outcome.trials < self.job["trials"] and ended.verdict in ("fail", "flagged", "error"):
                 trial = self.outcome.trials
                 self.outcome.reason = f"trial {trial}: {ended.reason}" if self._in_trials else ended.reason
@@ -156,7 +175,7 @@ class JobRun:
         found = combine(self._judge("check", [
             {"trial": trial, "dryrun": dryrun, "candidate": {"skeleton": a.get("skeleton"), "path": o}}
             for a, o in zip(answers, outputs)]), "rank")
-        if self.job.get("save_outputs") and (found or dryrun or trial == self.job["trials"] - 1):
+        if (self.job.get("save_outputs") or dryrun) and (found or trial == self.job["trials"] - 1):
             self._judge("save", {"slug": self.job["slug"], "dryrun": dryrun})
         if found:
             raise JobEnded(*found)
@@ -222,9 +241,8 @@ class JobRun:
             for side in order:
                 out = self.parcels.paths(f"{mode}-{side}{round_}", self.nproc)
                 payload = [{"mode": mode, "path": o, "replays": replays} for o in out]
-                started = time.monotonic()
                 answers = self._judge("time", payload) if side == "reference" else self._candidate("time", payload)
-                wall_ms = (time.monotonic() - started) * 1e3
+                wall_ms = self.wall_ms  # the launcher's clock around the command alone
                 per_call = max_over_ranks([_times(a, calls if mode != "graph" else replays) for a in answers])
                 times[side] += per_call
                 overheads[side].append(cc.overhead(wall_ms, per_call if mode != "graph" else
@@ -232,7 +250,10 @@ class JobRun:
                 if side == "candidate":
                     walls.append(wall_ms)
                     sample = (answers, out)
-            self._check_sample(*sample, calls)  # after both sides: the judge's outputs are this round's
+                else:
+                    out_bytes = max(int(a.get("out_bytes", 0)) for a in answers)
+            # After both sides, so the judge's outputs are this round's.
+            self._check_sample(*sample, calls, out_bytes)
         crosscheck[mode] = cc.judge(overheads["reference"], overheads["candidate"], walls,
                                     device=self.settings.device, mode=mode, calls_per_batch=calls)
         return {side: summarize(t) for side, t in times.items()}
@@ -242,10 +263,13 @@ class JobRun:
         failures += [a.get("failure") for a in self._candidate("capture")]
         return next((f for f in failures if f), None)
 
-    def _check_sample(self, answers, paths, calls):
-        index = self.rng.randrange(calls)
+    def _check_sample(self, answers, paths, calls, out_bytes):
+        if out_bytes <= CHECK_ALL_BYTES:
+            indices = list(range(calls))
+        else:
+            indices = sorted(self.rng.sample(range(calls), min(SAMPLED_CALLS, calls)))
         found = combine(self._judge("check_sample", [
-            {"index": index, "candidate": {"skeleton": a.get("skeleton"), "path": p}}
+            {"indices": indices, "candidate": {"skeleton": a.get("skeleton"), "path": p}}
             for a, p in zip(answers, paths)]), "rank")
         if found:
             raise JobEnded(*found)

@@ -196,19 +196,21 @@ class JudgeRank:
         times, outputs = self.timer.run(calls, mode, refresh=self._refresh(), replays=replays)
         self.timed_outputs = outputs
         pack(outputs, path)  # the same export the candidate makes, so both sides' overheads match
-        return {"times": times}
+        return {"times": times, "out_bytes": _nbytes(outputs)}
 
-    def on_check_sample(self, index, candidate):
+    def on_check_sample(self, indices, candidate):
+        """Compare the candidate's outputs of the timed calls ``indices`` with the reference's."""
         received = self._receive(candidate, budget=_nbytes(self.timed_outputs))
         if isinstance(received, str):
             return {"verdict": "fail", "reason": received}
         outputs = received["out"]
         if not isinstance(outputs, (list, tuple)) or len(outputs) != len(self.timed_outputs):
             return {"verdict": "fail", "reason": "the solution's timed outputs could not be read back"}
-        problem = compare(outputs[index], self.timed_outputs[index], self.problem.spec.tolerance)
-        if problem:
-            return {"verdict": "fail", "reason": f"timed call {index} of a batch, on fresh inputs: {problem} "
-                                                 "(the timed calls must compute what the checked ones do)"}
+        for index in indices:
+            problem = compare(outputs[index], self.timed_outputs[index], self.problem.spec.tolerance)
+            if problem:
+                return {"verdict": "fail", "reason": f"timed call {index} of a batch, on fresh inputs: {problem} "
+                                                     "(the timed calls must compute what the checked ones do)"}
         return {"verdict": None}
 
     def on_clocks(self):

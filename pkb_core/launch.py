@@ -80,23 +80,34 @@ def run_jobs(jobs: list[dict], settings: LaunchSettings, on_record=None) -> list
 
 
 class _Store:
-    """A c10d store served by this process for one group of workers."""
+    """A c10d store served by this process for one group of workers.
 
-    def __init__(self, world_size: int):
+    :param host: how the workers reach this machine (another node's workers too).
+    """
+
+    def __init__(self, world_size: int, host: str = "127.0.0.1"):
         from datetime import timedelta
 
         import torch.distributed as dist
 
-        self.store = dist.TCPStore("127.0.0.1", 0, world_size, is_master=True, wait_for_workers=False,
+        self.store = dist.TCPStore(host, 0, world_size, is_master=True, wait_for_workers=False,
                                    timeout=timedelta(seconds=STARTUP_TIMEOUT_S))
-        self.address = f"127.0.0.1:{self.store.port}"
+        self.address = f"{host}:{self.store.port}"
 
 
 class Launch:
     """The jobs of one launch on this node (see the module docstring)."""
 
-    def __init__(self, settings: LaunchSettings, on_record=None):
+    def __init__(self, settings: LaunchSettings, on_record=None, remote=None):
+        from pkb_core.lockdown import protect_from_peers
+
+        protect_from_peers()  # the process that holds the secret and writes the records
         self.settings = settings
+        #: The other nodes of a multi-node launch (:class:`pkb_core.nodes.Conductor`), or None.
+        self.remote = remote
+        self.store_host = remote.host if remote is not None else "127.0.0.1"
+        self.zygotes = None
+        self._groups = 0
         self.on_record = on_record
         self.run_dir = Path(settings.run_dir)
         self.launch_id = secrets.token_hex(4)
@@ -117,16 +128,33 @@ class Launch:
         return env
 
     def _start(self, role: str, run_id: str = ""):
-        from pkb_core.ranks import RankGroup
+        from pkb_core.ranks import RankGroup, Zygotes
 
-        store = _Store(self.settings.nproc)
-        group = RankGroup(role, self.settings.nproc, env=self._env(role, store, run_id), log_path=self.log_path,
-                          label="judge rank" if role == "judge" else "rank")
+        settings = self.settings
+        store = _Store(settings.world_size, self.store_host)
+        env = self._env(role, store, run_id)
+        local_ranks = range(settings.nproc)  # this node holds ranks 0 .. nproc-1
+        log = None
+        if role == "judge":
+            log = open(self.log_path, "ab")
+            workers = RankGroup.spawn_workers("judge", local_ranks, settings.world_size, env=env, log=log)
+        else:
+            if self.zygotes is None:
+                self.zygotes = Zygotes(local_ranks, settings.world_size,
+                                       env=dict(self._env("candidate", store), PKB_BACKEND=settings.backend),
+                                       log_path=self.log_path, startup_s=STARTUP_TIMEOUT_S)
+            env = {k: env[k] for k in ("PKB_STORE", "PKB_RUN_ID")}
+            workers = self.zygotes.fork_workers(env)
+        self._groups += 1
+        group_id = f"{role}{self._groups}"
+        if self.remote is not None:
+            workers += self.remote.start_group(role, group_id, env, deadline=time.monotonic() + STARTUP_TIMEOUT_S)
+        group = RankGroup(role, workers, label="judge rank" if role == "judge" else "rank", log=log,
+                          remote=self.remote, group_id=group_id)
         self._stores[id(group)] = store  # served as long as the group lives
         if role == "judge":
             for worker in group.workers:
                 worker.send({"secret": self.secret})
-        group.ready = False
         return group
 
     def _ready(self, group) -> None:
@@ -168,6 +196,8 @@ class Launch:
             self._stop(spare)
             if judges is not None:
                 self._stop(judges, deadline=time.monotonic() + JUDGE_GRACE_S)
+            if self.zygotes is not None:
+                self.zygotes.stop()
 
     def _run_one(self, job, index, run_id, judges, candidates, spare):
         """One job; returns the judge group to go on with (a new one if it failed)."""
@@ -197,8 +227,16 @@ class Launch:
             self._stop(judges, stacks=True)
             judges = None
         finally:
-            self._stop(candidates, stacks=outcome.verdict == "timeout")
+            healthy = outcome.verdict not in ("timeout", "crash", "error")
+            self._stop(candidates, stacks=outcome.verdict == "timeout",
+                       deadline=time.monotonic() + JUDGE_GRACE_S if healthy else None)
             parcels.remove()
+        if self.settings.custom_kernels and outcome.verdict in ("flagged", "fail", "error"):
+            from pkb_core.source_hints import collective_hint
+
+            hint = collective_hint(job["solution"])
+            if hint:
+                outcome.reason = f"{outcome.reason} [hint: {hint}]"
         self._record(job, outcome.verdict, outcome.reason, started=started, outcome=outcome)
         if judges is not None and not judges.alive():
             self._stop(judges)

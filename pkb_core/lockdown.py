@@ -13,18 +13,23 @@ stopped by the kernel, with settings that cannot be reverted from inside:
   - ``ptrace``, ``process_vm_readv``/``process_vm_writev``: no reading or
     writing another process's memory;
   - ``kill``/``tgkill``/``rt_sigqueueinfo``/``rt_tgsigqueueinfo`` aimed at any
-    process but this one or its own process group, ``tkill`` and
+    process but this one or its own process group (signal 0 included), ``tkill`` and
     ``pidfd_send_signal``: no stopping or killing the judge's processes;
   - ``setsid``/``setpgid``: every child stays in the candidate's process group,
     so the launcher's group-wide stop and kill reach all of them;
-  - with ``network=False``, ``socket`` for ``AF_INET``/``AF_INET6``/``AF_PACKET``:
+  - with ``network=False``, ``socket`` for ``AF_INET``/``AF_INET6``/``AF_PACKET``
+    kills the process with SIGSYS (which the launcher reports as ``flagged``):
     no new TCP connection, so no new NCCL or gloo communicator can be built
     (both bootstrap over TCP). Connections made before the lockdown (the
     job's store) keep working.
 
 * every capability dropped (effective, permitted, inheritable, bounding), so a
   candidate started as root cannot read the memory of the non-dumpable judge
-  processes (:func:`protect_from_peers`) through ``/proc``.
+  processes (:func:`protect_from_peers`) through ``/proc``;
+
+* the run directory read-only for it (a private mount namespace), so it cannot
+  write or change records; this needs ``CAP_SYS_ADMIN`` when the lockdown
+  starts (root in a container usually has it).
 
 On a kernel or architecture without seccomp the lockdown reports what it could
 not do; the launcher records that in every job's record (``lockdown``).
@@ -45,6 +50,7 @@ PR_SET_NO_NEW_PRIVS = 38
 SECCOMP_MODE_FILTER = 2
 SECCOMP_RET_ALLOW = 0x7FFF0000
 SECCOMP_RET_ERRNO = 0x00050000
+SECCOMP_RET_KILL_PROCESS = 0x80000000
 _LD_W_ABS, _JEQ_K, _RET_K = 0x20, 0x15, 0x06
 # struct seccomp_data: nr (u32), arch (u32), instruction_pointer (u64), args[6] (u64 each).
 _NR, _ARCH, _ARG0 = 0, 4, 16
@@ -119,7 +125,7 @@ def build_filter(machine: str, *, pid: int, pgid: int, network: bool) -> bytes:
     if not network:
         body = []
         for family in (_AF_INET, _AF_INET6, _AF_PACKET):
-            body += _arg_is(0, family) + [_deny(errno.EACCES)]
+            body += _arg_is(0, family) + [_insn(_RET_K, SECCOMP_RET_KILL_PROCESS)]
         body += [_allow()]
         block("socket", body)
     prog.append(_allow())
@@ -134,15 +140,24 @@ def _libc():
     return ctypes.CDLL(None, use_errno=True)
 
 
-def lock_down(*, network: bool) -> list[str]:
+def lock_down(*, network: bool, read_only=()) -> list[str]:
     """Apply the lockdown to this process; return what could not be applied.
 
     :param network: ``False`` refuses new internet sockets (custom-kernel
         backends); ``True`` keeps them (the reference backend's solutions may
         create NCCL communicators for subgroups).
+    :param read_only: directories this process (and its children) may no
+        longer write: the run directory, where the launcher writes records.
+        Needs ``CAP_SYS_ADMIN`` (a private mount namespace with read-only
+        bind mounts); without it this item is reported missing.
     """
     missing = []
     libc = _libc()
+    for path in read_only:
+        problem = _read_only(libc, str(path))
+        if problem:
+            missing.append(problem)
+            break
     machine = platform.machine()
     if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
         missing.append(f"no_new_privs ({os.strerror(ctypes.get_errno())})")
@@ -158,6 +173,28 @@ def lock_down(*, network: bool) -> list[str]:
     if dropped:
         missing.append(dropped)
     return missing
+
+
+_CLONE_NEWNS = 0x00020000
+_MS_RDONLY, _MS_REMOUNT, _MS_BIND, _MS_REC, _MS_PRIVATE = 0x1, 0x20, 0x1000, 0x4000, 0x40000
+_namespace_made = False
+
+
+def _read_only(libc, path: str) -> str | None:
+    """Bind-mount ``path`` read-only onto itself in a private mount namespace."""
+    global _namespace_made
+    if not _namespace_made:
+        if libc.unshare(_CLONE_NEWNS) != 0:
+            return f"read-only run directory ({os.strerror(ctypes.get_errno())}: needs CAP_SYS_ADMIN)"
+        # Keep the mounts below from propagating back to the host's namespace.
+        if libc.mount(None, b"/", None, _MS_REC | _MS_PRIVATE, None) != 0:
+            return f"read-only run directory (private mounts: {os.strerror(ctypes.get_errno())})"
+        _namespace_made = True
+    target = path.encode()
+    if libc.mount(target, target, None, _MS_BIND | _MS_REC, None) != 0 or \
+            libc.mount(None, target, None, _MS_BIND | _MS_REMOUNT | _MS_RDONLY, None) != 0:
+        return f"read-only run directory ({os.strerror(ctypes.get_errno())})"
+    return None
 
 
 def _drop_capabilities(libc) -> str | None:

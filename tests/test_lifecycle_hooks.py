@@ -22,7 +22,7 @@ def pkb_backend_init(ctx):
     log(f"init {ctx.rank}")
     if os.environ.get("PKBTEST_UNAVAILABLE"):
         raise BackendUnavailable("libfoo runtime did not start")
-    ctx.heap = SharedMemoryHeap(ctx.control_group, "logger%d" % os.getpid())
+    ctx.heap = SharedMemoryHeap(ctx.rank, ctx.world_size, ctx.barrier, ctx.run_id + "-logger")
     return ctx
 
 @hookimpl
@@ -47,10 +47,11 @@ def _run(pkb_invoke, fake_dist, tmp_path, monkeypatch, *args):
 def test_pkb_backend_init_allocate_finalize_order(pkb_invoke, fake_dist, tmp_path, monkeypatch):
     records, calls = _run(pkb_invoke, fake_dist, tmp_path, monkeypatch, "--problem", "1,7", "--trials", "3")
     assert [r["verdict"] for r in records] == ["pass", "pass"]
-    # One launch: init and finalize once per rank; one symmetric slot per job
-    # (allocated once, reused by later trials, since sizes do not grow).
-    assert calls.count("init 0") == 1 and calls.count("init 1") == 1
-    assert calls.count("finalize 0") == 1 and calls.count("finalize 1") == 1
+    # Fresh candidate processes per job: init and finalize once per rank and
+    # job; one symmetric slot per job (allocated once, reused by later trials,
+    # since sizes do not grow).
+    assert calls.count("init 0") == 2 and calls.count("init 1") == 2
+    assert calls.count("finalize 0") == 2 and calls.count("finalize 1") == 2
     allocations = sorted(c for c in calls if c.startswith("allocate 0"))
     assert allocations == ["allocate 0 (1024,)", "allocate 0 (512,)"]  # 8x16 fp32, then (2*8)x16 fp32
 

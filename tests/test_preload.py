@@ -58,7 +58,8 @@ def test_a_worker_loads_its_preloads_and_puts_wheel_roots_first_only_while_torch
     lib = tmp_path / "root" / "nvidia" / "fake" / "lib" / "libpkbfake.so.1"
     lib.parent.mkdir(parents=True)
     shutil.copy(_a_loaded_library(), lib)
-    code = ("import sys; before = list(sys.path); import pkb_core.worker; "
+    code = ("import sys; before = list(sys.path); from pkb_core.preload import import_torch_after_preloads; "
+            "import_torch_after_preloads(); "
             "from pkb_core.preload import mapped_paths, preload_errors; "
             "print(mapped_paths('libpkbfake'), preload_errors(), sys.path == before)")
     env = dict(os.environ, **preload.preload_environment([lib]))
@@ -67,27 +68,19 @@ def test_a_worker_loads_its_preloads_and_puts_wheel_roots_first_only_while_torch
     assert out.stdout.strip() == f"{[str(lib)]} {{}} True"
 
 
-def test_the_launcher_hands_preloads_to_its_workers(tmp_path, monkeypatch):
-    import pytest
+def test_the_launcher_hands_preloads_to_the_candidates_processes_only(tmp_path):
+    from types import SimpleNamespace
 
     from pkb_core import launch
 
-    class Started(Exception):
-        pass
-
-    def popen(cmd, env, **kwargs):
-        raise Started(env.get(preload.PRELOAD_ENV))
-
-    monkeypatch.setattr(launch.subprocess, "Popen", popen)
     settings = launch.LaunchSettings(nproc=1, device="cpu", backend="x", run_dir=tmp_path, job_timeout=5,
                                      preload=("/opt/lib/liba.so.1",))
-    with pytest.raises(Started) as started:
-        launch._launch([{"key": "k"}], settings, "secret", None)
-    assert started.value.args == ("/opt/lib/liba.so.1",)
+    store = SimpleNamespace(address="127.0.0.1:1")
+    assert launch.Launch(settings)._env("candidate", store)[preload.PRELOAD_ENV] == "/opt/lib/liba.so.1"
+    # The judge never loads a backend's libraries: it runs references only.
+    assert preload.PRELOAD_ENV not in launch.Launch(settings)._env("judge", store)
     settings.preload = ()
-    with pytest.raises(Started) as started:
-        launch._launch([{"key": "k"}], settings, "secret", None)
-    assert started.value.args == (None,)
+    assert preload.PRELOAD_ENV not in launch.Launch(settings)._env("candidate", store)
 
 
 def test_torch_imports_with_the_wheel_roots_first(tmp_path):

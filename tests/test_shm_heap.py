@@ -22,7 +22,7 @@ def _worker(rank, world_size, port, run_id, die_after_alloc, results):
     from pkb_core.symmetric import handle_of, peer_offset
     from pkb_core.symmetric.shm import SharedMemoryHeap
 
-    heap = SharedMemoryHeap(dist.group.WORLD, run_id)
+    heap = SharedMemoryHeap(rank, world_size, lambda: dist.barrier(), run_id)
     x = heap.empty((5, 7), torch.float32)
     if die_after_alloc and rank == 1:
         os._exit(3)

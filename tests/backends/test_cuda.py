@@ -379,7 +379,7 @@ def test_peers_on_the_cpu_shared_memory_heap(one_rank_group):
     from pkb_core.symmetric import handle_of
     from pkb_core.symmetric.shm import SharedMemoryHeap
 
-    heap = SharedMemoryHeap(one_rank_group, f"cudatest{os.getpid()}")
+    heap = SharedMemoryHeap(0, 1, lambda: None, f"cudatest{os.getpid()}")
     x = heap.empty((8, 16), torch.float32)
     x.copy_(torch.arange(128, dtype=torch.float32).view(8, 16))
     handle = handle_of(x)

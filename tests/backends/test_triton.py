@@ -125,7 +125,7 @@ _PROBE = textwrap.dedent('''
         from types import SimpleNamespace
         from pkb_core.symmetric.shm import SharedMemoryHeap
         from pkb_triton import _runtime
-        heap = SharedMemoryHeap(dist.group.WORLD, f"tritontest{port}")
+        heap = SharedMemoryHeap(rank, world, lambda: dist.barrier(), f"tritontest{port}")
         buf = heap.empty((48,), torch.float32)
         sym = peers(buf)
         lines = []

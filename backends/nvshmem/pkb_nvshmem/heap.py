@@ -38,45 +38,37 @@ class NvshmemHandle:
     is torch's own.
     """
 
-    def __init__(self, handle, control_group):
+    def __init__(self, handle, barrier):
         self._handle = handle
-        self._control = control_group
+        self._barrier = barrier
         self.multicast_ptr = 0
 
     def __getattr__(self, name):
         return getattr(self._handle, name)
 
     def barrier(self, channel=0, timeout_ms=None):
-        """Wait for this rank's current stream, then for every rank (host side)."""
-        host_barrier(self._control)
+        """Wait for this rank's device work, then for every rank (host side)."""
+        self._barrier()
 
     @staticmethod
     def get_backend(device=None):
         return "NVSHMEM"
 
 
-def host_barrier(control_group) -> None:
-    """Finish this rank's queued GPU work, then meet every rank on the gloo group."""
-    from pkb_core.guards import harness_call
-
-    torch.cuda.current_stream().synchronize()
-    with harness_call():  # the heap's barrier moves no solution data
-        dist.barrier(group=control_group)
-
-
 class NvshmemHeap:
     """Symmetric tensors from torch symm_mem with ``set_backend("NVSHMEM")``.
 
     :param device: this rank's CUDA device.
-    :param control_group: the harness's gloo group (host barriers).
+    :param barrier: the job's barrier among ranks (``WorkerContext.barrier``:
+        finishes this rank's device work, then meets every rank).
     """
 
-    def __init__(self, device, control_group):
+    def __init__(self, device, barrier):
         import torch.distributed._symmetric_memory as symm_mem
 
         self._symm_mem = symm_mem
         self.device = device
-        self.control_group = control_group
+        self.barrier = barrier
         self.buffers = []  # kept alive for the launch: freeing is collective in NVSHMEM
         self.signals = None
 
@@ -91,7 +83,7 @@ class NvshmemHeap:
         bootstraps NVSHMEM), then wait until every rank has zeroed its own."""
         self.signals = self.raw(SIGNAL_BYTES).view(torch.int64)
         self.signals.zero_()
-        host_barrier(self.control_group)
+        self.barrier()
 
     def empty(self, shape, dtype) -> torch.Tensor:
         itemsize = torch.empty((), dtype=dtype).element_size()
@@ -99,7 +91,7 @@ class NvshmemHeap:
         nbytes = max(numel * itemsize, ALIGN)
         buf = self.raw(nbytes)
         # Always the world group, in the same order on every rank (pytorch#196082).
-        handle = NvshmemHandle(self._symm_mem.rendezvous(buf, dist.group.WORLD.group_name), self.control_group)
+        handle = NvshmemHandle(self._symm_mem.rendezvous(buf, dist.group.WORLD.group_name), self.barrier)
         self.buffers.append(handle)
         register_allocation(buf.data_ptr(), nbytes, handle)
         return buf[: numel * itemsize].view(dtype).view(tuple(shape))

@@ -88,7 +88,7 @@ def pkb_backend_init(ctx):
     from pkb_nvshmem.heap import NvshmemHeap
 
     try:
-        heap = NvshmemHeap(ctx.device, ctx.control_group)
+        heap = NvshmemHeap(ctx.device, ctx.barrier)
         heap.start()
     except Exception as exc:  # noqa: BLE001
         raise BackendUnavailable(f"NVSHMEM bootstrap failed ({first_line(exc)})") from None

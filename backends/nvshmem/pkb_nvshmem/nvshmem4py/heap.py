@@ -13,7 +13,6 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.distributed as dist
 
 from pkb_core.symmetric import register_allocation
 from pkb_core.symmetric.mapped import MappedHandle
@@ -72,17 +71,15 @@ class Nvshmem4pyHandle(MappedHandle):
 class Nvshmem4pyHeap:
     """Symmetric tensors from nvshmem4py (collective: same order and size everywhere)."""
 
-    def __init__(self, device, rank: int, world_size: int, control_group):
+    def __init__(self, device, rank: int, world_size: int, barrier):
         self.device = device
         self.rank = rank
         self.world_size = world_size
-        self.control_group = control_group
+        self.barrier = barrier
         self.tensors = []  # freed collectively, in allocation order, by close()
 
     def empty(self, shape, dtype) -> torch.Tensor:
         import nvshmem.core as nvs
-
-        from pkb_core.guards import harness_call
 
         itemsize = torch.empty((), dtype=dtype).element_size()
         numel = math.prod(shape)
@@ -95,9 +92,7 @@ class Nvshmem4pyHeap:
         handle = Nvshmem4pyHandle(base, peers, buffer_size, self.rank)
         register_allocation(base.data_ptr(), nbytes, handle)
         # Every pad is zero before any rank can signal into it.
-        torch.cuda.current_stream().synchronize()
-        with harness_call():
-            dist.barrier(group=self.control_group)
+        self.barrier()
         return base[: numel * itemsize].view(dtype).view(tuple(shape))
 
     def close(self) -> None:

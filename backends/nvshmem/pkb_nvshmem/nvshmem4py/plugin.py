@@ -110,7 +110,7 @@ def pkb_backend_init(ctx):
 
     apply_env_defaults()
     ensure_numpy_row_stack()  # before anything imports numba
-    import torch.distributed as dist
+    import pickle
 
     import nvshmem.core as nvs
 
@@ -120,12 +120,15 @@ def pkb_backend_init(ctx):
     try:
         device = _device(ctx.local_rank)
         device.set_current()
-        uid = [nvs.get_unique_id(empty=(ctx.rank != 0))]
-        dist.broadcast_object_list(uid, src=0, group=ctx.control_group)
-        nvs.init(device=device, uid=uid[0], rank=ctx.rank, nranks=ctx.world_size, initializer_method="uid")
+        # Rank 0's unique id reaches the others through the job's store (the
+        # candidate's process group has no collectives: pkb_core.sealed).
+        if ctx.rank == 0:
+            ctx.store.set("pkb-nvshmem4py-uid", pickle.dumps(nvs.get_unique_id()))
+        uid = pickle.loads(ctx.store.get("pkb-nvshmem4py-uid"))
+        nvs.init(device=device, uid=uid, rank=ctx.rank, nranks=ctx.world_size, initializer_method="uid")
     except Exception as exc:  # noqa: BLE001
         raise BackendUnavailable(f"nvshmem4py could not initialise NVSHMEM ({first_line(exc)})") from None
-    heap = Nvshmem4pyHeap(ctx.device, ctx.rank, ctx.world_size, ctx.control_group)
+    heap = Nvshmem4pyHeap(ctx.device, ctx.rank, ctx.world_size, ctx.barrier)
     _runtime.start(heap)
     return heap
 

@@ -1,0 +1,155 @@
+"""Sealed evaluation (docs/trust.md): hostile candidates end `flagged` or `fail` for their own reason,
+honest ones pass, and nothing of one job reaches the next."""
+import json
+import os
+
+import pytest
+
+CUSTOM_BACKEND = '''
+from pkb_core.backend import BackendInfo
+from pkb_core.hookspecs import hookimpl
+
+@hookimpl
+def pkb_backend_info():
+    # Plain Python solutions judged as custom kernels: NCCL/gloo are off limits.
+    return BackendInfo(name="plainpy", devices=("cpu",), custom_kernels=True)
+'''
+
+REFUSED = "called a torch.distributed collective"
+LOCKDOWN = "system call the candidate lockdown forbids"
+
+#: file -> (verdict, text in the reason); one class of attack per prefix (c1..c7, see docs/trust.md).
+EXPECTED = {
+    "1_allreduce_c1_calls_nccl.py": ("flagged", REFUSED),
+    "1_allreduce_c1_process_group_object.py": ("flagged", REFUSED),
+    "1_allreduce_c1_backend_object.py": ("flagged", REFUSED),
+    "1_allreduce_c1_dispatcher_op.py": ("flagged", REFUSED),
+    "1_allreduce_c1_functional_collective.py": ("flagged", REFUSED),
+    "1_allreduce_c1_own_gloo_group.py": ("flagged", LOCKDOWN),
+    "1_allreduce_c1_own_rendezvous.py": ("flagged", LOCKDOWN),
+    "1_allreduce_c1_exemption_switch.py": ("flagged", REFUSED),
+    "1_allreduce_c1_send_recv.py": ("fail", "elements differ"),
+    "1_allreduce_c2_rebinds_comparer.py": ("fail", "elements differ"),
+    "1_allreduce_c2_widens_tolerance.py": ("fail", "elements differ"),
+    "1_allreduce_c2_patches_tensor_methods.py": ("fail", "elements differ"),
+    "1_allreduce_c2_forges_record.py": ("fail", "elements differ"),
+    "1_allreduce_c2_drops_verdicts.py": ("fail", "elements differ"),
+    "1_allreduce_c3_frame_walk.py": ("fail", "elements differ"),
+    "1_allreduce_c3_forges_timer.py": ("flagged", "by the launcher's clock"),
+    "1_allreduce_c4_skips_when_timed.py": ("fail", "timed call"),
+    "1_allreduce_c4_caches_after_warmup.py": ("fail", "timed call"),
+    "1_allreduce_c4_caches_by_buffer.py": ("fail", "trial 1: rank"),
+    "1_allreduce_c4_defers_to_thread.py": ("fail", "elements differ"),
+    "1_allreduce_c5_hogs_the_host.py": ("flagged", "left work running on the host"),
+    "1_allreduce_c7_int8_wire.py": ("fail", "trial 1: rank"),
+    "1_allreduce_honest_peer_reads.py": ("pass", ""),
+}
+
+
+@pytest.fixture
+def plainpy(fake_dist):
+    fake_dist("pkbtest-plainpy", {"pkb.backends": {"plainpy": "pkbtest_plainpy"}}, {"pkbtest_plainpy": CUSTOM_BACKEND})
+
+
+def _records(result):
+    assert result.stdout.strip(), result.output
+    return {r["solution"].rsplit("/", 1)[-1]: r for r in json.loads(result.stdout)["results"]}
+
+
+def test_every_class_of_attack_is_caught_and_the_honest_control_passes(pkb_invoke, plainpy, fixtures, tmp_path):
+    run = tmp_path / "run"
+    result = pkb_invoke("run", "--backend", "plainpy", "--solutions", fixtures / "adversarial", "--problem", "1",
+                        "--trials", "2", "--measure-perf", "--warmup", "3", "--iters", "20", "--out", run, "--json",
+                        "--timeout", "60")
+    by_file = _records(result)
+    assert set(by_file) == set(EXPECTED)
+    for name, (verdict, text) in EXPECTED.items():
+        assert by_file[name]["verdict"] == verdict, (name, by_file[name]["reason"])
+        assert text in by_file[name]["reason"], (name, by_file[name]["reason"])
+    # The static scan of the source adds a hint to a refused collective.
+    assert "hint: source mentions torch.distributed.all_reduce" in by_file["1_allreduce_c1_calls_nccl.py"]["reason"]
+    # The forged record never reached the records file (the run directory is read-only for candidates).
+    keys = [json.loads(line)["key"] for line in (run / "records.jsonl").read_text().splitlines()]
+    assert "forged" not in keys and len(keys) == len(EXPECTED)
+    assert not by_file["1_allreduce_honest_peer_reads.py"].get("lockdown_gaps")
+
+
+def test_an_honest_job_after_one_that_leaves_traps_passes(pkb_invoke, plainpy, fixtures, tmp_path):
+    result = pkb_invoke("run", "--backend", "plainpy", "--solutions", fixtures / "batch", "--problem", "1",
+                        "--trials", "3", "--measure-perf", "--iters", "10", "--out", tmp_path, "--json")
+    by_file = _records(result)
+    assert by_file["1_allreduce_a_leaves_traps.py"]["verdict"] == "fail"
+    assert by_file["1_allreduce_b_honest.py"]["verdict"] == "pass", by_file["1_allreduce_b_honest.py"]["reason"]
+    # The trap's child was in the job's process group (it could not leave it) and died with the job.
+    assert not _processes_with("_vandal") and not _processes_with("pkb_core.zygote")
+
+
+def _processes_with(text):
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmdline = f.read().replace(b"\0", b" ").decode(errors="replace")
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    continue
+        except OSError:
+            continue
+        if text in cmdline:
+            found.append(pid)
+    return found
+
+
+def test_p2pop_references_run_under_a_custom_kernel_backend(pkb_invoke, fixtures, tmp_path):
+    # The judge's processes are never patched: references that build P2POp lists run
+    # (2xH200, before: "Invalid op" for 54, 55, 57, 58 and 71 under every custom-kernel backend).
+    result = pkb_invoke("run", "--backend", "triton", "--solutions", fixtures / "p2p", "--problem",
+                        "54,55,57,58,71", "--nproc", "4", "--trials", "2", "--out", tmp_path, "--json")
+    by_problem = {r["problem_id"]: r for r in _records(result).values()}
+    assert by_problem[71]["verdict"] == "pass", by_problem[71]["reason"]
+    for problem in (54, 55, 57, 58):
+        record = by_problem[problem]
+        assert record["verdict"] == "fail", record["reason"]
+        assert "reference raised" not in record["reason"]
+
+
+def test_the_physics_floor_flags_an_impossible_time(pkb_invoke, tmp_path, monkeypatch):
+    from pkb_core.calibrate import cache_path
+
+    monkeypatch.setenv("PKB_CACHE_DIR", str(tmp_path / "cache"))
+    path = cache_path("cpu")
+    path.parent.mkdir(parents=True)
+    # A machine whose links would need an hour for 512 bytes: every real time is "impossible".
+    path.write_text(json.dumps({"link_gbps": 1e-10, "hbm_gbps": 1e-10, "matmul_tflops": 1e-10, "links": [],
+                                "matmul_dtype": "fp32", "method": "test"}))
+    result = pkb_invoke("run", "--problem", "1", "--trials", "1", "--measure-perf", "--warmup", "1", "--iters", "3",
+                        "--out", tmp_path / "run", "--json")
+    record = json.loads(result.stdout)["results"][0]
+    assert record["verdict"] == "flagged"
+    assert "below the physical floor" in record["reason"]
+    assert "link-bound" in record["reason"] or "memory-bound" in record["reason"]
+
+
+def test_timing_modes_statistics_and_the_cross_check_record(pkb_invoke, tmp_path, monkeypatch):
+    monkeypatch.setenv("PKB_CACHE_DIR", str(tmp_path / "cache"))
+    result = pkb_invoke("run", "--problem", "2", "--trials", "1", "--measure-perf", "--warmup", "1", "--iters", "20",
+                        "--timing-mode", "back-to-back,latency,graph", "--out", tmp_path / "run", "--json")
+    record = json.loads(result.stdout)["results"][0]
+    assert record["verdict"] == "pass" and record["timing_mode"] == "back-to-back"
+    modes = record["stats"]["modes"]
+    for mode in ("back-to-back", "latency"):
+        for side in ("reference", "candidate"):
+            stats = modes[mode][side]
+            assert stats["rounds"] == 20
+            assert stats["min"] <= stats["p10"] <= stats["median"] <= stats["p90"] <= stats["max"]
+        check = record["stats"]["crosscheck"][mode]
+        assert check["flag"] is None and check["batches"] == 2
+    assert modes["graph"] == {"unavailable": "CUDA-graph mode needs a GPU"}
+    assert record["sol"]["bound"] in ("link", "memory", "compute")
+    assert record["speedup"] == pytest.approx(record["reference_ms"] / record["solution_ms"])
+
+
+def test_reference_backend_may_call_nccl(pkb_invoke, fixtures, tmp_path):
+    result = pkb_invoke("run", "--solution", fixtures / "adversarial" / "1_allreduce_c1_calls_nccl.py",
+                        "--trials", "2", "--out", tmp_path, "--json")
+    assert json.loads(result.stdout)["results"][0]["verdict"] == "pass"
