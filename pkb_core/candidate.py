@@ -233,7 +233,9 @@ class _Slots:
                 return type(value)(to_slot(v) for v in value)
             if isinstance(value, dict):
                 return {k: to_slot(v) for k, v in value.items()}
-            return value
+            # Only the tensors come back (a module or a group is no buffer of
+            # the candidate's and cannot travel from it).
+            return value if copy else None
 
         return to_slot(args)
 

@@ -12,7 +12,8 @@ which the judge turns into the candidate's verdict.
 Node kinds: ``tensor`` (dtype, shape, offset, byte count), ``tuple``, ``list``,
 ``size`` (``torch.Size``), ``dict`` (key/value pairs; keys are str or int),
 ``int``, ``float``, ``bool``, ``str``, ``none``; from the judge only:
-``group`` (a process group, as the partition of ranks it belongs to) and
+``group`` (a process group, as the partition of ranks it belongs to, or the
+world group) and
 ``linear`` (a ``torch.nn.Linear``); from a candidate only: ``object`` (anything
 else it returned, by type name, so the verdict can name it).
 """
@@ -112,11 +113,19 @@ class _Writer:
         if groups is not None and value in groups:
             partition, index = groups[value]
             return {"k": "group", "partition": [list(b) for b in partition], "index": index}
+        if groups is not None and _is_world(value):
+            return {"k": "group", "partition": None, "index": 0}
         if type(value) is torch.nn.Linear:
             return {"k": "linear", "in": value.in_features, "out": value.out_features,
                     "weight": self.tensor(value.weight.data),
                     "bias": self.tensor(value.bias.data) if value.bias is not None else None}
         return {"k": "object", "type": type(value).__module__ + "." + type(value).__qualname__}
+
+
+def _is_world(value) -> bool:
+    import torch.distributed as dist
+
+    return isinstance(value, dist.ProcessGroup) and dist.is_initialized() and value is dist.group.WORLD
 
 
 class _Reader:
@@ -194,6 +203,10 @@ class _Reader:
         if kind == "object":
             return Foreign(str(node.get("type"))[:200])
         if kind == "group":
+            if node["partition"] is None:  # the world group
+                import torch.distributed as dist
+
+                return dist.group.WORLD
             return self.make_group([tuple(b) for b in node["partition"]], node["index"])
         if kind == "linear":
             layer = torch.nn.Linear(node["in"], node["out"], bias=node["bias"] is not None)

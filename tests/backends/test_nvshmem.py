@@ -172,7 +172,8 @@ def test_requirements_name_torch_without_nvshmem(monkeypatch):
 class _Ctx:
     rank, world_size, local_rank = 0, 2, 0
     device = types.SimpleNamespace(type="cuda", index=0)
-    control_group = None
+    control_group = store = None
+    barrier = staticmethod(lambda: None)
 
 
 @pytest.mark.parametrize("module", [torch_plugin, py_plugin])
@@ -377,11 +378,11 @@ def test_nvshmem_handle_delegates_to_torch_and_fixes_barrier(monkeypatch):
 
     calls = []
     torch_handle = types.SimpleNamespace(rank=1, world_size=2, buffer_ptrs=[16, 32], barrier=lambda **k: None)
-    monkeypatch.setattr(heap_module, "host_barrier", lambda group: calls.append(group))
-    handle = heap_module.NvshmemHandle(torch_handle, control_group="gloo")
+    handle = heap_module.NvshmemHandle(torch_handle, barrier=lambda: calls.append("job barrier"))
     assert (handle.rank, handle.world_size, handle.buffer_ptrs, handle.multicast_ptr) == (1, 2, [16, 32], 0)
     handle.barrier()
-    assert calls == ["gloo"] and handle.get_backend() == "NVSHMEM"
+    # The job's barrier (device work first, then every rank), not torch's device-side one.
+    assert calls == ["job barrier"] and handle.get_backend() == "NVSHMEM"
 
 
 def test_helpers_outside_a_worker_say_so():

@@ -43,9 +43,26 @@ SIZES = {
     "large": {"batch": 16384, "d": 4096, "d_ff": 16384},
 }
 
-# (n_tp, n_fsdp) -> (tp_group or None, fsdp_group), filled by inputs() on this
-# rank for the current launch: the reference must not create process groups.
+# (n_tp, n_fsdp) -> (tp_group or None, fsdp_group), made by the first call in
+# a process (every rank calls the reference together, so the collective
+# new_group calls match) and kept: PKB's reference made new groups every call.
 _GROUPS = {}
+
+
+def _groups(n_tp, n_fsdp):
+    if (n_tp, n_fsdp) not in _GROUPS:
+        rank, mine = dist.get_rank(), {}
+        for name, partition in (("fsdp", [[f * n_tp + t for f in range(n_fsdp)] for t in range(n_tp)]),
+                                ("tp", [[f * n_tp + t for t in range(n_tp)] for f in range(n_fsdp)])):
+            if name == "tp" and n_tp == 1:
+                mine[name] = None
+                continue
+            for block in partition:
+                group = dist.new_group(block)
+                if rank in block:
+                    mine[name] = group
+        _GROUPS[(n_tp, n_fsdp)] = (mine["tp"], mine["fsdp"])
+    return _GROUPS[(n_tp, n_fsdp)]
 
 
 def _factor(world_size):
@@ -66,10 +83,6 @@ def inputs(ctx):
     n_tp, n_fsdp = _factor(W)
     D, D_ff, B = _dims(ctx.params, W)
     tp_rank, fsdp_rank = r % n_tp, r // n_tp
-    fsdp_group = ctx.groups([[f * n_tp + t for f in range(n_fsdp)] for t in range(n_tp)])
-    tp_group = ctx.groups([[f * n_tp + t for t in range(n_tp)] for f in range(n_fsdp)]) if n_tp > 1 else None
-    _GROUPS[(n_tp, n_fsdp)] = (tp_group, fsdp_group)
-
     rows, dr, dc, rr = B // n_fsdp, D // n_fsdp, D_ff // n_tp, D_ff // n_tp
     x = ctx.randn(B, D, shared=True)[fsdp_rank * rows:(fsdp_rank + 1) * rows].clone()
     W1 = ctx.randn(D, D_ff, shared=True, scale=D ** -0.5)
@@ -90,9 +103,7 @@ def _gather_rows(shard, parts, group):
 @torch.no_grad()
 def reference(x_local, W1_shard, W2_shard, W3_shard, n_tp, n_fsdp):
     assert dist.get_world_size() == n_tp * n_fsdp
-    if (n_tp, n_fsdp) not in _GROUPS:
-        raise RuntimeError("48_fsdp_and_tp: groups are built by inputs(); call it first in this process")
-    tp_group, fsdp_group = _GROUPS[(n_tp, n_fsdp)]
+    tp_group, fsdp_group = _groups(n_tp, n_fsdp)
     W1 = _gather_rows(W1_shard, n_fsdp, fsdp_group)
     W2 = _gather_rows(W2_shard, n_fsdp, fsdp_group)
     rows, cols = W3_shard.shape
