@@ -11,7 +11,8 @@ custom-kernel backend's processes hold only the sealed world group
 
 Commands (each answered with the same ``op``):
 
-``setup``    process group, backend init, heap, lockdown, then compile the solution
+``setup``    lockdown, then compile the solution (the process group, the backend's
+             init and its heap were made at start-up: :meth:`CandidateRank.prepare`)
 ``trial``    place one trial's inputs, call the solution once, send its outputs back
 ``pool``     place a round's input sets for timing
 ``capture``  capture the batch of calls in a CUDA graph (graph mode)
@@ -49,33 +50,50 @@ class CandidateRank:
         self.groups = {}
 
     # -- setup ------------------------------------------------------------------
-    def on_setup(self, job, backend, custom_kernels, options):
+    def prepare(self, backend: str, custom_kernels: bool, options: dict) -> dict:
+        """Everything that does not depend on the job, done as soon as the
+        process starts (while the previous job still runs): the process group,
+        the CUDA context, the backend's init hook and its heap. Returns what
+        the ``ready`` message carries (``unsupported``: why the backend cannot
+        run)."""
         from pkb_core.backend import WorkerContext
         from pkb_core.defaults import CoreDefaults
-        from pkb_core.lockdown import lock_down
         from pkb_core.plugins import worker_plugin_manager
         from pkb_core.symmetric import default_heap
 
-        self.job = job
+        self.custom_kernels = custom_kernels
         self._init_process_group(custom_kernels)
+        if self.device.type == "cuda":
+            torch.empty(1, device=self.device)  # the context and the allocator, now rather than in a job
         self.pm = worker_plugin_manager(backend, CoreDefaults())
         defaults = self.pm.get_plugin("pkb_core.defaults")
         ctx = WorkerContext(rank=self.rank, world_size=self.world_size, local_rank=self.local_rank,
                             device=self.device, control_group=dist.group.WORLD, run_dir=self.run_dir,
                             options=options, store=self.store, run_id=self.run_id, barrier=self.harness_barrier)
         self.state = None
+        self.unsupported = None
         try:
             self.state = self.pm.hook.pkb_backend_init(ctx=ctx)
         except BackendUnavailable as exc:
+            self.unsupported = str(exc)
             self.on_end()
-            return {"verdict": "unsupported", "reason": str(exc)}
+            return {"unsupported": self.unsupported}
         defaults.heap = default_heap(self.device, self.harness_barrier, self.run_id, self.rank, self.world_size)
         self.slots = _Slots(self)
         self.pool_slots = []
         self.timer = BatchTimer(self.device, StoreBarrier(self.store, self.world_size, self.device,
                                                           prefix="pkb-timing"))
-        missing = lock_down(network=not custom_kernels, read_only=[self.run_dir])
-        # From here on, the solution's code runs in this process.
+        return {}
+
+    def on_setup(self, job):
+        """Lock the process down, then compile the job's solution (its code
+        runs in this process from here on)."""
+        from pkb_core.lockdown import lock_down
+
+        if self.unsupported:
+            return {"verdict": "unsupported", "reason": self.unsupported}
+        self.job = job
+        missing = lock_down(network=not self.custom_kernels, read_only=[self.run_dir])
         self.problem = read_spec(job["problem_path"]).load()
         try:
             self.program = self.pm.hook.pkb_backend_compile(state=self.state, problem=self.problem,

@@ -14,6 +14,7 @@ cross-check.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import random
@@ -45,6 +46,8 @@ class Outcome:
     timing: dict = field(default_factory=dict)
     barriers: int = 0
     lockdown: list = field(default_factory=list)
+    #: Wall seconds of each phase (``ready``, ``setup``, ``trials``, ``timing``, ``stop``).
+    phases: dict = field(default_factory=dict)
 
 
 class Parcels:
@@ -130,14 +133,17 @@ class JobRun:
 
     def run(self) -> Outcome:
         try:
-            self._setup()
-            for trial in range(self.job["trials"]):
-                self._trial(trial)
-                self.outcome.trials = trial + 1
+            with self._phase("setup"):
+                self._setup()
+            with self._phase("trials"):
+                for trial in range(self.job["trials"]):
+                    self._trial(trial)
+                    self.outcome.trials = trial + 1
             if self.job["mode"] == "eval" and self.job.get("measure_perf"):
                 if self.before_timing:
                     self.before_timing()  # nothing else starting up on this node while it times
-                self._timing()
+                with self._phase("timing"):
+                    self._timing()
         except JobEnded as ended:
             self.outcome.verdict, self.outcome.reason = ended.verdict, ended.reason
             if ended.verdict == "timeout":
@@ -149,13 +155,19 @@ class JobRun:
             self.outcome.barriers = self.candidates.events.get("barrier", 0)
         return self.outcome
 
+    @contextlib.contextmanager
+    def _phase(self, name: str):
+        started = time.monotonic()
+        try:
+            yield
+        finally:
+            self.outcome.phases[name] = round(time.monotonic() - started, 3)
+
     # -- the phases --------------------------------------------------------------
     def _setup(self):
         self._in_trials = False
         self._judge("job", {"job": self.job})
-        answers = self._candidate("setup", {"job": self.job, "backend": self.settings.backend,
-                                            "custom_kernels": self.settings.custom_kernels,
-                                            "options": self.settings.options})
+        answers = self._candidate("setup", {"job": self.job})
         self.outcome.lockdown = sorted({m for a in answers for m in a.get("lockdown", [])})
         for rank, answer in enumerate(answers):
             if answer.get("verdict"):

@@ -14,6 +14,7 @@ its own, served from this process.
 """
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import time
@@ -140,8 +141,10 @@ class Launch:
             workers = RankGroup.spawn_workers("judge", local_ranks, settings.world_size, env=env, log=log)
         else:
             if self.zygotes is None:
-                self.zygotes = Zygotes(local_ranks, settings.world_size,
-                                       env=dict(self._env("candidate", store), PKB_BACKEND=settings.backend),
+                launch_env = dict(self._env("candidate", store), PKB_BACKEND=settings.backend,
+                                  PKB_CUSTOM_KERNELS="1" if settings.custom_kernels else "0",
+                                  PKB_BACKEND_OPTIONS=json.dumps(settings.options))
+                self.zygotes = Zygotes(local_ranks, settings.world_size, env=launch_env,
                                        log_path=self.log_path, startup_s=STARTUP_TIMEOUT_S)
             env = {k: env[k] for k in ("PKB_STORE", "PKB_RUN_ID")}
             workers = self.zygotes.fork_workers(env)
@@ -211,6 +214,7 @@ class Launch:
         try:
             try:
                 self._ready(candidates)
+                outcome.phases["ready"] = round(time.time() - started, 3)
             except JobEnded as ended:
                 raise JobEnded("error", f"the candidate's processes did not start: {ended.reason} "
                                         f"(launch log {self.log_path})") from None
@@ -227,10 +231,12 @@ class Launch:
             self._stop(judges, stacks=True)
             judges = None
         finally:
+            stopping = time.time()
             healthy = outcome.verdict not in ("timeout", "crash", "error")
             self._stop(candidates, stacks=outcome.verdict == "timeout",
                        deadline=time.monotonic() + JUDGE_GRACE_S if healthy else None)
             parcels.remove()
+            outcome.phases["stop"] = round(time.time() - stopping, 3)
         if self.settings.custom_kernels and outcome.verdict in ("flagged", "fail", "error"):
             from pkb_core.source_hints import collective_hint
 
@@ -252,6 +258,7 @@ class Launch:
                 record["barriers"] = outcome.barriers
             if outcome.lockdown:
                 record["lockdown_gaps"] = outcome.lockdown
+            record["phase_seconds"] = outcome.phases
         append_record(self.run_dir, record)
         if self.on_record:
             self.on_record(record)

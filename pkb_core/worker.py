@@ -14,6 +14,7 @@ writes every thread's Python stack into the log, which names where it hung.
 from __future__ import annotations
 
 import faulthandler
+import json
 import os
 import signal
 import sys
@@ -93,7 +94,9 @@ def main(argv=None) -> int:
         handler = CandidateRank(rank=rank, world_size=world_size, local_rank=local_rank, device=device,
                                 store=store, run_id=os.environ["PKB_RUN_ID"], run_dir=run_dir,
                                 send_event=channel.send)
-    ready = {"op": "ready", "pid": os.getpid()}
+        prepared = handler.prepare(os.environ["PKB_BACKEND"], os.environ.get("PKB_CUSTOM_KERNELS", "1") == "1",
+                                   json.loads(os.environ.get("PKB_BACKEND_OPTIONS", "{}")))
+    ready = {"op": "ready", "pid": os.getpid(), **(prepared if role == "candidate" else {})}
     if role == "judge" and rank == 0:
         from pkb_core.results import machine_info
 
