@@ -118,15 +118,24 @@ class Launch:
         self.machine = {}
         self._stores = {}
 
-    def _env(self, role: str, store: _Store, run_id: str = "") -> dict:
-        env = dict(os.environ, PYTHONUNBUFFERED="1", PKB_DEVICE_TYPE=self.settings.device, PKB_STORE=store.address,
-                   PKB_RUN_DIR=str(self.run_dir), PKB_RUN_ID=run_id)
+    def node_env(self, role: str, forwarded: dict) -> dict:
+        """The environment of this node's workers of ``role``: this process's
+        own, pkb's settings for the launch, and ``forwarded`` (the group's
+        store, run directory and job name; from node 0 on other nodes)."""
+        settings = self.settings
+        env = dict(os.environ, PYTHONUNBUFFERED="1", PKB_DEVICE_TYPE=settings.device, PKB_RUN_DIR=str(self.run_dir))
+        env.update(forwarded)
         if role == "candidate":
-            env.update(preload_environment(self.settings.preload))
-        if self.settings.device == "cpu":
+            env.update(preload_environment(settings.preload), PKB_BACKEND=settings.backend,
+                       PKB_CUSTOM_KERNELS="1" if settings.custom_kernels else "0",
+                       PKB_BACKEND_OPTIONS=json.dumps(settings.options))
+        if settings.device == "cpu":
             env.setdefault("OMP_NUM_THREADS", "1")
             env.setdefault("TRITON_INTERPRET", "1")
         return env
+
+    def _env(self, role: str, store: _Store, run_id: str = "") -> dict:
+        return self.node_env(role, {"PKB_STORE": store.address, "PKB_RUN_ID": run_id})
 
     def _start(self, role: str, run_id: str = ""):
         from pkb_core.ranks import RankGroup, Zygotes
@@ -141,13 +150,9 @@ class Launch:
             workers = RankGroup.spawn_workers("judge", local_ranks, settings.world_size, env=env, log=log)
         else:
             if self.zygotes is None:
-                launch_env = dict(self._env("candidate", store), PKB_BACKEND=settings.backend,
-                                  PKB_CUSTOM_KERNELS="1" if settings.custom_kernels else "0",
-                                  PKB_BACKEND_OPTIONS=json.dumps(settings.options))
-                self.zygotes = Zygotes(local_ranks, settings.world_size, env=launch_env,
-                                       log_path=self.log_path, startup_s=STARTUP_TIMEOUT_S)
-            env = {k: env[k] for k in ("PKB_STORE", "PKB_RUN_ID")}
-            workers = self.zygotes.fork_workers(env)
+                self.zygotes = Zygotes(local_ranks, settings.world_size, env=env, log_path=self.log_path,
+                                       startup_s=STARTUP_TIMEOUT_S)
+            workers = self.zygotes.fork_workers({k: env[k] for k in ("PKB_STORE", "PKB_RUN_ID")})
         self._groups += 1
         group_id = f"{role}{self._groups}"
         if self.remote is not None:
@@ -214,7 +219,7 @@ class Launch:
         try:
             try:
                 self._ready(candidates)
-                outcome.phases["ready"] = round(time.time() - started, 3)
+                ready_s = round(time.time() - started, 3)
             except JobEnded as ended:
                 raise JobEnded("error", f"the candidate's processes did not start: {ended.reason} "
                                         f"(launch log {self.log_path})") from None
@@ -223,6 +228,7 @@ class Launch:
                          deadline=time.monotonic() + self.settings.job_timeout,
                          before_timing=lambda: spare is None or self._ready(spare))
             outcome = run.run()
+            outcome.phases = {"ready": ready_s, **outcome.phases}
         except JobEnded as ended:
             outcome.verdict, outcome.reason = ended.verdict, ended.reason
         except JudgeFailed as failed:

@@ -28,8 +28,9 @@ from pkb_core.channel import LineReader
 from pkb_core.errors import PkbError
 from pkb_core.ranks import RankGroup, Zygotes, _Worker, cpu_ms_during
 
-#: Environment entries the conductor sends along with a group (the rest is the agent's own).
-FORWARDED_ENV = ("PKB_DEVICE_TYPE", "PKB_STORE", "PKB_RUN_DIR", "PKB_RUN_ID")
+#: Environment entries the conductor sends along with a group (the rest, the run directory
+#: included, is the node's own).
+FORWARDED_ENV = ("PKB_STORE", "PKB_RUN_ID")
 
 
 def _send(sock, message: dict) -> None:
@@ -194,7 +195,9 @@ class Agent:
         self.selector.register(self.control.fileno(), selectors.EVENT_READ, ("control", None))
         self.groups: dict = {}  # group -> list of (worker, socket)
         self.zygotes = None
-        self.log = open(os.path.join(settings.run_dir, "logs", f"node{nodes.node_rank}.log"), "ab")
+        logs = os.path.join(settings.run_dir, "logs")
+        os.makedirs(logs, exist_ok=True)
+        self.log = open(os.path.join(logs, f"node{nodes.node_rank}.log"), "ab")
 
     def _connect(self, deadline):
         while True:
