@@ -25,6 +25,7 @@ from pkb_core.table import render_table
 #: when the CLI is built; each module keeps torch imports inside its function.
 BUILTIN_COMMANDS = [
     "pkb_core.run_command:run",
+    "pkb_core.build_command:build",
     "pkb_core.bench_command:bench",
     "pkb_core.report_command:report",
     "pkb_core.report_command:plot",

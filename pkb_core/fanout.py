@@ -100,12 +100,13 @@ class ExecutorOptions:
             raise PkbError(f"--executor {self.name} runs single-node jobs; --nnodes > 1 needs one "
                            "`pkb run` per node (docs/cluster.md)")
 
-    def run(self, jobs: list[dict], settings, on_record=None) -> None:
-        """Run ``jobs`` here (``local``) or as shards through the engine."""
+    def run(self, jobs: list[dict], settings, on_record=None, on_build=None) -> None:
+        """Run ``jobs`` here (``local``) or as shards through the engine (each
+        shard builds its solutions on its node)."""
         if self.name == "local":
             from pkb_core.launch import run_jobs
 
-            run_jobs(jobs, settings, on_record=on_record)
+            run_jobs(jobs, settings, on_record=on_record, on_build=on_build)
         else:
             run_sharded(jobs, settings, self, on_record=on_record)
 

@@ -57,18 +57,27 @@ class LaunchSettings:
     preload: tuple = ()
     #: Whether the backend's solutions must move data themselves (``BackendInfo.custom_kernels``).
     custom_kernels: bool = True
+    #: The compile phase: seconds one build may take, builds at once (None: by cores and memory).
+    build_timeout: float = 600.0
+    build_workers: int | None = None
 
     @property
     def world_size(self) -> int:
         return self.nproc * (self.nodes.nnodes if self.nodes else 1)
 
 
-def run_jobs(jobs: list[dict], settings: LaunchSettings, on_record=None) -> list[dict]:
-    """Run ``jobs`` (skipping keys already recorded) and return their records."""
+def run_jobs(jobs: list[dict], settings: LaunchSettings, on_record=None, on_build=None) -> list[dict]:
+    """Build (:mod:`pkb_core.build`), then run, ``jobs`` (skipping keys already
+    recorded) and return their records. A job whose solution failed to build
+    gets its ``compile-error`` record without a launch.
+
+    :param on_build: ``on_build(path, result, done, total)`` as each build finishes.
+    """
     run_dir = Path(settings.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     done = {r["key"] for r in read_records(run_dir)}
     pending = [job for job in jobs if job["key"] not in done]
+    pending = compile_phase(pending, settings, on_record, on_build)
     if pending:
         if settings.nodes:
             from pkb_core.nodes import run_multinode
@@ -78,6 +87,34 @@ def run_jobs(jobs: list[dict], settings: LaunchSettings, on_record=None) -> list
             Launch(settings, on_record).run(pending)
     by_key = {r["key"]: r for r in read_records(run_dir)}
     return [by_key[job["key"]] for job in jobs if job["key"] in by_key]
+
+
+def compile_phase(jobs: list[dict], settings: LaunchSettings, on_record=None, on_build=None) -> list[dict]:
+    """Build every job's solution ahead of its launch; return the jobs that built.
+
+    Each job gets ``compile`` (seconds, whether it came from the cache); the
+    ones that failed are recorded as ``compile-error`` here (on the node that
+    writes records)."""
+    from pkb_core.build import BuildPhase
+
+    phase = BuildPhase(backend=settings.backend, device=settings.device, run_dir=settings.run_dir,
+                       options=settings.options, preload=settings.preload, workers=settings.build_workers,
+                       timeout=settings.build_timeout, on_result=on_build)
+    results = phase.run([(job["solution"], job["problem_path"]) for job in jobs])
+    built = []
+    for job in jobs:
+        result = results.get(job["solution"]) if job["solution"] else None
+        if result is not None:
+            job["compile"] = result.as_record()
+        if result is None or result.ok:
+            built.append(job)
+        elif not settings.nodes or settings.nodes.node_rank == 0:
+            record = job_record(job, settings.world_size, "compile-error", result.message)
+            record["compile"] = job["compile"]
+            append_record(settings.run_dir, record)
+            if on_record:
+                on_record(record)
+    return built
 
 
 class _Store:
@@ -265,6 +302,8 @@ class Launch:
             if outcome.lockdown:
                 record["lockdown_gaps"] = outcome.lockdown
             record["phase_seconds"] = outcome.phases
+        if job.get("compile"):
+            record["compile"] = job["compile"]
         append_record(self.run_dir, record)
         if self.on_record:
             self.on_record(record)

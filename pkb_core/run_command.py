@@ -45,6 +45,10 @@ TIMING_DEFAULTS = {"tiny": (3, 10), "default": (500, 100), "large": (50, 50)}
 @click.option("--warmup", type=int, default=None, help="Warm-up iterations (default by size).")
 @click.option("--iters", type=int, default=None, help="Timed iterations (default by size).")
 @click.option("--device", type=click.Choice(["auto", "cuda", "cpu"]), default="auto", show_default=True)
+@click.option("--build-timeout", type=float, default=600.0, show_default=True,
+              help="Seconds one solution's build may take in the compile phase before any job runs.")
+@click.option("--build-jobs", type=int, default=None,
+              help="Builds at once in the compile phase (default: by the node's cores and memory).")
 @click.option("--timeout", "job_timeout", type=float, default=None,
               help="Seconds a job may run before it is a timeout (default 120 on CPU, 300 on GPU).")
 @click.option("--out", default=None, help="Run directory (default runs/<time>); reruns skip recorded jobs.")
@@ -53,7 +57,7 @@ TIMING_DEFAULTS = {"tiny": (3, 10), "default": (500, 100), "large": (50, 50)}
 @click.pass_obj
 @executor_options  # --executor, --jobs-per-shard, --slurm-*: pkb_core/fanout.py
 def run(pm, problems, backend, solution, solutions, nproc, nnodes, node_rank, rdzv_endpoint, rdzv_id, trials, dtype, size, mode, measure_perf, timing_modes,
-        profile, warmup, iters, device, job_timeout, out, save_outputs, json_, executor):
+        profile, warmup, iters, device, build_timeout, build_jobs, job_timeout, out, save_outputs, json_, executor):
     """Check (and with --measure-perf, time) solutions against the references."""
     from pkb_core.device import detect_device, device_count
     from pkb_core.launch import LaunchSettings, Nodes
@@ -110,10 +114,12 @@ def run(pm, problems, backend, solution, solutions, nproc, nnodes, node_rank, rd
     settings = LaunchSettings(nproc=nproc, device=device, backend=backend, run_dir=run_dir,
                               job_timeout=job_timeout or (300.0 if device == "cuda" else 120.0),
                               options=backend_options, calibration=calibration, nodes=nodes,
-                              preload=tuple(info.preload()), custom_kernels=info.custom_kernels)
+                              preload=tuple(info.preload()), custom_kernels=info.custom_kernels,
+                              build_timeout=build_timeout, build_workers=build_jobs)
     progress.start()
     try:
-        executor.run([job for job, _ in jobs], settings, on_record=progress)
+        executor.run([job for job, _ in jobs], settings, on_record=progress,
+                     on_build=None if json_ else build_progress)
     finally:
         progress.close()
     from pkb_core.results import read_records
@@ -129,6 +135,13 @@ def run(pm, problems, backend, solution, solutions, nproc, nnodes, node_rank, rd
         click.echo(f"\n{_counts(records)}  (records in {run_dir}/records.jsonl)")
     if any(r["verdict"] in FAILING for r in records):
         raise SystemExit(1)
+
+
+def build_progress(path, result, done, total) -> None:
+    """One line per finished build of the compile phase (stderr)."""
+    state = "cached" if result.cached else ("built" if result.ok else "compile-error")
+    seconds = "" if result.cached else f"  {result.seconds:.1f} s"
+    click.echo(f"build [{done}/{total}] {Path(path).name}  {state}{seconds}", err=True)
 
 
 def _timing_modes(text: str) -> tuple:

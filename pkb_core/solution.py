@@ -16,6 +16,15 @@ from pkb_core.problem import _import_file
 
 def load_solution(path) -> callable:
     """Import ``path`` and return its ``solution`` callable."""
+    module = load_module(path)
+    solution = getattr(module, "solution", None)
+    if not callable(solution):
+        raise CompileError(f"{path} defines no callable `solution`")
+    return solution
+
+
+def load_module(path):
+    """Import the solution file ``path`` under a private name and return the module."""
     path = Path(path)
     if not path.is_file():
         raise CompileError(f"solution file {path} does not exist")
@@ -30,7 +39,4 @@ def load_solution(path) -> callable:
         frame = traceback.extract_tb(exc.__traceback__)[-1]
         raise CompileError(f"{path}: importing it raised {type(exc).__name__}: {exc} "
                            f"({Path(frame.filename).name}:{frame.lineno})") from None
-    solution = getattr(module, "solution", None)
-    if not callable(solution):
-        raise CompileError(f"{path} defines no callable `solution`")
-    return solution
+    return module

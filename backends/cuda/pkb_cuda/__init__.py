@@ -31,6 +31,10 @@ The helper API (see each docstring):
     ``pkb::barrier_block(pads, rank, world, slot)`` (the pairwise
     compare-and-swap barrier), ``pkb::peer_ptr<T>(buffers, peer, offset)``,
     ``pkb::cas_release_sys`` / ``pkb::cas_acquire_sys``.
+:mod:`pkb_cuda.nvrtc`
+    kernel-only CUDA C++ compiled with NVRTC through CuPy (about a second
+    cold, no host C++, no torch headers): ``nvrtc.kernel(source,
+    "name<float>")(grid, block, *args)`` launches on torch's current stream.
 :func:`compile_only`
     compile to objects with nvcc only (CPU machines; no link, no load).
 :func:`missing`

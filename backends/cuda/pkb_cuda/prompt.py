@@ -16,7 +16,7 @@ from pkb_core.backend_prompt import BackendPrompt, PromptExample
 
 SAMPLES = Path(__file__).parent / "samples"
 #: Samples shown as examples, best first (never the one for the problem asked).
-EXAMPLE_SAMPLES = ("1_allreduce", "2_allgather", "7_reducescatter")
+EXAMPLE_SAMPLES = ("1_allreduce", "2_allgather_nvrtc", "7_reducescatter", "1_allreduce_nvrtc")
 
 RULES = """
 A `cuda` solution is a Python file that defines `solution(...)` with the reference's exact signature and
@@ -46,6 +46,15 @@ How a solution is written:
    `<cuda_bf16.h>`, `<cuda_fp16.h>`; not `<ATen/cuda/CUDAContext.h>`. torch compiles with
    `-D__CUDA_NO_BFLOAT16_CONVERSIONS__`: convert with `__bfloat162float` / `__float2bfloat16`. Accumulate in
    fp32; use 16-byte vector loads only when `align >= 16`.
+
+Kernels only, without host C++ (`pkb_cuda.nvrtc`, NVRTC through CuPy: about a second to build instead of
+tens): keep only the kernels in the CUDA string (no torch headers; `<cuda_bf16.h>` and `<cuda_fp16.h>` are
+fine; the `pkb::` helpers are prepended as with `compile`), declare every integer parameter `long long`, and
+launch from Python on torch's current stream:
+`nvrtc.kernel(SOURCE, "name<__nv_bfloat16>")(blocks, threads, out, p.buffer_table, p.signal_table, ...)`
+(tensors pass their address, Python ints 64-bit integers). The output is allocated in Python
+(`torch.empty(...)`). Prefer it when a few lines of Python can pick the grid and launch; use `compile` when
+the host side needs C++.
 """
 
 
@@ -59,6 +68,6 @@ def backend_prompt() -> BackendPrompt:
         "The device header `compile` puts in front of every CUDA source (`pkb_cuda.BARRIER_CUH`):\n\n"
         f"```cuda\n{pkb_cuda.BARRIER_CUH.strip()}\n```",
     ])
-    examples = tuple(PromptExample(problem=stem, solution=(SAMPLES / f"{stem}.py").read_text())
+    examples = tuple(PromptExample(problem=stem.removesuffix("_nvrtc"), solution=(SAMPLES / f"{stem}.py").read_text())
                      for stem in EXAMPLE_SAMPLES if (SAMPLES / f"{stem}.py").is_file())
     return BackendPrompt(instructions=instructions, examples=examples)
