@@ -1,0 +1,128 @@
+"""The compile phase: every solution built in parallel before any job, outcomes cached by content."""
+import json
+
+import pytest
+
+BACKEND = '''
+import os, time
+from pkb_core.backend import BackendInfo
+from pkb_core.errors import CompileError
+from pkb_core.hookspecs import hookimpl
+from pkb_core.solution import load_solution
+
+def log(**entry):
+    with open(os.environ["PKBTEST_BUILDS"], "a") as f:
+        f.write(__import__("json").dumps(entry) + "\\n")
+
+@hookimpl
+def pkb_backend_info():
+    return BackendInfo(name="slowbuild", devices=("cpu",), custom_kernels=True)
+
+@hookimpl
+def pkb_backend_compile(state, problem, solution):
+    source = open(solution).read()
+    started = time.time()
+    if getattr(state, "ahead_of_time", False):
+        if "BUILD_HANGS" in source:
+            time.sleep(1000)
+        time.sleep(5 if "SLOW_BUILD" in source else 2)  # what nvcc would take
+        if "BUILD_FAILS" in source:
+            raise CompileError("nvcc: error: expected a ';'")
+    log(file=os.path.basename(solution), ahead=getattr(state, "ahead_of_time", False), pid=os.getpid(),
+        start=started, end=time.time())
+    return load_solution(solution)
+'''
+
+HONEST = '''"""Honest ({tag})."""
+import torch
+from pkb_core.symmetric import handle_of
+
+def solution(tensor):
+    handle = handle_of(tensor)
+    handle.barrier()
+    out = torch.zeros_like(tensor)
+    for peer in range(handle.world_size):
+        out += handle.get_buffer(peer, tuple(tensor.shape), tensor.dtype)
+    handle.barrier()
+    return out
+'''
+
+
+@pytest.fixture
+def slowbuild(fake_dist, tmp_path, monkeypatch):
+    fake_dist("pkbtest-slowbuild", {"pkb.backends": {"slowbuild": "pkbtest_slowbuild"}},
+              {"pkbtest_slowbuild": BACKEND})
+    monkeypatch.setenv("PKB_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("PKBTEST_BUILDS", str(tmp_path / "builds.jsonl"))
+    folder = tmp_path / "solutions"
+    folder.mkdir()
+    for tag in ("a", "b", "c"):
+        (folder / f"1_allreduce_{tag}.py").write_text(HONEST.format(tag=tag))
+    (folder / "1_allreduce_slow.py").write_text(HONEST.format(tag="SLOW_BUILD"))
+    (folder / "1_allreduce_fails.py").write_text(HONEST.format(tag="BUILD_FAILS"))
+    return folder
+
+
+def _run(pkb_invoke, folder, out, build_timeout=25):
+    result = pkb_invoke("run", "--backend", "slowbuild", "--solutions", folder, "--problem", "1", "--trials", "1",
+                        "--build-jobs", "6", "--build-timeout", build_timeout, "--timeout", "3", "--out", out,
+                        "--json")
+    return {r["solution"].rsplit("/", 1)[-1]: r for r in json.loads(result.stdout)["results"]}
+
+
+def _log(tmp_path):
+    return [json.loads(line) for line in (tmp_path / "builds.jsonl").read_text().splitlines()]
+
+
+def test_builds_run_in_parallel_before_any_job_and_outside_its_timeout(pkb_invoke, slowbuild, tmp_path):
+    records = _run(pkb_invoke, slowbuild, tmp_path / "run1")
+    for name in ("1_allreduce_a.py", "1_allreduce_b.py", "1_allreduce_c.py", "1_allreduce_slow.py"):
+        assert records[name]["verdict"] == "pass", records[name]["reason"]
+        assert records[name]["compile"]["cached"] is False
+    # A 5-second build under a 3-second job timeout: compile time is not the job's.
+    assert records["1_allreduce_slow.py"]["compile"]["seconds"] >= 5
+    assert records["1_allreduce_fails.py"]["verdict"] == "compile-error"
+    assert records["1_allreduce_fails.py"]["reason"] == "nvcc: error: expected a ';'"
+    log = _log(tmp_path)
+    ahead = [e for e in log if e["ahead"]]
+    in_jobs = [e for e in log if not e["ahead"]]
+    assert len({e["pid"] for e in ahead}) == len(ahead) == 4  # one builder process each (not the failed one)
+    assert any(a["start"] < b["end"] and b["start"] < a["end"] for a in ahead for b in ahead if a is not b)
+    assert max(e["end"] for e in ahead) <= min(e["start"] for e in in_jobs)  # all before the first job
+
+
+def test_outcomes_are_cached_by_content_failures_too(pkb_invoke, slowbuild, tmp_path):
+    _run(pkb_invoke, slowbuild, tmp_path / "run1")
+    first = len([e for e in _log(tmp_path) if e["ahead"]])
+    records = _run(pkb_invoke, slowbuild, tmp_path / "run2")
+    assert len([e for e in _log(tmp_path) if e["ahead"]]) == first  # nothing rebuilt
+    assert records["1_allreduce_a.py"]["compile"]["cached"] is True and records["1_allreduce_a.py"]["verdict"] == "pass"
+    assert records["1_allreduce_fails.py"]["verdict"] == "compile-error"
+    assert records["1_allreduce_fails.py"]["compile"]["cached"] is True
+    # New content, new build.
+    (slowbuild / "1_allreduce_a.py").write_text(HONEST.format(tag="a, edited"))
+    records = _run(pkb_invoke, slowbuild, tmp_path / "run3")
+    assert records["1_allreduce_a.py"]["compile"]["cached"] is False
+
+
+def test_pkb_build_warms_the_cache_alone(pkb_invoke, slowbuild, tmp_path):
+    result = pkb_invoke("build", "--backend", "slowbuild", "--solutions", slowbuild, "--problem", "1",
+                        "--build-jobs", "6", "--build-timeout", "25", "--json")
+    builds = {b["solution"].rsplit("/", 1)[-1]: b for b in json.loads(result.stdout)["builds"]}
+    assert result.exit_code == 1  # some did not build
+    assert builds["1_allreduce_b.py"]["ok"] and not builds["1_allreduce_fails.py"]["ok"]
+    records = _run(pkb_invoke, slowbuild, tmp_path / "run")
+    assert records["1_allreduce_b.py"]["compile"]["cached"] is True
+
+
+def test_a_build_that_hangs_has_its_own_limit_and_is_not_cached(pkb_invoke, slowbuild, tmp_path):
+    for path in slowbuild.iterdir():
+        path.unlink()
+    (slowbuild / "1_allreduce_hangs.py").write_text(HONEST.format(tag="BUILD_HANGS"))
+    for run in ("run1", "run2"):
+        records = _run(pkb_invoke, slowbuild, tmp_path / run, build_timeout=10)
+        record = records["1_allreduce_hangs.py"]
+        assert record["verdict"] == "compile-error"
+        assert "did not finish within 10 s (--build-timeout)" in record["reason"]
+        # It may have been the machine's fault: tried again, never from the cache.
+        assert record["compile"]["cached"] is False
