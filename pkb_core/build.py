@@ -170,6 +170,7 @@ class BuildPhase:
                 False, f"the build did not finish within {self.timeout:.0f} s (--build-timeout)", seconds), False
         else:
             result, cacheable = self._answer(build, code, seconds)
+            _kill(build["proc"])  # whatever the solution's import left running dies with its builder
         os.close(build["reply"])
         build["log"].close()
         if cacheable:
@@ -217,8 +218,7 @@ class BuildPhase:
 
 
 def _kill(proc) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
+    from pkb_core.sessions import signal_sessions
+
+    signal_sessions([proc.pid], signal.SIGKILL)  # the compilers it started too
     proc.wait()

@@ -46,7 +46,8 @@ class Outcome:
     timing: dict = field(default_factory=dict)
     barriers: int = 0
     lockdown: list = field(default_factory=list)
-    #: Wall seconds of each phase (``ready``, ``setup``, ``trials``, ``timing``, ``stop``).
+    #: Wall seconds of each phase (``ready``, ``setup``, ``trials``, ``timing``, ``stop``), and
+    #: under ``commands`` of each command to either side.
     phases: dict = field(default_factory=dict)
 
 
@@ -106,11 +107,17 @@ class JobRun:
         self.outcome = Outcome()
         self.rng = random.Random()
 
+    def _count(self, name: str, started: float) -> None:
+        """Add the seconds since ``started`` to the record's per-command tally."""
+        ops = self.outcome.phases.setdefault("commands", {})
+        ops[name] = round(ops.get(name, 0.0) + time.monotonic() - started, 4)
+
     def _judge(self, op, payload=None):
         try:
             started = time.monotonic()
             answers = self.judges.command(op, payload, deadline=self.deadline)
             self.wall_ms = (time.monotonic() - started) * 1e3
+            self._count(f"judge {op}", started)
             return answers
         except JobEnded as ended:
             raise JudgeFailed(ended) from None
@@ -120,8 +127,11 @@ class JobRun:
             started = time.monotonic()
             answers = self.candidates.command(op, payload, deadline=self.deadline)
             self.wall_ms = (time.monotonic() - started) * 1e3
+            self._count(f"candidate {op}", started)
             if op in ("trial", "time", "warm"):
+                started = time.monotonic()
                 busy = self.candidates.busy_after_answer()
+                self._count("host probe", started)
                 if busy:
                     rank, used = busy[0]
                     raise JobEnded("flagged", f"rank {rank}: its processes used {used:.0f} ms of CPU in the 20 ms "

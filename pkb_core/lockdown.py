@@ -15,8 +15,9 @@ stopped by the kernel, with settings that cannot be reverted from inside:
   - ``kill``/``tgkill``/``rt_sigqueueinfo``/``rt_tgsigqueueinfo`` aimed at any
     process but this one or its own process group (signal 0 included), ``tkill`` and
     ``pidfd_send_signal``: no stopping or killing the judge's processes;
-  - ``setsid``/``setpgid``: every child stays in the candidate's process group,
-    so the launcher's group-wide stop and kill reach all of them;
+  - ``setsid``: every child stays in the candidate's session, so the
+    launcher's stop and kill reach all of them (:mod:`pkb_core.sessions`;
+    process groups of their own are fine: ninja gives each compiler one);
   - with ``network=False``, ``socket`` for ``AF_INET``/``AF_INET6``/``AF_PACKET``
     kills the process with SIGSYS (which the launcher reports as ``flagged``):
     no new TCP connection, so no new NCCL or gloo communicator can be built
@@ -58,12 +59,12 @@ _NR, _ARCH, _ARG0 = 0, 4, 16
 #: Syscall numbers per architecture (arch id as in linux/audit.h).
 _ARCHES = {
     "x86_64": (0xC000003E, {
-        "socket": 41, "kill": 62, "tkill": 200, "tgkill": 234, "ptrace": 101, "setsid": 112, "setpgid": 109,
+        "socket": 41, "kill": 62, "tkill": 200, "tgkill": 234, "ptrace": 101, "setsid": 112,
         "process_vm_readv": 310, "process_vm_writev": 311, "rt_sigqueueinfo": 129, "rt_tgsigqueueinfo": 297,
         "pidfd_send_signal": 424,
     }),
     "aarch64": (0xC00000B7, {
-        "socket": 198, "kill": 129, "tkill": 130, "tgkill": 131, "ptrace": 117, "setsid": 157, "setpgid": 154,
+        "socket": 198, "kill": 129, "tkill": 130, "tgkill": 131, "ptrace": 117, "setsid": 157,
         "process_vm_readv": 270, "process_vm_writev": 271, "rt_sigqueueinfo": 138, "rt_tgsigqueueinfo": 240,
         "pidfd_send_signal": 424,
     }),
@@ -109,8 +110,7 @@ def build_filter(machine: str, *, pid: int, pgid: int, network: bool) -> bytes:
         prog.append(_insn(_JEQ_K, nr[name], 0, len(body)))
         prog.extend(body)
 
-    for name in ("ptrace", "process_vm_readv", "process_vm_writev", "setsid", "setpgid", "tkill",
-                 "pidfd_send_signal"):
+    for name in ("ptrace", "process_vm_readv", "process_vm_writev", "setsid", "tkill", "pidfd_send_signal"):
         block(name, [_deny()])
     # kill(pid, sig) and rt_sigqueueinfo(pid, ...): only this process, its own group or signal 0.
     for name in ("kill", "rt_sigqueueinfo"):

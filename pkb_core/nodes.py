@@ -26,7 +26,8 @@ import time
 
 from pkb_core.channel import LineReader
 from pkb_core.errors import PkbError
-from pkb_core.ranks import RankGroup, Zygotes, _Worker, cpu_ms_during
+from pkb_core.ranks import RankGroup, Zygotes, _Worker
+from pkb_core.sessions import cpu_ms_during, signal_sessions
 
 #: Environment entries the conductor sends along with a group (the rest, the run directory
 #: included, is the node's own).
@@ -240,11 +241,7 @@ class Agent:
         if op == "start":
             self._start(message["role"], group, message["env"])
         elif op == "signal":
-            for worker, _ in self.groups.get(group, []):
-                try:
-                    os.killpg(worker.proc.pid, message["sig"])
-                except (ProcessLookupError, PermissionError):
-                    pass
+            signal_sessions([w.proc.pid for w, _ in self.groups.get(group, [])], message["sig"])
         elif op == "busy":
             members = self.groups.get(group, [])
             used = cpu_ms_during(message["probe"], [w.proc.pid for w, _ in members])
@@ -326,12 +323,8 @@ class Agent:
 
     def _stop(self, group):
         members = self.groups.pop(group, [])
-        for worker, sock in members:
-            for sig in (signal.SIGKILL, signal.SIGCONT):
-                try:
-                    os.killpg(worker.proc.pid, sig)
-                except (ProcessLookupError, PermissionError):
-                    pass
+        for sig in (signal.SIGKILL, signal.SIGCONT):
+            signal_sessions([w.proc.pid for w, _ in members], sig)
         for member in members:
             worker, sock = member
             self._unregister(member)

@@ -10,10 +10,10 @@ its peers hang ends after a short grace as ``error``; a process that dies is
 ``flagged``).
 
 :meth:`RankGroup.freeze` and :meth:`RankGroup.thaw` stop and continue every
-process of every rank's process group with SIGSTOP/SIGCONT. The launcher
-freezes a candidate whenever it is not its turn, so nothing it left running on
-the host (a thread, a child) can run while the judge works or the reference is
-timed. A candidate cannot leave its process group (:mod:`pkb_core.lockdown`).
+process of every rank's session with SIGSTOP/SIGCONT. The launcher freezes a
+candidate whenever it is not its turn, so nothing it left running on the host
+(a thread, a child) can run while the judge works or the reference is timed.
+A candidate cannot leave its session (:mod:`pkb_core.sessions`).
 
 Where the processes come from: the judge's are spawned (``python -m
 pkb_core.worker judge``); a candidate's are forked by the launch's
@@ -33,6 +33,7 @@ import time
 from pathlib import Path
 
 from pkb_core.channel import REPLY_FD_ENV, LineReader
+from pkb_core.sessions import cpu_ms_during, signal_sessions
 
 #: Seconds to wait, after one rank reported an error, for the others to answer.
 ERROR_GRACE_S = 10.0
@@ -217,11 +218,7 @@ class RankGroup:
 
     # -- freezing and stopping -------------------------------------------------
     def _signal_groups(self, sig) -> None:
-        for pid in self.pids:
-            try:
-                os.killpg(pid, sig)
-            except (ProcessLookupError, PermissionError):
-                pass
+        signal_sessions(self.pids, sig)
         if self.remote is not None:
             self.remote.signal(self.group_id, sig)
 
@@ -272,35 +269,6 @@ class RankGroup:
         self.selector.close()
         if self.log:
             self.log.close()
-
-
-def cpu_ms_during(probe_s: float, pgids) -> list[float]:
-    """CPU milliseconds each process group used during a probe of ``probe_s`` seconds."""
-    before = _cpu_ns_by_group(pgids)
-    time.sleep(probe_s)
-    after = _cpu_ns_by_group(pgids)
-    return [(after.get(pid, 0) - before.get(pid, 0)) / 1e6 for pid in pgids]
-
-
-def _cpu_ns_by_group(pgids) -> dict:
-    """CPU time (ns, all threads) of every live process in each process group."""
-    wanted = set(pgids)
-    totals = dict.fromkeys(wanted, 0)
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as stat:
-                fields = stat.read().rsplit(")", 1)[1].split()
-            pgrp = int(fields[2])
-            if pgrp not in wanted:
-                continue
-            for task in os.listdir(f"/proc/{entry}/task"):
-                with open(f"/proc/{entry}/task/{task}/schedstat") as sched:
-                    totals[pgrp] += int(sched.read().split()[0])
-        except (OSError, ValueError, IndexError):
-            continue  # gone meanwhile
-    return totals
 
 
 class _Popen:
