@@ -83,7 +83,7 @@ class JudgeRank:
         ctx = self.context(trial, full)
         args = self.problem.inputs(ctx)
         self.trial_args = clone(args)
-        self.trial_exact = not full and getattr(self.problem.module, "EXACT", False)
+        self.trial_exact = not full and self.problem.spec.exact
         return {"skeleton": pack(args, path, group_blocks=ctx.group_blocks)}
 
     def on_check(self, trial, candidate, dryrun=False):

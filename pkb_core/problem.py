@@ -25,6 +25,11 @@ ParallelKernelBench) and defines, at module level:
     ``{"rtol": float, "atol": float}`` overriding the dtype defaults of
     :mod:`pkb_core.check` for floating-point outputs. ``atol`` is relative to
     the largest magnitude of each reference output leaf.
+``EXACT`` (bool, optional)
+    ``True`` when every input comes from :meth:`RunContext.exact` and the
+    outputs are sums of them: outputs then compare bit for bit (no tolerance)
+    on every trial but the full-mantissa ones, where the dtype's tolerances
+    apply. A wire format that loses bits cannot pass both kinds of trial.
 ``world_size_error(world_size, params)`` (optional)
     Returns ``None`` when the problem runs at ``world_size`` with these size
     parameters, else a one-line reason. Without it every ``W >= 2`` is admitted
@@ -105,6 +110,7 @@ class ProblemSpec:
     path: Path
     doc: str
     tolerance: dict = field(default_factory=dict)
+    exact: bool = False
 
     @property
     def key(self) -> str:
@@ -164,6 +170,7 @@ def read_spec(path: Path) -> ProblemSpec:
         origin=literals["ORIGIN"], world_size_rule=literals["WORLD_SIZE"],
         sizes=literals["SIZES"], path=path, doc=ast.get_docstring(tree) or "",
         tolerance=literals.get("TOLERANCE", {}),
+        exact=literals.get("EXACT", False) is True,
     )
 
 

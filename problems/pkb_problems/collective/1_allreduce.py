@@ -17,6 +17,7 @@ NAME = "allreduce"
 CATEGORY = "collective"
 ORIGIN = "generic NCCL primitive"
 WORLD_SIZE = "any W >= 2"
+EXACT = True
 SIZES = {
     "tiny": {"m": 8, "n": 16},
     "default": {"m": 1024, "n": 1024},

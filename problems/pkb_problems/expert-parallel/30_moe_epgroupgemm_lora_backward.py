@@ -22,6 +22,7 @@ NAME = "moe_epgroupgemm_lora_backward"
 CATEGORY = "expert-parallel"
 ORIGIN = "VeOmni EP group-GEMM LoRA backward"
 WORLD_SIZE = "any W >= 2"
+EXACT = True
 SIZES = {
     "tiny": {"rank": 2, "width": 8},
     "default": {"rank": 8, "width": 1024},
