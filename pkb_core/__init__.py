@@ -1,7 +1,74 @@
 """pkb: benchmark multi-GPU kernels against PyTorch + torch.distributed references.
 
-This package must stay light to import: no torch, triton or CUDA bindings at
-module level (``pkb --help`` and ``pkb problems`` never need them).
+This module is pkb's public API: what backend plugins, problem packs and
+solutions import. Everything else under ``pkb_core`` is internal and may move;
+distributions import only the names below (a test checks the repository's
+own). The names are resolved on first use, so ``import pkb_core`` stays light
+(no torch, triton or CUDA bindings: ``pkb --help`` and ``pkb problems`` never
+need them).
+
+For backend plugins
+    :func:`hookimpl` (mark hook implementations, see
+    :mod:`pkb_core.plugin.hookspecs`), :class:`BackendInfo`,
+    :class:`BackendPrompt`, :class:`PromptExample`, the errors
+    :class:`BackendUnavailable`, :class:`CompileError`, :class:`PkbError` and
+    :func:`describe`, :func:`load_solution` and :func:`load_module` (import a
+    solution file as the core does), the multicast rules (:data:`ALLOW_MULTICAST_ENV`,
+    :data:`MULTICAST_PATTERNS`, :func:`multicast_use`, :func:`refuse_multicast`),
+    preloaded libraries (:func:`mapped_paths`, :func:`preload_errors`).
+For symmetric heaps
+    :func:`handle_of`, :func:`peer_offset`, :func:`register_allocation`,
+    :class:`MappedHandle`, :class:`SharedMemoryHeap`, :class:`TorchSymmetricHeap`.
+For provider plugins (``pkb generate``)
+    :class:`Completion`, :class:`ModelSettings`.
+For problem packs
+    :func:`matrix_for_bytes`.
 """
 
 __version__ = "0.1.0"
+
+#: public name -> the internal module that defines it
+_EXPORTS = {
+    "hookimpl": "pkb_core.plugin.hookspecs",
+    "BackendInfo": "pkb_core.plugin.backend",
+    "BackendPrompt": "pkb_core.plugin.backend_prompt",
+    "PromptExample": "pkb_core.plugin.backend_prompt",
+    "BackendUnavailable": "pkb_core.errors",
+    "CompileError": "pkb_core.errors",
+    "PkbError": "pkb_core.errors",
+    "describe": "pkb_core.errors",
+    "load_module": "pkb_core.candidate.solution",
+    "load_solution": "pkb_core.candidate.solution",
+    "Completion": "pkb_core.generate.providers",
+    "ModelSettings": "pkb_core.generate.providers",
+    "ALLOW_MULTICAST_ENV": "pkb_core.plugin.multicast",
+    "MULTICAST_PATTERNS": "pkb_core.plugin.multicast",
+    "multicast_use": "pkb_core.plugin.multicast",
+    "refuse_multicast": "pkb_core.plugin.multicast",
+    "mapped_paths": "pkb_core.plugin.preload",
+    "preload_errors": "pkb_core.plugin.preload",
+    "handle_of": "pkb_core.symmetric",
+    "peer_offset": "pkb_core.symmetric",
+    "register_allocation": "pkb_core.symmetric",
+    "MappedHandle": "pkb_core.symmetric.mapped",
+    "SharedMemoryHeap": "pkb_core.symmetric.shm",
+    "TorchSymmetricHeap": "pkb_core.symmetric.torch_heap",
+    "matrix_for_bytes": "pkb_core.problem.contract",
+}
+
+__all__ = ["__version__", *_EXPORTS]
+
+
+def __getattr__(name):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'pkb_core' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(__all__)

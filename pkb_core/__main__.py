@@ -1,4 +1,4 @@
 """``python -m pkb_core`` is the ``pkb`` command."""
-from pkb_core.cli import main
+from pkb_core.cli.main import main
 
 main()

@@ -21,7 +21,7 @@ class SolutionFailed(Exception):
     """A candidate's solution raised; the message is the verdict's one line.
 
     ``refused`` tells that it raised because the sealed process group refused
-    a collective (:mod:`pkb_core.sealed`)."""
+    a collective (:mod:`pkb_core.candidate.sealed`)."""
 
     def __init__(self, description: str, refused: bool = False):
         super().__init__(description)

@@ -36,7 +36,7 @@ import pytest
 
 @pytest.fixture
 def pkb_pm():
-    from pkb_core.plugins import get_plugin_manager
+    from pkb_core.plugin.manager import get_plugin_manager
 
     return get_plugin_manager()
 
@@ -45,9 +45,9 @@ def pkb_pm():
 def pkb_invoke(tmp_path):
     from click.testing import CliRunner
 
-    from pkb_core.cli import context_settings, prepare
-    from pkb_core.config import load_config
-    from pkb_core.plugins import get_plugin_manager
+    from pkb_core.cli.main import context_settings, prepare
+    from pkb_core.cli.config import load_config
+    from pkb_core.plugin.manager import get_plugin_manager
 
     def invoke(*args, pm=None):
         pm = pm or get_plugin_manager()
@@ -67,7 +67,7 @@ class BackendContract:
     world_sizes = (2, 3)
 
     def _info(self, pkb_pm):
-        from pkb_core.plugins import backend_infos
+        from pkb_core.plugin.manager import backend_infos
 
         infos = backend_infos(pkb_pm)
         assert self.backend in infos, f"backend {self.backend!r} not installed (have {sorted(infos)})"

@@ -1,14 +1,9 @@
-"""Shared fixtures: pkb's own opt-in pytest plugin plus a few local helpers."""
+"""Fixtures of the core's tests (the root conftest.py loads pkb's pytest plugin)."""
 import os
 import sys
 from pathlib import Path
 
 import pytest
-
-pytest_plugins = ["pkb_core.testing"]
-
-# Tests run the real CPU pipeline; never let a developer's GPU change that.
-os.environ["PKB_DEVICE"] = "cpu"
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

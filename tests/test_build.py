@@ -5,10 +5,10 @@ import pytest
 
 BACKEND = '''
 import os, time
-from pkb_core.backend import BackendInfo
+from pkb_core.plugin.backend import BackendInfo
 from pkb_core.errors import CompileError
-from pkb_core.hookspecs import hookimpl
-from pkb_core.solution import load_solution
+from pkb_core.plugin.hookspecs import hookimpl
+from pkb_core.candidate.solution import load_solution
 
 def log(**entry):
     with open(os.environ["PKBTEST_BUILDS"], "a") as f:

@@ -1,7 +1,7 @@
 """Output comparison: exact for integers, both parts for complex, NaN placement, tolerances."""
 import torch
 
-from pkb_core.check import compare
+from pkb_core.judge.check import compare
 
 
 def test_identical_outputs_pass():

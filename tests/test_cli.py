@@ -5,7 +5,7 @@ import pytest
 
 PACK = '''
 from pathlib import Path
-from pkb_core.hookspecs import hookimpl
+from pkb_core.plugin.hookspecs import hookimpl
 
 @hookimpl
 def pkb_register_problems(register):
@@ -67,8 +67,8 @@ def test_problems_listing_and_show(pkb_invoke):
 
 def test_backends_listing_says_why_unavailable(pkb_invoke, fake_dist):
     fake_dist("pkbtest-needy", {"pkb.backends": {"needy": "pkbtest_needy"}}, {"pkbtest_needy": '''
-from pkb_core.backend import BackendInfo
-from pkb_core.hookspecs import hookimpl
+from pkb_core.plugin.backend import BackendInfo
+from pkb_core.plugin.hookspecs import hookimpl
 
 @hookimpl
 def pkb_backend_info():

@@ -3,9 +3,9 @@ import json
 
 import pytest
 
-from pkb_core.compare import compare_runs, parse_fail_on
+from pkb_core.results.compare import compare_runs, parse_fail_on
 from pkb_core.errors import PkbError
-from pkb_core.report import load_run
+from pkb_core.results.report import load_run
 
 
 @pytest.fixture

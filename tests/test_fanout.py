@@ -5,7 +5,7 @@ import stat
 
 import pytest
 
-from pkb_core.fanout import ExecutorOptions, engine_parameters, make_shards, run_sharded, shard_minutes
+from pkb_core.launch.fanout import ExecutorOptions, engine_parameters, make_shards, run_sharded, shard_minutes
 
 submitit = pytest.importorskip("submitit")
 
@@ -59,8 +59,8 @@ def test_slurm_needs_to_know_the_ranks_per_node(pkb_invoke, tmp_path):
 
 
 def test_a_shard_the_engine_lost_becomes_error_records(tmp_path):
-    from pkb_core.launch import LaunchSettings
-    from pkb_core.results import read_records
+    from pkb_core.launch.launcher import LaunchSettings
+    from pkb_core.results.records import read_records
 
     # The shard raises on its node (no such backend there): no record from the shard itself.
     settings = LaunchSettings(nproc=2, device="cpu", backend="nosuch", run_dir=tmp_path, job_timeout=30)

@@ -5,12 +5,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from pkb_core.code_blocks import extract_solution
-from pkb_core.hookspecs import hookimpl
-from pkb_core.plan import RunRequest, pair_solutions
-from pkb_core.plugins import get_backend_info, get_plugin_manager
-from pkb_core.providers import Completion
-from pkb_core.registry import build_registry
+from pkb_core.generate.code_blocks import extract_solution
+from pkb_core.plugin.hookspecs import hookimpl
+from pkb_core.launch.plan import RunRequest, pair_solutions
+from pkb_core.plugin.manager import get_backend_info, get_plugin_manager
+from pkb_core.generate.providers import Completion
+from pkb_core.problem.registry import build_registry
 
 SOLUTION = "import torch\n\n\ndef solution(tensor):\n    return tensor.clone()\n"
 REPLY = f"Here is a draft:\n```python\nprint('draft')\n```\nAnd the file:\n```python\n{SOLUTION}```\nDone."

@@ -1,7 +1,7 @@
 """The hook reference is generated from the specs and must not drift."""
 from pathlib import Path
 
-from pkb_core import hookdocs, hookspecs
+from pkb_core.plugin import hookdocs, hookspecs
 
 DOC = Path(__file__).parents[1] / "docs" / "plugins" / "hooks.md"
 
@@ -12,7 +12,7 @@ def test_every_hook_has_a_docstring():
 
 
 def test_committed_reference_matches_the_specs():
-    assert DOC.read_text() == hookdocs.render(), "run: python -m pkb_core.hookdocs > docs/plugins/hooks.md"
+    assert DOC.read_text() == hookdocs.render(), "run: python -m pkb_core.plugin.hookdocs > docs/plugins/hooks.md"
 
 
 def test_every_hook_is_tested_somewhere():

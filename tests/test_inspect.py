@@ -4,8 +4,8 @@ import json
 import pytest
 import torch
 
-from pkb_core.check import compare_leaf
-from pkb_core.inspect_command import leaf_difference
+from pkb_core.judge.check import compare_leaf
+from pkb_core.cli.inspect import leaf_difference
 
 SLUG = "1_allreduce-1_allreduce_c-W2-default"
 
@@ -83,7 +83,7 @@ def test_leaf_difference_agrees_with_the_check():
 
 
 def test_dryrun_payload_has_no_reference():
-    from pkb_core.inspect_command import describe_payload
+    from pkb_core.cli.inspect import describe_payload
 
     lines = describe_payload({"candidate": (torch.zeros(2), 3)})
     assert lines[:2] == ["candidate[0]: float32 (2,) [0, 0]", "candidate[1]: int 3"]

@@ -4,9 +4,9 @@ import json
 BACKEND = '''
 import os
 import torch
-from pkb_core.backend import BackendInfo
+from pkb_core.plugin.backend import BackendInfo
 from pkb_core.errors import BackendUnavailable
-from pkb_core.hookspecs import hookimpl
+from pkb_core.plugin.hookspecs import hookimpl
 from pkb_core.symmetric.shm import SharedMemoryHeap
 
 def log(text):

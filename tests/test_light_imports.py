@@ -5,7 +5,7 @@ import sys
 import pytest
 
 
-@pytest.mark.parametrize("module", ["pkb_core.cli", "pkb_core.hookspecs", "pkb_problems", "pkb_core.registry"])
+@pytest.mark.parametrize("module", ["pkb_core.cli.main", "pkb_core.plugin.hookspecs", "pkb_problems", "pkb_core.problem.registry"])
 def test_module_does_not_import_torch(module):
     code = (f"import sys, {module}\n"
             "heavy = [m for m in ('torch', 'triton', 'cupy', 'nvshmem') if m in sys.modules]\n"
@@ -14,8 +14,8 @@ def test_module_does_not_import_torch(module):
 
 
 def test_listing_problems_does_not_import_torch():
-    code = ("import sys\nfrom pkb_core.plugins import get_plugin_manager\n"
-            "from pkb_core.registry import build_registry\n"
+    code = ("import sys\nfrom pkb_core.plugin.manager import get_plugin_manager\n"
+            "from pkb_core.problem.registry import build_registry\n"
             "assert len(build_registry(get_plugin_manager())) >= 8\n"
             "assert 'torch' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -2,11 +2,11 @@
 import pytest
 
 from pkb_core.errors import PluginError
-from pkb_core.plugins import backend_infos, get_plugin_manager
+from pkb_core.plugin.manager import backend_infos, get_plugin_manager
 
 BACKEND = '''
-from pkb_core.backend import BackendInfo
-from pkb_core.hookspecs import hookimpl
+from pkb_core.plugin.backend import BackendInfo
+from pkb_core.plugin.hookspecs import hookimpl
 
 @hookimpl
 def pkb_backend_info():
@@ -53,7 +53,7 @@ def test_misspelt_hook_is_rejected_with_its_name(fake_dist):
 def test_same_name_in_two_groups_loads_both(fake_dist):
     fake_dist("pkbtest-twin", {"pkb.backends": {"twin": "pkbtest_twin_backend"}, "pkb": {"twin": "pkbtest_twin_cmd"}},
               {"pkbtest_twin_backend": BACKEND.format(name="twin"),
-               "pkbtest_twin_cmd": "from pkb_core.hookspecs import hookimpl\n"
+               "pkbtest_twin_cmd": "from pkb_core.plugin.hookspecs import hookimpl\n"
                                    "@hookimpl\ndef pkb_register_commands(cli):\n"
                                    "    @cli.command()\n    def twin():\n        print('twin command')\n"})
     pm = get_plugin_manager()
@@ -76,7 +76,7 @@ def test_disabled_plugins_are_not_loaded(monkeypatch):
 
 def test_extra_command_from_plugin(fake_dist, pkb_invoke):
     fake_dist("pkbtest-cmd", {"pkb": {"hello": "pkbtest_cmd"}},
-              {"pkbtest_cmd": "import click\nfrom pkb_core.hookspecs import hookimpl\n"
+              {"pkbtest_cmd": "import click\nfrom pkb_core.plugin.hookspecs import hookimpl\n"
                               "@hookimpl\ndef pkb_register_commands(cli):\n"
                               "    @cli.command()\n    def hello():\n        click.echo('hello from a plugin')\n"})
     assert pkb_invoke("hello").output.strip() == "hello from a plugin"

@@ -1,4 +1,4 @@
-"""pkb_core.preload: libraries a backend's workers load before torch."""
+"""pkb_core.plugin.preload: libraries a backend's workers load before torch."""
 from __future__ import annotations
 
 import os
@@ -7,8 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from pkb_core import preload
-from pkb_core.backend import BackendInfo
+from pkb_core.plugin import preload
+from pkb_core.plugin.backend import BackendInfo
 
 
 def _a_loaded_library() -> Path:
@@ -58,9 +58,9 @@ def test_a_worker_loads_its_preloads_and_puts_wheel_roots_first_only_while_torch
     lib = tmp_path / "root" / "nvidia" / "fake" / "lib" / "libpkbfake.so.1"
     lib.parent.mkdir(parents=True)
     shutil.copy(_a_loaded_library(), lib)
-    code = ("import sys; before = list(sys.path); from pkb_core.preload import import_torch_after_preloads; "
+    code = ("import sys; before = list(sys.path); from pkb_core.plugin.preload import import_torch_after_preloads; "
             "import_torch_after_preloads(); "
-            "from pkb_core.preload import mapped_paths, preload_errors; "
+            "from pkb_core.plugin.preload import mapped_paths, preload_errors; "
             "print(mapped_paths('libpkbfake'), preload_errors(), sys.path == before)")
     env = dict(os.environ, **preload.preload_environment([lib]))
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
@@ -71,7 +71,7 @@ def test_a_worker_loads_its_preloads_and_puts_wheel_roots_first_only_while_torch
 def test_the_launcher_hands_preloads_to_the_candidates_processes_only(tmp_path):
     from types import SimpleNamespace
 
-    from pkb_core import launch
+    from pkb_core.launch import launcher as launch
 
     settings = launch.LaunchSettings(nproc=1, device="cpu", backend="x", run_dir=tmp_path, job_timeout=5,
                                      preload=("/opt/lib/liba.so.1",))
@@ -93,7 +93,7 @@ def test_torch_imports_with_the_wheel_roots_first(tmp_path):
     fake_torch.mkdir(parents=True)
     (fake_torch / "__init__.py").write_text("import sys\nFIRST = sys.path[0]\n")
     code = (f"import sys; sys.path.insert(0, {str(tmp_path / 'fake')!r}); "
-            "from pkb_core.preload import import_torch_after_preloads as f; loaded = f(); "
+            "from pkb_core.plugin.preload import import_torch_after_preloads as f; loaded = f(); "
             f"import torch; print(torch.FIRST, loaded, {str(tmp_path / 'root')!r} in sys.path)")
     env = dict(os.environ, **preload.preload_environment([lib]))
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)

@@ -7,14 +7,14 @@ import json
 
 import pytest
 
-from pkb_core.plugins import get_plugin_manager
-from pkb_core.registry import build_registry
+from pkb_core.plugin.manager import get_plugin_manager
+from pkb_core.problem.registry import build_registry
 
 PERTURBING_BACKEND = '''
 import torch
-from pkb_core.backend import BackendInfo
-from pkb_core.check import leaves
-from pkb_core.hookspecs import hookimpl
+from pkb_core.plugin.backend import BackendInfo
+from pkb_core.judge.check import leaves
+from pkb_core.plugin.hookspecs import hookimpl
 
 @hookimpl
 def pkb_backend_info():

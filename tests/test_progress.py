@@ -1,5 +1,5 @@
 """`pkb run`'s progress: plain `[i/n]` lines on stderr when not on a terminal."""
-from pkb_core.progress import JobProgress
+from pkb_core.cli.progress import JobProgress
 
 
 def test_plain_lines_when_not_a_terminal(capsys):

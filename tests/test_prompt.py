@@ -1,15 +1,15 @@
-"""`pkb prompt`: what the prompt states, per backend; templates; the pkb_backend_prompt hook."""
+"""`pkb prompt`: what the prompt states, per backend; templates; BackendInfo.prompt."""
 import json
 
 import pytest
 
-from pkb_core.backend import BackendInfo
-from pkb_core.backend_prompt import BackendPrompt, PromptExample
-from pkb_core.hookspecs import hookimpl
-from pkb_core.input_description import describe_inputs
-from pkb_core.plugins import backend_infos, get_plugin_manager
-from pkb_core.problem import read_spec
-from pkb_core.registry import build_registry
+from pkb_core.plugin.backend import BackendInfo
+from pkb_core.plugin.backend_prompt import BackendPrompt, PromptExample
+from pkb_core.plugin.hookspecs import hookimpl
+from pkb_core.problem.describe import describe_inputs
+from pkb_core.plugin.manager import backend_infos, get_plugin_manager
+from pkb_core.problem.contract import read_spec
+from pkb_core.problem.registry import build_registry
 
 #: Text of each built-in backend's helper API that its prompt must carry.
 HELPER_API = {
@@ -165,21 +165,26 @@ def test_bad_requests_are_one_line(pkb_invoke, args, message):
 
 
 class _ThirdPartyBackend:
-    """A backend from another distribution, with or without pkb_backend_prompt."""
+    """A backend from another distribution, without prompt material."""
 
     @hookimpl
     def pkb_backend_info(self):
         return BackendInfo(name="thirdparty", devices=("cuda",), description="Kernels in ThirdPartyLang")
 
 
-class _ThirdPartyWithPrompt(_ThirdPartyBackend):
+def _thirdparty_prompt():
+    return BackendPrompt(instructions="Use tpl.launch(kernel, grid) for everything.",
+                         examples=(PromptExample("1", "def solution(tensor):\n    return tpl_allreduce(tensor)\n",
+                                                 notes="One call does it."),))
+
+
+class _ThirdPartyWithPrompt:
+    """The same backend with ``BackendInfo.prompt``."""
+
     @hookimpl
-    def pkb_backend_prompt(self, backend):
-        if backend != "thirdparty":
-            return None
-        return BackendPrompt(instructions="Use tpl.launch(kernel, grid) for everything.",
-                             examples=(PromptExample("1", "def solution(tensor):\n    return tpl_allreduce(tensor)\n",
-                                                     notes="One call does it."),))
+    def pkb_backend_info(self):
+        return BackendInfo(name="thirdparty", devices=("cuda",), description="Kernels in ThirdPartyLang",
+                           prompt=_thirdparty_prompt)
 
 
 def test_third_party_backend_gets_a_prompt_without_the_hook(pkb_invoke):
@@ -191,14 +196,14 @@ def test_third_party_backend_gets_a_prompt_without_the_hook(pkb_invoke):
     assert "Worked example" not in text
 
 
-def test_pkb_backend_prompt_hook_supplies_instructions_and_examples(pkb_invoke):
+def test_backend_prompt_supplies_instructions_and_examples(pkb_invoke):
     pm = get_plugin_manager(extra_plugins=[_ThirdPartyWithPrompt()])
     text = _prompt(pkb_invoke, "--problem", "2", "--backend", "thirdparty", "--hardware", "h200_2", pm=pm)
     assert "Use tpl.launch(kernel, grid) for everything." in text
     assert "## Worked example: problem 1_allreduce for the `thirdparty` backend" in text
     assert "One call does it." in text and "return tpl_allreduce(tensor)" in text
     assert "dist.all_reduce(out)" in text  # the example's reference, read from the registry
-    # the hook answers only for its own backend
+    # the material belongs to its own backend
     assert "tpl.launch" not in _prompt(pkb_invoke, "--problem", "2", "--backend", "reference",
                                        "--hardware", "h200_2", "--size", "tiny", pm=pm)
 

@@ -2,9 +2,9 @@
 import pytest
 
 from pkb_core.errors import PkbError
-from pkb_core.plugins import get_plugin_manager
-from pkb_core.problem import ProblemFileError, read_spec
-from pkb_core.registry import Registry, build_registry
+from pkb_core.plugin.manager import get_plugin_manager
+from pkb_core.problem.contract import ProblemFileError, read_spec
+from pkb_core.problem.registry import Registry, build_registry
 
 GOOD = '''"""A test problem.
 

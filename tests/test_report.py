@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from pkb_core.report import at_k, fast_p, geomean, load_run, pass_at_k, summarize
+from pkb_core.results.report import at_k, fast_p, geomean, load_run, pass_at_k, summarize
 
 
 @pytest.fixture
@@ -153,7 +153,7 @@ def test_report_plots_flag_writes_into_the_run_dir(pkb_invoke, fixtures, tmp_pat
 
 
 def test_sweep_series_take_nccl_from_every_record(fixtures):
-    from pkb_core.plots import _sweep_series
+    from pkb_core.results.plots import _sweep_series
 
     series = {(label, mode): points for label, mode, points in _sweep_series(load_run(fixtures / "runs" / "sweep"))}
     labels = ("NCCL", "1_allreduce.py", "symm_mem_one_shot")
@@ -172,7 +172,7 @@ def test_plot_without_matplotlib_is_one_line(pkb_invoke, fixtures, monkeypatch):
 
 
 def test_cli_imports_no_plotting_or_rich():
-    code = ("import sys, pkb_core.cli\n"
+    code = ("import sys, pkb_core.cli.main\n"
             "heavy = [m for m in ('matplotlib', 'rich') if m in sys.modules]\n"
             "assert not heavy, heavy")
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -92,8 +92,8 @@ def test_dryrun_and_save_outputs(pkb_invoke, tmp_path):
 def test_third_party_backend_through_an_entry_point(pkb_invoke, fake_dist, tmp_path, monkeypatch):
     source = '''
 import os
-from pkb_core.backend import BackendInfo
-from pkb_core.hookspecs import hookimpl
+from pkb_core.plugin.backend import BackendInfo
+from pkb_core.plugin.hookspecs import hookimpl
 
 @hookimpl
 def pkb_backend_info():

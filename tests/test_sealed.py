@@ -6,8 +6,8 @@ import os
 import pytest
 
 CUSTOM_BACKEND = '''
-from pkb_core.backend import BackendInfo
-from pkb_core.hookspecs import hookimpl
+from pkb_core.plugin.backend import BackendInfo
+from pkb_core.plugin.hookspecs import hookimpl
 
 @hookimpl
 def pkb_backend_info():
@@ -82,7 +82,7 @@ def test_an_honest_job_after_one_that_leaves_traps_passes(pkb_invoke, plainpy, f
     assert by_file["1_allreduce_a_leaves_traps.py"]["verdict"] == "fail"
     assert by_file["1_allreduce_b_honest.py"]["verdict"] == "pass", by_file["1_allreduce_b_honest.py"]["reason"]
     # The trap's child was in the job's process group (it could not leave it) and died with the job.
-    assert not _processes_with("_vandal") and not _processes_with("pkb_core.zygote")
+    assert not _processes_with("_vandal") and not _processes_with("pkb_core.launch.zygote")
 
 
 def _processes_with(text):
@@ -115,7 +115,7 @@ def test_p2pop_references_run_under_a_custom_kernel_backend(pkb_invoke, fixtures
 
 
 def test_the_physics_floor_flags_an_impossible_time(pkb_invoke, tmp_path, monkeypatch):
-    from pkb_core.calibrate import cache_path
+    from pkb_core.machine.calibrate import cache_path
 
     monkeypatch.setenv("PKB_CACHE_DIR", str(tmp_path / "cache"))
     path = cache_path("cpu")

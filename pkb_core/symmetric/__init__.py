@@ -28,52 +28,7 @@ memory segments mapped by every rank, so Triton kernels run unchanged under
 ``TRITON_INTERPRET=1``). Backends with their own heap (NVSHMEM) provide
 another through ``pkb_backend_allocate`` and register their handles here.
 """
-from __future__ import annotations
+from pkb_core.symmetric.handles import forget_allocations, handle_of, peer_offset, register_allocation
+from pkb_core.symmetric.heaps import default_heap
 
-_HANDLES: dict[int, tuple[int, object]] = {}
-
-
-def register_allocation(base_ptr: int, nbytes: int, handle) -> None:
-    """Record that ``[base_ptr, base_ptr + nbytes)`` belongs to ``handle``."""
-    _HANDLES[base_ptr] = (nbytes, handle)
-
-
-def forget_allocations() -> None:
-    """Drop every record (the heap that made them is closing)."""
-    _HANDLES.clear()
-
-
-def handle_of(tensor):
-    """The symmetric handle of the allocation that holds ``tensor``.
-
-    Raises ``LookupError`` for a tensor that is not in a symmetric heap (for
-    example one the solution allocated itself with ``torch.empty``).
-    """
-    ptr = tensor.data_ptr()
-    for base, (nbytes, handle) in _HANDLES.items():
-        if base <= ptr < base + nbytes:
-            return handle
-    raise LookupError("tensor is not in a symmetric heap: only inputs placed by the harness (or "
-                      "tensors from the backend's allocator) have peers")
-
-
-def peer_offset(tensor) -> int:
-    """Byte offset of ``tensor`` inside its allocation (the same on every rank)."""
-    ptr = tensor.data_ptr()
-    for base, (nbytes, _) in _HANDLES.items():
-        if base <= ptr < base + nbytes:
-            return ptr - base
-    raise LookupError("tensor is not in a symmetric heap")
-
-
-def default_heap(device, barrier, run_id: str, rank: int, world_size: int):
-    """The core's heap for ``device``: torch symm_mem over the world group on
-    CUDA; on CPU, shared memory coordinated through ``barrier`` (a zero-argument
-    barrier among the ranks)."""
-    if device.type == "cuda":
-        from pkb_core.symmetric.torch_heap import TorchSymmetricHeap
-
-        return TorchSymmetricHeap(device)
-    from pkb_core.symmetric.shm import SharedMemoryHeap
-
-    return SharedMemoryHeap(rank, world_size, barrier, run_id)
+__all__ = ["default_heap", "forget_allocations", "handle_of", "peer_offset", "register_allocation"]

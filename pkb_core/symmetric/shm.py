@@ -19,7 +19,7 @@ import os
 
 import torch
 
-from pkb_core.symmetric import register_allocation
+from pkb_core.symmetric.handles import register_allocation
 from pkb_core.symmetric.mapped import MappedHandle
 
 SHM_DIR = "/dev/shm"

@@ -12,7 +12,7 @@ import math
 import torch
 import torch.distributed as dist
 
-from pkb_core.symmetric import register_allocation
+from pkb_core.symmetric.handles import register_allocation
 
 
 class TorchSymmetricHeap:

@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pkb_core.errors import CompileError
+from pkb_core import CompileError
 
 from pkb_cuda import toolchain
 

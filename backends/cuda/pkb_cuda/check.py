@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pkb_core.errors import CompileError
+from pkb_core import CompileError
 
 from pkb_cuda import toolchain
 from pkb_cuda.build import BuildSpec, trim_compiler_output

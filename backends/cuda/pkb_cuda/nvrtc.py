@@ -39,7 +39,7 @@ C++ to save Python launch time) or links a library.
 from __future__ import annotations
 
 
-from pkb_core.errors import CompileError
+from pkb_core import CompileError
 
 #: Options every kernel is compiled with (NVRTC picks the device's architecture).
 DEFAULT_OPTIONS = ("--std=c++17",)

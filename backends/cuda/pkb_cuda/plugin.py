@@ -10,9 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pkb_core.backend import BackendInfo
-from pkb_core.errors import BackendUnavailable
-from pkb_core.hookspecs import hookimpl
+from pkb_core import BackendInfo, hookimpl
+
 
 SAMPLES = Path(__file__).parent / "samples"
 
@@ -33,16 +32,16 @@ def pkb_backend_info():
         requirements=requirements,
         samples=SAMPLES,
         description="CUDA C++ via torch load_inline (cached per node); peers read over NVLink",
+        prompt=_prompt,
     )
 
 
-@hookimpl
-def pkb_backend_init(ctx):
-    reason = requirements(ctx.device.type)
-    if reason:
-        raise BackendUnavailable(reason)
-    return ctx
 
+def _prompt():
+    """The backend's part of generation prompts (imported only when one is written)."""
+    from pkb_cuda.prompt import backend_prompt
+
+    return backend_prompt()
 
 @hookimpl
 def pkb_backend_compile(state, problem, solution):
@@ -50,8 +49,7 @@ def pkb_backend_compile(state, problem, solution):
     compile phase also build what it would build lazily (:mod:`pkb_cuda.ahead`)."""
     if solution is None:
         return None  # the core default runs the problem's reference
-    from pkb_core.errors import CompileError
-    from pkb_core.solution import load_module
+    from pkb_core import CompileError, load_module
 
     module = load_module(solution)
     program = getattr(module, "solution", None)
@@ -65,16 +63,8 @@ def pkb_backend_compile(state, problem, solution):
         except CompileError:
             raise
         except Exception as exc:  # noqa: BLE001 - a failed build is the solution's compile error
-            from pkb_core.errors import describe
+            from pkb_core import describe
 
             raise CompileError(f"{solution}: building its CUDA extension raised {describe(exc)}") from None
     return program
 
-
-@hookimpl
-def pkb_backend_prompt(backend):
-    if backend != "cuda":
-        return None
-    from pkb_cuda.prompt import backend_prompt
-
-    return backend_prompt()

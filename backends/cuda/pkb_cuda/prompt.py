@@ -1,4 +1,4 @@
-"""The CUDA backend's part of generation prompts (``pkb_backend_prompt``).
+"""The CUDA backend's part of generation prompts (``BackendInfo.prompt``).
 
 The instructions are the rules of docs/backends/cuda.md in short, then the
 helper API's own reference: the docstring of :mod:`pkb_cuda`, the fields of
@@ -12,7 +12,7 @@ import inspect
 from pathlib import Path
 
 import pkb_cuda
-from pkb_core.backend_prompt import BackendPrompt, PromptExample
+from pkb_core import BackendPrompt, PromptExample
 
 SAMPLES = Path(__file__).parent / "samples"
 #: Samples shown as examples, best first (never the one for the problem asked).

@@ -67,7 +67,7 @@ def main() -> int:
     dist.init_process_group("nccl", device_id=device)
 
     import pkb_cuda
-    from pkb_core.symmetric.torch_heap import TorchSymmetricHeap
+    from pkb_core import TorchSymmetricHeap
     from pkb_cuda.plugin import SAMPLES
 
     problems_dir = Path(importlib.util.find_spec("pkb_problems").origin).parent / "collective"

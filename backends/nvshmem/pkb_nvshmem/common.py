@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 # The multicast guard is pkb_core's; re-exported for the plugins and their tests.
-from pkb_core.multicast import ALLOW_MULTICAST_ENV, MULTICAST_PATTERNS, multicast_use, refuse_multicast  # noqa: F401
+from pkb_core import ALLOW_MULTICAST_ENV, MULTICAST_PATTERNS, multicast_use, refuse_multicast  # noqa: F401
 
 #: Set with ``os.environ.setdefault`` by each backend's init, before NVSHMEM
 #: initialises (it reads them then). A value the user set is never replaced.

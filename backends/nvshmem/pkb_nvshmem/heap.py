@@ -21,7 +21,7 @@ import math
 import torch
 import torch.distributed as dist
 
-from pkb_core.symmetric import register_allocation
+from pkb_core import register_allocation
 
 #: Bytes of the launch-wide signal area (uint64 words) used by
 #: :func:`pkb_nvshmem.lang.barrier`.

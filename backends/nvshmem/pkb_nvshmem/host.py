@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-from pkb_core.symmetric import handle_of
+from pkb_core import handle_of
 
 #: Words of one barrier slot: W arrival epochs plus this rank's own epoch.
 def slot_words(world_size: int) -> int:

@@ -5,7 +5,7 @@ NVSHMEM's device API. Init switches torch's symm_mem backend to NVSHMEM before
 anything in the process allocates symmetric memory, bootstraps NVSHMEM with
 the first (collective) allocation and keeps the heap that the allocate hook
 serves every input from. Solutions are Python files loaded by the core
-default, after a check that they call no multicast API.
+default, after the core's check that they call no multicast API.
 
 The ``nvshmem4py`` backend (``pkb_nvshmem.nvshmem4py.plugin``) initialises
 NVSHMEM itself through nvshmem4py; the two never share a process (one backend
@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pkb_core.backend import BackendInfo
-from pkb_core.hookspecs import hookimpl
+from pkb_core import BackendInfo, hookimpl
+
 
 SAMPLES = Path(__file__).parent / "samples"
 NAME = "nvshmem"
@@ -68,11 +68,7 @@ def pkb_backend_info():
 
 @hookimpl
 def pkb_backend_init(ctx):
-    from pkb_core.errors import BackendUnavailable
-
-    reason = requirements(ctx.device.type)
-    if reason:
-        raise BackendUnavailable(reason)
+    from pkb_core import BackendUnavailable
     from pkb_nvshmem.common import apply_env_defaults, first_line
 
     apply_env_defaults()
@@ -99,16 +95,6 @@ def pkb_backend_init(ctx):
 @hookimpl
 def pkb_backend_allocate(state, shape, dtype):
     return state.empty(shape, dtype)
-
-
-@hookimpl
-def pkb_backend_compile(state, problem, solution):
-    if solution is None:
-        return None  # the core default runs the problem's reference
-    from pkb_nvshmem.common import refuse_multicast
-
-    refuse_multicast(solution)
-    return None  # the core default loads the file's `solution`
 
 
 @hookimpl

@@ -13,7 +13,7 @@ import hashlib
 import os
 from pathlib import Path
 
-from pkb_core.multicast import ALLOW_MULTICAST_ENV
+from pkb_core import ALLOW_MULTICAST_ENV
 
 #: The device/host helpers (namespace ``pkb::pk``) put in front of every source.
 HEADER_PATH = Path(__file__).with_name("pkb_parallelkittens.cuh")
@@ -31,7 +31,7 @@ TK_CFLAGS = ("-O3",)
 TK_LDFLAGS = ("-lcuda",)
 
 #: Calls that reach NVLink multicast in ThunderKittens, on top of pkb_core's
-#: (:data:`pkb_core.multicast.MULTICAST_PATTERNS`); refused by :func:`compile`
+#: (:data:`pkb_core.plugin.multicast.MULTICAST_PATTERNS`); refused by :func:`compile`
 #: and the plugin.
 TK_MULTICAST_PATTERNS = (
     r"\bbarrier_t\s*<", r"\bbarrier_all\s*\(", r"\bsignal_all\s*\(", r"\bTKParallelTensor\b", r"\bmc_ptr\b",
@@ -97,7 +97,7 @@ def multicast_use(source: str) -> str | None:
     """The first multicast call in ``source``, ThunderKittens' spellings
     included, or None (always None with ``PKB_ALLOW_MULTICAST=1``, for
     machines where multicast is safe)."""
-    from pkb_core.multicast import multicast_use as core_multicast_use
+    from pkb_core import multicast_use as core_multicast_use
 
     return core_multicast_use(source, TK_MULTICAST_PATTERNS)
 
@@ -129,7 +129,7 @@ def compile(name, cuda_source, cpp_source="", functions=(), *, extra_cuda_cflags
     per node and world size: the other local ranks wait on the cache's lock.
     """
     import pkb_cuda
-    from pkb_core.errors import CompileError
+    from pkb_core import CompileError
 
     missing = tk_missing()
     if missing:

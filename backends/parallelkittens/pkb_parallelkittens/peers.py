@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from pkb_core.symmetric import handle_of
+from pkb_core import handle_of
 
 _TABLES: dict = {}  # (id(handle), byte offset) -> (handle, CPU int64 tensor)
 

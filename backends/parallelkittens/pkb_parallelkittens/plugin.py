@@ -3,16 +3,16 @@
 Solutions are Python files that build ThunderKittens CUDA through
 :func:`pkb_parallelkittens.compile` at import, so the core defaults do the
 rest (compile loads the file's ``solution``, launch calls it, allocation uses
-torch symm_mem without multicast). This plugin describes the backend, refuses
-to start where ThunderKittens kernels cannot be built or run, and refuses
-solution files that use NVLink multicast.
+torch symm_mem without multicast). This plugin describes the backend: where
+ThunderKittens kernels can be built and run, and ThunderKittens' spellings of
+NVLink multicast (the core refuses solutions that use them).
 """
 from __future__ import annotations
 
 from pathlib import Path
 
-from pkb_core.backend import BackendInfo
-from pkb_core.hookspecs import hookimpl
+from pkb_core import BackendInfo, hookimpl
+from pkb_parallelkittens.build import TK_MULTICAST_PATTERNS
 
 SAMPLES = Path(__file__).parent / "samples"
 NAME = "parallelkittens"
@@ -40,29 +40,8 @@ def pkb_backend_info():
         samples=SAMPLES,
         description="ThunderKittens (ParallelKittens) CUDA via load_inline, sm_90a; unicast pgls over "
                     "symmetric inputs, CAS barrier, no multicast",
+        multicast_patterns=TK_MULTICAST_PATTERNS,
     )
-
-
-@hookimpl
-def pkb_backend_init(ctx):
-    from pkb_core.errors import BackendUnavailable
-
-    reason = requirements(ctx.device.type)
-    if reason:
-        raise BackendUnavailable(reason)
-    return ctx
-
-
-@hookimpl
-def pkb_backend_compile(state, problem, solution):
-    if solution is None:
-        return None  # the core default runs the problem's reference
-    from pkb_core.multicast import refuse_multicast
-
-    from pkb_parallelkittens.build import TK_MULTICAST_PATTERNS
-
-    refuse_multicast(solution, TK_MULTICAST_PATTERNS)
-    return None  # the core default loads the file's `solution`
 
 
 @hookimpl

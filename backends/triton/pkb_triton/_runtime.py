@@ -19,11 +19,11 @@ def heap():
         raise RuntimeError("pkb_triton.workspace needs a pkb worker (the triton backend was not initialised)")
     if _HEAP is None:
         if _CONTEXT.device.type == "cuda":
-            from pkb_core.symmetric.torch_heap import TorchSymmetricHeap
+            from pkb_core import TorchSymmetricHeap
 
             _HEAP = TorchSymmetricHeap(_CONTEXT.device)
         else:
-            from pkb_core.symmetric.shm import SharedMemoryHeap
+            from pkb_core import SharedMemoryHeap
 
             _HEAP = SharedMemoryHeap(_CONTEXT.rank, _CONTEXT.world_size, _CONTEXT.barrier, _RUN_ID)
     return _HEAP

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-from pkb_core.symmetric import handle_of
+from pkb_core import handle_of
 
 #: Programs per launch under the interpreter (it runs them one after another).
 CPU_MAX_PROGRAMS = 8

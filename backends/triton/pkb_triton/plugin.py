@@ -11,8 +11,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from pkb_core.backend import BackendInfo
-from pkb_core.hookspecs import hookimpl
+from pkb_core import BackendInfo, hookimpl
+
 
 SAMPLES = Path(__file__).parent / "samples"
 
@@ -44,16 +44,21 @@ def pkb_backend_info():
         samples=SAMPLES,
         description="Triton kernels reading peers through symmetric-memory pointer tables "
                     "(CPU: the Triton interpreter)",
+        prompt=_prompt,
     )
 
 
+
+def _prompt():
+    """The backend's part of generation prompts (imported only when one is written)."""
+    from pkb_triton.prompt import backend_prompt
+
+    return backend_prompt()
+
 @hookimpl
 def pkb_backend_init(ctx):
-    from pkb_core.errors import BackendUnavailable
+    from pkb_core import BackendUnavailable
 
-    missing = requirements(ctx.device.type)
-    if missing:
-        raise BackendUnavailable(missing)
     if ctx.device.type == "cpu" and not _interpreting():
         raise BackendUnavailable("CPU mode needs TRITON_INTERPRET=1 (pkb's launcher sets it unless the "
                                  "environment sets it otherwise)")
@@ -78,11 +83,3 @@ def pkb_backend_finalize(state):
     except Exception as exc:  # noqa: BLE001 - finalize must not raise
         print(f"pkb-triton: finalize: {type(exc).__name__}: {exc}", flush=True)
 
-
-@hookimpl
-def pkb_backend_prompt(backend):
-    if backend != "triton":
-        return None
-    from pkb_triton.prompt import backend_prompt
-
-    return backend_prompt()

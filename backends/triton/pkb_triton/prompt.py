@@ -1,4 +1,4 @@
-"""The Triton backend's part of generation prompts (``pkb_backend_prompt``).
+"""The Triton backend's part of generation prompts (``BackendInfo.prompt``).
 
 The instructions are the rules of docs/backends/triton.md in short, followed
 by the helper API's reference (the docstring of :mod:`pkb_triton`, so the two
@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pkb_triton
-from pkb_core.backend_prompt import BackendPrompt, PromptExample
+from pkb_core import BackendPrompt, PromptExample
 
 SAMPLES = Path(__file__).parent / "samples"
 #: Samples shown as examples, best first (never the one for the problem asked).

@@ -10,7 +10,7 @@ is exact in any order: the output is compared bit for bit.
 import torch
 import torch.distributed as dist
 
-from pkb_core.problem import matrix_for_bytes
+from pkb_core import matrix_for_bytes
 
 ID = 1
 NAME = "allreduce"

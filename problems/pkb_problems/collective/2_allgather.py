@@ -6,7 +6,7 @@ Each rank r holds ``tensor`` x_r of shape (M, N). Return a new tensor of shape
 import torch
 import torch.distributed as dist
 
-from pkb_core.problem import matrix_for_bytes
+from pkb_core import matrix_for_bytes
 
 ID = 2
 NAME = "allgather"

@@ -7,7 +7,7 @@ every rank; ``tensor`` itself must not be modified. Bit-exact comparison.
 import torch
 import torch.distributed as dist
 
-from pkb_core.problem import matrix_for_bytes
+from pkb_core import matrix_for_bytes
 
 ID = 3
 NAME = "broadcast"

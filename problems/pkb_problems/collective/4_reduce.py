@@ -8,7 +8,7 @@ Inputs are integers in [-16, 16], so the sum is exact: bit-exact comparison.
 import torch
 import torch.distributed as dist
 
-from pkb_core.problem import matrix_for_bytes
+from pkb_core import matrix_for_bytes
 
 ID = 4
 NAME = "reduce"

@@ -8,7 +8,7 @@ Bit-exact comparison (returning the placeholder fails).
 import torch
 import torch.distributed as dist
 
-from pkb_core.problem import matrix_for_bytes
+from pkb_core import matrix_for_bytes
 
 ID = 5
 NAME = "scatter"

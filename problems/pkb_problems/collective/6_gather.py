@@ -7,7 +7,7 @@ rank an unchanged copy of its own x_r. Bit-exact comparison.
 import torch
 import torch.distributed as dist
 
-from pkb_core.problem import matrix_for_bytes
+from pkb_core import matrix_for_bytes
 
 ID = 6
 NAME = "gather"

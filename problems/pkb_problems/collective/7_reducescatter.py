@@ -7,7 +7,7 @@ block r of x_s. Inputs are integers in [-16, 16]: bit-exact comparison.
 import torch
 import torch.distributed as dist
 
-from pkb_core.problem import matrix_for_bytes
+from pkb_core import matrix_for_bytes
 
 ID = 7
 NAME = "reducescatter"

@@ -7,7 +7,7 @@ comparison.
 import torch
 import torch.distributed as dist
 
-from pkb_core.problem import matrix_for_bytes
+from pkb_core import matrix_for_bytes
 
 ID = 8
 NAME = "alltoall"

@@ -14,8 +14,8 @@ import math
 
 import torch
 
-from pkb_core.symmetric import register_allocation
-from pkb_core.symmetric.mapped import MappedHandle
+from pkb_core import register_allocation
+from pkb_core import MappedHandle
 
 SIGNAL_PAD_BYTES = 4096
 ALIGN = 256

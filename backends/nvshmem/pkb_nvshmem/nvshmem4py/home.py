@@ -14,7 +14,7 @@ processes use it:
 * its ``libnvshmem_host.so.3`` is loaded before torch (``BackendInfo.preload``),
   so nvshmem4py's host calls, which look the library up by soname, reach it.
   Keep the wheel's layout (``ROOT/nvidia/nvshmem``): torch then loads that
-  same file instead of its own (:mod:`pkb_core.preload`); with another
+  same file instead of its own (:mod:`pkb_core.plugin.preload`); with another
   layout the process would hold two NVSHMEM libraries, and init refuses;
 * its ``include`` directory replaces the pip one in the NVRTC search path
   nvshmem4py sets for its shim (:func:`use_home_headers`).
@@ -61,7 +61,7 @@ def loaded_elsewhere(home: Path, mapped) -> str | None:
     not the home's (torch's was loaded first), else None.
 
     :param mapped: paths of the mapped ``libnvshmem_host`` files
-        (``pkb_core.preload.mapped_paths("libnvshmem_host")``).
+        (``pkb_core.plugin.preload.mapped_paths("libnvshmem_host")``).
     """
     ours = os.path.realpath(home / "lib" / HOST_SONAME)
     others = [path for path in mapped if os.path.realpath(path) != ours]

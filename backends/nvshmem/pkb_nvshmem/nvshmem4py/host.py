@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-from pkb_core.symmetric import handle_of
+from pkb_core import handle_of
 
 
 @dataclass(frozen=True)

@@ -17,8 +17,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pkb_core.backend import BackendInfo
-from pkb_core.hookspecs import hookimpl
+from pkb_core import BackendInfo, hookimpl
 from pkb_nvshmem.nvshmem4py.home import preload
 
 SAMPLES = Path(__file__).parent / "samples"
@@ -78,7 +77,7 @@ def pkb_backend_info():
 def _home_not_loaded():
     """One line when ``PKB_NVSHMEM4PY_HOME`` is set but its host library is not
     the one this worker loaded (the preload failed, or another came first)."""
-    from pkb_core.preload import mapped_paths, preload_errors
+    from pkb_core import mapped_paths, preload_errors
     from pkb_nvshmem.nvshmem4py.home import HOME_ENV, loaded_elsewhere, nvshmem_home
 
     home = nvshmem_home()
@@ -101,9 +100,9 @@ def _device(local_rank: int):
 
 @hookimpl
 def pkb_backend_init(ctx):
-    from pkb_core.errors import BackendUnavailable
+    from pkb_core import BackendUnavailable
 
-    reason = requirements(ctx.device.type) or _home_not_loaded()
+    reason = _home_not_loaded()
     if reason:
         raise BackendUnavailable(reason)
     from pkb_nvshmem.common import apply_env_defaults, ensure_numpy_row_stack, first_line
@@ -121,7 +120,7 @@ def pkb_backend_init(ctx):
         device = _device(ctx.local_rank)
         device.set_current()
         # Rank 0's unique id reaches the others through the job's store (the
-        # candidate's process group has no collectives: pkb_core.sealed).
+        # candidate's process group has no collectives: pkb_core.candidate.sealed).
         if ctx.rank == 0:
             ctx.store.set("pkb-nvshmem4py-uid", pickle.dumps(nvs.get_unique_id()))
         uid = pickle.loads(ctx.store.get("pkb-nvshmem4py-uid"))
@@ -136,16 +135,6 @@ def pkb_backend_init(ctx):
 @hookimpl
 def pkb_backend_allocate(state, shape, dtype):
     return state.empty(shape, dtype)
-
-
-@hookimpl
-def pkb_backend_compile(state, problem, solution):
-    if solution is None:
-        return None  # the core default runs the problem's reference
-    from pkb_nvshmem.common import refuse_multicast
-
-    refuse_multicast(solution)
-    return None  # the core default loads the file's `solution`
 
 
 @hookimpl

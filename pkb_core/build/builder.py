@@ -1,0 +1,80 @@
+"""One build of the compile phase: ``python -m pkb_core.build.builder`` (request on stdin).
+
+The compile phase (:mod:`pkb_core.build.phase`) runs each solution's build in a
+process of its own, before any job starts: the backend's compile hook, with a
+:class:`BuildContext` as its state, imports the solution (which builds what it
+builds at import: ``load_inline``, ``pkb_cuda.compile``) and may build more
+ahead of time (the cuda backend also builds the extensions a solution builds
+lazily, where their arguments are known at import). What gets built lands in
+the backend's own cache, keyed by content, where the job's candidate finds it.
+
+The solution's code runs here, so the process is locked down like a
+candidate's (:mod:`pkb_core.candidate.lockdown`: no new network connections, nothing
+of the judge's reachable, the run directory read-only). It needs no GPU and
+initialises none. The answer, one JSON line on the reply descriptor, is
+``{"ok": true}`` or ``{"ok": false, "message": "..."}`` (a compile error).
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import dataclass, field
+
+
+@dataclass
+class BuildContext:
+    """The ``state`` a backend's compile hook gets in the compile phase.
+
+    :ivar ahead_of_time: always ``True`` here; in a job the state is the
+        backend's own (what ``pkb_backend_init`` returned).
+    :ivar device: the device type the jobs will run on (no device is used here).
+    :ivar options: the backend's ``[backends.<name>]`` table.
+    """
+
+    device: str
+    options: dict = field(default_factory=dict)
+    ahead_of_time: bool = True
+    rank: int = 0
+    world_size: int = 1
+
+
+def build(request: dict) -> dict:
+    from pkb_core.plugin.defaults import CoreDefaults
+    from pkb_core.errors import CompileError, describe
+    from pkb_core.candidate.lockdown import lock_down
+    from pkb_core.plugin.manager import worker_plugin_manager
+    from pkb_core.plugin.multicast import refuse_solution_multicast
+    from pkb_core.problem.contract import read_spec
+
+    pm = worker_plugin_manager(request["backend"], CoreDefaults())
+    problem = read_spec(request["problem_path"]).load()
+    lock_down(network=False, read_only=[request["run_dir"]])
+    state = BuildContext(device=request["device"], options=request.get("options", {}))
+    try:
+        refuse_solution_multicast(pm, request["solution"])
+        program = pm.hook.pkb_backend_compile(state=state, problem=problem, solution=request["solution"])
+        if program is None:
+            raise CompileError("the backend returned None from pkb_backend_compile")
+    except CompileError as exc:
+        return {"ok": False, "message": str(exc)}
+    except Exception as exc:  # noqa: BLE001 - a backend bug is still this solution's verdict
+        return {"ok": False, "message": f"compiling raised {describe(exc)}"}
+    return {"ok": True}
+
+
+def main() -> int:
+    from pkb_core.plugin.preload import import_torch_after_preloads
+
+    import_torch_after_preloads()
+    request = json.loads(sys.stdin.read())
+    answer = build(request)
+    reply = os.fdopen(int(os.environ["PKB_REPLY_FD"]), "w")
+    reply.write(json.dumps(answer) + "\n")
+    reply.flush()
+    sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,224 @@
+"""The compile phase: every job's solution built, in parallel, before any job starts.
+
+Building is the slow part of evaluating model-generated CUDA (tens of seconds per
+file with torch's headers), and it needs CPUs, not GPUs. So :func:`run_jobs
+<pkb_core.launch.launcher.run_jobs>` first hands every distinct solution of its jobs to
+:class:`BuildPhase`: a pool of builder processes (:mod:`pkb_core.build.builder`), as
+many as the node's cores and memory allow, each running the backend's compile
+hook on one solution ahead of time. What they build lands in the backend's
+content-addressed cache; the jobs' candidates then load it in milliseconds, so
+a job's timeout no longer pays for compiling.
+
+The phase's own cache remembers each solution's outcome by content (the file,
+the backend, the device type, torch and pkb versions, the toolchain variables
+of :data:`KEY_ENVIRONMENT`): a solution built before is not built again, and
+one that failed gets its ``compile-error`` again from the cache, with the
+compiler's message, without rebuilding. A build that exceeds its own limit
+(``--build-timeout``) or whose process dies is ``compile-error`` with the
+reason and is not cached (it may be the machine's fault).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from pkb_core.launch.channel import REPLY_FD_ENV
+
+#: Environment variables that change what a build produces.
+KEY_ENVIRONMENT = ("TORCH_CUDA_ARCH_LIST", "CUDA_HOME", "CUDAHOSTCXX", "CXX", "PKB_NVSHMEM4PY_HOME")
+#: Seconds one build may take unless told otherwise.
+BUILD_TIMEOUT_S = 600.0
+#: Memory one build may need (nvcc on torch's headers peaks near 1.5 GiB).
+BUILD_MEMORY_BYTES = 2 << 30
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    """One solution's outcome in the compile phase (``message``: the compile error)."""
+
+    ok: bool
+    message: str = ""
+    seconds: float = 0.0
+    cached: bool = False
+
+    def as_record(self) -> dict:
+        return {"seconds": round(self.seconds, 3), "cached": self.cached}
+
+
+def cache_dir() -> Path:
+    from pkb_core.machine.calibrate import cache_dir as root
+
+    return root() / "builds"
+
+
+def outcome_key(backend: str, solution: Path, device: str) -> str:
+    """What a build's outcome depends on, as a hash."""
+    import torch
+
+    from pkb_core import __version__
+
+    payload = {
+        "backend": backend, "device": device, "source": hashlib.sha256(Path(solution).read_bytes()).hexdigest(),
+        "torch": torch.__version__, "pkb": __version__,
+        "env": {name: os.environ.get(name, "") for name in KEY_ENVIRONMENT},
+    }
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def default_workers(builds: int) -> int:
+    """Builds at once: one per core, as far as memory allows, at most ``builds``."""
+    cores = os.cpu_count() or 1
+    try:
+        with open("/proc/meminfo") as meminfo:
+            available = next(int(line.split()[1]) * 1024 for line in meminfo if line.startswith("MemAvailable"))
+        cores = min(cores, max(1, available // BUILD_MEMORY_BYTES))
+    except (OSError, StopIteration, ValueError):
+        pass
+    return max(1, min(cores, builds))
+
+
+class BuildPhase:
+    """Builds solutions for one backend in parallel (see the module docstring).
+
+    :param on_result: called as each solution finishes: ``on_result(path, result, done, total)``.
+    """
+
+    def __init__(self, *, backend: str, device: str, run_dir: Path, options: dict | None = None, preload=(),
+                 workers: int | None = None, timeout: float = BUILD_TIMEOUT_S, on_result=None):
+        self.backend = backend
+        self.device = device
+        self.run_dir = Path(run_dir)
+        self.options = options or {}
+        self.preload = preload
+        self.workers = workers
+        self.timeout = timeout
+        self.on_result = on_result
+
+    def run(self, requests: list[tuple]) -> dict:
+        """``requests``: ``(solution path, problem path)`` pairs; returns ``{solution path: BuildResult}``."""
+        distinct = {}
+        for solution, problem_path in requests:
+            if solution:
+                distinct.setdefault(str(solution), str(problem_path))
+        results, queue = {}, []
+        for solution, problem_path in distinct.items():
+            cached = self._cached(solution)
+            if cached is not None:
+                results[solution] = cached
+                self._report(solution, cached, results, len(distinct))
+            else:
+                queue.append((solution, problem_path))
+        running: list[tuple] = []
+        workers = self.workers or default_workers(len(queue))
+        while queue or running:
+            while queue and len(running) < workers:
+                solution, problem_path = queue.pop(0)
+                running.append(self._start(solution, problem_path))
+            time.sleep(0.05)
+            for build in list(running):
+                result = self._finished(build)
+                if result is not None:
+                    running.remove(build)
+                    results[build["solution"]] = result
+                    self._report(build["solution"], result, results, len(distinct))
+        return results
+
+    # -- one build ---------------------------------------------------------------
+    def _start(self, solution: str, problem_path: str) -> dict:
+        from pkb_core.plugin.preload import preload_environment
+
+        logs = self.run_dir / "logs" / "builds"
+        logs.mkdir(parents=True, exist_ok=True)
+        log = open(logs / f"{Path(solution).stem}-{hashlib.sha1(solution.encode()).hexdigest()[:6]}.log", "wb")
+        read_fd, write_fd = os.pipe()
+        env = dict(os.environ, PYTHONUNBUFFERED="1", **{REPLY_FD_ENV: str(write_fd)},
+                   **preload_environment(self.preload))
+        request = {"backend": self.backend, "solution": solution, "problem_path": problem_path,
+                   "device": self.device, "options": self.options, "run_dir": str(self.run_dir)}
+        proc = subprocess.Popen([sys.executable, "-m", "pkb_core.build.builder"], stdin=subprocess.PIPE, stdout=log,
+                                stderr=subprocess.STDOUT, env=env, pass_fds=(write_fd,), start_new_session=True)
+        os.close(write_fd)
+        proc.stdin.write(json.dumps(request).encode())
+        proc.stdin.close()
+        os.set_blocking(read_fd, False)
+        return {"solution": solution, "proc": proc, "reply": read_fd, "data": b"", "log": log,
+                "started": time.monotonic()}
+
+    def _finished(self, build: dict) -> BuildResult | None:
+        try:
+            while True:
+                chunk = os.read(build["reply"], 1 << 16)
+                if not chunk:
+                    break
+                build["data"] += chunk
+        except BlockingIOError:
+            pass
+        seconds = time.monotonic() - build["started"]
+        code = build["proc"].poll()
+        if code is None:
+            if seconds <= self.timeout:
+                return None
+            _kill(build["proc"])
+            result, cacheable = BuildResult(
+                False, f"the build did not finish within {self.timeout:.0f} s (--build-timeout)", seconds), False
+        else:
+            result, cacheable = self._answer(build, code, seconds)
+            _kill(build["proc"])  # whatever the solution's import left running dies with its builder
+        os.close(build["reply"])
+        build["log"].close()
+        if cacheable:
+            self._store(build["solution"], result)
+        return result
+
+    def _answer(self, build, code, seconds) -> tuple[BuildResult, bool]:
+        """The builder's answer and whether it may be cached (a process that
+        died or answered nothing may have met the machine's trouble, not the
+        solution's)."""
+        try:
+            answer = json.loads(build["data"].decode().strip().splitlines()[-1])
+            if not isinstance(answer, dict):
+                raise ValueError
+        except (ValueError, IndexError):
+            how = f"died with {signal.Signals(-code).name}" if code < 0 else f"exited with status {code}"
+            return BuildResult(False, f"the build process {how} without an answer (log: {build['log'].name})",
+                               seconds), False
+        if answer.get("ok") is True:
+            return BuildResult(True, "", seconds), True
+        return BuildResult(False, str(answer.get("message", "the build failed"))[:20000], seconds), True
+
+    # -- the outcome cache ------------------------------------------------------------
+    def _path(self, solution: str) -> Path:
+        return cache_dir() / f"{outcome_key(self.backend, Path(solution), self.device)}.json"
+
+    def _cached(self, solution: str) -> BuildResult | None:
+        try:
+            stored = json.loads(self._path(solution).read_text())
+        except (OSError, ValueError):
+            return None
+        return BuildResult(bool(stored["ok"]), stored.get("message", ""), 0.0, cached=True)
+
+    def _store(self, solution: str, result: BuildResult) -> None:
+        path = self._path(solution)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({"ok": result.ok, "message": result.message, "seconds": result.seconds,
+                                   "solution": solution, "backend": self.backend}))
+        os.replace(tmp, path)
+
+    def _report(self, solution, result, results, total):
+        if self.on_result:
+            self.on_result(solution, result, len(results), total)
+
+
+def _kill(proc) -> None:
+    from pkb_core.launch.sessions import signal_sessions
+
+    signal_sessions([proc.pid], signal.SIGKILL)  # the compilers it started too
+    proc.wait()

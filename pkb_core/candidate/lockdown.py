@@ -1,0 +1,215 @@
+"""What the kernel enforces on a candidate process before its code is imported.
+
+A candidate runs in processes of its own (docs/trust.md), but processes of the
+same user can still reach each other through the operating system: signal the
+judge's processes, read their memory, or open new network connections and
+build a NCCL or gloo communicator of their own. None of this is stopped by
+Python code in the candidate's process (the candidate can undo that), so it is
+stopped by the kernel, with settings that cannot be reverted from inside:
+
+* ``PR_SET_NO_NEW_PRIVS`` and a seccomp filter (inherited by every child) that
+  refuses, with ``EPERM``/``EACCES``:
+
+  - ``ptrace``, ``process_vm_readv``/``process_vm_writev``: no reading or
+    writing another process's memory;
+  - ``kill``/``tgkill``/``rt_sigqueueinfo``/``rt_tgsigqueueinfo`` aimed at any
+    process but this one or its own process group (signal 0 included), ``tkill`` and
+    ``pidfd_send_signal``: no stopping or killing the judge's processes;
+  - ``setsid``: every child stays in the candidate's session, so the
+    launcher's stop and kill reach all of them (:mod:`pkb_core.launch.sessions`;
+    process groups of their own are fine: ninja gives each compiler one);
+  - with ``network=False``, ``socket`` for ``AF_INET``/``AF_INET6``/``AF_PACKET``
+    kills the process with SIGSYS (which the launcher reports as ``flagged``):
+    no new TCP connection, so no new NCCL or gloo communicator can be built
+    (both bootstrap over TCP). Connections made before the lockdown (the
+    job's store) keep working.
+
+* every capability dropped (effective, permitted, inheritable, bounding), so a
+  candidate started as root cannot read the memory of the non-dumpable judge
+  processes (:func:`protect_from_peers`) through ``/proc``;
+
+* the run directory read-only for it (a private mount namespace), so it cannot
+  write or change records; this needs ``CAP_SYS_ADMIN`` when the lockdown
+  starts (root in a container usually has it).
+
+On a kernel or architecture without seccomp the lockdown reports what it could
+not do; the launcher records that in every job's record (``lockdown``).
+"""
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import platform
+import struct
+
+# prctl options and seccomp constants (linux/prctl.h, linux/seccomp.h, linux/filter.h).
+PR_SET_DUMPABLE = 4
+PR_SET_SECCOMP = 22
+PR_CAPBSET_DROP = 24
+PR_SET_NO_NEW_PRIVS = 38
+SECCOMP_MODE_FILTER = 2
+SECCOMP_RET_ALLOW = 0x7FFF0000
+SECCOMP_RET_ERRNO = 0x00050000
+SECCOMP_RET_KILL_PROCESS = 0x80000000
+_LD_W_ABS, _JEQ_K, _RET_K = 0x20, 0x15, 0x06
+# struct seccomp_data: nr (u32), arch (u32), instruction_pointer (u64), args[6] (u64 each).
+_NR, _ARCH, _ARG0 = 0, 4, 16
+
+#: Syscall numbers per architecture (arch id as in linux/audit.h).
+_ARCHES = {
+    "x86_64": (0xC000003E, {
+        "socket": 41, "kill": 62, "tkill": 200, "tgkill": 234, "ptrace": 101, "setsid": 112,
+        "process_vm_readv": 310, "process_vm_writev": 311, "rt_sigqueueinfo": 129, "rt_tgsigqueueinfo": 297,
+        "pidfd_send_signal": 424,
+    }),
+    "aarch64": (0xC00000B7, {
+        "socket": 198, "kill": 129, "tkill": 130, "tgkill": 131, "ptrace": 117, "setsid": 157,
+        "process_vm_readv": 270, "process_vm_writev": 271, "rt_sigqueueinfo": 138, "rt_tgsigqueueinfo": 240,
+        "pidfd_send_signal": 424,
+    }),
+}
+_AF_INET, _AF_INET6, _AF_PACKET = 2, 10, 17
+_CAP_LAST = 63
+
+
+def _insn(code, k, jt=0, jf=0) -> bytes:
+    return struct.pack("HBBI", code, jt, jf, k & 0xFFFFFFFF)
+
+
+def _deny(err=errno.EPERM) -> bytes:
+    return _insn(_RET_K, SECCOMP_RET_ERRNO | err)
+
+
+def _allow() -> bytes:
+    return _insn(_RET_K, SECCOMP_RET_ALLOW)
+
+
+def _arg_is(index: int, value: int) -> list[bytes]:
+    """Skip the next instruction unless argument ``index`` equals ``value``.
+
+    Compares the low 32 bits only: the arguments checked here are C ``int``s
+    (a pid, an address family), whose upper register half the ABI leaves
+    undefined. Clobbers the accumulator; the caller's next instruction runs on
+    a match."""
+    return [_insn(_LD_W_ABS, _ARG0 + 8 * index), _insn(_JEQ_K, value & 0xFFFFFFFF, 0, 1)]
+
+
+def build_filter(machine: str, *, pid: int, pgid: int, network: bool) -> bytes:
+    """The BPF program of the lockdown for ``machine`` (``platform.machine()``)."""
+    arch, nr = _ARCHES[machine]
+    prog: list[bytes] = [
+        _insn(_LD_W_ABS, _ARCH),
+        _insn(_JEQ_K, arch, 1, 0),
+        _deny(errno.ENOSYS),  # a foreign ABI (x32, compat): refuse rather than guess its numbers
+        _insn(_LD_W_ABS, _NR),
+    ]
+
+    def block(name, body: list[bytes]):
+        # if nr == name: body (which must end in a return) else: skip it
+        prog.append(_insn(_JEQ_K, nr[name], 0, len(body)))
+        prog.extend(body)
+
+    for name in ("ptrace", "process_vm_readv", "process_vm_writev", "setsid", "tkill", "pidfd_send_signal"):
+        block(name, [_deny()])
+    # kill(pid, sig) and rt_sigqueueinfo(pid, ...): only this process, its own group or signal 0.
+    for name in ("kill", "rt_sigqueueinfo"):
+        body = []
+        for target in (pid, 0, -pgid):
+            body += _arg_is(0, target) + [_allow()]
+        body += [_deny()]
+        block(name, body)
+    # tgkill(tgid, tid, sig) and rt_tgsigqueueinfo(tgid, ...): only threads of this process.
+    for name in ("tgkill", "rt_tgsigqueueinfo"):
+        block(name, _arg_is(0, pid) + [_allow(), _deny()])
+    if not network:
+        body = []
+        for family in (_AF_INET, _AF_INET6, _AF_PACKET):
+            body += _arg_is(0, family) + [_insn(_RET_K, SECCOMP_RET_KILL_PROCESS)]
+        body += [_allow()]
+        block("socket", body)
+    prog.append(_allow())
+    return b"".join(prog)
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+
+def _libc():
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def lock_down(*, network: bool, read_only=()) -> list[str]:
+    """Apply the lockdown to this process; return what could not be applied.
+
+    :param network: ``False`` refuses new internet sockets (custom-kernel
+        backends); ``True`` keeps them (the reference backend's solutions may
+        create NCCL communicators for subgroups).
+    :param read_only: directories this process (and its children) may no
+        longer write: the run directory, where the launcher writes records.
+        Needs ``CAP_SYS_ADMIN`` (a private mount namespace with read-only
+        bind mounts); without it this item is reported missing.
+    """
+    missing = []
+    libc = _libc()
+    for path in read_only:
+        problem = _read_only(libc, str(path))
+        if problem:
+            missing.append(problem)
+            break
+    machine = platform.machine()
+    if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        missing.append(f"no_new_privs ({os.strerror(ctypes.get_errno())})")
+    if machine not in _ARCHES:
+        missing.append(f"seccomp filter (no syscall table for {machine})")
+    else:
+        program = build_filter(machine, pid=os.getpid(), pgid=os.getpgid(0), network=network)
+        buffer = ctypes.create_string_buffer(program)
+        fprog = _SockFprog(len(program) // 8, ctypes.addressof(buffer))
+        if libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0) != 0:
+            missing.append(f"seccomp filter ({os.strerror(ctypes.get_errno())})")
+    dropped = _drop_capabilities(libc)
+    if dropped:
+        missing.append(dropped)
+    return missing
+
+
+_CLONE_NEWNS = 0x00020000
+_MS_RDONLY, _MS_REMOUNT, _MS_BIND, _MS_REC, _MS_PRIVATE = 0x1, 0x20, 0x1000, 0x4000, 0x40000
+_namespace_made = False
+
+
+def _read_only(libc, path: str) -> str | None:
+    """Bind-mount ``path`` read-only onto itself in a private mount namespace."""
+    global _namespace_made
+    if not _namespace_made:
+        if libc.unshare(_CLONE_NEWNS) != 0:
+            return f"read-only run directory ({os.strerror(ctypes.get_errno())}: needs CAP_SYS_ADMIN)"
+        # Keep the mounts below from propagating back to the host's namespace.
+        if libc.mount(None, b"/", None, _MS_REC | _MS_PRIVATE, None) != 0:
+            return f"read-only run directory (private mounts: {os.strerror(ctypes.get_errno())})"
+        _namespace_made = True
+    target = path.encode()
+    if libc.mount(target, target, None, _MS_BIND | _MS_REC, None) != 0 or \
+            libc.mount(None, target, None, _MS_BIND | _MS_REMOUNT | _MS_RDONLY, None) != 0:
+        return f"read-only run directory ({os.strerror(ctypes.get_errno())})"
+    return None
+
+
+def _drop_capabilities(libc) -> str | None:
+    """Empty the bounding set and every capability set of this process."""
+    for cap in range(_CAP_LAST + 1):
+        libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)  # EINVAL past the kernel's last cap: fine
+    header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
+    data = (ctypes.c_uint32 * 6)()                  # effective, permitted, inheritable x 2 words: all zero
+    if libc.capset(ctypes.byref(header), ctypes.byref(data)) != 0:
+        return f"dropping capabilities ({os.strerror(ctypes.get_errno())})"
+    return None
+
+
+def protect_from_peers() -> None:
+    """Make this (judge) process non-dumpable: other processes of the same user
+    without ``CAP_SYS_PTRACE`` can no longer read its memory, its file
+    descriptors or its environment through ``/proc``."""
+    _libc().prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)

@@ -1,0 +1,274 @@
+"""A candidate's rank: one fresh process per rank and job, holding nothing of the judge.
+
+It gets its inputs as data from the judge's parcels, places them in the
+backend's symmetric heap, calls the solution, and sends back what it returned
+(and what its argument buffers hold afterwards) as data. It never sees a
+reference output, never compares, and the times it reports are checked against
+the launcher's clock (:mod:`pkb_core.judge.crosscheck`). Before the solution is
+imported, the process is locked down (:mod:`pkb_core.candidate.lockdown`); a
+custom-kernel backend's processes hold only the sealed world group
+(:mod:`pkb_core.candidate.sealed`).
+
+Commands (each answered with the same ``op``):
+
+``setup``    lockdown, then compile the solution (the process group, the backend's
+             init and its heap were made at start-up: :meth:`CandidateRank.prepare`)
+``trial``    place one trial's inputs, call the solution once, send its outputs back
+``pool``     place a round's input sets for timing
+``capture``  capture the batch of calls in a CUDA graph (graph mode)
+``time``     time one batch over the pool, send every output back
+``profile``  a profiler trace of a few calls
+``end``      the backend's finalize hook
+"""
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from pkb_core.judge.barrier import StoreBarrier
+from pkb_core.errors import BackendUnavailable, CompileError, SolutionFailed, describe
+from pkb_core.judge.parcel import TRUSTED, pack, unpack
+from pkb_core.problem.contract import read_spec
+from pkb_core.candidate.sealed import is_refusal
+from pkb_core.judge.timing import BatchTimer
+from pkb_core.judge.trees import restore
+
+
+class CandidateRank:
+    """What one candidate process does for the launcher (see the module docstring)."""
+
+    def __init__(self, *, rank, world_size, local_rank, device, store, run_id, run_dir, send_event):
+        self.rank = rank
+        self.world_size = world_size
+        self.local_rank = local_rank
+        self.device = device
+        self.store = store
+        self.run_id = run_id
+        self.run_dir = run_dir
+        self.send_event = send_event
+        self.harness_barrier = StoreBarrier(store, world_size, device, prefix="pkb-harness")
+        self.groups = {}
+
+    # -- setup ------------------------------------------------------------------
+    def prepare(self, backend: str, custom_kernels: bool, options: dict) -> dict:
+        """Everything that does not depend on the job, done as soon as the
+        process starts (while the previous job still runs): the process group,
+        the CUDA context, the backend's init hook and its heap. Returns what
+        the ``ready`` message carries (``unsupported``: why the backend cannot
+        run)."""
+        from pkb_core.plugin.backend import WorkerContext
+        from pkb_core.plugin.defaults import CoreDefaults
+        from pkb_core.plugin.manager import worker_plugin_manager
+        from pkb_core.symmetric import default_heap
+
+        self.custom_kernels = custom_kernels
+        self._init_process_group(custom_kernels)
+        if self.device.type == "cuda":
+            torch.empty(1, device=self.device)  # the context and the allocator, now rather than in a job
+        self.pm = worker_plugin_manager(backend, CoreDefaults())
+        defaults = self.pm.get_plugin("pkb_core.plugin.defaults")
+        ctx = WorkerContext(rank=self.rank, world_size=self.world_size, local_rank=self.local_rank,
+                            device=self.device, control_group=dist.group.WORLD, run_dir=self.run_dir,
+                            options=options, store=self.store, run_id=self.run_id, barrier=self.harness_barrier)
+        self.state = None
+        self.unsupported = None
+        try:
+            self.state = self.pm.hook.pkb_backend_init(ctx=ctx)
+        except BackendUnavailable as exc:
+            self.unsupported = str(exc)
+            self.on_end()
+            return {"unsupported": self.unsupported}
+        defaults.heap = default_heap(self.device, self.harness_barrier, self.run_id, self.rank, self.world_size)
+        self._pay_first_uses(custom_kernels)
+        self.slots = _Slots(self)
+        self.pool_slots = []
+        self.timer = BatchTimer(self.device, StoreBarrier(self.store, self.world_size, self.device,
+                                                          prefix="pkb-timing"))
+        return {}
+
+    def _pay_first_uses(self, custom_kernels: bool) -> None:
+        """On a GPU most of a fresh process's cost is in first uses: the symmetric
+        heap's first rendezvous sets up its IPC, NCCL connects its channels on the
+        first collective (2xH200: about 0.4 s per trial of a 5-trial job before).
+        Paid here, while the previous job still runs."""
+        self._warm_buffer = self.pm.hook.pkb_backend_allocate(state=self.state, shape=(64,), dtype=torch.uint8)
+        if not custom_kernels:
+            probe = torch.zeros(1, device=self.device)
+            dist.all_reduce(probe)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def on_setup(self, job):
+        """Lock the process down, then compile the job's solution (its code
+        runs in this process from here on)."""
+        from pkb_core.candidate.lockdown import lock_down
+        from pkb_core.plugin.multicast import refuse_solution_multicast
+
+        if self.unsupported:
+            return {"verdict": "unsupported", "reason": self.unsupported}
+        self.job = job
+        missing = lock_down(network=not self.custom_kernels, read_only=[self.run_dir])
+        self.problem = read_spec(job["problem_path"]).load()
+        try:
+            refuse_solution_multicast(self.pm, job["solution"])
+            self.program = self.pm.hook.pkb_backend_compile(state=self.state, problem=self.problem,
+                                                            solution=job["solution"])
+            if self.program is None:
+                raise CompileError("the backend returned None from pkb_backend_compile")
+        except CompileError as exc:
+            return {"verdict": "compile-error", "reason": str(exc), "lockdown": missing}
+        except Exception as exc:  # noqa: BLE001 - a backend bug is still this job's verdict
+            return {"verdict": "compile-error", "reason": f"compiling raised {describe(exc)}", "lockdown": missing}
+        return {"verdict": None, "lockdown": missing}
+
+    def _init_process_group(self, custom_kernels: bool):
+        if custom_kernels:
+            from pkb_core.candidate.sealed import BACKEND_NAME, install_barrier, register_backend
+
+            register_backend()
+            dist.init_process_group(BACKEND_NAME, store=self.store, rank=self.rank, world_size=self.world_size)
+            install_barrier(StoreBarrier(self.store, self.world_size, self.device,
+                                         on_call=lambda: self.send_event({"event": "barrier"})))
+        elif self.device.type == "cuda":
+            dist.init_process_group("nccl", store=self.store, rank=self.rank, world_size=self.world_size,
+                                    device_id=self.device)
+        else:
+            dist.init_process_group("gloo", store=self.store, rank=self.rank, world_size=self.world_size)
+
+    def make_group(self, partition, index):
+        """The group of block ``index`` of ``partition`` (all blocks created, in
+        order, once per job: ``new_group`` is collective)."""
+        key = tuple(partition)
+        if key not in self.groups:
+            self.groups[key] = [dist.new_group(list(block)) for block in partition]
+        return self.groups[key][index]
+
+    def on_end(self):
+        """The backend's finalize hook (the launcher ends a healthy job with it;
+        a candidate that hung or crashed is killed without)."""
+        if getattr(self, "pm", None) is not None and not getattr(self, "finalized", False):
+            self.finalized = True
+            self.pm.hook.pkb_backend_finalize(state=self.state)
+        return {}
+
+    # -- one call ---------------------------------------------------------------
+    def _call(self, fn):
+        try:
+            out = fn()
+            if self.device.type == "cuda":
+                torch.cuda.synchronize(self.device)
+            return out
+        except Exception as exc:  # noqa: BLE001 - the solution's failure is its verdict
+            raise _failed(exc) from None
+
+    def on_trial(self, skeleton, path, slots, out_path):
+        args = unpack(skeleton, path, limits=TRUSTED, device=self.device, make_group=self.make_group)
+        placed = self.slots.place(args, slots)
+        self.harness_barrier()  # every rank's inputs are in place before any solution reads its peers
+        fn = self.pm.hook.pkb_backend_launch(state=self.state, program=self.program, inputs=placed)
+        out = self._call(fn)
+        # The arguments go back as the buffers that were passed in, whatever the
+        # solution did to the argument lists it was handed (problem 21 updates
+        # list elements in place: rebinding them must not count).
+        after = self.slots.rebuild(args)
+        return {"skeleton": pack({"out": out, "args": after}, out_path)}
+
+    # -- timing -----------------------------------------------------------------
+    def on_pool(self, skeleton, path, slots):
+        sets = unpack(skeleton, path, limits=TRUSTED, device=self.device, make_group=self.make_group)
+        while len(self.pool_slots) < len(sets):
+            self.pool_slots.append(_Slots(self))
+        self.pool = [self.pool_slots[i].place(s, slots[i]) for i, s in enumerate(sets)]
+        self.pristine = sets
+        self.harness_barrier()
+        self.calls = [self.pm.hook.pkb_backend_launch(state=self.state, program=self.program, inputs=placed)
+                      for placed in self.pool]
+        return {}
+
+    def _refresh(self):
+        mutates = self.problem.mutates
+        if not mutates:
+            return None
+        return lambda i: restore(self.pool[i], self.pristine[i], mutates)
+
+    def on_capture(self):
+        return {"failure": self.timer.capture(self.calls)}
+
+    def on_warm(self, count):
+        try:
+            self.timer.warm_up(self.calls, count, self._refresh())
+        except Exception as exc:  # noqa: BLE001
+            raise _failed(exc, " while warming up") from None
+        return {}
+
+    def on_time(self, mode, path, replays=0):
+        try:
+            times, outputs = self.timer.run(self.calls, mode, refresh=self._refresh(), replays=replays)
+        except Exception as exc:  # noqa: BLE001
+            raise _failed(exc, " while timed") from None
+        return {"times": times, "skeleton": pack({"out": outputs, "args": []}, path)}
+
+    def on_profile(self, path):
+        from pkb_core.judge.profiling import profile_calls
+
+        return {"summary": profile_calls(self.calls[0], device=self.device, calls=5, trace_path=path)}
+
+
+def _failed(exc: BaseException, when: str = "") -> SolutionFailed:
+    """The verdict line for a solution that raised (a refused collective says so)."""
+    if is_refusal(exc):
+        from pkb_core.candidate.sealed import REFUSAL_REASON
+
+        return SolutionFailed(f"{REFUSAL_REASON}{when}: {describe(exc)}", refused=True)
+    return SolutionFailed(f"solution raised {describe(exc)}{when}")
+
+
+class _Slots:
+    """Symmetric buffers for one argument tree's tensors, reused while big enough.
+
+    ``sizes`` (from the launcher: the largest byte count of each tensor leaf
+    over all ranks) is the same on every rank, so every rank allocates the same
+    buffers in the same order, as the collective allocator requires.
+    """
+
+    def __init__(self, rank: CandidateRank):
+        self.rank = rank
+        self.buffers: list[torch.Tensor] = []
+
+    def place(self, args, sizes):
+        for i, nbytes in enumerate(sizes):
+            if i >= len(self.buffers) or self.buffers[i].numel() < nbytes:
+                buffer = self.rank.pm.hook.pkb_backend_allocate(state=self.rank.state, shape=(max(nbytes, 1),),
+                                                                 dtype=torch.uint8)
+                if i < len(self.buffers):
+                    self.buffers[i] = buffer
+                else:
+                    self.buffers.append(buffer)
+        return self._map(args, copy=True)
+
+    def rebuild(self, args):
+        """A new tree shaped like ``args`` whose tensors are views of the
+        buffers as they are now (what :meth:`place` handed out)."""
+        return self._map(args, copy=False)
+
+    def _map(self, args, copy: bool):
+        placed = iter(range(len(self.buffers)))
+
+        def to_slot(value):
+            if isinstance(value, torch.Tensor):
+                i = next(placed)
+                nbytes = value.numel() * value.element_size()
+                view = self.buffers[i][:nbytes].view(value.dtype).view(value.shape)
+                if copy:
+                    view.copy_(value)
+                return view
+            if isinstance(value, (list, tuple)) and not isinstance(value, torch.Size):
+                return type(value)(to_slot(v) for v in value)
+            if isinstance(value, dict):
+                return {k: to_slot(v) for k, v in value.items()}
+            # Only the tensors come back (a module or a group is no buffer of
+            # the candidate's and cannot travel from it).
+            return value if copy else None
+
+        return to_slot(args)
+

@@ -1,0 +1,42 @@
+"""Loading a solution file: a Python file that defines ``solution(*inputs)``.
+
+Shared by every backend whose solutions are Python files (reference, Triton,
+CUDA via load_inline, ...). Failures become :class:`CompileError` with one
+line naming the file, so they turn into the ``compile-error`` verdict.
+"""
+from __future__ import annotations
+
+import hashlib
+import traceback
+from pathlib import Path
+
+from pkb_core.errors import CompileError
+from pkb_core.problem.contract import _import_file
+
+
+def load_solution(path) -> callable:
+    """Import ``path`` and return its ``solution`` callable."""
+    module = load_module(path)
+    solution = getattr(module, "solution", None)
+    if not callable(solution):
+        raise CompileError(f"{path} defines no callable `solution`")
+    return solution
+
+
+def load_module(path):
+    """Import the solution file ``path`` under a private name and return the module."""
+    path = Path(path)
+    if not path.is_file():
+        raise CompileError(f"solution file {path} does not exist")
+    name = "pkb_solution_" + hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:12]
+    try:
+        module = _import_file(path, name)
+    except SyntaxError as exc:
+        raise CompileError(f"{path}:{exc.lineno}: syntax error: {exc.msg}") from None
+    except CompileError:
+        raise
+    except BaseException as exc:  # noqa: BLE001 - anything at import time is the solution's fault
+        frame = traceback.extract_tb(exc.__traceback__)[-1]
+        raise CompileError(f"{path}: importing it raised {type(exc).__name__}: {exc} "
+                           f"({Path(frame.filename).name}:{frame.lineno})") from None
+    return module

@@ -1,0 +1,60 @@
+"""``pkb build``: the compile phase alone, to warm a node's caches before a long run."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+
+@click.command()
+@click.option("--backend", required=True, help="Backend plugin (see `pkb backends`).")
+@click.option("--solution", default=None, help="A solution file.")
+@click.option("--solutions", default=None, help="A directory of <id>_<name>*.py solution files.")
+@click.option("--problem", "problems", default=None, help="Ids, names, categories or ranges (default: all).")
+@click.option("--device", type=click.Choice(["auto", "cuda", "cpu"]), default="auto", show_default=True,
+              help="The device type the builds are for (nothing runs on it).")
+@click.option("--build-timeout", type=float, default=600.0, show_default=True, help="Seconds one build may take.")
+@click.option("--build-jobs", type=int, default=None, help="Builds at once (default: by cores and memory).")
+@click.option("--json", "json_", is_flag=True, help="Print one JSON object with every outcome.")
+@click.pass_obj
+def build(pm, backend, solution, solutions, problems, device, build_timeout, build_jobs, json_):
+    """Build solutions ahead of `pkb run` (outcomes cached by content; failures too)."""
+    import tempfile
+
+    from pkb_core.build.phase import BuildPhase
+    from pkb_core.machine.device import detect_device
+    from pkb_core.errors import PkbError
+    from pkb_core.launch.plan import RunRequest, pair_solutions
+    from pkb_core.plugin.manager import get_backend_info
+    from pkb_core.problem.registry import build_registry
+
+    info = get_backend_info(pm, backend)
+    device = detect_device(device)
+    if not solution and not solutions:
+        raise PkbError("give --solution FILE or --solutions DIR")
+    request = RunRequest(problems=problems, backend=backend, solution=solution, solutions=solutions, nproc=1,
+                         trials=1, dtype="fp32", size="tiny", mode="eval", measure_perf=False, warmup=0, iters=0,
+                         save_outputs=False)
+    pairs = pair_solutions(request, build_registry(pm), info)
+    options = getattr(pm, "pkb_config", {}).get("backends", {}).get(backend, {})
+    with tempfile.TemporaryDirectory(prefix="pkb-build-") as run_dir:
+        def show(path, result, done, total):
+            if not json_:
+                state = "cached" if result.cached else ("built" if result.ok else "compile-error")
+                seconds = "" if result.cached else f"  {result.seconds:.1f} s"
+                click.echo(f"[{done}/{total}] {Path(path).name}  {state}{seconds}", err=True)
+
+        phase = BuildPhase(backend=backend, device=device, run_dir=Path(run_dir), options=options,
+                           preload=tuple(info.preload()), workers=build_jobs, timeout=build_timeout, on_result=show)
+        results = phase.run([(path, spec.path) for spec, path, _ in pairs])
+    failed = {path: r for path, r in results.items() if not r.ok}
+    if json_:
+        click.echo(json.dumps({"builds": [{"solution": path, "ok": r.ok, "cached": r.cached, "seconds": r.seconds,
+                                           "message": r.message} for path, r in results.items()]}, indent=2))
+    else:
+        for path, result in failed.items():
+            click.echo(f"\n{Path(path).name}: {result.message}")
+        click.echo(f"\n{len(results) - len(failed)} built, {len(failed)} compile-error")
+    if failed:
+        raise SystemExit(1)

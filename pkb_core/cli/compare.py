@@ -1,0 +1,55 @@
+"""``pkb compare RUN_A RUN_B``: what got faster, slower or broke between two runs (see :mod:`pkb_core.results.compare`)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from pkb_core.results.compare import DEFAULT_THRESHOLD, compare_runs, counts, failures, parse_fail_on, parse_percent
+from pkb_core.cli.console import Section, show
+from pkb_core.results.report import load_run
+
+HEADERS = ["problem", "solution", "W size dtype", "verdict", "A ms", "B ms", "change %", "speedup A", "speedup B",
+           "status", "why"]
+
+
+@click.command()
+@click.argument("run_a", type=click.Path(file_okay=False, path_type=Path))
+@click.argument("run_b", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--threshold", default=None,
+              help="Smallest relative change of the median that counts (default: the --fail-on percentage, "
+                   f"else {DEFAULT_THRESHOLD:.0%}).")
+@click.option("--fail-on", "fail_on", default=None,
+              help="Exit 1 when a regression exceeds METRIC:PERCENT, e.g. median:5% (verdict regressions always do).")
+@click.option("--json", "json_", is_flag=True, help="Print one JSON object.")
+def compare(run_a, run_b, threshold, fail_on, json_):
+    """Per-problem change of the solution's median time (and speedup) from RUN_A to RUN_B."""
+    limit = parse_fail_on(fail_on) if fail_on else None
+    if threshold is not None:
+        threshold = parse_percent(threshold, "--threshold")
+    else:
+        threshold = limit[1] if limit else DEFAULT_THRESHOLD
+    rows = compare_runs(load_run(run_a), load_run(run_b), threshold)
+    failing = failures(rows, limit) if limit else []
+    if json_:
+        click.echo(json.dumps({"run_a": str(run_a), "run_b": str(run_b), "threshold": threshold,
+                               "fail_on": fail_on, "counts": counts(rows), "rows": rows,
+                               "failing": len(failing)}, indent=2))
+    else:
+        table = [[r["problem"], r["solution"], f"W{r['world_size']} {r['size']} {r['dtype']}", _verdicts(r),
+                  r["median_a"], r["median_b"], None if r["change"] is None else round(100 * r["change"], 2),
+                  r["speedup_a"], r["speedup_b"], r["status"], r["why"]] for r in rows]
+        summary = ", ".join(f"{n} {status}" for status, n in sorted(counts(rows).items()))
+        show([Section(f"{run_a} -> {run_b}", HEADERS, table, notes=[f"{summary} (threshold {threshold:.1%})"])])
+        if limit:
+            verdict = (f"FAIL: {len(failing)} regression(s) exceed {fail_on}" if failing
+                       else f"ok: no regression exceeds {fail_on}")
+            click.echo(verdict)
+    if failing:
+        raise SystemExit(1)
+
+
+def _verdicts(row) -> str:
+    a, b = row["verdict_a"] or "-", row["verdict_b"] or "-"
+    return a if a == b else f"{a} -> {b}"

@@ -1,0 +1,138 @@
+"""``pkb report`` and ``pkb plot``: a run directory as tables, JSON, HTML and charts."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from pkb_core.cli.console import Section, show
+from pkb_core.errors import PkbError
+from pkb_core.results.report import FAST_P, load_run, summarize
+
+#: Longest reason shown in the terminal table (JSON and HTML keep all of it).
+REASON_WIDTH = 70
+#: What an aggregate that needs timings says when there are none.
+UNTIMED = "n/a (no timings)"
+
+
+@click.command()
+@click.argument("run_dir", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--json", "json_", is_flag=True, help="Print the report as one JSON object.")
+@click.option("--html", "html_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Also write a self-contained HTML page to this file.")
+@click.option("--plots", is_flag=True, help="Also write PNG and SVG charts into RUN_DIR/plots (needs matplotlib).")
+@click.option("--k", "ks", default=None, help="k values of pass@k, comma-separated (default: 1,2,5,10,... up to "
+                                              "the most samples of any problem).")
+def report(run_dir, json_, html_file, plots, ks):
+    """Per-problem results and aggregates (pass rate, fast_p, geomean speedup, pass@k) of a run."""
+    ks = _parse_ks(ks)
+    records = load_run(run_dir)
+    summary = summarize(records, run_dir, ks=ks)
+    if html_file:
+        from pkb_core.results.report_html import render_html
+
+        html_file.write_text(render_html(summary, report_sections(summary)))
+    written = _write_plots(records, run_dir / "plots") if plots else []
+    if json_:
+        click.echo(json.dumps(dict(summary, plots=[str(p) for p in written]), indent=2))
+        return
+    show(report_sections(summary))
+    if html_file:
+        click.echo(f"\nHTML report: {html_file}")
+    if written:
+        click.echo(f"\n{len(written)} plot files in {run_dir / 'plots'}")
+
+
+@click.command()
+@click.argument("run_dir", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Folder for the charts (default RUN_DIR/plots).")
+def plot(run_dir, out):
+    """Charts of a run (PNG and SVG): speedup and % of SOL per problem, sweeps against message size."""
+    records = load_run(run_dir)
+    for path in _write_plots(records, out or run_dir / "plots"):
+        click.echo(str(path))
+
+
+def _write_plots(records, out_dir) -> list:
+    from pkb_core.results.plots import write_plots
+
+    return write_plots(records, out_dir)
+
+
+def _parse_ks(text):
+    if not text:
+        return None
+    try:
+        ks = sorted({int(k) for k in text.split(",") if k.strip()})
+    except ValueError:
+        raise PkbError(f"--k wants comma-separated positive integers, got {text!r}") from None
+    if not ks or ks[0] < 1:
+        raise PkbError(f"--k wants comma-separated positive integers, got {text!r}")
+    return ks
+
+
+def report_sections(summary: dict) -> list[Section]:
+    """The report as titled tables (terminal and HTML show the same cells)."""
+    sections = [_results_section(summary["rows"]), _aggregates_section(summary["aggregates"]),
+                _categories_section(summary["categories"])]
+    if summary["at_k"]:
+        sections.append(_at_k_section(summary["at_k"]))
+    return sections
+
+
+#: (header, row field) of the per-problem table; empty columns are dropped.
+RESULT_COLUMNS = [
+    ("problem", "problem"), ("category", "category"), ("solution", "solution"), ("W", "world_size"),
+    ("size", "size"), ("verdict", "verdict"), ("ref ms", "reference_ms"), ("sol ms", "solution_ms"),
+    ("speedup", "speedup"), ("ref %SOL", "reference_sol_pct"), ("sol %SOL", "solution_sol_pct"),
+    ("bound", "bound"), ("algbw GB/s", "algbw_gbps"), ("busbw GB/s", "busbw_gbps"), ("notes", "notes"),
+]
+
+
+def _results_section(rows) -> Section:
+    table = []
+    for r in rows:
+        notes = r["reason"] if len(r["reason"]) <= REASON_WIDTH else r["reason"][: REASON_WIDTH - 3] + "..."
+        notes = "; ".join([n for n in [notes] + r["flags"] if n])
+        table.append([notes if field == "notes" else r[field] for _, field in RESULT_COLUMNS])
+    keep = [i for i, (header, _) in enumerate(RESULT_COLUMNS)
+            if header in ("problem", "solution", "verdict") or any(row[i] not in (None, "") for row in table)]
+    return Section("Results", [RESULT_COLUMNS[i][0] for i in keep], [[row[i] for i in keep] for row in table])
+
+
+def _aggregates_section(agg) -> Section:
+    rows = [["rows counted", agg["count"]], ["unsupported (not counted)", agg["unsupported"]],
+            ["verdicts", ", ".join(f"{n} {v}" for v, n in agg["verdicts"].items())],
+            ["pass rate", _pct(agg["pass_rate"])]]
+    rows += [[f"fast_{p:g} (correct and speedup > {p:g})", _pct(agg["fast_p"][f"{p:g}"]) or UNTIMED] for p in FAST_P]
+    rows.append([f"geomean speedup ({agg['timed_correct']} correct, timed)", _times(agg["geomean_speedup"]) or UNTIMED])
+    return Section("Aggregates", ["metric", "value"], rows)
+
+
+def _categories_section(categories) -> Section:
+    rows = [[c["category"], c["count"], _pct_number(c["pass_rate"]), c["geomean_speedup"],
+             _pct_number(c["fast_1"])] for c in categories]
+    return Section("By category", ["category", "rows", "pass %", "geomean speedup", "fast_1 %"], rows)
+
+
+def _at_k_section(at_k) -> Section:
+    ps = [f"{p:g}" for p in FAST_P if p > 0]
+    rows = [[int(k), v["problems"], _pct_number(v["pass"])] + [_pct_number(v["fast_p"][p]) for p in ps]
+            for k, v in at_k["k"].items()]
+    return Section("Samples per problem: pass@k, fast_p@k (unbiased estimator)",
+                   ["k", "problems (n >= k)", "pass@k %"] + [f"fast_{p}@k %" for p in ps], rows,
+                   notes=[f"{at_k['problems']} problems, up to {at_k['max_n']} samples each"])
+
+
+def _pct(value):
+    return "" if value is None else f"{100 * value:.1f}%"
+
+
+def _pct_number(value):
+    return None if value is None else round(100 * value, 2)
+
+
+def _times(value):
+    return "" if value is None else f"{value:.3f}x"

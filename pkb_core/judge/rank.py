@@ -1,0 +1,258 @@
+"""The judge's rank: inputs, the reference, comparison and the reference's timing.
+
+One judge process per rank serves a whole launch (every job of one backend and
+world size). It never imports candidate code and nothing in it is patched: it
+holds the run secret, draws every input, runs the problem's reference with a
+real process group (NCCL on GPU, gloo on CPU), reads what a candidate sent back
+as data (:mod:`pkb_core.judge.parcel`), compares it and times the reference. Its
+answers go to the launcher, which combines the ranks' verdicts and writes the
+record. See docs/trust.md for why it is built this way.
+
+Commands (each answered with the same ``op``):
+
+``job``          load the problem of a job; forget the previous one
+``inputs``       draw trial ``t``'s inputs, keep them, write them to a parcel
+``check``        run the reference on a copy of trial ``t``'s inputs and compare
+                 the candidate's parcel (outputs, and its arguments after the call)
+``save``         keep a trial's outputs in the run directory (``--save-outputs``)
+``pool``         draw a round's ``k`` fresh input sets for timing, write them to a parcel
+``capture``      capture the reference's batch in a CUDA graph (graph mode)
+``time``         time the reference on the pool (one batch), keep its outputs
+``check_sample`` compare one of the candidate's timed outputs with the reference's
+``clocks``       this GPU's clocks and throttle reasons
+``profile``      a profiler trace of a few reference calls
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from pkb_core.judge.check import compare, leaves
+from pkb_core.judge.parcel import UNTRUSTED, ParcelError, pack, unpack
+from pkb_core.problem.contract import RunContext, read_spec
+from pkb_core.judge.timing import BatchTimer
+from pkb_core.judge.trees import clone, identical, restore
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16, "fp64": torch.float64}
+#: Trials whose ``ctx.exact()`` draws use every mantissa bit: odd ones, or the
+#: only one (see :meth:`pkb_core.problem.contract.RunContext.exact`).
+EXACT_TOLERANCE = {"rtol": 0.0, "atol": 0.0}
+
+
+def full_mantissa_trial(trial: int, trials: int) -> bool:
+    return trial % 2 == 1 or trials == 1
+
+
+class JudgeRank:
+    """What one judge process does for the launcher (see the module docstring)."""
+
+    def __init__(self, *, rank, world_size, device, secret, barrier, run_dir):
+        self.rank = rank
+        self.world_size = world_size
+        self.device = device
+        self.secret = secret
+        self.run_dir = run_dir
+        self.timer = BatchTimer(device, barrier)
+        self.groups = {}  # process groups the problems build, cached for the launch
+        self.job = None
+        self.problem = None
+
+    def _sync(self):
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def context(self, trial, full_mantissa=False) -> RunContext:
+        job = self.job
+        return RunContext(rank=self.rank, world_size=self.world_size, device=self.device,
+                          dtype=DTYPES[job["dtype"]], size=job["size"], params=job["params"], trial=trial,
+                          secret=self.secret, problem_key=self.problem.spec.key, groups=self.groups,
+                          full_mantissa=full_mantissa)
+
+    # -- commands ---------------------------------------------------------------
+    def on_job(self, job):
+        self.job = job
+        self.problem = read_spec(job["problem_path"]).load()
+        self.trial_args = None
+        self.pool = None
+        self.timer = BatchTimer(self.device, self.timer.barrier)
+        return {}
+
+    def on_inputs(self, trial, path):
+        full = full_mantissa_trial(trial, self.job["trials"])
+        ctx = self.context(trial, full)
+        args = self.problem.inputs(ctx)
+        self.trial_args = clone(args)
+        self.trial_exact = not full and self.problem.spec.exact
+        return {"skeleton": pack(args, path, group_blocks=ctx.group_blocks)}
+
+    def on_check(self, trial, candidate, dryrun=False):
+        """The reference on a copy of the trial's inputs, then this rank's comparison.
+
+        In a dry run only the candidate's outputs are read (for ``save``)."""
+        if dryrun:
+            received = self._receive(candidate, budget=None)
+            self.last_candidate = received if isinstance(received, dict) else None
+            return {"verdict": None}
+        ref_args = clone(self.trial_args)
+        try:
+            ref_out = self.problem.reference(*ref_args)
+            self._sync()
+        except Exception as exc:  # noqa: BLE001 - a reference that raises is the job's error
+            from pkb_core.errors import describe
+
+            return {"verdict": "error", "reason": f"the reference raised {describe(exc)}"}
+        self.last_reference = ref_out
+        received = self._receive(candidate, budget=_nbytes(ref_out) + _nbytes(ref_args))
+        if isinstance(received, str):
+            return {"verdict": "fail", "reason": received}
+        self.last_candidate = received
+        tolerance = EXACT_TOLERANCE if self.trial_exact else self.problem.spec.tolerance
+        problem = compare(received["out"], ref_out, tolerance) or self._arguments_after(
+            received["args"], ref_args, tolerance)
+        return {"verdict": "fail" if problem else None, "reason": problem or ""}
+
+    def _receive(self, candidate, budget) -> dict | str:
+        """The candidate's parcel as ``{"out", "args"}``, or why it cannot be read.
+
+        :param budget: the bytes the reference's own answer takes; a parcel
+            may hold twice that plus 1 MiB (room for a wrong answer to be
+            reported as wrong, not for one that would exhaust this process).
+        """
+        limits = UNTRUSTED if budget is None else dataclasses.replace(UNTRUSTED, max_bytes=2 * budget + (1 << 20))
+        try:
+            value = unpack(candidate["skeleton"], candidate["path"], device=self.device, limits=limits)
+        except (ParcelError, KeyError, TypeError) as exc:
+            return f"the solution's outputs could not be read: {exc}"
+        if not (isinstance(value, dict) and set(value) == {"out", "args"}):
+            return "the solution's outputs could not be read: not the harness's parcel"
+        return value
+
+    def _arguments_after(self, cand_args, ref_args, tolerance) -> str | None:
+        """The buffers the candidate was given, as they were after its call:
+        arguments the problem updates in place (``MUTATES``) must match the
+        reference's; every other tensor must be unchanged."""
+        mutates = self.problem.mutates
+        if not isinstance(cand_args, (list, tuple)) or len(cand_args) != len(self.trial_args):
+            return "the solution's arguments could not be read back"
+        for i, (after, before) in enumerate(zip(cand_args, self.trial_args)):
+            if i in mutates:
+                problem = compare(after, ref_args[i], tolerance)
+                if problem:
+                    return f"argument {i} (updated in place): {problem.replace('out', 'value', 1)}"
+                continue
+            for (path, a), (_, b) in zip(leaves(after, f"argument {i}"), leaves(before, f"argument {i}")):
+                if isinstance(b, torch.Tensor) and not (isinstance(a, torch.Tensor) and identical(a, b)):
+                    return f"the solution modified its input ({path})"
+        return None
+
+    def on_save(self, slug, dryrun):
+        folder = self.run_dir / "outputs" / slug
+        folder.mkdir(parents=True, exist_ok=True)
+        payload = {"candidate": _to_cpu(self.last_candidate["out"]) if getattr(self, "last_candidate", None) else None}
+        if not dryrun:
+            payload.update(reference=_to_cpu(self.last_reference), inputs=_to_cpu(self.trial_args))
+        torch.save(payload, folder / f"rank{self.rank}.pt")
+        return {}
+
+    # -- timing ---------------------------------------------------------------
+    def on_pool(self, round, k, path):
+        """``k`` fresh input sets for one round; the reference's copies stay at
+        the same addresses from round to round when the shapes allow (a
+        captured graph replays on them)."""
+        sets = []
+        for i in range(k):
+            ctx = self.context(f"timing/{round}/{i}")
+            sets.append(self.problem.inputs(ctx))
+        skeleton = pack(sets, path, group_blocks=ctx.group_blocks)
+        self.pristine = [clone(s) for s in sets]
+        if self.pool is not None and _same_layout(self.pool, sets):
+            for dst, src in zip(self.pool, sets):
+                restore(dst, src, range(len(src)))
+        else:
+            self.pool = [clone(s) for s in sets]
+            self.timer = BatchTimer(self.device, self.timer.barrier)  # a captured graph held the old buffers
+        return {"skeleton": skeleton}
+
+    def _calls(self):
+        reference = self.problem.reference
+        return [(lambda args=args: reference(*args)) for args in self.pool]
+
+    def _refresh(self):
+        mutates = self.problem.mutates
+        if not mutates:
+            return None
+        return lambda i: restore(self.pool[i], self.pristine[i], mutates)
+
+    def on_capture(self):
+        return {"failure": self.timer.capture(self._calls())}
+
+    def on_warm(self, count):
+        self.timer.warm_up(self._calls(), count, self._refresh())
+        return {}
+
+    def on_time(self, mode, path, replays=0):
+        calls = self._calls()
+        times, outputs = self.timer.run(calls, mode, refresh=self._refresh(), replays=replays)
+        self.timed_outputs = outputs
+        pack(outputs, path)  # the same export the candidate makes, so both sides' overheads match
+        return {"times": times, "out_bytes": _nbytes(outputs)}
+
+    def on_check_sample(self, indices, candidate):
+        """Compare the candidate's outputs of the timed calls ``indices`` with the reference's."""
+        received = self._receive(candidate, budget=_nbytes(self.timed_outputs))
+        if isinstance(received, str):
+            return {"verdict": "fail", "reason": received}
+        outputs = received["out"]
+        if not isinstance(outputs, (list, tuple)) or len(outputs) != len(self.timed_outputs):
+            return {"verdict": "fail", "reason": "the solution's timed outputs could not be read back"}
+        for index in indices:
+            problem = compare(outputs[index], self.timed_outputs[index], self.problem.spec.tolerance)
+            if problem:
+                return {"verdict": "fail", "reason": f"timed call {index} of a batch, on fresh inputs: {problem} "
+                                                     "(the timed calls must compute what the checked ones do)"}
+        return {"verdict": None}
+
+    def on_clocks(self):
+        from pkb_core.machine.clocks import read_clocks
+
+        return {"clocks": read_clocks(self.device)}
+
+    def on_profile(self, path):
+        from pkb_core.judge.profiling import profile_calls
+
+        calls = self._calls()
+        return {"summary": profile_calls(calls[0], device=self.device, calls=5, trace_path=path)}
+
+
+def _same_layout(old_sets, new_sets) -> bool:
+    left = [leaf for s in old_sets for _, leaf in leaves(s)]
+    right = [leaf for s in new_sets for _, leaf in leaves(s)]
+    if len(left) != len(right):
+        return False
+    for a, b in zip(left, right):
+        if isinstance(a, torch.Tensor) != isinstance(b, torch.Tensor):
+            return False
+        if isinstance(a, torch.Tensor) and (a.shape != b.shape or a.dtype != b.dtype):
+            return False
+        if not isinstance(a, torch.Tensor) and not isinstance(a, torch.nn.Module) and a is not b:
+            try:
+                if not bool(a == b):
+                    return False
+            except Exception:  # noqa: BLE001
+                return False
+    return True
+
+
+def _nbytes(tree) -> int:
+    return sum(leaf.numel() * leaf.element_size() for _, leaf in leaves(tree) if isinstance(leaf, torch.Tensor))
+
+
+def _to_cpu(value):
+    if isinstance(value, torch.Tensor):
+        return value.detach().cpu()
+    if isinstance(value, (list, tuple)):
+        return [_to_cpu(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _to_cpu(v) for k, v in value.items()}
+    return value

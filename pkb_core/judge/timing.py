@@ -1,0 +1,206 @@
+"""Timing one side's calls in one process (shared/rigor.md rules 10-16).
+
+The same code times the reference (in the judge's processes) and the candidate
+(in its own processes); the launcher alternates the two sides in rounds, takes
+the max over ranks of every call and summarises (:mod:`pkb_core.judge.crosscheck`
+compares what each side reports with the launcher's own clock). A *batch* is
+one side's share of a round: ``k`` calls, call ``i`` bound to input set ``i``
+of the round's fresh pool, so no input repeats within a batch. Three modes:
+
+``latency``
+    Before every call: L2 flush (CUDA), device synchronise, the barrier across
+    ranks, then a short device-side hold (``torch.cuda._sleep``) so the launch
+    is queued before the work begins and every rank starts together.
+``back-to-back``
+    One barrier, then the ``k`` calls queued back to back with an event
+    between consecutive calls: includes host launch cost where the host
+    cannot keep up.
+``graph``
+    The ``k`` calls captured once in one CUDA graph (the pool's buffers stay
+    put, so later rounds replay the same graph on new values); each sample is
+    one replay, barrier-aligned and held like a latency call, divided by
+    ``k``. CUDA only; a side that cannot be captured gets an explanation.
+
+Every batch ends with a device-wide synchronisation, so what the launcher's
+clock sees includes work left on other streams. Times are milliseconds: CUDA
+events on GPU, the host clock on CPU.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+
+MODES = ("latency", "back-to-back", "graph")
+#: Cycles of device-side hold before a latency-mode call (about 100 us at
+#: 1.98 GHz): longer than a Python launch, so the work is queued before it starts.
+HOLD_CYCLES = 200_000
+
+
+class GraphUnavailable(RuntimeError):
+    """The callable cannot be timed in graph mode; the message says why."""
+
+
+class _Flusher:
+    """Writes twice the L2 size before each latency call (CUDA only)."""
+
+    def __init__(self, device):
+        self.buffer = None
+        if device.type == "cuda":
+            l2 = torch.cuda.get_device_properties(device).L2_cache_size
+            self.buffer = torch.empty(2 * l2, dtype=torch.uint8, device=device)
+
+    def __call__(self):
+        if self.buffer is not None:
+            self.buffer.zero_()
+
+
+def _sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+class BatchTimer:
+    """Times batches of one side's calls on one rank.
+
+    :param device: this rank's device.
+    :param barrier: a zero-argument barrier across this side's ranks.
+    """
+
+    def __init__(self, device, barrier):
+        self.device = device
+        self.barrier = barrier
+        self.flush = _Flusher(device)
+        self._graph = None
+        self._graph_outputs = None
+
+    def warm_up(self, calls, count: int, refresh=None) -> None:
+        for n in range(count):
+            i = n % len(calls)
+            if refresh:
+                refresh(i)
+            calls[i]()
+        _sync(self.device)
+
+    def run(self, calls, mode: str, *, refresh=None, replays: int = 0) -> tuple[list, list]:
+        """``(times_ms, outputs)``: one time per call (per replay in graph
+        mode) and the output of each call, in order.
+
+        :param refresh: ``refresh(i)`` restores input set ``i`` before its call
+            (arguments the problem mutates; latency mode only).
+        """
+        if mode == "latency":
+            result = self._latency(calls, refresh)
+        elif mode == "back-to-back":
+            result = self._back_to_back(calls)
+        elif mode == "graph":
+            result = self._graph_replays(calls, replays or len(calls))
+        else:
+            raise ValueError(f"unknown timing mode {mode!r} (one of {', '.join(MODES)})")
+        _sync(self.device)  # work on any stream of this process is done before the batch ends
+        return result
+
+    def _aligned(self):
+        self.flush()
+        _sync(self.device)
+        self.barrier()
+        if self.device.type == "cuda":
+            torch.cuda._sleep(HOLD_CYCLES)  # the launch below queues while the device waits
+
+    def _latency(self, calls, refresh):
+        times, outputs = [], []
+        for i, call in enumerate(calls):
+            if refresh:
+                refresh(i)
+            self._aligned()
+            if self.device.type == "cuda":
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                outputs.append(call())
+                end.record()
+                end.synchronize()
+                times.append(start.elapsed_time(end))
+            else:
+                t0 = time.perf_counter()
+                outputs.append(call())
+                times.append((time.perf_counter() - t0) * 1e3)
+        return times, outputs
+
+    def _back_to_back(self, calls):
+        _sync(self.device)
+        self.barrier()
+        outputs = []
+        if self.device.type != "cuda":
+            stamps = [time.perf_counter()]
+            for call in calls:
+                outputs.append(call())
+                stamps.append(time.perf_counter())
+            return [(b - a) * 1e3 for a, b in zip(stamps, stamps[1:])], outputs
+        events = [torch.cuda.Event(enable_timing=True) for _ in range(len(calls) + 1)]
+        events[0].record()
+        for i, call in enumerate(calls):
+            outputs.append(call())
+            events[i + 1].record()
+        events[-1].synchronize()
+        return [a.elapsed_time(b) for a, b in zip(events, events[1:])], outputs
+
+    def capture(self, calls) -> str | None:
+        """Capture ``calls`` in one CUDA graph; ``None`` or why it failed.
+
+        The caller makes the ranks agree on the result before replaying (a
+        rank that replays its collectives alone waits for peers that never
+        come)."""
+        if self.device.type != "cuda":
+            return "CUDA-graph mode needs a GPU"
+        side = torch.cuda.Stream(self.device)
+        side.wait_stream(torch.cuda.current_stream(self.device))
+        try:
+            with torch.cuda.stream(side):
+                for call in calls:
+                    call()  # warm up on a side stream, as capture requires
+            torch.cuda.current_stream(self.device).wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                outputs = [call() for call in calls]
+        except Exception as exc:  # noqa: BLE001 - not every callable can be captured
+            return f"cannot capture in a CUDA graph: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        self._graph, self._graph_outputs = graph, outputs
+        graph.replay()
+        _sync(self.device)
+        return None
+
+    def _graph_replays(self, calls, replays):
+        if self._graph is None:
+            raise GraphUnavailable("the batch was not captured")
+        times = []
+        for _ in range(replays):
+            self._aligned()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            self._graph.replay()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end) / len(calls))
+        return times, list(self._graph_outputs)
+
+
+def max_over_ranks(per_rank: list[list[float]]) -> list[float]:
+    """Per call, the slowest rank's time (the collective's time)."""
+    return [max(column) for column in zip(*per_rank)]
+
+
+def summarize(times: list[float]) -> dict:
+    """min, p10, median, p90, max, mean, stddev and the count of a list of ms."""
+    ordered = sorted(times)
+    quantiles = statistics.quantiles(ordered, n=10, method="inclusive") if len(ordered) > 1 else ordered * 9
+    return {
+        "min": ordered[0],
+        "p10": quantiles[0],
+        "median": statistics.median(ordered),
+        "p90": quantiles[-1],
+        "max": ordered[-1],
+        "mean": statistics.fmean(ordered),
+        "stddev": statistics.pstdev(ordered),
+        "rounds": len(ordered),
+    }

@@ -1,0 +1,47 @@
+"""Small operations on argument and output trees (tuples, lists, dicts of tensors)."""
+from __future__ import annotations
+
+import copy
+
+import torch
+
+from pkb_core.judge.check import leaves
+
+
+def clone(value):
+    """A deep copy in which every tensor is a fresh clone (modules are deep-copied)."""
+    if isinstance(value, torch.Tensor):
+        return value.clone()
+    if isinstance(value, (list, tuple)) and not isinstance(value, torch.Size):
+        items = [clone(v) for v in value]
+        return type(value)(*items) if hasattr(value, "_fields") else type(value)(items)
+    if isinstance(value, dict):
+        return {k: clone(v) for k, v in value.items()}
+    if isinstance(value, torch.nn.Module):
+        return copy.deepcopy(value)
+    return value
+
+
+def restore(target, pristine, indices) -> None:
+    """Copy the tensors of arguments ``indices`` of ``pristine`` back into ``target``."""
+    for i in indices:
+        for (_, dst), (_, src) in zip(leaves(target[i]), leaves(pristine[i])):
+            if isinstance(dst, torch.Tensor):
+                dst.copy_(src)
+
+
+def identical(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Same shape, dtype and bits (NaNs where the other has NaNs)."""
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if a.element_size() == 1 and a.is_floating_point():  # fp8: compare the codes
+        a, b = a.view(torch.uint8), b.view(torch.uint8)
+    if a.is_floating_point() or a.is_complex():
+        return bool(torch.equal(torch.nan_to_num(a), torch.nan_to_num(b)) and
+                    torch.equal(torch.isnan(a), torch.isnan(b)))
+    return bool(torch.equal(a, b))
+
+
+def tensors(value) -> list:
+    """The tensor leaves of a tree, in order."""
+    return [leaf for _, leaf in leaves(value) if isinstance(leaf, torch.Tensor)]

@@ -1,0 +1,1 @@
+"""The host side of a run: the job plan, the launcher that starts judge and candidate rank groups (zygotes, sessions, the TCP store, multi-node agents), the worker process entry, and the cluster fan-out."""

@@ -1,0 +1,325 @@
+"""Host side of ``pkb run``: the judge's ranks, a fresh candidate per job, the records.
+
+A *launch* runs the jobs of one backend and world size on this node (docs/
+architecture.md draws it). It starts the judge's processes once (one per rank;
+they never import candidate code) and, for every job, a fresh set of candidate
+processes that is thrown away with the job: nothing a candidate leaves in its
+processes reaches another job, and a sticky CUDA error ends only its own job.
+The next job's candidate processes start while the current job runs, so their
+start-up (Python, torch, the CUDA context) is off the critical path. The
+launcher itself conducts each job (:mod:`pkb_core.judge.jobrun`), turns hangs,
+crashes and errors into verdicts (:mod:`pkb_core.launch.ranks`) and is the only
+process that writes records. Each group of processes gets a c10d store of
+its own, served from this process.
+"""
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pkb_core.plugin.preload import preload_environment
+from pkb_core.results.records import append_record, job_record, read_records
+
+#: Seconds a group of worker processes may take to start (imports, CUDA context, store).
+STARTUP_TIMEOUT_S = 180.0
+#: Seconds the judge may take to answer a command that does not involve the candidate.
+JUDGE_GRACE_S = 10.0
+
+
+@dataclass(frozen=True)
+class Nodes:
+    """A job spanning several nodes: every node runs the same ``pkb run`` with its
+    own ``node_rank`` and the same rendezvous endpoint and id."""
+
+    nnodes: int
+    node_rank: int
+    endpoint: str
+    rdzv_id: str
+
+
+@dataclass
+class LaunchSettings:
+    """How to start workers: ``nproc`` ranks per node, one node unless ``nodes``."""
+
+    nproc: int
+    device: str
+    backend: str
+    run_dir: Path
+    job_timeout: float
+    options: dict = field(default_factory=dict)
+    calibration: dict | None = None
+    nodes: Nodes | None = None
+    #: Libraries the candidate's workers load before torch (``BackendInfo.preload``).
+    preload: tuple = ()
+    #: Whether the backend's solutions must move data themselves (``BackendInfo.custom_kernels``).
+    custom_kernels: bool = True
+    #: The compile phase: seconds one build may take, builds at once (None: by cores and memory).
+    build_timeout: float = 600.0
+    build_workers: int | None = None
+
+    @property
+    def world_size(self) -> int:
+        return self.nproc * (self.nodes.nnodes if self.nodes else 1)
+
+
+def run_jobs(jobs: list[dict], settings: LaunchSettings, on_record=None, on_build=None) -> list[dict]:
+    """Build (:mod:`pkb_core.build.phase`), then run, ``jobs`` (skipping keys already
+    recorded) and return their records. A job whose solution failed to build
+    gets its ``compile-error`` record without a launch.
+
+    :param on_build: ``on_build(path, result, done, total)`` as each build finishes.
+    """
+    run_dir = Path(settings.run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    done = {r["key"] for r in read_records(run_dir)}
+    pending = [job for job in jobs if job["key"] not in done]
+    pending = compile_phase(pending, settings, on_record, on_build)
+    if pending:
+        if settings.nodes:
+            run_multinode(pending, settings, on_record)
+        else:
+            Launch(settings, on_record).run(pending)
+    by_key = {r["key"]: r for r in read_records(run_dir)}
+    return [by_key[job["key"]] for job in jobs if job["key"] in by_key]
+
+
+def compile_phase(jobs: list[dict], settings: LaunchSettings, on_record=None, on_build=None) -> list[dict]:
+    """Build every job's solution ahead of its launch; return the jobs that built.
+
+    Each job gets ``compile`` (seconds, whether it came from the cache); the
+    ones that failed are recorded as ``compile-error`` here (on the node that
+    writes records)."""
+    from pkb_core.build.phase import BuildPhase
+
+    phase = BuildPhase(backend=settings.backend, device=settings.device, run_dir=settings.run_dir,
+                       options=settings.options, preload=settings.preload, workers=settings.build_workers,
+                       timeout=settings.build_timeout, on_result=on_build)
+    results = phase.run([(job["solution"], job["problem_path"]) for job in jobs])
+    built = []
+    for job in jobs:
+        result = results.get(job["solution"]) if job["solution"] else None
+        if result is not None:
+            job["compile"] = result.as_record()
+        if result is None or result.ok:
+            built.append(job)
+        elif not settings.nodes or settings.nodes.node_rank == 0:
+            record = job_record(job, settings.world_size, "compile-error", result.message)
+            record["compile"] = job["compile"]
+            append_record(settings.run_dir, record)
+            if on_record:
+                on_record(record)
+    return built
+
+
+class _Store:
+    """A c10d store served by this process for one group of workers.
+
+    :param host: how the workers reach this machine (another node's workers too).
+    """
+
+    def __init__(self, world_size: int, host: str = "127.0.0.1"):
+        from datetime import timedelta
+
+        import torch.distributed as dist
+
+        self.store = dist.TCPStore(host, 0, world_size, is_master=True, wait_for_workers=False,
+                                   timeout=timedelta(seconds=STARTUP_TIMEOUT_S))
+        self.address = f"{host}:{self.store.port}"
+
+
+class Launch:
+    """The jobs of one launch on this node (see the module docstring)."""
+
+    def __init__(self, settings: LaunchSettings, on_record=None, remote=None):
+        from pkb_core.candidate.lockdown import protect_from_peers
+
+        protect_from_peers()  # the process that holds the secret and writes the records
+        self.settings = settings
+        #: The other nodes of a multi-node launch (:class:`pkb_core.launch.nodes.Conductor`), or None.
+        self.remote = remote
+        self.store_host = remote.host if remote is not None else "127.0.0.1"
+        self.zygotes = None
+        self._groups = 0
+        self.on_record = on_record
+        self.run_dir = Path(settings.run_dir)
+        self.launch_id = secrets.token_hex(4)
+        self.secret = secrets.token_hex(16)
+        self.log_path = self.run_dir / "logs" / f"launch-{self.launch_id}.log"
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self.machine = {}
+        self._stores = {}
+
+    def node_env(self, role: str, forwarded: dict) -> dict:
+        """The environment of this node's workers of ``role``: this process's
+        own, pkb's settings for the launch, and ``forwarded`` (the group's
+        store, run directory and job name; from node 0 on other nodes)."""
+        settings = self.settings
+        env = dict(os.environ, PYTHONUNBUFFERED="1", PKB_DEVICE_TYPE=settings.device, PKB_RUN_DIR=str(self.run_dir))
+        env.update(forwarded)
+        if role == "candidate":
+            env.update(preload_environment(settings.preload), PKB_BACKEND=settings.backend,
+                       PKB_CUSTOM_KERNELS="1" if settings.custom_kernels else "0",
+                       PKB_BACKEND_OPTIONS=json.dumps(settings.options))
+        if settings.device == "cpu":
+            env.setdefault("OMP_NUM_THREADS", "1")
+            env.setdefault("TRITON_INTERPRET", "1")
+        return env
+
+    def _env(self, role: str, store: _Store, run_id: str = "") -> dict:
+        return self.node_env(role, {"PKB_STORE": store.address, "PKB_RUN_ID": run_id})
+
+    def _start(self, role: str, run_id: str = ""):
+        from pkb_core.launch.ranks import RankGroup, Zygotes
+
+        settings = self.settings
+        store = _Store(settings.world_size, self.store_host)
+        env = self._env(role, store, run_id)
+        local_ranks = range(settings.nproc)  # this node holds ranks 0 .. nproc-1
+        log = None
+        if role == "judge":
+            log = open(self.log_path, "ab")
+            workers = RankGroup.spawn_workers("judge", local_ranks, settings.world_size, env=env, log=log)
+        else:
+            if self.zygotes is None:
+                self.zygotes = Zygotes(local_ranks, settings.world_size, env=env, log_path=self.log_path,
+                                       startup_s=STARTUP_TIMEOUT_S)
+            workers = self.zygotes.fork_workers({k: env[k] for k in ("PKB_STORE", "PKB_RUN_ID")})
+        self._groups += 1
+        group_id = f"{role}{self._groups}"
+        if self.remote is not None:
+            workers += self.remote.start_group(role, group_id, env, deadline=time.monotonic() + STARTUP_TIMEOUT_S)
+        group = RankGroup(role, workers, label="judge rank" if role == "judge" else "rank", log=log,
+                          remote=self.remote, group_id=group_id)
+        self._stores[id(group)] = store  # served as long as the group lives
+        if role == "judge":
+            for worker in group.workers:
+                worker.send({"secret": self.secret})
+        return group
+
+    def _ready(self, group) -> None:
+        if not group.ready:
+            answers = group.gather("ready", deadline=time.monotonic() + STARTUP_TIMEOUT_S)
+            group.ready = True
+            if group.role == "judge" and answers[0].get("machine"):
+                self.machine = answers[0]["machine"]
+
+    def _stop(self, group, **kwargs) -> None:
+        if group is not None:
+            group.stop(**kwargs)
+            self._stores.pop(id(group), None)
+
+    def run(self, pending: list[dict]) -> None:
+        from pkb_core.launch.ranks import JobEnded
+
+        judges = spare = None
+        try:
+            for index, job in enumerate(pending):
+                run_id = f"{self.launch_id}-j{index}"
+                candidates = spare or self._start("candidate", run_id)
+                spare = None
+                if judges is None:
+                    judges = self._start("judge")
+                try:
+                    self._ready(judges)
+                except JobEnded as ended:
+                    self._stop(judges, stacks=True)
+                    judges = None
+                    self._record(job, "error", f"the judge's processes did not start: {ended.reason} "
+                                               f"(launch log {self.log_path})", started=time.time())
+                    self._stop(candidates)
+                    continue
+                if index + 1 < len(pending):
+                    spare = self._start("candidate", f"{self.launch_id}-j{index + 1}")
+                judges = self._run_one(job, index, run_id, judges, candidates, spare)
+        finally:
+            self._stop(spare)
+            if judges is not None:
+                self._stop(judges, deadline=time.monotonic() + JUDGE_GRACE_S)
+            if self.zygotes is not None:
+                self.zygotes.stop()
+
+    def _run_one(self, job, index, run_id, judges, candidates, spare):
+        """One job; returns the judge group to go on with (a new one if it failed)."""
+        from pkb_core.judge.jobrun import JobRun, JudgeFailed, Outcome, Parcels
+        from pkb_core.problem.contract import read_spec
+        from pkb_core.launch.ranks import JobEnded
+
+        started = time.time()
+        parcels = Parcels(self.launch_id, index)
+        outcome = Outcome()
+        try:
+            try:
+                self._ready(candidates)
+                ready_s = round(time.time() - started, 3)
+            except JobEnded as ended:
+                raise JobEnded("error", f"the candidate's processes did not start: {ended.reason} "
+                                        f"(launch log {self.log_path})") from None
+            problem = read_spec(job["problem_path"]).load()
+            run = JobRun(job, problem, judges, candidates, parcels=parcels, settings=self.settings,
+                         deadline=time.monotonic() + self.settings.job_timeout,
+                         before_timing=lambda: spare is None or self._ready(spare))
+            outcome = run.run()
+            outcome.phases = {"ready": ready_s, **outcome.phases}
+        except JobEnded as ended:
+            outcome.verdict, outcome.reason = ended.verdict, ended.reason
+        except JudgeFailed as failed:
+            outcome.verdict = "error"
+            outcome.reason = f"the judge's processes failed ({failed.ended.reason}); launch log {self.log_path}"
+            self._stop(judges, stacks=True)
+            judges = None
+        finally:
+            stopping = time.time()
+            healthy = outcome.verdict not in ("timeout", "crash", "error")
+            self._stop(candidates, stacks=outcome.verdict == "timeout",
+                       deadline=time.monotonic() + JUDGE_GRACE_S if healthy else None)
+            parcels.remove()
+            outcome.phases["stop"] = round(time.time() - stopping, 3)
+        if self.settings.custom_kernels and outcome.verdict in ("flagged", "fail", "error"):
+            from pkb_core.candidate.source_hints import collective_hint
+
+            hint = collective_hint(job["solution"])
+            if hint:
+                outcome.reason = f"{outcome.reason} [hint: {hint}]"
+        self._record(job, outcome.verdict, outcome.reason, started=started, outcome=outcome)
+        if judges is not None and not judges.alive():
+            self._stop(judges)
+            judges = None
+        return judges
+
+    def _record(self, job, verdict, reason, *, started, outcome=None):
+        record = job_record(job, self.settings.world_size, verdict, reason,
+                            timing=outcome.timing if outcome else None, trials=outcome.trials if outcome else 0,
+                            seconds=time.time() - started, machine=self.machine)
+        if outcome is not None:
+            if outcome.barriers:
+                record["barriers"] = outcome.barriers
+            if outcome.lockdown:
+                record["lockdown_gaps"] = outcome.lockdown
+            record["phase_seconds"] = outcome.phases
+        if job.get("compile"):
+            record["compile"] = job["compile"]
+        append_record(self.run_dir, record)
+        if self.on_record:
+            self.on_record(record)
+
+
+def run_multinode(pending: list, settings, on_record=None) -> None:
+    """This node's part of a multi-node launch (see the module docstring)."""
+    from pkb_core.launch.nodes import Agent, Conductor
+
+    nodes = settings.nodes
+    if nodes.node_rank == 0:
+        conductor = Conductor(nodes.endpoint, nodes.nnodes, settings.nproc, startup_s=STARTUP_TIMEOUT_S)
+        try:
+            Launch(settings, on_record, remote=conductor).run(pending)
+        finally:
+            conductor.close()
+    else:
+        launch = Launch(settings)  # for the environment of this node's workers only
+        Agent(settings, launch.node_env).serve()
+
+

@@ -1,0 +1,399 @@
+"""The launcher's hold on a set of worker processes: start, command, watch, stop.
+
+A :class:`RankGroup` is the processes of one role, one per rank (the judge's
+for a launch, or one job's candidate), each in a session of its own, with a
+c10d store the launcher serves. :meth:`RankGroup.command` sends one command to
+every rank and waits for every answer; it is also the watchdog: no answers by
+the deadline is :class:`JobEnded` ``timeout``; an error from one rank while
+its peers hang ends after a short grace as ``error``; a process that dies is
+``crash`` with the signal's name (SIGSYS, the candidate lockdown's, is
+``flagged``).
+
+:meth:`RankGroup.freeze` and :meth:`RankGroup.thaw` stop and continue every
+process of every rank's session with SIGSTOP/SIGCONT. The launcher freezes a
+candidate whenever it is not its turn, so nothing it left running on the host
+(a thread, a child) can run while the judge works or the reference is timed.
+A candidate cannot leave its session (:mod:`pkb_core.launch.sessions`).
+
+Where the processes come from: the judge's are spawned (``python -m
+pkb_core.launch.worker judge``); a candidate's are forked by the launch's
+:class:`Zygotes` (:mod:`pkb_core.launch.zygote`); ranks on other nodes are reached
+through :class:`pkb_core.launch.nodes.Conductor`.
+"""
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from pkb_core.launch.channel import REPLY_FD_ENV, LineReader
+from pkb_core.launch.sessions import cpu_ms_during, signal_sessions
+
+#: Seconds to wait, after one rank reported an error, for the others to answer.
+ERROR_GRACE_S = 10.0
+#: Seconds to wait for the rest of a group's answers after a process died.
+DEATH_GRACE_S = 1.0
+
+
+class JobEnded(Exception):
+    """The job cannot go on: ``verdict`` and ``reason`` are its record's."""
+
+    def __init__(self, verdict: str, reason: str):
+        super().__init__(f"{verdict}: {reason}")
+        self.verdict = verdict
+        self.reason = reason
+
+
+class _Worker:
+    """One rank's process as the launcher sees it: a command stream, a reply stream."""
+
+    def __init__(self, rank: int, proc, stdin, reply_fd: int):
+        self.rank = rank
+        self.proc = proc
+        self.stdin = stdin
+        self.reader = LineReader(reply_fd)
+        self.phase = "starting"
+
+    def send(self, message: dict) -> bool:
+        try:
+            self.stdin.write((json.dumps(message) + "\n").encode())
+            self.stdin.flush()
+            return True
+        except (BrokenPipeError, OSError, ValueError):
+            return False
+
+
+class RankGroup:
+    """Worker processes of one role (``judge`` or ``candidate``), one per rank.
+
+    :param workers: every rank's :class:`_Worker` (from :meth:`spawn_workers`,
+        :meth:`Zygotes.fork_workers` or another node's conductor).
+    :param label: how verdict reasons name this group (``"rank"`` for a
+        candidate, ``"judge rank"`` for the judge).
+    :param remote: the other nodes' part of the group (:class:`pkb_core.launch.nodes.Conductor`), if any.
+    """
+
+    def __init__(self, role: str, workers: list, *, label: str, log=None, remote=None, group_id: str = ""):
+        self.role = role
+        self.label = label
+        self.log = log
+        self.remote = remote
+        self.group_id = group_id
+        self.events: dict = {}
+        self.selector = selectors.DefaultSelector()
+        self.workers: list[_Worker] = sorted(workers, key=lambda w: w.rank)
+        for worker in self.workers:
+            self.selector.register(worker.reader.fd, selectors.EVENT_READ, worker)
+        self.pids = [w.proc.pid for w in self.workers if w.proc.pid is not None]
+        self.frozen = False
+        self.ready = False
+
+    @staticmethod
+    def spawn_workers(role: str, ranks, world_size: int, *, env: dict, log) -> list:
+        """New ``python -m pkb_core.launch.worker ROLE`` processes for ``ranks`` (this
+        node's global ranks, in local-rank order), each in a session of its own.
+
+        :param env: environment of every process (rank variables are added).
+        """
+        workers = []
+        for local, rank in enumerate(ranks):
+            read_fd, write_fd = os.pipe()
+            worker_env = dict(env, RANK=str(rank), LOCAL_RANK=str(local), WORLD_SIZE=str(world_size),
+                              **{REPLY_FD_ENV: str(write_fd)})
+            proc = subprocess.Popen([sys.executable, "-m", "pkb_core.launch.worker", role], stdin=subprocess.PIPE,
+                                    stdout=log, stderr=subprocess.STDOUT, env=worker_env,
+                                    pass_fds=(write_fd,), start_new_session=True)
+            os.close(write_fd)
+            workers.append(_Worker(rank, _Popen(proc), proc.stdin, read_fd))
+        return workers
+
+    # -- commands -------------------------------------------------------------
+    def command(self, op: str, payload=None, *, deadline: float, grace: float = ERROR_GRACE_S) -> list[dict]:
+        """Send ``op`` to every rank (``payload``: one dict for all, or a list
+        with one per rank) and return the answers in rank order.
+
+        :raises JobEnded: timeout, error or crash, as the module docstring says.
+        """
+        self.thaw()
+        payloads = payload if isinstance(payload, list) else [payload or {}] * len(self.workers)
+        for worker, extra in zip(self.workers, payloads):
+            worker.phase = op
+            worker.send({"op": op, **extra})
+        return self.gather(op, deadline=deadline, grace=grace)
+
+    def gather(self, op: str, *, deadline: float, grace: float = ERROR_GRACE_S) -> list[dict]:
+        """Every rank's answer to ``op`` (events on the way are counted in :attr:`events`)."""
+        answers: dict[int, dict] = {}
+        first_error_at = None
+        dead_at = None
+        while len(answers) < len(self.workers):
+            now = time.monotonic()
+            limit = deadline
+            if first_error_at is not None:
+                limit = min(limit, first_error_at + min(grace, max(0.5, deadline - first_error_at)))
+            if dead_at is not None:
+                limit = min(limit, dead_at + DEATH_GRACE_S)
+            if now >= limit:
+                break
+            for key, _ in self.selector.select(timeout=limit - now):
+                worker = key.data
+                for message in worker.reader.read_messages():
+                    if "event" in message and "op" not in message:
+                        name = str(message["event"])[:40]
+                        self.events[name] = self.events.get(name, 0) + 1
+                    elif "malformed" in message:
+                        answers.setdefault(worker.rank, {"error": f"sent a malformed message "
+                                                                  f"({str(message['malformed'])[:100]})"})
+                    elif message.get("op") == op and worker.rank not in answers:
+                        answers[worker.rank] = message
+                        worker.phase = f"{op} done"
+                    if "error" in answers.get(worker.rank, {}) and first_error_at is None:
+                        first_error_at = time.monotonic()
+                if worker.reader.closed:
+                    self.selector.unregister(key.fd)
+                    if worker.rank not in answers:
+                        dead_at = dead_at or time.monotonic()
+        errors = [(r, a) for r, a in sorted(answers.items()) if "error" in a]
+        if len(answers) == len(self.workers):
+            if errors:
+                raise self._error(errors[0])
+            return [answers[w.rank] for w in self.workers]
+        died = self._deaths()
+        if died and "SIGSYS" in died:
+            raise JobEnded("flagged", f"{died}: it made a system call the candidate lockdown forbids (a network "
+                                      f"socket: a NCCL or gloo communicator of its own) ({self.phases()})")
+        if died:
+            raise JobEnded("crash", f"{died} ({self.phases()})")
+        if errors:
+            raise self._error(errors[0], hung=True)
+        raise JobEnded("timeout", self.phases())
+
+    def _error(self, found, hung=False) -> JobEnded:
+        rank, answer = found
+        text = f"{self.label} {rank}: {answer['error']}" + (" (its peers did not finish)" if hung else "")
+        return JobEnded("flagged" if answer.get("refused") else "error", text)
+
+    def phases(self) -> str:
+        return ", ".join(f"{self.label} {w.rank}: {w.phase}" for w in self.workers)
+
+    def _deaths(self) -> str | None:
+        """``"<label> r died with SIGxxx"`` for the first process that died, else None."""
+        time.sleep(0.05)
+        found = []
+        for worker in self.workers:
+            code = worker.proc.poll()
+            if code is None:
+                continue
+            if code < 0:
+                name = signal.Signals(-code).name
+                # A rank killed by the launcher's own stop is not the cause.
+                found.append((name in ("SIGKILL", "SIGTERM"), f"{self.label} {worker.rank} died with {name}"))
+            elif code != 0:
+                found.append((True, f"{self.label} {worker.rank} exited with status {code}"))
+        found.sort(key=lambda item: item[0])
+        return found[0][1] if found else None
+
+    # -- host activity ----------------------------------------------------------
+    def busy_after_answer(self, probe_s: float = 0.02) -> list[tuple[int, float]]:
+        """``[(rank, cpu_ms)]`` for ranks whose processes (any thread, any
+        child) used more than a third of ``probe_s`` of CPU time during the
+        probe, right after answering: an answered command leaves a worker
+        blocked on its next read, so that time is work the solution left
+        running. Read from the kernel's accounting (``/proc``), not from the
+        candidate."""
+        if self.remote is not None:
+            self.remote.request_busy(self.group_id, probe_s)
+        local = [w for w in self.workers if w.proc.pid is not None]
+        used = cpu_ms_during(probe_s, [w.proc.pid for w in local])
+        busy = [(w.rank, ms) for w, ms in zip(local, used) if ms > probe_s * 1e3 / 3]
+        if self.remote is not None:
+            busy += self.remote.busy(self.group_id)
+        return sorted(busy)
+
+    # -- freezing and stopping -------------------------------------------------
+    def _signal_groups(self, sig) -> None:
+        signal_sessions(self.pids, sig)
+        if self.remote is not None:
+            self.remote.signal(self.group_id, sig)
+
+    def freeze(self) -> None:
+        if not self.frozen:
+            self._signal_groups(signal.SIGSTOP)
+            self.frozen = True
+
+    def thaw(self) -> None:
+        if self.frozen:
+            self._signal_groups(signal.SIGCONT)
+            self.frozen = False
+
+    def alive(self) -> bool:
+        return all(w.proc.poll() is None for w in self.workers)
+
+    def stop(self, *, stacks: bool = False, deadline: float | None = None) -> None:
+        """End every process and its children. ``stacks``: ask for Python
+        stacks in the log first (a stuck group). With a ``deadline`` and a
+        healthy group, politely first: a candidate's ``end`` (the backend's
+        finalize hook), then ``exit``."""
+        if deadline is not None and self.alive():
+            try:
+                if self.role == "candidate":
+                    self.command("end", deadline=deadline)
+                self.command("exit", deadline=deadline)
+            except JobEnded:
+                pass
+        if stacks and self.alive():
+            self.thaw()
+            for pid in self.pids:
+                try:
+                    os.kill(pid, signal.SIGUSR1)
+                except (ProcessLookupError, PermissionError):
+                    pass
+            time.sleep(0.5)
+        self._signal_groups(signal.SIGKILL)
+        self._signal_groups(signal.SIGCONT)
+        if self.remote is not None:
+            self.remote.stop(self.group_id)
+        for worker in self.workers:
+            worker.proc.wait(timeout=10)
+            for close in (worker.stdin.close, lambda: os.close(worker.reader.fd)):
+                try:
+                    close()
+                except OSError:
+                    pass
+        self.selector.close()
+        if self.log:
+            self.log.close()
+
+
+class _Popen:
+    """A spawned process, as :class:`RankGroup` uses it."""
+
+    def __init__(self, proc: subprocess.Popen):
+        self.proc = proc
+        self.pid = proc.pid
+
+    def poll(self):
+        return self.proc.poll()
+
+    def wait(self, timeout):
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+
+class _Forked:
+    """A zygote's child: its exit status comes from the zygote, which reaped it."""
+
+    def __init__(self, zygote: "_Zygote", pid: int):
+        self.zygote = zygote
+        self.pid = pid
+
+    def poll(self):
+        self.zygote.read_exits()
+        return self.zygote.exits.get(self.pid)
+
+    def wait(self, timeout):
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            code = self.poll()
+            if code is not None:
+                return code
+            time.sleep(0.01)
+        return None
+
+
+class _Zygote:
+    """One rank's fork server process (:mod:`pkb_core.launch.zygote`) and its control socket."""
+
+    def __init__(self, rank: int, local: int, world_size: int, env: dict, log):
+        self.sock, child = socket.socketpair()
+        env = dict(env, RANK=str(rank), LOCAL_RANK=str(local), WORLD_SIZE=str(world_size),
+                   PKB_ZYGOTE_FD=str(child.fileno()))
+        self.proc = subprocess.Popen([sys.executable, "-m", "pkb_core.launch.zygote"], stdout=log,
+                                     stderr=subprocess.STDOUT, env=env, pass_fds=(child.fileno(),),
+                                     start_new_session=True)
+        child.close()
+        self.reader = LineReader(self.sock.fileno())
+        self.exits: dict = {}
+        self.pending: list = []
+        self.ready = False
+
+    def _wait_for(self, deadline: float, want) -> dict:
+        """Read until a message satisfying ``want`` arrives (recording exits on the way)."""
+        while True:
+            for message in self.pending:
+                if want(message):
+                    self.pending.remove(message)
+                    return message
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or self.reader.closed:
+                code = self.proc.poll()
+                raise JobEnded("error", "a zygote (the fork server of the candidate's processes) "
+                                        + ("did not answer" if code is None else f"exited with status {code}"))
+            with selectors.DefaultSelector() as waiting:
+                waiting.register(self.sock.fileno(), selectors.EVENT_READ)
+                waiting.select(timeout=min(remaining, 1.0))
+            self._take(self.reader.read_messages())
+
+    def _take(self, messages):
+        for message in messages:
+            if "exited" in message:
+                self.exits[message["exited"]] = message["code"]
+            else:
+                self.pending.append(message)
+
+    def read_exits(self):
+        self._take(self.reader.read_messages())
+
+    def fork(self, env: dict, stdin_fd: int, reply_fd: int, deadline: float) -> int:
+        if not self.ready:
+            self._wait_for(deadline, lambda m: "ready" in m)
+            self.ready = True
+        socket.send_fds(self.sock, [json.dumps({"env": env}).encode() + b"\n"], [stdin_fd, reply_fd])
+        return self._wait_for(deadline, lambda m: "pid" in m)["pid"]
+
+
+class Zygotes:
+    """The fork servers of one launch on this node, one per local rank (see :mod:`pkb_core.launch.zygote`).
+
+    :param ranks: this node's global ranks, in local-rank order.
+    """
+
+    def __init__(self, ranks, world_size: int, *, env: dict, log_path: Path, startup_s: float):
+        self.ranks = list(ranks)
+        self.world_size = world_size
+        self.startup_s = startup_s
+        self.log = open(log_path, "ab")
+        self.zygotes = [_Zygote(rank, local, world_size, env, self.log) for local, rank in enumerate(self.ranks)]
+
+    def fork_workers(self, env: dict) -> list:
+        """One fresh candidate process per local rank."""
+        workers = []
+        for local, (rank, zygote) in enumerate(zip(self.ranks, self.zygotes)):
+            child_stdin, stdin = os.pipe()
+            reply_read, reply_write = os.pipe()
+            try:
+                pid = zygote.fork(dict(env, RANK=str(rank), LOCAL_RANK=str(local), WORLD_SIZE=str(self.world_size)),
+                                  child_stdin, reply_write, time.monotonic() + self.startup_s)
+            finally:
+                os.close(child_stdin)
+                os.close(reply_write)
+            workers.append(_Worker(rank, _Forked(zygote, pid), os.fdopen(stdin, "wb"), reply_read))
+        return workers
+
+    def stop(self) -> None:
+        for zygote in self.zygotes:
+            zygote.sock.close()
+            try:
+                os.killpg(zygote.proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            zygote.proc.wait()
+        self.log.close()

@@ -1,0 +1,64 @@
+"""A worker's processes, found by session: what the launcher stops, kills and measures.
+
+Every worker process (a judge's rank, a candidate's rank, a builder) is started
+as the leader of a session of its own. Its children may make process groups of
+their own (ninja puts each compiler in one), but they cannot leave the session:
+the candidate lockdown forbids ``setsid`` (:mod:`pkb_core.candidate.lockdown`). So the
+session id names everything a worker started, and these helpers act on all of
+it, reading membership from ``/proc``.
+"""
+from __future__ import annotations
+
+import os
+import time
+
+
+def members(sessions) -> dict:
+    """``{session id: [pid, ...]}`` of the live processes in each session."""
+    wanted = set(sessions)
+    found = {sid: [] for sid in wanted}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if fields and fields[0] != "Z" and int(fields[3]) in wanted:
+            found[int(fields[3])].append(int(entry))
+    return found
+
+
+def signal_sessions(sessions, sig) -> None:
+    """Send ``sig`` to every process of every session."""
+    for pids in members(sessions).values():
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+
+def cpu_ns(sessions) -> dict:
+    """CPU time (ns, every thread) used so far by the live processes of each session."""
+    totals = {}
+    for sid, pids in members(sessions).items():
+        totals[sid] = 0
+        for pid in pids:
+            try:
+                for task in os.listdir(f"/proc/{pid}/task"):
+                    with open(f"/proc/{pid}/task/{task}/schedstat") as sched:
+                        totals[sid] += int(sched.read().split()[0])
+            except (OSError, ValueError, IndexError):
+                continue  # gone meanwhile
+    return totals
+
+
+def cpu_ms_during(probe_s: float, sessions) -> list[float]:
+    """CPU milliseconds each session used during a probe of ``probe_s`` seconds."""
+    sessions = list(sessions)
+    before = cpu_ns(sessions)
+    time.sleep(probe_s)
+    after = cpu_ns(sessions)
+    return [(after.get(sid, 0) - before.get(sid, 0)) / 1e6 for sid in sessions]

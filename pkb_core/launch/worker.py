@@ -1,0 +1,110 @@
+"""Entry point of every worker process: ``python -m pkb_core.launch.worker judge|candidate``.
+
+The launcher starts the processes itself (no torchrun): each gets its rank,
+world size and local rank in the environment, its commands on standard input
+and a reply pipe (:mod:`pkb_core.launch.channel`); standard output and error go to the
+launch log. A worker first imports torch (after any libraries its backend
+preloads), picks its device, connects to the c10d store the launcher serves,
+then answers commands until told to exit. What each role does is in
+:mod:`pkb_core.judge.rank` and :mod:`pkb_core.candidate.rank`.
+
+The launcher sends SIGUSR1 before it kills a stuck worker: the worker then
+writes every thread's Python stack into the log, which names where it hung.
+"""
+from __future__ import annotations
+
+import faulthandler
+import json
+import os
+import signal
+import sys
+from datetime import timedelta
+from pathlib import Path
+
+from pkb_core.plugin.preload import import_torch_after_preloads
+
+
+def _connect(device_type: str):
+    import torch
+    import torch.distributed as dist
+
+    rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    local_rank = int(os.environ.get("LOCAL_RANK", rank))
+    if device_type == "cuda":
+        device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)
+    else:
+        device = torch.device("cpu")
+        torch.set_num_threads(1)
+    timeout = timedelta(seconds=float(os.environ.get("PKB_STORE_TIMEOUT", "600")))
+    return rank, world_size, local_rank, device, timeout, dist
+
+
+def serve(channel, handler) -> None:
+    """Answer commands until ``exit`` (or the launcher closes the pipe)."""
+    from pkb_core.launch.channel import ChannelClosed
+    from pkb_core.errors import SolutionFailed, describe
+
+    while True:
+        try:
+            command = channel.receive()
+        except ChannelClosed:
+            return
+        op = command.pop("op")
+        if op == "exit":
+            channel.send({"op": "exit"})
+            return
+        try:
+            answer = getattr(handler, f"on_{op}")(**command)
+        except SolutionFailed as exc:
+            answer = {"error": str(exc), "refused": exc.refused}
+        except Exception as exc:  # noqa: BLE001 - reported to the launcher, which decides
+            answer = {"error": describe(exc)}
+        channel.send({"op": op, **answer})
+
+
+def main(argv=None) -> int:
+    role = (sys.argv[1:] if argv is None else argv)[0]
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
+    if role == "candidate":
+        import_torch_after_preloads()  # a backend's own build of a library must load before torch's
+    from pkb_core.launch.channel import WorkerChannel
+
+    channel = WorkerChannel()
+    rank, world_size, local_rank, device, timeout, dist = _connect(os.environ["PKB_DEVICE_TYPE"])
+    host, port = os.environ["PKB_STORE"].rsplit(":", 1)
+    store = dist.TCPStore(host, int(port), world_size, is_master=False, timeout=timeout)
+    run_dir = Path(os.environ["PKB_RUN_DIR"])
+    if role == "judge":
+        from pkb_core.judge.barrier import StoreBarrier
+        from pkb_core.judge.rank import JudgeRank
+        from pkb_core.candidate.lockdown import protect_from_peers
+
+        protect_from_peers()
+        backend = "nccl" if device.type == "cuda" else "gloo"
+        kwargs = {"device_id": device} if device.type == "cuda" else {}
+        dist.init_process_group(backend, store=dist.PrefixStore("judge", store), rank=rank, world_size=world_size,
+                                timeout=timeout, **kwargs)
+        secret = channel.receive()["secret"]  # first message: never in the environment or on disk
+        handler = JudgeRank(rank=rank, world_size=world_size, device=device, secret=secret, run_dir=run_dir,
+                            barrier=StoreBarrier(store, world_size, device, prefix="pkb-timing"))
+    else:
+        from pkb_core.candidate.rank import CandidateRank
+
+        handler = CandidateRank(rank=rank, world_size=world_size, local_rank=local_rank, device=device,
+                                store=store, run_id=os.environ["PKB_RUN_ID"], run_dir=run_dir,
+                                send_event=channel.send)
+        prepared = handler.prepare(os.environ["PKB_BACKEND"], os.environ.get("PKB_CUSTOM_KERNELS", "1") == "1",
+                                   json.loads(os.environ.get("PKB_BACKEND_OPTIONS", "{}")))
+    ready = {"op": "ready", "pid": os.getpid(), **(prepared if role == "candidate" else {})}
+    if role == "judge" and rank == 0:
+        from pkb_core.results.records import machine_info
+
+        ready["machine"] = machine_info(device)
+    channel.send(ready)
+    serve(channel, handler)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

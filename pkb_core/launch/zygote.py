@@ -1,0 +1,123 @@
+"""Fresh candidate processes in milliseconds: one fork server per rank.
+
+Every job gets new candidate processes (nothing of one candidate may reach the
+next job), but starting Python and importing torch and a backend takes seconds
+per process. A *zygote* pays that once per launch: it imports torch, the
+harness and the backend's modules, and then only forks. It never imports a
+solution, never initialises CUDA (a process that did cannot fork usable
+children) and never runs a job itself, so every child starts from the same
+clean state. The child puts itself in a new session (its own process group,
+which the launcher freezes and kills), takes the command and reply pipes the
+launcher sent along, and becomes a candidate worker (:mod:`pkb_core.launch.worker`).
+
+The zygote reaps its children and reports each exit status to the launcher,
+which needs it to name the signal a crashed candidate died of.
+
+Protocol on the zygote's control socket (a socketpair with the launcher):
+``{"env": {...}}`` with two descriptors attached (the child's stdin and its
+reply pipe) -> ``{"pid": N}``; ``{"exited": N, "code": C}`` whenever a child
+ends (``C`` negative for a signal, as ``subprocess`` reports it).
+"""
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import signal
+import socket
+import sys
+
+
+def _warm_imports(backend: str) -> None:
+    """Import what every candidate of ``backend`` imports, without touching a GPU."""
+    import torch  # noqa: F401
+    import torch.distributed  # noqa: F401
+
+    import pkb_core.candidate.rank  # noqa: F401
+    import pkb_core.candidate.sealed  # noqa: F401
+    from pkb_core.plugin.manager import get_plugin_manager
+
+    get_plugin_manager(backend=backend)  # the backend's plugin module
+    try:
+        import triton  # noqa: F401 - most backends' solutions use it; importing initialises no device
+    except Exception:  # noqa: BLE001
+        pass
+
+
+def serve(sock: socket.socket, backend: str) -> int:
+    from pkb_core.candidate.lockdown import protect_from_peers
+
+    _warm_imports(backend)
+    # No candidate may write into this process's memory (through /proc) and so
+    # into every later job's processes; the children inherit the setting.
+    protect_from_peers()
+    sock.sendall(b'{"ready": true}\n')
+    selector = selectors.DefaultSelector()
+    selector.register(sock, selectors.EVENT_READ)
+    buffer = b""
+    children = set()
+    while True:
+        for _key, _ in selector.select(timeout=0.05):
+            try:
+                data, fds, _flags, _addr = socket.recv_fds(sock, 1 << 16, 2)
+            except OSError:
+                data, fds = b"", []
+            if not data:
+                return 0  # the launcher went away
+            buffer += data
+            while b"\n" in buffer:
+                line, buffer = buffer.split(b"\n", 1)
+                request = json.loads(line)
+                pid = os.fork()
+                if pid == 0:
+                    _become_candidate(sock, request["env"], fds)  # never returns
+                for fd in fds:
+                    os.close(fd)
+                children.add(pid)
+                sock.sendall(json.dumps({"pid": pid}).encode() + b"\n")
+        for pid in list(children):
+            try:
+                done, status = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                children.discard(pid)
+                continue
+            if done:
+                children.discard(pid)
+                code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+                sock.sendall(json.dumps({"exited": pid, "code": code}).encode() + b"\n")
+
+
+def _become_candidate(sock, env: dict, fds) -> None:
+    code = 1
+    try:
+        sock.close()
+        os.setsid()
+        stdin_fd, reply_fd = fds
+        os.dup2(stdin_fd, 0)
+        os.close(stdin_fd)
+        os.environ.update(env)
+        os.environ["PKB_REPLY_FD"] = str(reply_fd)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        from pkb_core.launch.worker import main
+
+        code = main(["candidate"])
+    except BaseException:  # noqa: BLE001 - report and leave; never return into the zygote's loop
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
+def main() -> int:
+    from pkb_core.plugin.preload import import_torch_after_preloads
+
+    import_torch_after_preloads()  # a backend's own build of a library must load before torch's
+    sock = socket.socket(fileno=int(os.environ["PKB_ZYGOTE_FD"]))
+    return serve(sock, os.environ["PKB_BACKEND"])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""The machine: its hardware, link and memory peaks (calibration), the roofline, the device and clock readings."""

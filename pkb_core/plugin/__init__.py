@@ -1,0 +1,1 @@
+"""The plugin system: the hook specifications (the backend and problem-pack contract), the plugin manager that loads entry points, what a backend declares (:class:`~pkb_core.plugin.backend.BackendInfo`), and the built-in reference backend."""

@@ -1,0 +1,193 @@
+"""Every pkb hook. The docstrings here are the reference documentation.
+
+Plugins implement hooks with :data:`hookimpl`::
+
+    from pkb_core import hookimpl
+
+    @hookimpl
+    def pkb_backend_launch(state, program, inputs):
+        return lambda: program(*inputs)
+
+Two kinds of hooks exist:
+
+* **Registration hooks** run in the ``pkb`` command's own process, in every
+  loaded plugin (backends, problem packs and ``pkb`` plugins alike).
+* **Lifecycle hooks** run on every rank of a worker launch. Exactly one backend
+  plugin is registered in a worker process, so each ``firstresult`` lifecycle
+  hook has one answer. Core defaults (``pkb_core.plugin.defaults``) are registered
+  ``trylast`` and stand in where a backend implements nothing.
+
+No hook runs inside a timed loop: :func:`pkb_backend_launch` returns a
+zero-argument callable and the harness calls that directly (a pluggy dispatch
+costs microseconds, as much as a small NVLink kernel).
+
+To evolve a hook, add keyword arguments; never rename one. An implementation
+may accept fewer arguments than the spec.
+
+This module imports nothing heavy (no torch): it is loaded by ``pkb --help``.
+"""
+from __future__ import annotations
+
+import pluggy
+
+hookspec = pluggy.HookspecMarker("pkb")
+hookimpl = pluggy.HookimplMarker("pkb")
+
+# ---------------------------------------------------------------------------
+# Registration hooks (the pkb command's process, all implementations run)
+# ---------------------------------------------------------------------------
+
+
+@hookspec
+def pkb_backend_info():
+    """Describe the backend this plugin provides.
+
+    :return: a :class:`pkb_core.plugin.backend.BackendInfo` (name, devices it runs on,
+        a requirement check that names what is missing, where its sample
+        solutions live), or ``None`` for plugins that are not backends.
+
+    Called in the ``pkb`` command's process for every loaded plugin; must not
+    import the backend's heavy runtime (do that in the requirement check).
+
+    Example::
+
+        @hookimpl
+        def pkb_backend_info():
+            return BackendInfo(name="mybackend", devices=("cuda",),
+                               requirements=lambda device: None)
+    """
+
+
+@hookspec
+def pkb_register_problems(register):
+    """Add problem files to the registry.
+
+    :param register: ``register(path)`` takes a problem file or a directory that
+        is searched recursively for ``<id>_<name>.py`` files.
+
+    Called in the ``pkb`` command's process and in each worker (to resolve the
+    problems of a launch). Example::
+
+        @hookimpl
+        def pkb_register_problems(register):
+            register(pathlib.Path(__file__).parent / "problems")
+    """
+
+
+@hookspec
+def pkb_register_commands(cli):
+    """Add commands to the ``pkb`` click group.
+
+    :param cli: the ``click.Group`` of the ``pkb`` command. Example::
+
+        @hookimpl
+        def pkb_register_commands(cli):
+            @cli.command()
+            def hello():
+                click.echo("hello")
+    """
+
+
+@hookspec
+def pkb_register_providers(register):
+    """Add model providers for ``pkb generate --provider NAME``.
+
+    :param register: ``register(name, factory)``. ``factory(options)`` is
+        called once per ``pkb generate`` with the ``[providers.<name>]`` table
+        of the pkb configuration (a dict, empty when absent) and returns an
+        object with ``complete(messages, settings)``: ``messages`` is a list of
+        ``{"role": "system" | "user", "content": str}``, ``settings`` a
+        :class:`pkb_core.generate.providers.ModelSettings` (``model``, ``temperature``,
+        ``max_tokens``, ``None`` meaning the provider's default). It returns a
+        :class:`pkb_core.generate.providers.Completion` and raises
+        :class:`pkb_core.errors.PkbError` with one line on failure (after its
+        own retries). A factory raises ``PkbError`` for missing credentials.
+
+    Called in the ``pkb`` command's process. pkb registers ``openai`` itself
+    (any server speaking the OpenAI chat-completions protocol); a name
+    registered twice is an error. Example::
+
+        @hookimpl
+        def pkb_register_providers(register):
+            register("echo", lambda options: EchoProvider(**options))
+    """
+
+
+# ---------------------------------------------------------------------------
+# Backend lifecycle hooks (every rank of a worker launch)
+# ---------------------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def pkb_backend_init(ctx):
+    """Set up the backend's runtime on this rank, once per worker launch.
+
+    :param ctx: a :class:`pkb_core.plugin.backend.WorkerContext` (rank, world size,
+        local rank, device, the harness's gloo control group, the backend's
+        options). The default process group is already initialised (NCCL on
+        GPU, gloo on CPU).
+    :return: any object: the backend's state, passed to every later hook.
+        Raise :class:`pkb_core.errors.BackendUnavailable` when the runtime is
+        missing: every job of the launch gets the verdict ``unsupported``.
+
+    firstresult: the backend's answer wins over the core default, which returns
+    ``ctx`` itself.
+    """
+
+
+@hookspec(firstresult=True)
+def pkb_backend_allocate(state, shape, dtype):
+    """Allocate a symmetric tensor that every peer can reach.
+
+    :param state: what :func:`pkb_backend_init` returned.
+    :param shape: the tensor's shape (a tuple of ints).
+    :param dtype: a ``torch.dtype``.
+    :return: a tensor on this rank's device whose peers' copies are reachable
+        through :func:`pkb_core.symmetric.handle_of`. Collective: every rank
+        calls it in the same order with the same byte size.
+
+    The core default uses torch symm_mem on GPU and the shared-memory heap on
+    CPU; backends with their own heap (NVSHMEM) override it.
+    """
+
+
+@hookspec(firstresult=True)
+def pkb_backend_compile(state, problem, solution):
+    """Turn a solution file into a program, once per job.
+
+    :param state: what :func:`pkb_backend_init` returned.
+    :param problem: the loaded :class:`pkb_core.problem.contract.Problem`.
+    :param solution: path of the solution file, or ``None`` when the backend
+        is asked to run the problem's own reference (the self-check).
+    :return: a program (usually the file's ``solution`` callable). Raise
+        :class:`pkb_core.errors.CompileError` with the compiler's message:
+        it becomes the ``compile-error`` verdict.
+
+    Build once per node (other local ranks wait) and cache by content.
+    """
+
+
+@hookspec(firstresult=True)
+def pkb_backend_launch(state, program, inputs):
+    """Bind a program to one set of inputs.
+
+    :param state: what :func:`pkb_backend_init` returned.
+    :param program: what :func:`pkb_backend_compile` returned.
+    :param inputs: the positional arguments (tensors in the symmetric heap).
+    :return: a zero-argument callable running the program on ``inputs`` and
+        returning its outputs. It is the unit that is checked and timed: the
+        harness calls it directly, many times, with no hook in between.
+
+    The core default returns ``lambda: program(*inputs)``.
+    """
+
+
+@hookspec
+def pkb_backend_finalize(state):
+    """Release the backend's runtime; always runs, also after a partial init.
+
+    :param state: what :func:`pkb_backend_init` returned, or ``None`` when init
+        failed. Every implementation runs (observers clean up too); pluggy stops
+        at the first one that raises, so implementations log their own errors
+        instead of raising.
+    """

@@ -1,0 +1,230 @@
+"""Charts of a run directory (matplotlib, PNG and SVG of each).
+
+* ``speedup``: speedup of every correct, timed solution, grouped and coloured by
+  category, log scale, a line at 1x;
+* ``sol``: % of the speed-of-light floor reached by the reference and the
+  solution, per problem (log scale, a line at 100 %);
+* ``sweep-<problem>`` (``-W<n>-<dtype>`` added when a run swept it several
+  ways): for ``pkb bench`` runs (size ``sweep:<bytes>``), time and busbw
+  against message size, one line per solution and for NCCL (the reference),
+  solid for eager (latency mode) and dashed for CUDA-graph mode.
+
+matplotlib is optional: it is imported inside :func:`write_plots`, which
+raises one clear :class:`PkbError` when it is missing.
+"""
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+
+from pkb_core.errors import PkbError
+from pkb_core.results.report import is_correct, is_sweep, solution_name, sweep_bytes
+
+#: Timing mode -> legend word and line style.
+MODE_STYLE = {"latency": ("eager", "-"), "graph": ("graph", "--"), "back-to-back": ("back-to-back", ":")}
+FORMATS = ("png", "svg")
+
+
+def write_plots(records, out_dir) -> list[Path]:
+    """Write every chart that the records support; return the files written."""
+    try:
+        import matplotlib
+    except ImportError:
+        raise PkbError("plots need matplotlib: pip install matplotlib") from None
+    matplotlib.use("Agg")  # files only; never open a window
+    import matplotlib.pyplot as plt
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    figures = {}
+    presets = [r for r in records if not is_sweep(r)]
+    speedup_rows = [r for r in presets if is_correct(r) and r.get("speedup")]
+    if speedup_rows:
+        figures["speedup"] = _speedup_figure(plt, speedup_rows)
+    sol_rows = [r for r in presets if is_correct(r) and (r.get("sol") or {}).get("solution_fraction")]
+    if sol_rows:
+        figures["sol"] = _sol_figure(plt, sol_rows)
+    sweeps: dict[tuple, list[dict]] = {}
+    for r in records:
+        if is_sweep(r) and r.get("stats"):
+            sweeps.setdefault((r["problem"], r.get("world_size"), r.get("dtype")), []).append(r)
+    problems = [key[0] for key in sweeps]
+    for (problem, world_size, dtype), rows in sorted(sweeps.items(), key=lambda item: tuple(map(str, item[0]))):
+        # One chart per problem; runs that swept it at several world sizes or dtypes get one per combination.
+        name = f"sweep-{problem}" if problems.count(problem) == 1 else f"sweep-{problem}-W{world_size}-{dtype}"
+        figures[name] = _sweep_figure(plt, problem, rows)
+    if not figures:
+        raise PkbError("nothing to plot: no correct, timed records (run with --measure-perf)")
+    written = []
+    for name, fig in figures.items():
+        for fmt in FORMATS:
+            path = out_dir / f"{name}.{fmt}"
+            fig.savefig(path, format=fmt, dpi=120, bbox_inches="tight")
+            written.append(path)
+        plt.close(fig)
+    return written
+
+
+def _labels(rows) -> list[str]:
+    """Bar labels: the problem, plus the solution when a problem has several bars."""
+    per_problem: dict[str, int] = {}
+    for r in rows:
+        per_problem[r["problem"]] = per_problem.get(r["problem"], 0) + 1
+    sizes = {(r.get("size"), r.get("world_size")) for r in rows}
+    labels = []
+    for r in rows:
+        label = r["problem"]
+        if per_problem[r["problem"]] > 1:
+            label += f"\n{solution_name(r)}"
+        if len(sizes) > 1:
+            label += f"\n{r.get('size')} W{r.get('world_size')}"
+        labels.append(label)
+    return labels
+
+
+def _ordered(rows):
+    return sorted(rows, key=lambda r: (str(r.get("category")), r.get("problem_id") or 0, solution_name(r),
+                                       str(r.get("size")), r.get("world_size") or 0))
+
+
+def _category_colours(plt, rows) -> dict:
+    cmap = plt.get_cmap("tab10")
+    names = sorted({str(r.get("category")) for r in rows})
+    return {name: cmap(i % 10) for i, name in enumerate(names)}
+
+
+def _bar_axes(plt, count, title, ylabel):
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.55 * count + 2), 4.8))
+    ax.set_title(title)
+    ax.set_ylabel(ylabel)
+    ax.set_yscale("log")
+    ax.grid(axis="y", which="both", alpha=0.3)
+    return fig, ax
+
+
+def _speedup_figure(plt, rows):
+    rows = _ordered(rows)
+    colours = _category_colours(plt, rows)
+    fig, ax = _bar_axes(plt, len(rows), "Speedup over the reference (correct solutions)", "speedup (x, log scale)")
+    xs = range(len(rows))
+    bars = ax.bar(xs, [r["speedup"] for r in rows], color=[colours[str(r.get("category"))] for r in rows])
+    ax.bar_label(bars, labels=[f"{r['speedup']:.2f}x" for r in rows], fontsize=7, padding=2)
+    ax.axhline(1.0, color="black", linewidth=1)
+    _log_labels(ax, "{:g}x")
+    _set_ticks(ax, rows)
+    _category_legend(plt, ax, colours)
+    return fig
+
+
+def _sol_figure(plt, rows):
+    rows = _ordered(rows)
+    colours = _category_colours(plt, rows)
+    fig, ax = _bar_axes(plt, len(rows), "Share of the speed-of-light floor reached", "% of SOL (log scale)")
+    width = 0.4
+    ref = [100 * (r["sol"].get("reference_fraction") or 0) for r in rows]
+    sol = [100 * r["sol"]["solution_fraction"] for r in rows]
+    ax.bar([i - width / 2 for i in range(len(rows))], ref, width, color="0.75", label="reference")
+    ax.bar([i + width / 2 for i in range(len(rows))], sol, width, label="solution",
+           color=[colours[str(r.get("category"))] for r in rows])
+    ax.axhline(100.0, color="black", linewidth=1, linestyle="--")
+    ax.annotate("speed of light", (0, 100.0), xycoords=("axes fraction", "data"), xytext=(4, 3),
+                textcoords="offset points", fontsize=8)
+    _log_labels(ax, "{:g}%")
+    _set_ticks(ax, rows)
+    _category_legend(plt, ax, colours, extra=[("reference", "0.75")], prefix="solution: ")
+    return fig
+
+
+def _set_ticks(ax, rows):
+    """Problem labels under the bars, and a dotted line between categories."""
+    for i in range(1, len(rows)):
+        if rows[i].get("category") != rows[i - 1].get("category"):
+            ax.axvline(i - 0.5, color="0.5", linestyle=":", linewidth=1)
+    ax.set_xticks(list(range(len(rows))))
+    ax.set_xticklabels(_labels(rows), rotation=45, ha="right", fontsize=8)
+
+
+def _category_legend(plt, ax, colours, extra=(), prefix=""):
+    from matplotlib.patches import Patch
+
+    handles = [Patch(color=colour, label=label) for label, colour in extra]
+    handles += [Patch(color=colour, label=prefix + name) for name, colour in colours.items()]
+    ax.legend(handles=handles, fontsize=8, loc="best")
+
+
+def _log_labels(ax, template):
+    """Plain numbers (``2x``, ``10%``) on a log axis instead of powers of ten."""
+    from matplotlib.ticker import FuncFormatter, LogLocator
+
+    ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: template.format(v)))
+    ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: ""))
+
+
+def _human_bytes(value, _=None) -> str:
+    for unit, size in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if value >= size:
+            return f"{value / size:g}{unit}"
+    return f"{value:g}"
+
+
+def _sweep_figure(plt, problem, rows):
+    """Time (us) and busbw (GB/s) against per-rank message size."""
+    fig, (ax_time, ax_bw) = plt.subplots(1, 2, figsize=(12, 4.8))
+    fig.suptitle(f"{problem}: message-size sweep (W={rows[0].get('world_size')}, {rows[0].get('dtype')})")
+    series = _sweep_series(rows)
+    palette = plt.get_cmap("tab10")
+    solutions = [label for label in dict.fromkeys(label for label, _, _ in series) if label != "NCCL"]
+    colours = {"NCCL": "black", **{label: palette(i % 10) for i, label in enumerate(solutions)}}
+    for label, mode, points in series:
+        word, style = MODE_STYLE.get(mode, (mode, "-."))
+        sizes = [p[0] for p in points]
+        colour = colours[label]
+        ax_time.plot(sizes, [p[1] * 1e3 for p in points], style, marker="o", markersize=3, color=colour,
+                     label=f"{label} ({word})")
+        bw = [(p[0], p[2]) for p in points if p[2] is not None]
+        if bw:
+            ax_bw.plot([b[0] for b in bw], [b[1] for b in bw], style, marker="o", markersize=3, color=colour,
+                       label=f"{label} ({word})")
+    ax_time.set(xscale="log", yscale="log", xlabel="message size per rank (bytes)", ylabel="median time (us)",
+                title="time")
+    _log_labels(ax_time, "{:g}")
+    ax_bw.set(xscale="log", xlabel="message size per rank (bytes)", ylabel="busbw (GB/s)", title="bus bandwidth")
+    from matplotlib.ticker import FuncFormatter
+
+    for ax in (ax_time, ax_bw):
+        ax.set_xscale("log", base=2)
+        ax.xaxis.set_major_formatter(FuncFormatter(_human_bytes))
+        ax.grid(which="both", alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8)
+    return fig
+
+
+def _sweep_series(rows):
+    """``[(label, mode, [(bytes, median ms, busbw GB/s or None)])]``: each solution, and NCCL.
+
+    Every record times the reference beside its solution; NCCL's point at a size
+    is the median of those measurements.
+    """
+    series: dict[tuple, dict[int, list]] = {}
+    for r in rows:
+        stats = r["stats"]
+        for mode, sides in (stats.get("modes") or {}).items():
+            for side, label in (("candidate", solution_name(r)), ("reference", "NCCL")):
+                if side == "candidate" and not is_correct(r):
+                    continue
+                if (sides or {}).get(side):
+                    series.setdefault((label, mode), {}).setdefault(sweep_bytes(r), []).append(sides[side]["median"])
+    out = []
+    mode_order = list(MODE_STYLE)
+    for (label, mode), by_size in sorted(series.items(), key=lambda item: (
+            item[0][0] != "NCCL", item[0][0], mode_order.index(item[0][1]) if item[0][1] in mode_order else 99)):
+        points = []
+        for nbytes in sorted(by_size):
+            ms = statistics.median(by_size[nbytes])
+            bus = next((r["stats"]["bus"] for r in rows if sweep_bytes(r) == nbytes and r["stats"].get("bus")), None)
+            busbw = bus["bytes"] / (ms * 1e-3) * bus["factor"] / 1e9 if bus and ms > 0 else None
+            points.append((nbytes, ms, busbw))
+        out.append((label, mode, points))
+    return out

@@ -1,0 +1,260 @@
+"""What a run directory says: per-problem rows and the aggregates people quote.
+
+Pure functions over the records of :mod:`pkb_core.results.records`; no torch, no I/O
+beyond reading ``records.jsonl``. ``pkb report`` prints, ``--json`` dumps and
+``--html`` renders exactly the dict :func:`summarize` returns.
+
+Definitions (KernelBench's, applied to pkb's records):
+
+* a row is one record; ``unsupported`` rows (the problem rejects the world
+  size, nothing ran) are listed but left out of every rate;
+* **correct** means verdict ``pass`` (``flagged`` is not correct);
+* **pass rate** = correct rows / counted rows;
+* **fast_p** = rows that are correct *and* have ``speedup > p`` / counted
+  rows, for p in :data:`FAST_P` (``fast_0`` is the pass rate; rows without
+  timing count as not fast; ``None`` when rows are correct but none of them
+  was timed, i.e. a run without ``--measure-perf``);
+* **geomean speedup** = geometric mean of ``speedup`` over correct timed rows;
+* **pass@k / fast_p@k**, when a problem has several samples (solutions
+  ``<id>_<name>*.py`` run on the same problem, backend, world size, size, dtype
+  and mode): the unbiased estimator ``1 - C(n-c, k) / C(n, k)`` per problem
+  (n samples, c of them correct, or correct and faster than p), averaged over
+  the problems with ``n >= k``.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from pkb_core.errors import PkbError
+
+#: The p of fast_p (speedup thresholds).
+FAST_P = (0.0, 1.0, 1.5, 2.0)
+#: k values reported by default for pass@k (those not above the most samples any problem has).
+DEFAULT_KS = (1, 2, 5, 10, 25, 50, 100)
+#: NVML clock-event bits that mean the GPU slowed itself down (power cap, hardware slowdown,
+#: thermal slowdowns, power brake); idle and application-clock bits are not throttling.
+THROTTLE_BITS = 0x4 | 0x8 | 0x20 | 0x40 | 0x80
+#: A timed side whose p10..p90 range is wider than this fraction of its median is "noisy".
+NOISY_SPREAD = 0.5
+
+
+def load_run(run_dir) -> list[dict]:
+    """The records of ``run_dir``; one clear error when there are none."""
+    from pkb_core.results.records import RECORDS, read_records
+
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise PkbError(f"run directory {run_dir} does not exist")
+    records = read_records(run_dir)
+    if not records:
+        raise PkbError(f"no records in {run_dir / RECORDS}")
+    return records
+
+
+def is_correct(record: dict) -> bool:
+    return record.get("verdict") == "pass"
+
+
+def is_sweep(record: dict) -> bool:
+    """A record of ``pkb bench`` (size ``sweep:<bytes>``)."""
+    return str(record.get("size", "")).startswith("sweep:")
+
+
+def sweep_bytes(record: dict) -> int:
+    return int(str(record["size"]).split(":", 1)[1])
+
+
+def solution_name(record: dict) -> str:
+    """The solution's file name (labels from ``--solutions DIR`` are full paths)."""
+    return Path(str(record.get("solution", ""))).name
+
+
+def counted(records) -> list[dict]:
+    """The rows that count towards rates: everything but ``unsupported``."""
+    return [r for r in records if r.get("verdict") != "unsupported"]
+
+
+def geomean(values) -> float | None:
+    values = [v for v in values if v is not None and v > 0]
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
+
+
+def fast_p(records, p: float) -> float | None:
+    """Fraction of counted rows that are correct and faster than ``p`` (p = 0: the pass rate)."""
+    rows = counted(records)
+    if not rows:
+        return None
+    if p > 0 and _untimed(rows):
+        return None  # correct but never timed: nothing is known about speed
+    return sum(1 for r in rows if _fast(r, p)) / len(rows)
+
+
+def _untimed(rows) -> bool:
+    """Some rows are correct and none of the correct ones was timed."""
+    correct = [r for r in rows if is_correct(r)]
+    return bool(correct) and not any(r.get("speedup") for r in correct)
+
+
+def _fast(record, p) -> bool:
+    if not is_correct(record):
+        return False
+    return p <= 0 or (record.get("speedup") or 0) > p
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """KernelBench's (HumanEval's) unbiased estimator ``1 - C(n-c, k) / C(n, k)``; needs ``k <= n``."""
+    if not 0 < k <= n:
+        raise ValueError(f"pass@k needs 0 < k <= n (k={k}, n={n})")
+    if n - c < k:
+        return 1.0
+    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+def sample_groups(records) -> dict[tuple, list[dict]]:
+    """Counted rows grouped into problems: same problem, backend, world size, size, dtype, mode."""
+    groups: dict[tuple, list[dict]] = {}
+    for r in counted(records):
+        key = (r.get("backend"), r.get("problem"), r.get("world_size"), r.get("size"), r.get("dtype"), r.get("mode"))
+        groups.setdefault(key, []).append(r)
+    return groups
+
+
+def at_k(records, ks=None) -> dict | None:
+    """pass@k and fast_p@k per k, or None when no problem has more than one sample.
+
+    ``{"problems": m, "max_n": N, "k": {k: {"problems": m_k, "pass": x, "fast_p": {"1": y, ...}}}}``
+    """
+    groups = sample_groups(records)
+    if not groups:
+        return None
+    max_n = max(len(g) for g in groups.values())
+    if max_n < 2 and ks is None:
+        return None
+    ks = [k for k in (ks or DEFAULT_KS) if k <= max_n]
+    timed = not _untimed([r for g in groups.values() for r in g])
+    result = {"problems": len(groups), "max_n": max_n, "k": {}}
+    for k in ks:
+        eligible = [g for g in groups.values() if len(g) >= k]
+
+        def mean_estimate(p):
+            return sum(pass_at_k(len(g), sum(_fast(r, p) for r in g), k) for g in eligible) / len(eligible)
+
+        result["k"][str(k)] = {
+            "problems": len(eligible),
+            "pass": mean_estimate(0.0),
+            "fast_p": {_p(p): (mean_estimate(p) if timed else None) for p in FAST_P if p > 0},
+        }
+    return result
+
+
+def aggregates(records) -> dict:
+    """Verdict counts, pass rate, fast_p and geomean speedup of a set of rows."""
+    rows = counted(records)
+    verdicts: dict[str, int] = {}
+    for r in records:
+        verdicts[r.get("verdict", "?")] = verdicts.get(r.get("verdict", "?"), 0) + 1
+    speedups = [r["speedup"] for r in rows if is_correct(r) and r.get("speedup")]
+    return {
+        "count": len(rows),
+        "unsupported": len(records) - len(rows),
+        "verdicts": dict(sorted(verdicts.items())),
+        "pass_rate": fast_p(rows, 0.0),
+        "fast_p": {_p(p): fast_p(rows, p) for p in FAST_P},
+        "geomean_speedup": geomean(speedups),
+        "timed_correct": len(speedups),
+    }
+
+
+def categories(records) -> list[dict]:
+    """Per category: count, pass rate, geomean speedup of correct rows, fast_1."""
+    by_category: dict[str, list[dict]] = {}
+    for r in records:
+        by_category.setdefault(r.get("category", "?"), []).append(r)
+    out = []
+    for name, rows in sorted(by_category.items()):
+        agg = aggregates(rows)
+        out.append({"category": name, "count": agg["count"], "pass_rate": agg["pass_rate"],
+                    "geomean_speedup": agg["geomean_speedup"], "fast_1": agg["fast_p"]["1"]})
+    return out
+
+
+def bandwidth(record: dict, side: str = "solution") -> tuple[float | None, float | None]:
+    """``(algbw, busbw)`` in GB/s of one side (nccl-tests: algbw = S / t, busbw = algbw * factor)."""
+    bus = (record.get("stats") or {}).get("bus")
+    ms = record.get(f"{side}_ms")
+    if not bus or not ms:
+        return None, None
+    algbw = bus["bytes"] / (ms * 1e-3) / 1e9
+    return algbw, algbw * bus["factor"]
+
+
+def flags(record: dict) -> list[str]:
+    """Warnings a reader of the numbers should see: noisy timing, throttled GPU clocks."""
+    out = []
+    stats = record.get("stats") or {}
+    for side in ("reference", "candidate"):
+        s = stats.get(side)
+        if s and s.get("median") and (s["p90"] - s["p10"]) > NOISY_SPREAD * s["median"]:
+            out.append(f"noisy {side}")
+    reasons = [c.get("throttle_reasons") for c in stats.get("clocks") or [] if c and c.get("throttle_reasons")]
+    if any(int(str(r), 16) & THROTTLE_BITS for r in reasons):
+        out.append("throttled")
+    return out
+
+
+def row(record: dict) -> dict:
+    """The report's row for one record."""
+    sol = record.get("sol") or {}
+    algbw, busbw = bandwidth(record, "solution")
+    _, ref_busbw = bandwidth(record, "reference")
+    return {
+        "problem_id": record.get("problem_id"),
+        "problem": record.get("problem"),
+        "category": record.get("category"),
+        "backend": record.get("backend"),
+        "solution": solution_name(record),
+        "world_size": record.get("world_size"),
+        "size": record.get("size"),
+        "dtype": record.get("dtype"),
+        "verdict": record.get("verdict"),
+        "reference_ms": record.get("reference_ms"),
+        "solution_ms": record.get("solution_ms"),
+        "speedup": record.get("speedup"),
+        "timing_mode": record.get("timing_mode"),
+        "floor_ms": sol.get("floor_ms"),
+        "bound": sol.get("bound"),
+        "reference_sol_pct": _pct(sol.get("reference_fraction")),
+        "solution_sol_pct": _pct(sol.get("solution_fraction")),
+        "algbw_gbps": algbw,
+        "busbw_gbps": busbw,
+        "reference_busbw_gbps": ref_busbw,
+        "reason": record.get("reason", ""),
+        "flags": flags(record),
+    }
+
+
+def summarize(records, run_dir=None, ks=None) -> dict:
+    """Everything ``pkb report`` shows, as one JSON-ready dict."""
+    ordered = sorted(records, key=lambda r: (r.get("problem_id") or 0, _size_key(r), solution_name(r),
+                                             r.get("world_size") or 0, str(r.get("dtype"))))
+    return {
+        "run_dir": None if run_dir is None else str(run_dir),
+        "rows": [row(r) for r in ordered],
+        "aggregates": aggregates(records),
+        "categories": categories(records),
+        "at_k": at_k(records, ks),
+    }
+
+
+def _size_key(record):
+    """Sweeps in byte order, presets by name."""
+    return (0, sweep_bytes(record), "") if is_sweep(record) else (1, 0, str(record.get("size")))
+
+
+def _pct(fraction):
+    return None if fraction is None else 100.0 * fraction
+
+
+def _p(p: float) -> str:
+    return f"{p:g}"

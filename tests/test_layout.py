@@ -1,0 +1,119 @@
+"""The package tree is the architecture: every module is documented, there are no
+import cycles, and distributions import only pkb's public API."""
+import ast
+import re
+from pathlib import Path
+
+import pkb_core
+
+ROOT = Path(__file__).resolve().parent.parent
+CORE = ROOT / "pkb_core"
+
+
+def _modules(package: Path) -> dict[str, Path]:
+    found = {}
+    for path in package.rglob("*.py"):
+        parts = path.relative_to(package.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        found[name] = path
+    return found
+
+
+def _imports(path: Path) -> set[str]:
+    """Every module name an import statement in ``path`` names (at any depth)."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return names
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module."""
+    index, low, stack, on_stack, found = {}, {}, [], set(), []
+
+    def visit(node):
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for other in graph[node]:
+            if other not in index:
+                visit(other)
+                low[node] = min(low[node], low[other])
+            elif other in on_stack:
+                low[node] = min(low[node], index[other])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                other = stack.pop()
+                on_stack.discard(other)
+                component.append(other)
+                if other == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in graph:
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_architecture_doc_lists_every_module():
+    """Every module file and package folder of pkb_core is named in docs/architecture.md's tree."""
+    doc = (ROOT / "docs" / "architecture.md").read_text()
+    tree = doc.split("```")[1]
+    named = set(re.findall(r"[\w]+\.py", tree)) | set(re.findall(r"([\w]+)/", tree))
+    missing = []
+    for path in CORE.rglob("*.py"):
+        rel = path.relative_to(CORE)
+        if rel.parts[0] == "baselines" or "reference_examples" in rel.parts:
+            continue  # data: solution files (torch's own kernels, the reference backend's prompt examples)
+        if path.name == "__init__.py":
+            if rel.parent != Path(".") and rel.parent.name not in named:
+                missing.append(f"{rel.parent}/")
+        elif path.name not in named:
+            missing.append(str(rel))
+    assert not missing, f"docs/architecture.md does not list: {missing}"
+
+
+def test_no_import_cycles():
+    modules = _modules(CORE)
+    graph = {name: {other for other in _imports(path) if other in modules and other != name}
+             for name, path in modules.items()}
+    assert _cycles(graph) == []
+
+
+def test_distributions_import_only_the_public_api():
+    private = []
+    for folder in ("backends", "problems"):
+        for path in (ROOT / folder).rglob("*.py"):
+            if "samples" in path.parts or "tests" in path.parts:
+                continue  # solutions are users: they may reach pkb_core.symmetric like any solution
+            for name in _imports(path):
+                if name.startswith("pkb_core.") and name.split(".")[1] not in pkb_core.__all__:
+                    private.append(f"{path.relative_to(ROOT)}: {name}")
+    assert not private, private
+
+
+def test_every_public_name_resolves():
+    for name in pkb_core.__all__:
+        assert getattr(pkb_core, name) is not None, name
+
+
+def test_core_names_no_backend_but_its_own():
+    """Core behaviour never depends on a plugin's name: no string literal in pkb_core is the
+    name of a backend that a separate distribution provides ("cuda" is exempt: it is also a
+    device type)."""
+    plugins = {path.name.removeprefix("pkb_") for path in (ROOT / "backends").glob("*/pkb_*")}
+    plugins |= {"nvshmem4py"}
+    plugins.discard("cuda")  # also the name of a device type, which core does tell apart
+    named = []
+    for path in CORE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and node.value in plugins:
+                named.append(f"{path.relative_to(ROOT)}:{node.lineno}: {node.value!r}")
+    assert not named, named
