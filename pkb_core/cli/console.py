@@ -13,10 +13,13 @@ from dataclasses import dataclass, field
 import click
 
 from pkb_core.cli.table import format_cell, numeric_column, render_table
+from pkb_core.results.verdict import Verdict
 
 #: Verdict colours in rich tables.
-VERDICT_STYLES = {"pass": "green", "improved": "green", "fail": "red", "error": "red", "compile-error": "red",
-                  "timeout": "red", "crash": "red", "regressed": "red", "flagged": "yellow", "unsupported": "dim"}
+VERDICT_STYLES = {**{v.value: "red" for v in Verdict if v.failing}, Verdict.PASS.value: "green",
+                  Verdict.FLAGGED.value: "yellow", Verdict.UNSUPPORTED.value: "dim",
+                  # pkb compare's states of a job between two runs
+                  "improved": "green", "regressed": "red"}
 
 #: Widest column that rich must not squeeze (longer cells may wrap).
 MAX_KEPT_WIDTH = 40

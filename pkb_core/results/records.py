@@ -20,9 +20,9 @@ import platform
 from pathlib import Path
 
 from pkb_core import __version__
+from pkb_core.results.verdict import VERDICTS
 
 RECORDS = "records.jsonl"
-VERDICTS = ("pass", "fail", "error", "compile-error", "timeout", "crash", "unsupported", "flagged")
 
 
 def job_record(job: dict, world_size: int, verdict: str, reason: str = "", *, timing=None,
