@@ -26,8 +26,12 @@ CPU_RUN = ("run", "--executor", "slurm", "--device", "cpu", "--nproc", "2", "--t
 
 def slurm_unavailable() -> str | None:
     """Why this machine cannot run SLURM jobs now, or None when `srun hostname` works."""
-    if not shutil.which("sbatch") or not shutil.which("srun"):
+    if not all(map(shutil.which, ("sbatch", "srun", "scontrol"))):
         return "no sbatch/srun on PATH (a one-node SLURM: sudo .ci/start-slurm --install)"
+    ping = subprocess.run(["scontrol", "ping"], capture_output=True, text=True, timeout=30)
+    if ping.returncode != 0 or "is UP" not in ping.stdout:
+        lines = (ping.stdout + ping.stderr).strip().splitlines() or [f"exit status {ping.returncode}"]
+        return f"SLURM controller not responding: `scontrol ping`: {lines[0]} (.ci/start-slurm starts one)"
     try:
         done = subprocess.run(["srun", "--immediate=10", "--time=1", "hostname"], capture_output=True, text=True,
                               timeout=30)
