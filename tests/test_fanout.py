@@ -92,3 +92,72 @@ def test_collective_pack_in_shards_lands_in_one_run_dir_and_resumes(pkb_invoke, 
     assert json.loads(again.stdout)["results"] == records
     assert len(list((tmp_path / "submitit").glob("*_submitted.pkl"))) == 2
     assert (tmp_path / "records.jsonl").read_text().splitlines() == lines
+
+
+def _fake_tools(tmp_path, monkeypatch, **scripts):
+    """Put shell scripts named after SLURM tools first on PATH; each logs its arguments to calls.log."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    for name, body in scripts.items():
+        (bin_dir / name).write_text(f'#!/bin/sh\necho "{name} $*" >> {tmp_path}/calls.log\n{body}\n')
+        (bin_dir / name).chmod(stat.S_IRWXU)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    return tmp_path / "calls.log"
+
+
+def test_cpu_shards_on_slurm_ask_for_no_gpus(tmp_path, monkeypatch):
+    params = engine_parameters(ExecutorOptions(name="slurm"), nproc=2, device="cpu", minutes=5, name="pkb-x")
+    assert "gpus_per_node" not in params and "gres" not in params
+    _fake_tools(tmp_path, monkeypatch, srun="exit 1")
+    executor = submitit.AutoExecutor(folder=tmp_path / "submitit", cluster="slurm")
+    executor.update_parameters(**params)
+    sbatch = executor._executor._make_submission_file_text("python -m x", "uid")
+    assert "gpu" not in sbatch and "gres" not in sbatch, sbatch
+    # Asked for explicitly, GPUs are requested in CPU mode too; on GPUs every rank gets one by default.
+    explicit = ExecutorOptions(name="slurm", slurm_gpus_per_node=1)
+    assert engine_parameters(explicit, nproc=2, device="cpu", minutes=5, name="x")["gpus_per_node"] == 1
+    assert engine_parameters(ExecutorOptions(name="slurm"), 8, "cuda", 5, "x")["gpus_per_node"] == 8
+    # submitit-local on CPU: 0, or it would narrow CUDA_VISIBLE_DEVICES for nothing.
+    assert engine_parameters(ExecutorOptions(name="submitit-local"), 2, "cpu", 5, "x")["gpus_per_node"] == 0
+
+
+def test_without_accounting_job_states_come_from_squeue_quietly(tmp_path, monkeypatch):
+    from pkb_core.slurm_watch import ENDED, QueueWatcher
+
+    calls = _fake_tools(tmp_path, monkeypatch,
+                        sacct='echo "sacct: error: Slurm accounting storage is disabled" >&2; exit 1',
+                        squeue='printf "7_0|COMPLETED|n1\\n7_1|CANCELLED|n1\\n7_2|RUNNING|n2\\n"')
+    printed = []
+    watcher = QueueWatcher(echo=printed.append)
+    for job_id in ("7_0", "7_1", "7_2", "5"):
+        watcher.register_job(job_id)
+    watcher.update()
+    assert {j: watcher.get_state(j, mode="cache") for j in ("7_0", "7_1", "7_2", "5")} == {
+        "7_0": "COMPLETED", "7_1": "CANCELLED", "7_2": "RUNNING", "5": ENDED}  # 5: no longer listed
+    assert [watcher.is_done(j, mode="cache") for j in ("7_0", "7_1", "7_2", "5")] == [True, True, False, True]
+    watcher.update()  # sacct is not asked again; only the unfinished job is
+    sacct, *squeue = calls.read_text().splitlines()
+    assert sacct.startswith("sacct -o JobID,State,NodeList --parsable2 -j ")
+    assert squeue == ["squeue --noheader --array --states=all --format=%i|%T|%N --jobs=5,7",
+                      "squeue --noheader --array --states=all --format=%i|%T|%N --jobs=7"]
+    assert printed == [] and not watcher.accounting
+
+
+def test_job_states_when_neither_sacct_nor_squeue_answers(tmp_path, monkeypatch):
+    from pkb_core.slurm_watch import QueueWatcher
+
+    _fake_tools(tmp_path, monkeypatch, sacct='echo "sacct: error: slurmdbd: Connection refused" >&2; exit 1',
+                squeue='echo "slurm_load_jobs error: Unable to contact slurm controller" >&2; exit 1')
+    printed = []
+    watcher = QueueWatcher(echo=printed.append)
+    watcher.register_job("9_0")
+    for _ in range(3):
+        watcher.update()
+    assert watcher.get_state("9_0", mode="cache") == "UNKNOWN" and not watcher.is_done("9_0", mode="cache")
+    assert watcher.accounting  # not disabled, only unreachable: asked again next time
+    assert printed == ["slurm: cannot read the shards' states (sacct: accounting disabled or failing; squeue: "
+                       "slurm_load_jobs error: Unable to contact slurm controller); retrying"]
+    # squeue back, the job purged from the controller: it has ended.
+    _fake_tools(tmp_path, monkeypatch, squeue='echo "slurm_load_jobs error: Invalid job id specified" >&2; exit 1')
+    watcher.update()
+    assert watcher.is_done("9_0", mode="cache")

@@ -8,7 +8,7 @@ each shard becomes one job of the engine, submitted through `submitit
 <https://github.com/facebookincubator/submitit>`_:
 
 * ``slurm``: one SLURM job per shard (a job array), one node, one task, the
-  node's GPUs (``--slurm-gpus-per-node``, default ``--nproc``) and
+  node's GPUs (``--slurm-gpus-per-node``, default ``--nproc``; none in CPU mode) and
   ``--exclusive`` unless ``--no-slurm-exclusive``. The task calls
   :func:`~pkb_core.launch.launcher.run_jobs` on its shard, so torchrun starts the ranks
   there exactly as a local run would;
@@ -169,10 +169,16 @@ def shard_minutes(shard: list[dict], job_timeout: float) -> int:
 
 def engine_parameters(options: ExecutorOptions, nproc: int, device: str, minutes: int, name: str) -> dict:
     """``update_parameters`` keywords of submitit's ``AutoExecutor`` for one shard per node."""
-    gpus = options.slurm_gpus_per_node or nproc
-    params = {"name": name, "nodes": 1, "tasks_per_node": 1, "timeout_min": options.slurm_time or minutes,
-              # submitit-local sets CUDA_VISIBLE_DEVICES to the first gpus_per_node GPUs: 0 would hide them all.
-              "gpus_per_node": gpus if device == "cuda" or options.name == "slurm" else 0}
+    params = {"name": name, "nodes": 1, "tasks_per_node": 1, "timeout_min": options.slurm_time or minutes}
+    if device == "cuda":
+        params["gpus_per_node"] = options.slurm_gpus_per_node or nproc
+    elif options.name == "slurm":
+        # CPU shards ask for no GPUs (a CPU node has no gres to give, and sbatch refuses the job), unless told to.
+        if options.slurm_gpus_per_node:
+            params["gpus_per_node"] = options.slurm_gpus_per_node
+    else:
+        # submitit-local sets CUDA_VISIBLE_DEVICES to the first gpus_per_node GPUs: 0 hides them all.
+        params["gpus_per_node"] = 0
     if options.name == "slurm":
         if options.slurm_cpus_per_task:
             params["cpus_per_task"] = options.slurm_cpus_per_task
@@ -234,6 +240,10 @@ def run_sharded(jobs: list[dict], settings, options: ExecutorOptions, on_record=
             engine_jobs = [executor.submit(Shard(), shard, settings) for shard in shards]
     except Exception as exc:  # sbatch refused (partition, account, limits): nothing was submitted
         raise PkbError(f"--executor {options.name}: submission failed: {_first_line(exc)}") from None
+    if options.name == "slurm":  # states from sacct, or squeue where accounting is off
+        from pkb_core.slurm_watch import watch
+
+        watch(engine_jobs)
     click.echo(f"{options.name}: {len(shards)} shard(s) of {sum(map(len, shards))} job(s) submitted "
                f"(engine jobs {_id_range(engine_jobs)}; logs in {folder})", err=True)
     wait_for_shards(list(zip(engine_jobs, shards)), settings, tail)
