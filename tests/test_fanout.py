@@ -122,7 +122,7 @@ def test_cpu_shards_on_slurm_ask_for_no_gpus(tmp_path, monkeypatch):
 
 
 def test_without_accounting_job_states_come_from_squeue_quietly(tmp_path, monkeypatch):
-    from pkb_core.slurm_watch import ENDED, QueueWatcher
+    from pkb_core.launch.slurm_watch import ENDED, QueueWatcher
 
     calls = _fake_tools(tmp_path, monkeypatch,
                         sacct='echo "sacct: error: Slurm accounting storage is disabled" >&2; exit 1',
@@ -144,7 +144,7 @@ def test_without_accounting_job_states_come_from_squeue_quietly(tmp_path, monkey
 
 
 def test_job_states_when_neither_sacct_nor_squeue_answers(tmp_path, monkeypatch):
-    from pkb_core.slurm_watch import QueueWatcher
+    from pkb_core.launch.slurm_watch import QueueWatcher
 
     _fake_tools(tmp_path, monkeypatch, sacct='echo "sacct: error: slurmdbd: Connection refused" >&2; exit 1',
                 squeue='echo "slurm_load_jobs error: Unable to contact slurm controller" >&2; exit 1')

@@ -241,7 +241,7 @@ def run_sharded(jobs: list[dict], settings, options: ExecutorOptions, on_record=
     except Exception as exc:  # sbatch refused (partition, account, limits): nothing was submitted
         raise PkbError(f"--executor {options.name}: submission failed: {_first_line(exc)}") from None
     if options.name == "slurm":  # states from sacct, or squeue where accounting is off
-        from pkb_core.slurm_watch import watch
+        from pkb_core.launch.slurm_watch import watch
 
         watch(engine_jobs)
     click.echo(f"{options.name}: {len(shards)} shard(s) of {sum(map(len, shards))} job(s) submitted "

@@ -1,4 +1,4 @@
-"""Job states of SLURM shards, with or without accounting (used by :mod:`pkb_core.fanout`).
+"""Job states of SLURM shards, with or without accounting (used by :mod:`pkb_core.launch.fanout`).
 
 submitit learns whether a SLURM job is still running from ``sacct``. Many
 clusters, and every small one without ``slurmdbd``, run with accounting off;
