@@ -42,14 +42,14 @@ class BuildContext:
 def build(request: dict) -> dict:
     from pkb_core.plugin.defaults import CoreDefaults
     from pkb_core.errors import CompileError, describe
-    from pkb_core.candidate.lockdown import lock_down
+    from pkb_core.candidate.lockdown import lock_down, protected_caches
     from pkb_core.plugin.manager import worker_plugin_manager
     from pkb_core.plugin.multicast import refuse_solution_multicast
     from pkb_core.problem.contract import read_spec
 
     pm = worker_plugin_manager(request["backend"], CoreDefaults())
     problem = read_spec(request["problem_path"]).load()
-    lock_down(network=False, read_only=[request["run_dir"]])
+    lock_down(network=False, read_only=[request["run_dir"], *protected_caches()])
     state = BuildContext(device=request["device"], options=request.get("options", {}))
     try:
         refuse_solution_multicast(pm, request["solution"])

@@ -218,7 +218,7 @@ class BuildPhase:
 
 
 def _kill(proc) -> None:
-    from pkb_core.launch.sessions import signal_sessions
+    from pkb_core.launch.sessions import kill_sessions
 
-    signal_sessions([proc.pid], signal.SIGKILL)  # the compilers it started too
+    kill_sessions([proc.pid])  # the compilers it started too
     proc.wait()

@@ -140,6 +140,20 @@ def _libc():
     return ctypes.CDLL(None, use_errno=True)
 
 
+def protected_caches() -> list[str]:
+    """The cache folders whose contents decide verdicts: the machine's
+    calibration (the physics floor) and the compile phase's outcomes. Made
+    read-only with the run directory, so no candidate can poison a later run's
+    floor or another solution's build outcome."""
+    from pkb_core.build.phase import cache_dir as builds
+    from pkb_core.machine.calibrate import cache_dir
+
+    folders = [cache_dir() / "calibration", builds()]
+    for folder in folders:
+        folder.mkdir(parents=True, exist_ok=True)
+    return [str(folder) for folder in folders]
+
+
 def lock_down(*, network: bool, read_only=()) -> list[str]:
     """Apply the lockdown to this process; return what could not be applied.
 
@@ -147,7 +161,8 @@ def lock_down(*, network: bool, read_only=()) -> list[str]:
         backends); ``True`` keeps them (the reference backend's solutions may
         create NCCL communicators for subgroups).
     :param read_only: directories this process (and its children) may no
-        longer write: the run directory, where the launcher writes records.
+        longer write: the run directory, where the launcher writes records,
+        and :func:`protected_caches`.
         Needs ``CAP_SYS_ADMIN`` (a private mount namespace with read-only
         bind mounts); without it this item is reported missing.
     """

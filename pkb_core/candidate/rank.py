@@ -101,13 +101,13 @@ class CandidateRank:
     def on_setup(self, job):
         """Lock the process down, then compile the job's solution (its code
         runs in this process from here on)."""
-        from pkb_core.candidate.lockdown import lock_down
+        from pkb_core.candidate.lockdown import lock_down, protected_caches
         from pkb_core.plugin.multicast import refuse_solution_multicast
 
         if self.unsupported:
             return {"verdict": "unsupported", "reason": self.unsupported}
         self.job = job
-        missing = lock_down(network=not self.custom_kernels, read_only=[self.run_dir])
+        missing = lock_down(network=not self.custom_kernels, read_only=[self.run_dir, *protected_caches()])
         self.problem = read_spec(job["problem_path"]).load()
         try:
             refuse_solution_multicast(self.pm, job["solution"])

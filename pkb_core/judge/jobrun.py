@@ -54,9 +54,9 @@ class Outcome:
 class Parcels:
     """Names of one job's parcel files (in /dev/shm), and their removal."""
 
-    def __init__(self, launch_id: str, job_index: int):
+    def __init__(self, run_id: str):
         folder = "/dev/shm" if os.path.isdir("/dev/shm") else os.environ.get("TMPDIR", "/tmp")
-        self.prefix = os.path.join(folder, f"pkb-{launch_id}-j{job_index}-")
+        self.prefix = os.path.join(folder, f"pkb-{run_id}-")
 
     def paths(self, name: str, nproc: int) -> list[str]:
         return [f"{self.prefix}{name}-r{rank}" for rank in range(nproc)]

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import math
 import os
+import stat
+import tempfile
 from dataclasses import dataclass
 
 import torch
@@ -64,6 +66,12 @@ def dtype_name(dtype) -> str:
 def pack(tree, path, *, group_blocks=None) -> dict:
     """Write ``tree``'s tensors into the file ``path`` and return the skeleton.
 
+    The file is made anew (a file or link already at ``path`` is removed, and
+    the new one is created exclusively, never through a link), so nobody can
+    point a writer at another file. ``path=None`` writes to an anonymous
+    in-memory file that nobody else can open: the same cost as a real export,
+    for a side whose output must stay private (the reference's timed outputs).
+
     :param group_blocks: ``group -> (partition, index)`` for process groups
         among the leaves (the judge's inputs); ``None`` sends them as ``object``.
     """
@@ -74,9 +82,24 @@ def pack(tree, path, *, group_blocks=None) -> dict:
         writer.close()
 
 
+def _unlinked_temp() -> int:
+    """A file descriptor of a temporary file that no longer has a name."""
+    fd, name = tempfile.mkstemp(prefix="pkb-private-")
+    os.unlink(name)
+    return fd
+
+
 class _Writer:
     def __init__(self, path):
-        self.file = open(path, "wb")
+        if path is None:
+            fd = os.memfd_create("pkb-private-export") if hasattr(os, "memfd_create") else _unlinked_temp()
+        else:
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        self.file = os.fdopen(fd, "wb")
         self.offset = 0
 
     def close(self):
@@ -136,8 +159,18 @@ class _Reader:
         self.make_group = make_group
         self.nodes = 0
         self.bytes = 0
-        self.file = open(path, "rb")
-        self.size = os.fstat(self.file.fileno()).st_size
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        except OSError as exc:
+            raise ParcelError(f"the parcel {os.path.basename(path)} could not be opened ({exc.strerror}; "
+                              f"a link is never followed)") from None
+        self.file = os.fdopen(fd, "rb")
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
+            self.file.close()
+            raise ParcelError(f"the parcel {os.path.basename(path)} is not a plain file of its own "
+                              f"(a link to another file is never read)")
+        self.size = info.st_size
 
     def close(self):
         self.file.close()

@@ -162,7 +162,9 @@ class JudgeRank:
         captured graph replays on them)."""
         sets = []
         for i in range(k):
-            ctx = self.context(f"timing/{round}/{i}")
+            # Every other set uses the full mantissa, so a format that is only
+            # exact on the integer-valued sets cannot be kept for the timed calls.
+            ctx = self.context(f"timing/{round}/{i}", full_mantissa=i % 2 == 1)
             sets.append(self.problem.inputs(ctx))
         skeleton = pack(sets, path, group_blocks=ctx.group_blocks)
         self.pristine = [clone(s) for s in sets]
@@ -195,7 +197,10 @@ class JudgeRank:
         calls = self._calls()
         times, outputs = self.timer.run(calls, mode, refresh=self._refresh(), replays=replays)
         self.timed_outputs = outputs
-        pack(outputs, path)  # the same export the candidate makes, so both sides' overheads match
+        # The same export the candidate makes, so both sides' overheads match; into a
+        # file nobody else can open (the reference's answers are never where a
+        # candidate could read or link them).
+        pack(outputs, None)
         return {"times": times, "out_bytes": _nbytes(outputs)}
 
     def on_check_sample(self, indices, candidate):

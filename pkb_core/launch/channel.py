@@ -57,6 +57,18 @@ class LineReader:
         self._buffer = bytearray()
         self.closed = False
 
+    def discard(self) -> None:
+        """Drop everything the worker has written so far, complete lines or not."""
+        while True:
+            try:
+                chunk = os.read(self.fd, 1 << 20)
+            except BlockingIOError:
+                break
+            if not chunk:
+                self.closed = True
+                break
+        self._buffer.clear()
+
     def read_messages(self) -> list:
         """Every complete message available now (``[]`` if none); sets :attr:`closed` at EOF.
 

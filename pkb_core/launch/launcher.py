@@ -218,9 +218,12 @@ class Launch:
         judges = spare = None
         try:
             for index, job in enumerate(pending):
-                run_id = f"{self.launch_id}-j{index}"
+                if spare is not None and spare.start_failed:
+                    self._stop(spare)  # its failure was its own, never the job before's: start afresh
+                    spare = None
+                run_id = spare.run_id if spare is not None else self._job_run_id(index)
                 candidates = spare or self._start("candidate", run_id)
-                spare = None
+                candidates.run_id, spare = run_id, None
                 if judges is None:
                     judges = self._start("judge")
                 try:
@@ -233,7 +236,9 @@ class Launch:
                     self._stop(candidates)
                     continue
                 if index + 1 < len(pending):
-                    spare = self._start("candidate", f"{self.launch_id}-j{index + 1}")
+                    spare_id = self._job_run_id(index + 1)
+                    spare = self._start("candidate", spare_id)
+                    spare.run_id, spare.start_failed = spare_id, None
                 judges = self._run_one(job, index, run_id, judges, candidates, spare)
         finally:
             self._stop(spare)
@@ -242,6 +247,25 @@ class Launch:
             if self.zygotes is not None:
                 self.zygotes.stop()
 
+    def _job_run_id(self, index: int) -> str:
+        """A job's name for its shared-memory files and heap segments. The random
+        part keeps a candidate from knowing (and planting files under) the names
+        of any other job, its successors included."""
+        return f"{self.launch_id}-j{index}-{secrets.token_hex(8)}"
+
+    def _spare_ready(self, spare) -> None:
+        """Wait for the next job's candidate group before timing starts (so its
+        start does not disturb the timed rounds). Its failure is the next job's,
+        not this one's: noted, and that job starts a fresh group."""
+        from pkb_core.launch.ranks import JobEnded
+
+        if spare is None or spare.start_failed:
+            return
+        try:
+            self._ready(spare)
+        except JobEnded as ended:
+            spare.start_failed = ended
+
     def _run_one(self, job, index, run_id, judges, candidates, spare):
         """One job; returns the judge group to go on with (a new one if it failed)."""
         from pkb_core.judge.jobrun import JobRun, JudgeFailed, Outcome, Parcels
@@ -249,7 +273,7 @@ class Launch:
         from pkb_core.launch.ranks import JobEnded
 
         started = time.time()
-        parcels = Parcels(self.launch_id, index)
+        parcels = Parcels(run_id)
         outcome = Outcome()
         try:
             try:
@@ -261,7 +285,7 @@ class Launch:
             problem = read_spec(job["problem_path"]).load()
             run = JobRun(job, problem, judges, candidates, parcels=parcels, settings=self.settings,
                          deadline=time.monotonic() + self.settings.job_timeout,
-                         before_timing=lambda: spare is None or self._ready(spare))
+                         before_timing=lambda: self._spare_ready(spare))
             outcome = run.run()
             outcome.phases = {"ready": ready_s, **outcome.phases}
         except JobEnded as ended:

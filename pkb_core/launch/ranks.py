@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import selectors
 import signal
 import socket
@@ -33,7 +34,7 @@ import time
 from pathlib import Path
 
 from pkb_core.launch.channel import REPLY_FD_ENV, LineReader
-from pkb_core.launch.sessions import cpu_ms_during, signal_sessions
+from pkb_core.launch.sessions import cpu_ms_during, kill_sessions, signal_sessions
 
 #: Seconds to wait, after one rank reported an error, for the others to answer.
 ERROR_GRACE_S = 10.0
@@ -124,7 +125,12 @@ class RankGroup:
         payloads = payload if isinstance(payload, list) else [payload or {}] * len(self.workers)
         for worker, extra in zip(self.workers, payloads):
             worker.phase = op
-            worker.send({"op": op, **extra})
+            # An answer counts only if it echoes this command's nonce, and bytes a
+            # rank wrote before the command was sent are dropped: no answer can be
+            # written ahead of its command (the launcher's clock times the command).
+            worker.reader.discard()
+            worker.nonce = secrets.token_hex(8)
+            worker.send({"op": op, "nonce": worker.nonce, **extra})
         return self.gather(op, deadline=deadline, grace=grace)
 
     def gather(self, op: str, *, deadline: float, grace: float = ERROR_GRACE_S) -> list[dict]:
@@ -150,7 +156,8 @@ class RankGroup:
                     elif "malformed" in message:
                         answers.setdefault(worker.rank, {"error": f"sent a malformed message "
                                                                   f"({str(message['malformed'])[:100]})"})
-                    elif message.get("op") == op and worker.rank not in answers:
+                    elif message.get("op") == op and worker.rank not in answers and \
+                            message.pop("nonce", None) == getattr(worker, "nonce", None):
                         answers[worker.rank] = message
                         worker.phase = f"{op} done"
                     if "error" in answers.get(worker.rank, {}) and first_error_at is None:
@@ -256,6 +263,7 @@ class RankGroup:
                     pass
             time.sleep(0.5)
         self._signal_groups(signal.SIGKILL)
+        kill_sessions(self.pids)  # again until none is left: a fork chain outruns one sweep
         self._signal_groups(signal.SIGCONT)
         if self.remote is not None:
             self.remote.stop(self.group_id)

@@ -40,6 +40,35 @@ def signal_sessions(sessions, sig) -> None:
                 pass
 
 
+#: How long :func:`kill_sessions` keeps sweeping.
+KILL_SWEEP_S = 2.0
+
+
+def kill_sessions(sessions) -> bool:
+    """SIGKILL every process of the sessions, sweeping again until none is left.
+
+    One sweep reads the members, then signals them: a process that forks and
+    exits quickly enough (a fork chain) can be gone from its pid before the
+    signal and live on in its child. Sweeps repeat until a sweep finds nobody
+    (or :data:`KILL_SWEEP_S` passes); returns whether the sessions are empty.
+    """
+    import signal
+
+    deadline = time.monotonic() + KILL_SWEEP_S
+    while True:
+        found = members(sessions)
+        if not any(found.values()):
+            return True
+        if time.monotonic() > deadline:
+            return False
+        for pids in found.values():
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+
+
 def cpu_ns(sessions) -> dict:
     """CPU time (ns, every thread) used so far by the live processes of each session."""
     totals = {}

@@ -51,8 +51,9 @@ def serve(channel, handler) -> None:
         except ChannelClosed:
             return
         op = command.pop("op")
+        nonce = command.pop("nonce", None)
         if op == "exit":
-            channel.send({"op": "exit"})
+            channel.send({"op": "exit", "nonce": nonce})
             return
         try:
             answer = getattr(handler, f"on_{op}")(**command)
@@ -60,7 +61,7 @@ def serve(channel, handler) -> None:
             answer = {"error": str(exc), "refused": exc.refused}
         except Exception as exc:  # noqa: BLE001 - reported to the launcher, which decides
             answer = {"error": describe(exc)}
-        channel.send({"op": op, **answer})
+        channel.send({"op": op, "nonce": nonce, **answer})
 
 
 def main(argv=None) -> int:
