@@ -33,6 +33,13 @@ class BackendInfo:
         torch, so that the backend's build of a library wins over the one torch
         would bring (see :mod:`pkb_core.preload`). Called in the ``pkb``
         process by the launcher; must not import torch.
+    :param solution_modules: ``{importable name: provider module}``: modules
+        this backend serves to solution files under another harness's names
+        (``{"utils.cuda_helpers": "pkb_cuda.pkb_helpers"}``); served only to
+        solution code, installed nowhere (:mod:`pkb_core.solution_modules`).
+    :param unsupported_modules: ``{importable name: reason}``: names a solution
+        may import that this backend cannot serve; a file importing one gets
+        the ``unsupported`` verdict with ``imports <name>: <reason>``.
     """
 
     name: str
@@ -42,6 +49,8 @@ class BackendInfo:
     custom_kernels: bool = True
     description: str = ""
     preload: Callable[[], tuple] = _nothing_to_preload
+    solution_modules: dict = field(default_factory=dict, hash=False)
+    unsupported_modules: dict = field(default_factory=dict, hash=False)
 
     def unavailable_reason(self, device: str) -> Optional[str]:
         """Why this backend cannot run on ``device`` here (``None`` if it can)."""

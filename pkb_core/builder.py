@@ -12,7 +12,8 @@ The solution's code runs here, so the process is locked down like a
 candidate's (:mod:`pkb_core.lockdown`: no new network connections, nothing
 of the judge's reachable, the run directory read-only). It needs no GPU and
 initialises none. The answer, one JSON line on the reply descriptor, is
-``{"ok": true}`` or ``{"ok": false, "message": "..."}`` (a compile error).
+``{"ok": true}`` or ``{"ok": false, "message": "..."}`` (a compile error; with
+``"verdict": "unsupported"`` when the solution needs what pkb cannot provide).
 """
 from __future__ import annotations
 
@@ -41,7 +42,7 @@ class BuildContext:
 
 def build(request: dict) -> dict:
     from pkb_core.defaults import CoreDefaults
-    from pkb_core.errors import CompileError, describe
+    from pkb_core.errors import CompileError, SolutionUnsupported, describe
     from pkb_core.lockdown import lock_down
     from pkb_core.plugins import worker_plugin_manager
     from pkb_core.problem import read_spec
@@ -54,6 +55,8 @@ def build(request: dict) -> dict:
         program = pm.hook.pkb_backend_compile(state=state, problem=problem, solution=request["solution"])
         if program is None:
             raise CompileError("the backend returned None from pkb_backend_compile")
+    except SolutionUnsupported as exc:
+        return {"ok": False, "message": str(exc), "verdict": "unsupported"}
     except CompileError as exc:
         return {"ok": False, "message": str(exc)}
     except Exception as exc:  # noqa: BLE001 - a backend bug is still this solution's verdict

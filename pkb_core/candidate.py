@@ -26,7 +26,7 @@ import torch
 import torch.distributed as dist
 
 from pkb_core.barrier import StoreBarrier
-from pkb_core.errors import BackendUnavailable, CompileError, SolutionFailed, describe
+from pkb_core.errors import BackendUnavailable, CompileError, SolutionFailed, SolutionUnsupported, describe
 from pkb_core.parcel import TRUSTED, pack, unpack
 from pkb_core.problem import read_spec
 from pkb_core.sealed import is_refusal
@@ -113,6 +113,8 @@ class CandidateRank:
                                                             solution=job["solution"])
             if self.program is None:
                 raise CompileError("the backend returned None from pkb_backend_compile")
+        except SolutionUnsupported as exc:
+            return {"verdict": "unsupported", "reason": str(exc), "lockdown": missing}
         except CompileError as exc:
             return {"verdict": "compile-error", "reason": str(exc), "lockdown": missing}
         except Exception as exc:  # noqa: BLE001 - a backend bug is still this job's verdict

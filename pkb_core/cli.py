@@ -33,6 +33,7 @@ BUILTIN_COMMANDS = [
     "pkb_core.inspect_command:inspect",
     "pkb_core.prompt_command:prompt",
     "pkb_core.generate_command:generate",
+    "pkb_core.import_command:import_pkb",
 ]
 
 

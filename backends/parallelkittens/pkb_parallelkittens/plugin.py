@@ -5,7 +5,9 @@ Solutions are Python files that build ThunderKittens CUDA through
 rest (compile loads the file's ``solution``, launch calls it, allocation uses
 torch symm_mem without multicast). This plugin describes the backend, refuses
 to start where ThunderKittens kernels cannot be built or run, and refuses
-solution files that use NVLink multicast.
+solution files that use NVLink multicast. PKB's ParallelKittens files get
+``utils.cuda_helpers`` (pkb's) and, when they import PKB's multicast runtime
+``utils.parallelkittens_runtime``, the ``unsupported`` verdict.
 """
 from __future__ import annotations
 
@@ -13,6 +15,8 @@ from pathlib import Path
 
 from pkb_core.backend import BackendInfo
 from pkb_core.hookspecs import hookimpl
+
+from pkb_cuda.pkb_helpers import SOLUTION_MODULES, UNSUPPORTED_MODULES
 
 SAMPLES = Path(__file__).parent / "samples"
 NAME = "parallelkittens"
@@ -40,6 +44,9 @@ def pkb_backend_info():
         samples=SAMPLES,
         description="ThunderKittens (ParallelKittens) CUDA via load_inline, sm_90a; unicast pgls over "
                     "symmetric inputs, CAS barrier, no multicast",
+        # PKB's ParallelKittens files build with PKB's helper too; its runtime is refused.
+        solution_modules=SOLUTION_MODULES,
+        unsupported_modules=UNSUPPORTED_MODULES,
     )
 
 
@@ -58,9 +65,11 @@ def pkb_backend_compile(state, problem, solution):
     if solution is None:
         return None  # the core default runs the problem's reference
     from pkb_core.multicast import refuse_multicast
+    from pkb_core.solution_modules import refuse_unsupported
 
     from pkb_parallelkittens.build import TK_MULTICAST_PATTERNS
 
+    refuse_unsupported(solution)  # PKB's multicast runtime: `unsupported`, before the multicast guard's compile error
     refuse_multicast(solution, TK_MULTICAST_PATTERNS)
     return None  # the core default loads the file's `solution`
 
