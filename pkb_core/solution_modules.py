@@ -20,7 +20,9 @@ A served name gets a fresh module object holding the provider's public names
 each missing parent (``utils``) is an empty package. While a solution file
 executes, :func:`serving` keeps the served entries of ``sys.modules`` apart from
 whatever was there and removes them afterwards, so a top-level import leaves
-nothing behind.
+nothing behind. An import made inside a ``solution()`` call stays in
+``sys.modules`` (the import statement puts it there after the finder is done);
+in a candidate, whose processes hold that one solution, that is harmless.
 
 A file that imports an unsupported name is refused before it runs:
 :func:`refuse_unsupported` reads its imports with :mod:`ast` (top level and
@@ -65,8 +67,12 @@ def provide(modules: Mapping[str, str] | None = None, unsupported: Mapping[str, 
 
 
 def withdraw() -> None:
-    """Forget every declaration and remove the finder (tests)."""
+    """Forget every declaration, remove the finder and the served modules
+    left in ``sys.modules`` (tests)."""
     global _FINDER
+    for name, module in list(sys.modules.items()):
+        if _served_here(module):
+            del sys.modules[name]
     _PROVIDED.clear()
     _UNSUPPORTED.clear()
     if _FINDER is not None:
@@ -78,6 +84,12 @@ def withdraw() -> None:
 def provided() -> dict:
     """``{name: provider}`` served in this process."""
     return dict(_PROVIDED)
+
+
+def _served_here(module) -> bool:
+    """Whether ``module`` is one the finder made."""
+    namespace = getattr(module, "__dict__", None)
+    return isinstance(namespace, dict) and ("__pkb_provider__" in namespace or "__pkb_made_up__" in namespace)
 
 
 def _parents(name: str) -> list[str]:
@@ -116,7 +128,7 @@ class _SolutionModuleFinder(importlib.abc.MetaPathFinder):
         if fullname in _UNSUPPORTED:
             raise SolutionUnsupported(unsupported_reason(fullname))
         if fullname not in served:  # utils.<something pkb does not serve>
-            if not getattr(sys.modules.get(package), "__pkb_made_up__", False):
+            if not _served_here(sys.modules.get(package)):
                 return None  # a real package of that name: not ours to answer
             raise ModuleNotFoundError(
                 f"No module named {fullname!r}: pkb serves {', '.join(sorted(_PROVIDED)) or 'nothing'} "

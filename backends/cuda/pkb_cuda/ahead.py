@@ -78,9 +78,10 @@ def build_lazy_extensions(module, path) -> int:
     tree = ast.parse(Path(path).read_text(), filename=str(path))
     builders = _builder_functions()
     served = _served_bindings(tree)
+    names = set(BUILDERS) | _aliases(tree)
     made = 0
     for node in ast.walk(tree):
-        if not (isinstance(node, ast.Call) and _name(node.func) in BUILDERS):
+        if not (isinstance(node, ast.Call) and _name(node.func) in names):
             continue
         namespace = {**served, **vars(module)}
         try:
@@ -99,6 +100,12 @@ def build_lazy_extensions(module, path) -> int:
         function(*args, **kwargs)
         made += 1
     return made
+
+
+def _aliases(tree) -> set:
+    """Other names the file gives the build functions (``import ... as build_ext``)."""
+    return {alias.asname for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+            for alias in node.names if alias.name in BUILDERS and alias.asname}
 
 
 def _name(func) -> str:
