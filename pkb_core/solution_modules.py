@@ -49,6 +49,8 @@ SOLUTION_MODULE_PREFIX = "pkb_solution_"
 _PROVIDED: dict[str, str] = {}  # served name -> provider module
 _UNSUPPORTED: dict[str, str] = {}  # known name -> why it is not served
 _FINDER: "_SolutionModuleFinder | None" = None
+_PACKAGES: frozenset = frozenset()  # parents of the declared names (``utils``)
+_NAMES: frozenset = frozenset()  # declared names and their parents
 
 
 def provide(modules: Mapping[str, str] | None = None, unsupported: Mapping[str, str] | None = None) -> None:
@@ -61,6 +63,7 @@ def provide(modules: Mapping[str, str] | None = None, unsupported: Mapping[str, 
             raise ValueError(f"solution module name {name!r} is not a dotted Python name")
     _PROVIDED.update(modules or {})
     _UNSUPPORTED.update(unsupported or {})
+    _index()
     if _FINDER is None and (_PROVIDED or _UNSUPPORTED):
         _FINDER = _SolutionModuleFinder()
         sys.meta_path.insert(0, _FINDER)
@@ -75,6 +78,7 @@ def withdraw() -> None:
             del sys.modules[name]
     _PROVIDED.clear()
     _UNSUPPORTED.clear()
+    _index()
     if _FINDER is not None:
         with contextlib.suppress(ValueError):
             sys.meta_path.remove(_FINDER)
@@ -97,13 +101,19 @@ def _parents(name: str) -> list[str]:
     return [".".join(parts[:i]) for i in range(1, len(parts))]
 
 
-def _packages() -> set:
+def _index() -> None:
+    global _PACKAGES, _NAMES
+    _PACKAGES = frozenset(parent for name in [*_PROVIDED, *_UNSUPPORTED] for parent in _parents(name))
+    _NAMES = frozenset([*_PROVIDED, *_UNSUPPORTED, *_PACKAGES])
+
+
+def _packages() -> frozenset:
     """Every parent package of a declared name (``utils`` for ``utils.cuda_helpers``)."""
-    return {parent for name in [*_PROVIDED, *_UNSUPPORTED] for parent in _parents(name)}
+    return _PACKAGES
 
 
-def _served_names() -> set:
-    return set(_PROVIDED) | set(_UNSUPPORTED) | _packages()
+def _served_names() -> frozenset:
+    return _NAMES
 
 
 def _solution_on_stack() -> bool:
@@ -119,9 +129,9 @@ class _SolutionModuleFinder(importlib.abc.MetaPathFinder):
     """Serves the declared names to solution code only (see the module docstring)."""
 
     def find_spec(self, fullname, path=None, target=None):
-        served = _served_names()
+        served = _NAMES
         package = fullname.rpartition(".")[0]
-        if fullname not in served and package not in _packages():
+        if fullname not in served and package not in _PACKAGES:
             return None
         if not _solution_on_stack():
             return None
@@ -133,7 +143,7 @@ class _SolutionModuleFinder(importlib.abc.MetaPathFinder):
             raise ModuleNotFoundError(
                 f"No module named {fullname!r}: pkb serves {', '.join(sorted(_PROVIDED)) or 'nothing'} "
                 f"under {package!r} to solution files, not the rest of that harness", name=fullname)
-        is_package = fullname in _packages()
+        is_package = fullname in _PACKAGES
         return importlib.machinery.ModuleSpec(fullname, _ServedLoader(), is_package=is_package)
 
 

@@ -168,8 +168,9 @@ def test_command_copies_reports_and_refuses_to_overwrite(pkb_invoke, problems, t
     not_mapped = [line for line in lines if "not mapped: " in line]
     assert len(not_mapped) == 4 and all(line.count(": ") >= 2 for line in not_mapped)
     assert lines[-1] == f"copied 19 files into {dst} from 2 folders; 4 not mapped"
-    copied = (dst / "solutions_cuda_x" / "33_ulysses_all_to_all_tensor_primitive.py")
-    assert copied.read_text() == (src / "solutions_cuda_x" / "34_ulysses_all_to_all_tensor_primitive_cuda.py").read_text()
+    copied = dst / "solutions_cuda_x" / "33_ulysses_all_to_all_tensor_primitive.py"
+    original = src / "solutions_cuda_x" / "34_ulysses_all_to_all_tensor_primitive_cuda.py"
+    assert copied.read_bytes() == original.read_bytes()
     manifest = json.loads((dst / "pkb-import.json").read_text())
     assert len(manifest["files"]) == 19 and len(manifest["not_mapped"]) == 4
     # the copies are what `pkb run --solutions` pairs with the problems
