@@ -17,6 +17,12 @@ class CompileError(PkbError):
     """A solution could not be built or loaded; becomes the ``compile-error`` verdict."""
 
 
+class SolutionUnsupported(CompileError):
+    """A solution needs something pkb does not provide here (a harness module
+    it cannot serve, say); becomes the ``unsupported`` verdict. A subclass of
+    :class:`CompileError`, so code that knows only that still fails the file."""
+
+
 class SolutionFailed(Exception):
     """A candidate's solution raised; the message is the verdict's one line.
 

@@ -113,6 +113,8 @@ def test_core_names_no_backend_but_its_own():
     plugins.discard("cuda")  # also the name of a device type, which core does tell apart
     named = []
     for path in CORE.rglob("*.py"):
+        if path.name == "pkb_import.py":
+            continue  # PKB's file-name suffixes: another harness's format, read as data
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Constant) and node.value in plugins:
                 named.append(f"{path.relative_to(ROOT)}:{node.lineno}: {node.value!r}")

@@ -12,7 +12,8 @@ The solution's code runs here, so the process is locked down like a
 candidate's (:mod:`pkb_core.candidate.lockdown`: no new network connections, nothing
 of the judge's reachable, the run directory read-only). It needs no GPU and
 initialises none. The answer, one JSON line on the reply descriptor, is
-``{"ok": true}`` or ``{"ok": false, "message": "..."}`` (a compile error).
+``{"ok": true}`` or ``{"ok": false, "message": "..."}`` (a compile error; with
+``"verdict": "unsupported"`` when the solution needs what pkb cannot provide).
 """
 from __future__ import annotations
 
@@ -41,10 +42,11 @@ class BuildContext:
 
 def build(request: dict) -> dict:
     from pkb_core.plugin.defaults import CoreDefaults
-    from pkb_core.errors import CompileError, describe
+    from pkb_core.errors import CompileError, SolutionUnsupported, describe
     from pkb_core.candidate.lockdown import lock_down, protected_caches
     from pkb_core.plugin.manager import worker_plugin_manager
     from pkb_core.plugin.multicast import refuse_solution_multicast
+    from pkb_core.candidate.solution_modules import refuse_unsupported
     from pkb_core.problem.contract import read_spec
 
     pm = worker_plugin_manager(request["backend"], CoreDefaults())
@@ -52,10 +54,14 @@ def build(request: dict) -> dict:
     lock_down(network=False, read_only=[request["run_dir"], *protected_caches()])
     state = BuildContext(device=request["device"], options=request.get("options", {}))
     try:
+        if request["solution"] is not None:
+            refuse_unsupported(request["solution"])  # before the multicast rule: PKB's multicast runtime is `unsupported`
         refuse_solution_multicast(pm, request["solution"])
         program = pm.hook.pkb_backend_compile(state=state, problem=problem, solution=request["solution"])
         if program is None:
             raise CompileError("the backend returned None from pkb_backend_compile")
+    except SolutionUnsupported as exc:
+        return {"ok": False, "message": str(exc), "verdict": "unsupported"}
     except CompileError as exc:
         return {"ok": False, "message": str(exc)}
     except Exception as exc:  # noqa: BLE001 - a backend bug is still this solution's verdict

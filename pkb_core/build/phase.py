@@ -41,12 +41,15 @@ BUILD_MEMORY_BYTES = 2 << 30
 
 @dataclass(frozen=True)
 class BuildResult:
-    """One solution's outcome in the compile phase (``message``: the compile error)."""
+    """One solution's outcome in the compile phase (``message``: the compile
+    error; ``verdict``: the failed job's verdict, ``unsupported`` when the
+    solution needs what pkb cannot provide)."""
 
     ok: bool
     message: str = ""
     seconds: float = 0.0
     cached: bool = False
+    verdict: str = "compile-error"
 
     def as_record(self) -> dict:
         return {"seconds": round(self.seconds, 3), "cached": self.cached}
@@ -191,7 +194,8 @@ class BuildPhase:
                                seconds), False
         if answer.get("ok") is True:
             return BuildResult(True, "", seconds), True
-        return BuildResult(False, str(answer.get("message", "the build failed"))[:20000], seconds), True
+        return BuildResult(False, str(answer.get("message", "the build failed"))[:20000], seconds,
+                           verdict=_failure_verdict(answer.get("verdict"))), True
 
     # -- the outcome cache ------------------------------------------------------------
     def _path(self, solution: str) -> Path:
@@ -202,19 +206,24 @@ class BuildPhase:
             stored = json.loads(self._path(solution).read_text())
         except (OSError, ValueError):
             return None
-        return BuildResult(bool(stored["ok"]), stored.get("message", ""), 0.0, cached=True)
+        return BuildResult(bool(stored["ok"]), stored.get("message", ""), 0.0, cached=True,
+                           verdict=_failure_verdict(stored.get("verdict")))
 
     def _store(self, solution: str, result: BuildResult) -> None:
         path = self._path(solution)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
         tmp.write_text(json.dumps({"ok": result.ok, "message": result.message, "seconds": result.seconds,
-                                   "solution": solution, "backend": self.backend}))
+                                   "solution": solution, "backend": self.backend, "verdict": result.verdict}))
         os.replace(tmp, path)
 
     def _report(self, solution, result, results, total):
         if self.on_result:
             self.on_result(solution, result, len(results), total)
+
+
+def _failure_verdict(verdict) -> str:
+    return "unsupported" if verdict == "unsupported" else "compile-error"
 
 
 def _kill(proc) -> None:

@@ -26,7 +26,7 @@ import torch
 import torch.distributed as dist
 
 from pkb_core.judge.barrier import StoreBarrier
-from pkb_core.errors import BackendUnavailable, CompileError, SolutionFailed, describe
+from pkb_core.errors import BackendUnavailable, CompileError, SolutionFailed, SolutionUnsupported, describe
 from pkb_core.judge.parcel import TRUSTED, pack, unpack
 from pkb_core.problem.contract import read_spec
 from pkb_core.candidate.sealed import is_refusal
@@ -103,6 +103,7 @@ class CandidateRank:
         runs in this process from here on)."""
         from pkb_core.candidate.lockdown import lock_down, protected_caches
         from pkb_core.plugin.multicast import refuse_solution_multicast
+        from pkb_core.candidate.solution_modules import refuse_unsupported
 
         if self.unsupported:
             return {"verdict": "unsupported", "reason": self.unsupported}
@@ -110,11 +111,15 @@ class CandidateRank:
         missing = lock_down(network=not self.custom_kernels, read_only=[self.run_dir, *protected_caches()])
         self.problem = read_spec(job["problem_path"]).load()
         try:
+            if job["solution"] is not None:
+                refuse_unsupported(job["solution"])  # before the multicast rule: PKB's multicast runtime is `unsupported`
             refuse_solution_multicast(self.pm, job["solution"])
             self.program = self.pm.hook.pkb_backend_compile(state=self.state, problem=self.problem,
                                                             solution=job["solution"])
             if self.program is None:
                 raise CompileError("the backend returned None from pkb_backend_compile")
+        except SolutionUnsupported as exc:
+            return {"verdict": "unsupported", "reason": str(exc), "lockdown": missing}
         except CompileError as exc:
             return {"verdict": "compile-error", "reason": str(exc), "lockdown": missing}
         except Exception as exc:  # noqa: BLE001 - a backend bug is still this job's verdict

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from pkb_core.errors import CompileError
 from pkb_core.problem.contract import _import_file
+from pkb_core.candidate.solution_modules import SOLUTION_MODULE_PREFIX, refuse_unsupported, serving
 
 
 def load_solution(path) -> callable:
@@ -24,13 +25,19 @@ def load_solution(path) -> callable:
 
 
 def load_module(path):
-    """Import the solution file ``path`` under a private name and return the module."""
+    """Import the solution file ``path`` under a private name and return the module.
+
+    The modules the backend provides to solution files are served to it
+    (:mod:`pkb_core.candidate.solution_modules`); a file importing one the backend
+    refuses raises :class:`~pkb_core.errors.SolutionUnsupported` before it runs."""
     path = Path(path)
     if not path.is_file():
         raise CompileError(f"solution file {path} does not exist")
-    name = "pkb_solution_" + hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:12]
+    refuse_unsupported(path)
+    name = SOLUTION_MODULE_PREFIX + hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:12]
     try:
-        module = _import_file(path, name)
+        with serving():
+            module = _import_file(path, name)
     except SyntaxError as exc:
         raise CompileError(f"{path}:{exc.lineno}: syntax error: {exc.msg}") from None
     except CompileError:

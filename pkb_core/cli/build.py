@@ -41,7 +41,7 @@ def build(pm, backend, solution, solutions, problems, device, build_timeout, bui
     with tempfile.TemporaryDirectory(prefix="pkb-build-") as run_dir:
         def show(path, result, done, total):
             if not json_:
-                state = "cached" if result.cached else ("built" if result.ok else "compile-error")
+                state = "cached" if result.cached else ("built" if result.ok else result.verdict)
                 seconds = "" if result.cached else f"  {result.seconds:.1f} s"
                 click.echo(f"[{done}/{total}] {Path(path).name}  {state}{seconds}", err=True)
 
@@ -51,10 +51,13 @@ def build(pm, backend, solution, solutions, problems, device, build_timeout, bui
     failed = {path: r for path, r in results.items() if not r.ok}
     if json_:
         click.echo(json.dumps({"builds": [{"solution": path, "ok": r.ok, "cached": r.cached, "seconds": r.seconds,
-                                           "message": r.message} for path, r in results.items()]}, indent=2))
+                                           "message": r.message, "verdict": None if r.ok else r.verdict}
+                                          for path, r in results.items()]}, indent=2))
     else:
         for path, result in failed.items():
             click.echo(f"\n{Path(path).name}: {result.message}")
-        click.echo(f"\n{len(results) - len(failed)} built, {len(failed)} compile-error")
+        unsupported = sum(r.verdict == "unsupported" for r in failed.values())
+        tail = f", {unsupported} unsupported" if unsupported else ""
+        click.echo(f"\n{len(results) - len(failed)} built, {len(failed) - unsupported} compile-error{tail}")
     if failed:
         raise SystemExit(1)

@@ -33,6 +33,7 @@ BUILTIN_COMMANDS = [
     "pkb_core.cli.inspect:inspect",
     "pkb_core.cli.prompt:prompt",
     "pkb_core.cli.generate:generate",
+    "pkb_core.cli.import_pkb:import_pkb",
 ]
 
 

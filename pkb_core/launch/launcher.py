@@ -91,8 +91,8 @@ def compile_phase(jobs: list[dict], settings: LaunchSettings, on_record=None, on
     """Build every job's solution ahead of its launch; return the jobs that built.
 
     Each job gets ``compile`` (seconds, whether it came from the cache); the
-    ones that failed are recorded as ``compile-error`` here (on the node that
-    writes records)."""
+    ones that failed are recorded as ``compile-error`` (or ``unsupported``)
+    here (on the node that writes records)."""
     from pkb_core.build.phase import BuildPhase
 
     phase = BuildPhase(backend=settings.backend, device=settings.device, run_dir=settings.run_dir,
@@ -107,7 +107,7 @@ def compile_phase(jobs: list[dict], settings: LaunchSettings, on_record=None, on
         if result is None or result.ok:
             built.append(job)
         elif not settings.nodes or settings.nodes.node_rank == 0:
-            record = job_record(job, settings.world_size, "compile-error", result.message)
+            record = job_record(job, settings.world_size, result.verdict, result.message)
             record["compile"] = job["compile"]
             append_record(settings.run_dir, record)
             if on_record:

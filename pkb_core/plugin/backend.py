@@ -44,6 +44,13 @@ class BackendInfo:
         every backend's solutions that call multicast (a ``compile-error``
         before the backend's compile hook runs), so a backend never checks it
         itself.
+    :param solution_modules: ``{importable name: provider module}``: modules
+        this backend serves to solution files under another harness's names
+        (``{"utils.cuda_helpers": "pkb_cuda.pkb_helpers"}``); served only to
+        solution code, installed nowhere (:mod:`pkb_core.candidate.solution_modules`).
+    :param unsupported_modules: ``{importable name: reason}``: names a solution
+        may import that this backend cannot serve; a file importing one gets
+        the ``unsupported`` verdict with ``imports <name>: <reason>``.
 
     The core checks ``devices`` and ``requirements`` once, where a run starts
     (:meth:`unavailable_reason`); a backend's hooks need not check them again.
@@ -58,6 +65,8 @@ class BackendInfo:
     preload: Callable[[], tuple] = _nothing_to_preload
     prompt: Optional[Callable[[], Any]] = None
     multicast_patterns: tuple = ()
+    solution_modules: dict = field(default_factory=dict, hash=False)
+    unsupported_modules: dict = field(default_factory=dict, hash=False)
 
     def unavailable_reason(self, device: str) -> Optional[str]:
         """Why this backend cannot run on ``device`` here (``None`` if it can)."""

@@ -10,6 +10,12 @@ and makes every call whose arguments can be evaluated with the module's
 globals alone (sources kept in module constants, the common case). What they
 build lands in the caches the job later loads from; a call whose arguments
 depend on the call's own inputs is left to the job.
+
+PKB's helper is the one pkb serves as ``utils.cuda_helpers``
+(:mod:`pkb_cuda.pkb_helpers`), which builds through :func:`pkb_cuda.compile`:
+its calls are found whether the file imports it at the top or inside the
+function that builds (``from utils.cuda_helpers import compile_cuda_extension``
+in ``_get_ext()``), under any alias.
 """
 from __future__ import annotations
 
@@ -25,14 +31,44 @@ def _builder_functions() -> set:
 
     import pkb_cuda
 
-    found = {cpp_extension.load_inline, pkb_cuda.compile}
-    try:
-        from utils.cuda_helpers import compile_cuda_extension  # PKB's helper, as pkb provides it
-    except ImportError:
-        pass
-    else:
-        found.add(compile_cuda_extension)
-    return found
+    from pkb_cuda.pkb_helpers import compile_cuda_extension  # PKB's helper, as pkb serves it
+
+    return {cpp_extension.load_inline, pkb_cuda.compile, compile_cuda_extension}
+
+
+def _served_bindings(tree) -> dict:
+    """Names the file binds, anywhere (a function's lazy import too), to the
+    modules pkb serves it (``utils.cuda_helpers``), with what they stand for."""
+    import importlib
+    import types
+
+    from pkb_cuda.pkb_helpers import SOLUTION_MODULES
+
+    def provider(name):
+        return importlib.import_module(SOLUTION_MODULES[name])
+
+    bound = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            for alias in node.names:
+                local = alias.asname or alias.name
+                if node.module in SOLUTION_MODULES and hasattr(provider(node.module), alias.name):
+                    bound[local] = getattr(provider(node.module), alias.name)
+                elif f"{node.module}.{alias.name}" in SOLUTION_MODULES:
+                    bound[local] = provider(f"{node.module}.{alias.name}")
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name not in SOLUTION_MODULES:
+                    continue
+                if alias.asname:
+                    bound[alias.asname] = provider(alias.name)
+                else:  # `import utils.cuda_helpers`: `utils.cuda_helpers.compile_cuda_extension(...)`
+                    head, *rest = alias.name.split(".")
+                    root = bound.setdefault(head, types.SimpleNamespace())
+                    for part in rest[:-1]:
+                        root = root.__dict__.setdefault(part, types.SimpleNamespace())
+                    setattr(root, rest[-1], provider(alias.name))
+    return bound
 
 
 def build_lazy_extensions(module, path) -> int:
@@ -41,11 +77,13 @@ def build_lazy_extensions(module, path) -> int:
     backend turns it into a compile error)."""
     tree = ast.parse(Path(path).read_text(), filename=str(path))
     builders = _builder_functions()
+    served = _served_bindings(tree)
+    names = set(BUILDERS) | _aliases(tree)
     made = 0
     for node in ast.walk(tree):
-        if not (isinstance(node, ast.Call) and _name(node.func) in BUILDERS):
+        if not (isinstance(node, ast.Call) and _name(node.func) in names):
             continue
-        namespace = dict(vars(module))
+        namespace = {**served, **vars(module)}
         try:
             function = eval(compile(ast.Expression(node.func), str(path), "eval"), namespace)  # noqa: S307
         except Exception:  # noqa: BLE001 - not resolvable from the module: a local name
@@ -62,6 +100,12 @@ def build_lazy_extensions(module, path) -> int:
         function(*args, **kwargs)
         made += 1
     return made
+
+
+def _aliases(tree) -> set:
+    """Other names the file gives the build functions (``import ... as build_ext``)."""
+    return {alias.asname for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+            for alias in node.names if alias.name in BUILDERS and alias.asname}
 
 
 def _name(func) -> str:

@@ -5,6 +5,11 @@ at import, so the core defaults do the rest: compile loads the file's
 ``solution`` (the import builds the kernels, once per node, behind a file
 lock), launch calls it, allocation uses torch symm_mem. This plugin describes
 the backend and refuses to start on a node that cannot build or run kernels.
+
+PKB solution files run as they are: the backend serves ``utils.cuda_helpers``
+to them (:mod:`pkb_cuda.pkb_helpers`) and refuses, as ``unsupported``, files
+that import PKB's ParallelKittens runtime (``BackendInfo.solution_modules``,
+``unsupported_modules``).
 """
 from __future__ import annotations
 
@@ -12,6 +17,8 @@ from pathlib import Path
 
 from pkb_core import BackendInfo, hookimpl
 
+
+from pkb_cuda.pkb_helpers import SOLUTION_MODULES, UNSUPPORTED_MODULES
 
 SAMPLES = Path(__file__).parent / "samples"
 
@@ -33,6 +40,8 @@ def pkb_backend_info():
         samples=SAMPLES,
         description="CUDA C++ via torch load_inline (cached per node); peers read over NVLink",
         prompt=_prompt,
+        solution_modules=SOLUTION_MODULES,
+        unsupported_modules=UNSUPPORTED_MODULES,
     )
 
 

@@ -5,7 +5,9 @@ Solutions are Python files that build ThunderKittens CUDA through
 rest (compile loads the file's ``solution``, launch calls it, allocation uses
 torch symm_mem without multicast). This plugin describes the backend: where
 ThunderKittens kernels can be built and run, and ThunderKittens' spellings of
-NVLink multicast (the core refuses solutions that use them).
+NVLink multicast (the core refuses solutions that use them). PKB's ParallelKittens files get
+``utils.cuda_helpers`` (pkb's) and, when they import PKB's multicast runtime
+``utils.parallelkittens_runtime``, the ``unsupported`` verdict.
 """
 from __future__ import annotations
 
@@ -13,6 +15,8 @@ from pathlib import Path
 
 from pkb_core import BackendInfo, hookimpl
 from pkb_parallelkittens.build import TK_MULTICAST_PATTERNS
+
+from pkb_cuda.pkb_helpers import SOLUTION_MODULES, UNSUPPORTED_MODULES
 
 SAMPLES = Path(__file__).parent / "samples"
 NAME = "parallelkittens"
@@ -41,6 +45,9 @@ def pkb_backend_info():
         description="ThunderKittens (ParallelKittens) CUDA via load_inline, sm_90a; unicast pgls over "
                     "symmetric inputs, CAS barrier, no multicast",
         multicast_patterns=TK_MULTICAST_PATTERNS,
+        # PKB's ParallelKittens files build with PKB's helper too; its runtime is refused.
+        solution_modules=SOLUTION_MODULES,
+        unsupported_modules=UNSUPPORTED_MODULES,
     )
 
 

@@ -1,0 +1,118 @@
+"""Modules a backend serves to solution files only (BackendInfo.solution_modules),
+and names it refuses (unsupported_modules): through `pkb run` on the CPU, with a
+throwaway backend, so the builder and the sealed candidate processes are the real ones."""
+import json
+import sys
+
+import pytest
+
+BACKEND = '''
+from pkb_core.plugin.backend import BackendInfo
+from pkb_core.plugin.hookspecs import hookimpl
+
+@hookimpl
+def pkb_backend_info():
+    return BackendInfo(name="servesmods", devices=("cpu",), custom_kernels=True,
+                       solution_modules={"harness.helpers": "pkbtest_served_helpers"},
+                       unsupported_modules={"harness.mc_runtime": "needs multicast, which this test backend lacks"})
+'''
+
+HELPERS = '''"""What the test backend serves as harness.helpers."""
+import torch
+from pkb_core.symmetric import handle_of
+
+__all__ = ["sum_over_ranks"]
+
+
+def sum_over_ranks(tensor):
+    handle = handle_of(tensor)
+    handle.barrier()
+    out = torch.zeros_like(tensor)
+    for peer in range(handle.world_size):
+        out += handle.get_buffer(peer, tuple(tensor.shape), tensor.dtype)
+    handle.barrier()
+    return out
+
+
+def _private():
+    pass
+'''
+
+AT_IMPORT = '''
+from harness.helpers import sum_over_ranks
+
+def solution(tensor):
+    return sum_over_ranks(tensor)
+'''
+
+LAZY = '''
+def solution(tensor):
+    import harness.helpers
+    return harness.helpers.sum_over_ranks(tensor)
+'''
+
+REFUSED = '''
+import torch
+from harness.helpers import sum_over_ranks
+
+def solution(tensor):
+    from harness import mc_runtime
+    return sum_over_ranks(tensor)
+'''
+
+DYNAMIC = '''
+import importlib
+runtime = importlib.import_module("harness." + "mc_runtime")  # not visible to the static check
+
+def solution(tensor):
+    return tensor
+'''
+
+
+@pytest.fixture
+def servesmods(fake_dist, tmp_path, monkeypatch):
+    fake_dist("pkbtest-servesmods", {"pkb.backends": {"servesmods": "pkbtest_servesmods"}},
+              {"pkbtest_servesmods": BACKEND, "pkbtest_served_helpers": HELPERS})
+    monkeypatch.setenv("PKB_CACHE_DIR", str(tmp_path / "cache"))
+    folder = tmp_path / "solutions"
+    folder.mkdir()
+    for tag, source in (("atimport", AT_IMPORT), ("lazy", LAZY), ("refused", REFUSED), ("dynamic", DYNAMIC)):
+        (folder / f"1_allreduce_{tag}.py").write_text(source)
+    return folder
+
+
+def test_served_modules_pass_and_refused_ones_are_unsupported(pkb_invoke, servesmods, tmp_path):
+    result = pkb_invoke("run", "--backend", "servesmods", "--solutions", servesmods, "--problem", "1",
+                        "--trials", "1", "--nproc", "2", "--timeout", "60", "--out", tmp_path / "run", "--json")
+    records = {r["solution"].rsplit("/", 1)[-1]: r for r in json.loads(result.stdout)["results"]}
+    for name in ("1_allreduce_atimport.py", "1_allreduce_lazy.py"):
+        assert records[name]["verdict"] == "pass", records[name].get("reason")
+    for name in ("1_allreduce_refused.py", "1_allreduce_dynamic.py"):
+        assert records[name]["verdict"] == "unsupported", records[name]
+        assert records[name]["reason"].endswith(
+            "imports harness.mc_runtime: needs multicast, which this test backend lacks"), records[name]["reason"]
+        assert "\n" not in records[name]["reason"]
+    # unsupported rows are not counted against the backend
+    report = pkb_invoke("report", tmp_path / "run", "--json")
+    assert json.loads(report.stdout)["aggregates"]["unsupported"] == 2
+
+
+def test_only_solution_code_is_served(servesmods, tmp_path):
+    from pkb_core.candidate import solution_modules
+    from pkb_core.candidate.solution import load_module
+
+    solution_modules.withdraw()
+    solution_modules.provide({"harness.helpers": "pkbtest_served_helpers"},
+                             {"harness.mc_runtime": "needs multicast"})
+    try:
+        module = load_module(servesmods / "1_allreduce_atimport.py")
+        import pkbtest_served_helpers
+
+        assert module.sum_over_ranks is pkbtest_served_helpers.sum_over_ranks
+        assert "harness" not in sys.modules and "harness.helpers" not in sys.modules
+        with pytest.raises(ModuleNotFoundError):
+            import harness.helpers  # noqa: F401 - this test is no solution
+        names = set(load_module(servesmods / "1_allreduce_lazy.py").solution.__globals__)
+        assert "harness" not in names
+    finally:
+        solution_modules.withdraw()
