@@ -10,7 +10,7 @@ import click
 @click.command()
 @click.option("--backend", required=True, help="Backend plugin (see `pkb backends`).")
 @click.option("--solution", default=None, help="A solution file.")
-@click.option("--solutions", default=None, help="A directory of <id>_<name>*.py solution files.")
+@click.option("--solutions", default=None, help="A directory of <id>_<name>*.py solution files (default: the backend's samples).")
 @click.option("--problem", "problems", default=None, help="Ids, names, categories or ranges (default: all).")
 @click.option("--device", type=click.Choice(["auto", "cuda", "cpu"]), default="auto", show_default=True,
               help="The device type the builds are for (nothing runs on it).")
@@ -32,7 +32,9 @@ def build(pm, backend, solution, solutions, problems, device, build_timeout, bui
     info = get_backend_info(pm, backend)
     device = detect_device(device)
     if not solution and not solutions:
-        raise PkbError("give --solution FILE or --solutions DIR")
+        if info.samples is None:
+            raise PkbError(f"backend {backend!r} has no samples: give --solution FILE or --solutions DIR")
+        solutions = str(info.samples)  # like pkb run: the backend's samples
     request = RunRequest(problems=problems, backend=backend, solution=solution, solutions=solutions, nproc=1,
                          trials=1, dtype="fp32", size="tiny", mode="eval", measure_perf=False, warmup=0, iters=0,
                          save_outputs=False)
