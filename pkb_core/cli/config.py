@@ -98,9 +98,22 @@ def option_keys(command: click.Command) -> dict:
     return keys
 
 
-def _suggest(word: str, choices) -> str:
+def spelled_keys(command: click.Command) -> list[str]:
+    """The keys to show for ``command``: each option's long name with ``_``."""
+    keys = []
+    for param in command.params:
+        if isinstance(param, click.Option) and param.name not in ("help", "version"):
+            longs = [opt[2:].replace("-", "_") for opt in param.opts if opt.startswith("--")]
+            keys.append(longs[0] if longs else param.name)
+    return sorted(set(keys))
+
+
+def _hint(word: str, choices, shown, what: str) -> str:
+    """``(did you mean 'backend'?)``, or the valid names when none is close."""
     close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
-    return f" (did you mean {close[0]!r}?)" if close else ""
+    if close:
+        return f" (did you mean {what.format(close[0])}?)"
+    return f" (valid: {', '.join(shown)})"
 
 
 def command_defaults(config: Config, cli: click.Group) -> tuple[dict, dict]:
@@ -112,7 +125,7 @@ def command_defaults(config: Config, cli: click.Group) -> tuple[dict, dict]:
     table or key, or a table that is not one."""
     origin = config.origin or "pkb configuration"
     commands = {name: cmd for name, cmd in cli.commands.items() if option_keys(cmd)}
-    tables = sorted(commands) + list(PLUGIN_TABLES)
+    tables = sorted(set(commands) | set(PLUGIN_TABLES))
     per_command, written = {}, {}
     for section, body in config.items():
         if section in PLUGIN_TABLES:
@@ -120,9 +133,14 @@ def command_defaults(config: Config, cli: click.Group) -> tuple[dict, dict]:
                 raise click.UsageError(f"{origin}: {config.table(section)} holds one table per plugin, "
                                        f"{config.table(section + '.<name>')}")
             continue
+        if section not in commands and not isinstance(body, dict):
+            where = f"in [{config.prefix[:-1]}]" if config.prefix else "at the top"
+            raise click.UsageError(f"{origin}: unknown key {section!r} {where} (it holds tables: "
+                                   f"{', '.join(config.table(t) for t in tables)})")
         if section not in commands:
-            raise click.UsageError(f"{origin}: unknown table {config.table(section)}{_suggest(section, tables)}; "
-                                   f"tables: {', '.join(tables)}")
+            raise click.UsageError(f"{origin}: unknown table {config.table(section)}"
+                                   + _hint(section, tables, [config.table(t) for t in tables], config.prefix and
+                                           "[" + config.prefix + "{}]" or "[{}]"))
         if not isinstance(body, dict):
             raise click.UsageError(f"{origin}: {section} must be a table {config.table(section)}")
         keys = option_keys(commands[section])
@@ -130,9 +148,8 @@ def command_defaults(config: Config, cli: click.Group) -> tuple[dict, dict]:
         for key, value in body.items():
             name = keys.get(key)
             if name is None:
-                valid = sorted(keys)
                 raise click.UsageError(f"{origin}: unknown key {key!r} in {config.table(section)}"
-                                       f"{_suggest(key, valid)}; keys: {', '.join(valid)}")
+                                       + _hint(key, keys, spelled_keys(commands[section]), "{!r}"))
             if name in values:
                 raise click.UsageError(f"{origin}: {config.table(section)} sets {name!r} twice "
                                        f"({written[(section, name)]!r} and {key!r})")

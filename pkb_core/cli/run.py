@@ -155,8 +155,7 @@ def run(pm, problems, backend, solution, solutions, nproc, nnodes, node_rank, rd
     started = time.monotonic()
     progress.start()
     try:
-        if pending:
-            executor.run(pending, settings, on_record=on_record, on_build=None if json_ else build_progress)
+        executor.run(pending, settings, on_record=on_record, on_build=None if json_ else build_progress)
     except StopRun:
         stopped = True
     except KeyboardInterrupt:
@@ -175,6 +174,8 @@ def run(pm, problems, backend, solution, solutions, nproc, nnodes, node_rank, rd
         click.echo(f"node {node_rank} of {nnodes}: done; records are written where global rank 0 ran", err=True)
     if json_:
         click.echo(json.dumps({"run_dir": str(run_dir), "results": records}, indent=2))
+    elif not records:
+        click.echo(f"no job finished  (run directory {run_dir})")
     else:
         click.echo(summary_table(records))
         earlier = f", {len(recorded)} recorded earlier" if recorded else ""
