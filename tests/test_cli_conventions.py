@@ -152,6 +152,13 @@ def test_unknown_tables_and_keys_in_pkb_toml_are_refused(pkb_invoke, tmp_path, m
     assert not (tmp_path / "o").exists()
 
 
+def test_help_works_while_the_configuration_is_wrong(pkb_invoke, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "pkb.toml").write_text("[rum]\n")
+    result = pkb_invoke("run", "--help")
+    assert result.exit_code == 0 and "--exitfirst" in result.stdout and "--force" in result.stdout
+
+
 def test_unknown_table_in_pyproject_names_its_spelling(pkb_invoke, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "pyproject.toml").write_text('[project]\nname = "x"\n\n[tool.pkb.rum]\nbackend = "triton"\n')
@@ -388,6 +395,9 @@ def test_cpu_mode_says_what_its_timings_are(pkb_invoke, tmp_path):
     assert "ref ms" in timed.stdout and "speedup" in timed.stdout
     assert "CPU mode: times are host timings" in timed.stdout and "not GPU performance" in timed.stdout
     assert "Times are host timings, not GPU performance." in timed.stderr
+    report = pkb_invoke("report", tmp_path / "b")
+    assert "CPU mode: times are host timings" in report.stdout
+    assert json.loads(pkb_invoke("report", tmp_path / "b", "--json").stdout)["cpu_timings"] is True
 
 
 def test_bench_output_is_nccl_tests_like(pkb_invoke, tmp_path):

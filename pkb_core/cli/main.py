@@ -59,7 +59,8 @@ class _Group(click.Group):
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         try:
-            if self.pkb_config_error:
+            asks_help = any(a in ("-h", "--help", "--version") for a in (sys.argv[1:] if args is None else args))
+            if self.pkb_config_error and not asks_help:  # help stays readable while the file is being fixed
                 raise click.UsageError(self.pkb_config_error)
             result = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         except click.exceptions.Abort:  # Ctrl-C (click turns KeyboardInterrupt into Abort)
