@@ -118,6 +118,23 @@ def test_values_that_make_no_sense_are_refused(pkb_invoke, tmp_path, args, optio
     assert not out.exists()  # refused before anything ran
 
 
+@pytest.mark.parametrize("args, code, message", [
+    (["run", "--timing-mode", "latency,fast"], 4, "Error: Invalid value for '--timing-mode': unknown timing mode 'fast'"),
+    (["run", "--nnodes", "2", "--node-rank", "2", "--rdzv-endpoint", "h:1"], 4, "Error: --node-rank 2 needs --nnodes > 2"),
+    (["run", "--problem", "3", "--out", "FILE/run"], 1, "Error: cannot create the run directory"),
+    (["run", "--problem", "3", "--junitxml", "FILE/junit.xml"], 1, "Error: cannot create the --junitxml folder"),
+    (["run", "--solution", "DIR"], 1, "Error: solution file"),
+    (["inspect", "DIR/nope", "--problem", "1"], 1, "Error: run directory"),
+])
+def test_more_bad_input_is_one_line(pkb_invoke, tmp_path, args, code, message):
+    (tmp_path / "file").write_text("")
+    args = [a.replace("FILE", str(tmp_path / "file")).replace("DIR", str(tmp_path)) for a in args]
+    result = pkb_invoke(*args)
+    assert result.exit_code == code, result.output
+    assert result.output.strip().splitlines()[-1].startswith(message), result.output
+    assert "Traceback" not in result.output
+
+
 def test_profile_needs_measure_perf(pkb_invoke, tmp_path):
     line = one_error_line(pkb_invoke("run", "--profile", "--out", tmp_path / "o"), 4)
     assert line == "Error: --profile needs --measure-perf (it profiles timed calls)"
@@ -185,6 +202,10 @@ def test_a_bad_value_names_where_it_came_from(pkb_invoke, tmp_path, monkeypatch)
     monkeypatch.delenv("PKB_RUN_TIMEOUT")
     assert one_error_line(pkb_invoke("run", "--nproc", "0", "--out", "o"), 4) == \
         "Error: Invalid value for '--nproc': 0 is not in the range x>=1."
+    (tmp_path / "pkb.toml").write_text("[prompt]\nnproc = 0\n")  # [prompt] gives `pkb generate` its defaults too
+    assert one_error_line(pkb_invoke("generate", "--problem", "1", "--backend", "triton", "--model", "m"), 4) == \
+        "Error: Invalid value for 'nproc' in [prompt] of pkb.toml: 0 is not in the range x>=1."
+    (tmp_path / "pkb.toml").unlink()
     (tmp_path / "pyproject.toml").write_text('[tool.pkb.run]\ntrials = 0\n')
     assert one_error_line(pkb_invoke("run", "--out", "o"), 4) == \
         "Error: Invalid value for 'trials' in [tool.pkb.run] of pyproject.toml: 0 is not in the range x>=1."

@@ -127,6 +127,9 @@ def bench(pm, problems, backend, solutions, sizes, nproc, dtype, trials, warmup,
     if device == "cpu":
         click.echo("No GPU: CPU mode (gloo, shared-memory heap, Triton interpreter): times are host timings, "
                    "not GPU performance.", err=True)
+    from pkb_core.cli.run import writable_paths
+
+    writable_paths(run_dir, None)
     keys = [job["key"] for job, _ in rejected] + [job["key"] for job in jobs + baseline_jobs]
     if force:
         forget_records(run_dir, keys)

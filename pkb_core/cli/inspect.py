@@ -32,6 +32,8 @@ def inspect(pm, run_dir, problem, rank, solution, n_values):
     import torch
 
     outputs = run_dir / "outputs"
+    if not run_dir.is_dir():
+        raise PkbError(f"run directory {run_dir} does not exist")
     if not outputs.is_dir():
         raise PkbError(f"no saved outputs in {run_dir} (rerun its jobs with `pkb run ... --save-outputs --force "
                        f"--out {run_dir}`; without --force the recorded jobs are skipped)")

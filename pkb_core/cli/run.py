@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import os
 import time
 from pathlib import Path
 
@@ -45,6 +46,7 @@ TIMING_DEFAULTS = {"tiny": (3, 10), "default": (500, 100), "large": (50, 50)}
               help="eval checks against the reference; dryrun runs only the candidate and saves its outputs.")
 @click.option("--measure-perf", is_flag=True, help="Time the reference and the candidate (times and speedups).")
 @click.option("--timing-mode", "timing_modes", default="latency", show_default=True,
+              callback=lambda ctx, param, value: _timing_modes(value),
               help="Comma-separated: latency, back-to-back, graph (the first gives the headline numbers).")
 @click.option("--profile", is_flag=True, help="Save per-rank profiler traces of a few calls (needs --measure-perf).")
 @click.option("--warmup", type=click.IntRange(min=0), default=None, help="Warm-up iterations (default by size).")
@@ -116,11 +118,13 @@ def run(pm, problems, backend, solution, solutions, nproc, nnodes, node_rank, rd
                          trials=trials, dtype=dtype, size=size, mode=mode, measure_perf=measure_perf,
                          warmup=default_warmup if warmup is None else warmup,
                          iters=default_iters if iters is None else iters, save_outputs=save_outputs,
-                         timing_modes=_timing_modes(timing_modes), profile=profile)
+                         timing_modes=timing_modes, profile=profile)
     registry = require_problems(build_registry(pm))
     run_dir = Path(out or Path("runs") / _dt.datetime.now().strftime("%Y%m%d-%H%M%S"))
     jobs, rejected, dropped = [], [], []
-    for spec, path, label in pair_solutions(request, registry, info, dropped=dropped):
+    pairs = pair_solutions(request, registry, info, dropped=dropped)
+    writable_paths(run_dir, junitxml)
+    for spec, path, label in pairs:
         job = make_job(request, spec, path, label)
         why = spec.load().world_size_error(world_size, job["params"])
         (rejected if why else jobs).append((job, why))
@@ -228,14 +232,39 @@ def build_progress(path, result, done, total) -> None:
     click.echo(f"build [{done}/{total}] {Path(path).name}  {state}{seconds}", err=True)
 
 
-def _timing_modes(text: str) -> tuple:
+def _timing_modes(text) -> tuple:
     from pkb_core.judge.timing import MODES
 
-    modes = tuple(m.strip() for m in text.split(",") if m.strip())
+    if isinstance(text, (list, tuple)):  # a TOML array
+        text = ",".join(map(str, text))
+    modes = tuple(m.strip() for m in str(text).split(",") if m.strip())
     unknown = [m for m in modes if m not in MODES]
     if unknown or not modes:
-        raise PkbError(f"unknown timing mode {', '.join(unknown) or text!r} (choose from {', '.join(MODES)})")
+        raise click.BadParameter(f"unknown timing mode {', '.join(unknown) or text!r} "
+                                 f"(choose from {', '.join(MODES)})")
     return modes
+
+
+def writable_paths(run_dir: Path, junitxml: Path | None) -> None:
+    """Refuse, in one line and before any job, a run directory or report file that cannot be written."""
+    for folder, what in ((run_dir, "run directory"), (junitxml.parent if junitxml else None, "--junitxml folder")):
+        if folder is None:
+            continue
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise PkbError(f"cannot create the {what} {folder}: {exc.strerror or exc}") from None
+        if not os.access(folder, os.W_OK | os.X_OK):
+            raise PkbError(f"cannot write into the {what} {folder} (permission denied)")
+    if junitxml is not None:
+        existed = junitxml.exists()
+        try:
+            with open(junitxml, "a"):
+                pass
+        except OSError as exc:
+            raise PkbError(f"cannot write the --junitxml file {junitxml}: {exc.strerror or exc}") from None
+        if not existed:
+            junitxml.unlink()
 
 
 def summary_table(records) -> str:

@@ -54,6 +54,8 @@ def pair_solutions(request: RunRequest, registry, info, dropped: list | None = N
         raise PkbError("give --solution or --solutions, not both")
     if request.solution:
         path = Path(request.solution)
+        if path.is_dir():
+            raise PkbError(f"solution file {path} is a directory (give --solutions DIR for a folder of solutions)")
         if not path.is_file():
             raise PkbError(f"solution file {path} does not exist")
         if request.problems:
