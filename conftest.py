@@ -1,8 +1,84 @@
 """Every test of the repository (tests/ and each backend's tests/) runs with pkb's
-opt-in pytest plugin (fixtures ``pkb_invoke``, ``pkb_pm``; the BackendContract suite)."""
+opt-in pytest plugin (fixtures ``pkb_invoke``, ``pkb_pm``; the BackendContract suite).
+
+The tests are hermetic: pkb's cache (calibration, build outcomes, backends' builds)
+is a temporary folder of this session's own, never ``~/.cache/pkb``; tables are
+rendered at full width whatever the developer's ``$COLUMNS``. ``--pkb-extra-pack``
+runs the tests with a throwaway third-party problem pack installed, to check
+that none assumes the built-in pack is alone.
+"""
+import importlib
 import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
 
 pytest_plugins = ["pkb_core.testing"]
 
 # Tests run the real CPU pipeline; never let a developer's GPU change that.
 os.environ["PKB_DEVICE"] = "cpu"
+# Set before any test (and inherited by every process a test starts).
+_SESSION_DIR = Path(tempfile.mkdtemp(prefix="pkb-tests-"))
+os.environ["PKB_CACHE_DIR"] = str(_SESSION_DIR / "cache")
+os.environ.pop("COLUMNS", None)
+
+EXTRA_PACK = '''
+from pathlib import Path
+from pkb_core import hookimpl
+
+@hookimpl
+def pkb_register_problems(register):
+    register(Path(__file__).parent / "pkbextra_problems")
+'''
+
+EXTRA_PROBLEM = '''"""Sum of every rank's small integers (a third-party pack's problem)."""
+import torch.distributed as dist
+
+ID = 990
+NAME = "extra_pack_sum"
+CATEGORY = "collective"
+ORIGIN = "a third-party pack (tests)"
+WORLD_SIZE = "any W >= 2"
+SIZES = {"tiny": {"n": 8}, "default": {"n": 1024}, "large": {"n": 65536}}
+
+
+def inputs(ctx):
+    return (ctx.exact(ctx.params["n"]),)
+
+
+def reference(x):
+    out = x.clone()
+    dist.all_reduce(out)
+    return out
+
+
+def traffic(params, world_size, itemsize):
+    nbytes = params["n"] * itemsize
+    return {"link_bytes": 2 * (world_size - 1) / world_size * nbytes, "hbm_bytes": 2 * nbytes, "flops": 0}
+'''
+
+
+def pytest_addoption(parser):
+    parser.addoption("--pkb-extra-pack", action="store_true",
+                     help="Install a throwaway third-party problem pack (problem 990, a collective) for the session.")
+
+
+def pytest_configure(config):
+    if not config.getoption("--pkb-extra-pack", default=False):
+        return
+    site = _SESSION_DIR / "extra-pack"
+    (site / "pkbextra_problems").mkdir(parents=True)
+    (site / "pkbextra_pack.py").write_text(EXTRA_PACK)
+    (site / "pkbextra_problems" / "990_extra_pack_sum.py").write_text(EXTRA_PROBLEM)
+    info = site / "pkbextra-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: pkbextra\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[pkb.problems]\nextra = pkbextra_pack\n")
+    sys.path.insert(0, str(site))
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH")) if p)
+    importlib.invalidate_caches()
+
+
+def pytest_unconfigure(config):
+    shutil.rmtree(_SESSION_DIR, ignore_errors=True)

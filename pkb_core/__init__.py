@@ -15,7 +15,8 @@ For backend plugins
     :func:`describe`, :func:`load_solution` and :func:`load_module` (import a
     solution file as the core does), the multicast rules (:data:`ALLOW_MULTICAST_ENV`,
     :data:`MULTICAST_PATTERNS`, :func:`multicast_use`, :func:`refuse_multicast`),
-    preloaded libraries (:func:`mapped_paths`, :func:`preload_errors`).
+    preloaded libraries (:func:`mapped_paths`, :func:`preload_errors`), :func:`cache_dir` (the root of
+    pkb's cache: ``$PKB_CACHE_DIR``, ``$XDG_CACHE_HOME/pkb`` or ``~/.cache/pkb``).
 For symmetric heaps
     :func:`handle_of`, :func:`peer_offset`, :func:`register_allocation`,
     :class:`MappedHandle`, :class:`SharedMemoryHeap`, :class:`TorchSymmetricHeap`.
@@ -54,6 +55,7 @@ _EXPORTS = {
     "SharedMemoryHeap": "pkb_core.symmetric.shm",
     "TorchSymmetricHeap": "pkb_core.symmetric.torch_heap",
     "matrix_for_bytes": "pkb_core.problem.contract",
+    "cache_dir": "pkb_core.cache",
 }
 
 __all__ = ["__version__", *_EXPORTS]

@@ -1,12 +1,23 @@
 """Exceptions that carry a one-line message for the user.
 
-The CLI turns :class:`PkbError` into ``Error: <message>`` and exit status 1;
-anything else keeps its traceback, because it is a bug in pkb or a plugin.
+The CLI turns :class:`PkbError` into ``Error: <message>`` and exit status 1
+(:class:`NothingSelected`: status 5, like pytest's "no tests ran"); anything
+else keeps its traceback, because it is a bug in pkb or a plugin (exit status 3,
+pytest's internal error). docs/cli.md lists the exit statuses.
 """
 
 
 class PkbError(Exception):
     """Bad input or an unmet requirement, explained in one line."""
+
+    #: The exit status of the ``pkb`` command that stops with this error.
+    exit_code = 1
+
+
+class NothingSelected(PkbError):
+    """The options select no job at all (no problem, no solution file): pytest's exit status 5."""
+
+    exit_code = 5
 
 
 class BackendUnavailable(PkbError):

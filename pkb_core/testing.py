@@ -52,8 +52,9 @@ def pkb_invoke(tmp_path):
     def invoke(*args, pm=None):
         pm = pm or get_plugin_manager()
         config = load_config()
-        return CliRunner().invoke(prepare(pm, config), [str(a) for a in args], obj=pm, catch_exceptions=False,
-                                  **context_settings(config))
+        cli = prepare(pm, config)
+        return CliRunner().invoke(cli, [str(a) for a in args], obj=pm, catch_exceptions=False,
+                                  **context_settings(config, cli))
 
     return invoke
 

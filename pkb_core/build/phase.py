@@ -56,7 +56,7 @@ class BuildResult:
 
 
 def cache_dir() -> Path:
-    from pkb_core.machine.calibrate import cache_dir as root
+    from pkb_core.cache import cache_dir as root
 
     return root() / "builds"
 

@@ -5,19 +5,24 @@ backend's solution and the reference are checked and timed in latency mode
 (eager, one call per sample) and in CUDA-graph mode (host launch cost
 removed); on GPU, the problem's strong non-NCCL baselines
 (:mod:`pkb_core.baselines`, e.g. torch symm_mem one-shot/two-shot all-reduce)
-are timed too. The table gives times in microseconds, speedups, and algbw /
-busbw as nccl-tests defines them. Records land in the run directory like any
-``pkb run``.
+are timed too. The table gives times in microseconds, speedups, and busbw in
+GB/s as nccl-tests defines it, under the name of the reference's library (NCCL on
+GPU, gloo in CPU mode); it ends, like nccl-tests, with ``# Avg bus bandwidth :
+X GB/s`` (the mean of the backend's solutions' busbw over the passing rows).
+Progress goes to stderr as ``[i/n]`` lines. Records land in the run directory
+like any ``pkb run`` (a rerun skips recorded jobs unless ``--force``); the exit
+status is ``pkb run``'s.
 """
 from __future__ import annotations
 
 import datetime as _dt
 import json
+import math
 from pathlib import Path
 
 import click
 
-from pkb_core.errors import PkbError
+from pkb_core.errors import NothingSelected, PkbError
 from pkb_core.plugin.reference_backend import NAME as REFERENCE
 from pkb_core.cli.table import render_table
 
@@ -26,14 +31,23 @@ _UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
 
 def parse_sizes(text: str) -> list[int]:
+    """``"4K,1M"`` -> bytes (K, M, G are powers of 1024; a trailing B or iB is allowed)."""
     sizes = []
     for part in (p.strip().upper() for p in text.split(",") if p.strip()):
-        unit = _UNITS.get(part[-1].rstrip("B"), 1) if part[-1] in "KMG" else 1
-        number = part[:-1] if part[-1] in "KMG" else part
+        text_ = part[:-1] if part.endswith("IB") else part
+        text_ = text_[:-1] if text_.endswith("B") and len(text_) > 1 else text_
+        unit = _UNITS.get(text_[-1], 1) if text_ else 1
+        number = text_[:-1] if text_ and text_[-1] in _UNITS else text_
         try:
-            sizes.append(int(float(number) * unit))
+            nbytes = int(float(number) * unit)
         except ValueError:
-            raise PkbError(f"cannot read size {part!r} (use e.g. 4K, 1M, 256M)") from None
+            raise click.BadParameter(f"cannot read size {part!r} (use e.g. 4K, 1M, 256M)",
+                                     param_hint="'--sizes'") from None
+        if nbytes <= 0:
+            raise click.BadParameter(f"size {part!r} is not a positive number of bytes", param_hint="'--sizes'")
+        sizes.append(nbytes)
+    if not sizes:
+        raise click.BadParameter("no size given (use e.g. 4K,1M,256M)", param_hint="'--sizes'")
     return sizes
 
 
@@ -42,20 +56,23 @@ def parse_sizes(text: str) -> list[int]:
 @click.option("--backend", required=True, help="Backend plugin whose solutions run (see `pkb backends`).")
 @click.option("--solutions", default=None, help="Directory of solutions (default: the backend's samples).")
 @click.option("--sizes", default=DEFAULT_SIZES, show_default=True, help="Per-rank message sizes.")
-@click.option("--nproc", type=int, default=None)
+@click.option("--nproc", type=click.IntRange(min=1), default=None, help="Ranks (default: every GPU; 2 in CPU mode).")
 @click.option("--dtype", type=click.Choice(["auto", "bf16", "fp16", "fp32"]), default="auto")
-@click.option("--trials", type=int, default=2, show_default=True)
-@click.option("--warmup", type=int, default=20, show_default=True)
-@click.option("--iters", type=int, default=50, show_default=True)
+@click.option("--trials", type=click.IntRange(min=1), default=2, show_default=True,
+              help="Correctness trials per size before timing.")
+@click.option("--warmup", type=click.IntRange(min=0), default=20, show_default=True, help="Warm-up iterations.")
+@click.option("--iters", type=click.IntRange(min=1), default=50, show_default=True, help="Timed iterations.")
 @click.option("--device", type=click.Choice(["auto", "cuda", "cpu"]), default="auto")
-@click.option("--timeout", "job_timeout", type=float, default=None, help="Seconds per job (default 120 CPU, 300 GPU).")
-@click.option("--out", default=None)
+@click.option("--timeout", "job_timeout", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Seconds per job (default 120 CPU, 300 GPU).")
+@click.option("--out", default=None, help="Run directory (default runs/bench-<time>); a rerun skips recorded jobs.")
+@click.option("--force", is_flag=True, help="Rerun jobs that already have a record in --out, replacing their records.")
 @click.option("--baselines/--no-baselines", default=True, show_default=True,
               help="Also time torch symm_mem's all-reduce kernels (one_shot, two_shot) on GPU.")
 @click.option("--json", "json_", is_flag=True)
 @click.pass_obj
 def bench(pm, problems, backend, solutions, sizes, nproc, dtype, trials, warmup, iters, device, job_timeout, out,
-          baselines, json_):
+          force, baselines, json_):
     """Sweep message sizes: solutions vs NCCL (eager and CUDA graph), with busbw."""
     from pkb_core.baselines import baselines_for
     from pkb_core.machine.calibrate import calibrate
@@ -63,8 +80,12 @@ def bench(pm, problems, backend, solutions, sizes, nproc, dtype, trials, warmup,
     from pkb_core.launch.launcher import LaunchSettings, run_jobs
     from pkb_core.launch.plan import ITEMSIZE, RunRequest, make_job, pair_solutions
     from pkb_core.plugin.manager import get_backend_info
-    from pkb_core.problem.registry import build_registry
+    from pkb_core.problem.registry import build_registry, require_problems
+    from pkb_core.results.records import append_record, forget_records, job_record, read_records
+    from pkb_core.cli.progress import JobProgress
+    from pkb_core.cli.run import CPU_TIMING_NOTE, FAILING
 
+    byte_sizes = parse_sizes(sizes)
     device = detect_device(device)
     info = get_backend_info(pm, backend)
     missing = info.unavailable_reason(device)
@@ -78,42 +99,89 @@ def bench(pm, problems, backend, solutions, sizes, nproc, dtype, trials, warmup,
     request = RunRequest(problems=problems, backend=backend, solution=None, solutions=solutions, nproc=nproc,
                          trials=trials, dtype=dtype, size="default", mode="eval", measure_perf=True, warmup=warmup,
                          iters=iters, save_outputs=False, timing_modes=modes)
-    registry = build_registry(pm)
-    jobs, baseline_jobs = [], []
+    registry = require_problems(build_registry(pm))
+    jobs, baseline_jobs, rejected, no_sweep = [], [], [], []
     for spec, path, label in pair_solutions(request, registry, info):
-        module = spec.load().module
+        problem = spec.load()
+        module = problem.module
         if not hasattr(module, "sweep"):
+            no_sweep.append(spec.key)
             continue
-        for nbytes in parse_sizes(sizes):
+        for nbytes in byte_sizes:
             params = module.sweep(nbytes, nproc, itemsize)
             request.size = f"sweep:{nbytes}"
-            jobs.append(make_job(request, spec, path, label, params=params))
+            job = make_job(request, spec, path, label, params=params)
+            why = problem.world_size_error(nproc, params)
+            if why:
+                rejected.append((job, f"world size {nproc}: {why}"))
+                continue
+            jobs.append(job)
             if device == "cuda" and baselines:
                 baseline_request = RunRequest(**{**request.__dict__, "backend": REFERENCE})
                 for baseline in baselines_for(spec.key):
                     baseline_jobs.append(make_job(baseline_request, spec, baseline, baseline.stem, params=params))
-    if not jobs:
-        raise PkbError(f"no selected problem defines a sweep ({problems})")
-    calibration = calibrate(device)
-    progress = lambda record: click.echo(f"{record['problem']} {record['size']} {record['solution']}: "
-                                         f"{record['verdict']}", err=True)
-    reference = get_backend_info(pm, REFERENCE)
-    for batch_info, batch in ((info, jobs), (reference, baseline_jobs)):
-        if batch:
-            settings = LaunchSettings(nproc=nproc, device=device, backend=batch_info.name, run_dir=run_dir,
-                                      job_timeout=job_timeout or (300.0 if device == "cuda" else 120.0),
-                                      calibration=calibration, preload=tuple(batch_info.preload()),
-                                      custom_kernels=batch_info.custom_kernels)
-            run_jobs(batch, settings, on_record=progress)
-    from pkb_core.results.records import read_records
+    if no_sweep and problems != "collective":
+        click.echo(f"note: skipping {', '.join(no_sweep)} (no sweep() to size it by bytes)", err=True)
+    if not jobs and not rejected:
+        raise NothingSelected(f"no selected problem defines a sweep ({problems})")
+    if device == "cpu":
+        click.echo("No GPU: CPU mode (gloo, shared-memory heap, Triton interpreter): times are host timings, "
+                   "not GPU performance.", err=True)
+    from pkb_core.cli.run import writable_paths
 
-    keys = {job["key"] for job in jobs + baseline_jobs}
-    records = [r for r in read_records(run_dir) if r["key"] in keys]
+    writable_paths(run_dir, None)
+    keys = [job["key"] for job, _ in rejected] + [job["key"] for job in jobs + baseline_jobs]
+    if force:
+        forget_records(run_dir, keys)
+    recorded = {r["key"] for r in read_records(run_dir)} & set(keys)
+    if recorded:
+        click.echo(f"skipping {len(recorded)} recorded job(s) in {run_dir} (use --force to rerun them)", err=True)
+    progress = JobProgress(len(keys) - len(recorded), quiet=json_,
+                           label=lambda r: f"{r['problem']}  {_human(int(r['size'].split(':')[1]))}  {r['solution']}")
+    for job, why in rejected:
+        if job["key"] not in recorded:
+            record = job_record(job, nproc, "unsupported", why)
+            append_record(run_dir, record)
+            progress(record)
+    reference = get_backend_info(pm, REFERENCE)
+    pending = [[job for job in batch if job["key"] not in recorded] for batch in (jobs, baseline_jobs)]
+    calibration = calibrate(device) if any(pending) else None
+    progress.start()
+    try:
+        for batch_info, batch in ((info, pending[0]), (reference, pending[1])):
+            if batch:
+                settings = LaunchSettings(nproc=nproc, device=device, backend=batch_info.name, run_dir=run_dir,
+                                          job_timeout=job_timeout or (300.0 if device == "cuda" else 120.0),
+                                          calibration=calibration, preload=tuple(batch_info.preload()),
+                                          custom_kernels=batch_info.custom_kernels)
+                run_jobs(batch, settings, on_record=progress)
+    finally:
+        progress.close()
+    by_key = {r["key"]: r for r in read_records(run_dir)}
+    records = [by_key[k] for k in keys if k in by_key]
+    library = reference_library(device)
+    own = {job["key"] for job in jobs}
+    average = avg_busbw([r for r in records if r["key"] in own])
     if json_:
-        click.echo(json.dumps({"run_dir": str(run_dir), "results": records}, indent=2))
+        click.echo(json.dumps({"run_dir": str(run_dir), "reference": library, "avg_busbw_gbps": average,
+                               "results": records}, indent=2))
     else:
-        click.echo(sweep_table(records, modes))
+        click.echo(sweep_table(records, modes, library))
         click.echo(f"\n(records in {run_dir}/records.jsonl)")
+        if device == "cpu":
+            click.echo(CPU_TIMING_NOTE)
+        not_passed = sum(r["verdict"] != "pass" for r in records)
+        reference_avg = avg_busbw([r for r in records if r["key"] in own], side="reference")
+        click.echo(f"# Jobs not passed : {not_passed}")
+        click.echo(f"# Avg bus bandwidth of {library} : " + _gbps(reference_avg))
+        click.echo("# Avg bus bandwidth : " + _gbps(average))
+    if any(r["verdict"] in FAILING for r in records):
+        raise SystemExit(1)
+
+
+def reference_library(device: str) -> str:
+    """What the reference's collectives run on: NCCL on GPU, gloo in CPU mode."""
+    return "NCCL" if device == "cuda" else "gloo"
 
 
 def _median_us(record, mode, side):
@@ -121,29 +189,62 @@ def _median_us(record, mode, side):
     return stats["median"] * 1e3 if stats else None
 
 
-def sweep_table(records, modes=("latency", "graph")) -> str:
-    """One row per (problem, size, solution): times in us, speedups, busbw in GB/s."""
+def _busbw(record, t_us):
+    """nccl-tests' bus bandwidth in GB/s of a call taking ``t_us`` microseconds."""
+    bus = record.get("stats", {}).get("bus")
+    return bus["bytes"] / (t_us * 1e-6) * bus["factor"] / 1e9 if bus and t_us else None
+
+
+def _best(*times):
+    times = [t for t in times if t]
+    return min(times) if times else None
+
+
+def avg_busbw(records, side: str = "candidate"):
+    """Mean busbw (GB/s) of the solutions over the passing ``records`` (``side="reference"``:
+    of the reference on the same rows), nccl-tests' ``# Avg bus bandwidth``; None without any."""
+    values = []
+    for r in records:
+        if r["verdict"] != "pass":
+            continue
+        t = _best(_median_us(r, "latency", side), _median_us(r, "graph", side))
+        bw = _busbw(r, t)
+        if bw is not None:
+            values.append(bw)
+    return sum(values) / len(values) if values else None
+
+
+def _gbps(value) -> str:
+    return "n/a (no passing timed job)" if value is None else f"{value:{fixed_format([value])}} GB/s"
+
+
+def sweep_table(records, modes=("latency", "graph"), library: str = "NCCL") -> str:
+    """One row per (problem, size, solution): times in us, speedups, busbw in GB/s (fixed point)."""
     rows = []
     for r in sorted(records, key=lambda r: (r["problem_id"], int(r["size"].split(":")[1]), r["solution"])):
         nbytes = int(r["size"].split(":")[1])
         ref_eager, sol_eager = _median_us(r, "latency", "reference"), _median_us(r, "latency", "candidate")
         ref_graph, sol_graph = _median_us(r, "graph", "reference"), _median_us(r, "graph", "candidate")
-        bus = r.get("stats", {}).get("bus")
-        best_sol = min(t for t in (sol_eager, sol_graph) if t) if sol_eager else None
-
-        def busbw(t):
-            return bus["bytes"] / (t * 1e-6) * bus["factor"] / 1e9 if bus and t else None
-
         rows.append([r["problem"], _human(nbytes), r["solution"], r["verdict"], ref_eager, ref_graph, sol_eager,
-                     sol_graph, _ratio(ref_eager, sol_eager), _ratio(ref_graph, sol_graph), busbw(ref_graph or ref_eager),
-                     busbw(best_sol)])
-    headers = ["problem", "size", "solution", "verdict", "NCCL us", "NCCL graph us", "sol us", "sol graph us",
-               "x eager", "x graph", "NCCL busbw", "sol busbw"]
-    if "graph" not in modes:
-        keep = [i for i, h in enumerate(headers) if "graph" not in h]
-        headers = [headers[i] for i in keep]
-        rows = [[row[i] for i in keep] for row in rows]
-    return render_table(headers, rows)
+                     sol_graph, _ratio(ref_eager, sol_eager), _ratio(ref_graph, sol_graph),
+                     _busbw(r, ref_graph or ref_eager), _busbw(r, _best(sol_eager, sol_graph))])
+    headers = ["problem", "size", "solution", "verdict", f"{library} us", f"{library} graph us", "sol us",
+               "sol graph us", "x eager", "x graph", f"{library} busbw GB/s", "sol busbw GB/s"]
+    keep = [i for i, h in enumerate(headers) if "graph" in modes or "graph" not in h]
+    headers = [headers[i] for i in keep]
+    rows = [[row[i] for i in keep] for row in rows]
+    return render_table(headers, rows, formats={i: fixed_format([row[i] for row in rows])
+                                                for i in range(4, len(headers))})
+
+
+def fixed_format(values) -> str:
+    """A fixed-point format for a column: 2 decimals (nccl-tests'), more when the smallest
+    non-zero value would otherwise show fewer than 2 significant digits (at most 6)."""
+    small = [abs(v) for v in values if isinstance(v, (int, float)) and v]
+    if not small:
+        return ".2f"
+    decimals = 1 - math.floor(math.log10(min(small)))
+    return f".{max(2, min(6, decimals))}f"
 
 
 def _ratio(a, b):

@@ -14,8 +14,9 @@ import click
 @click.option("--problem", "problems", default=None, help="Ids, names, categories or ranges (default: all).")
 @click.option("--device", type=click.Choice(["auto", "cuda", "cpu"]), default="auto", show_default=True,
               help="The device type the builds are for (nothing runs on it).")
-@click.option("--build-timeout", type=float, default=600.0, show_default=True, help="Seconds one build may take.")
-@click.option("--build-jobs", type=int, default=None, help="Builds at once (default: by cores and memory).")
+@click.option("--build-timeout", type=click.FloatRange(min=0, min_open=True), default=600.0, show_default=True,
+              help="Seconds one build may take.")
+@click.option("--build-jobs", type=click.IntRange(min=1), default=None, help="Builds at once (default: by cores and memory).")
 @click.option("--json", "json_", is_flag=True, help="Print one JSON object with every outcome.")
 @click.pass_obj
 def build(pm, backend, solution, solutions, problems, device, build_timeout, build_jobs, json_):

@@ -2,7 +2,8 @@
 
 Plain text (:func:`pkb_core.cli.table.render_table`) is used whenever stdout is not
 a TTY, ``rich`` is not installed, or ``PKB_PLAIN`` is set, so pipes, files and
-tests always see the same stable text. Both forms show the same cells.
+tests always see the same stable text. Both forms show the same cells, and
+neither is wider than the terminal (or ``$COLUMNS`` when set): long cells wrap.
 """
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from dataclasses import dataclass, field
 
 import click
 
-from pkb_core.cli.table import format_cell, numeric_column, render_table
+from pkb_core.cli.table import AUTO, format_cell, numeric_column, render_table
 from pkb_core.results.verdict import Verdict
 
 #: Verdict colours in rich tables.
@@ -48,11 +49,11 @@ def use_rich() -> bool:
     return True
 
 
-def plain_text(sections) -> str:
+def plain_text(sections, width=AUTO) -> str:
     """The sections as plain text: title, table, notes, a blank line between sections."""
     blocks = []
     for s in sections:
-        lines = [s.title, render_table(s.headers, s.rows)] if s.rows else [s.title, "(none)"]
+        lines = [s.title, render_table(s.headers, s.rows, width=width)] if s.rows else [s.title, "(none)"]
         blocks.append("\n".join(lines + list(s.notes)))
     return "\n\n".join(blocks)
 
@@ -71,9 +72,9 @@ def show(sections) -> None:
         widths = [min(MAX_KEPT_WIDTH, max([len(h)] + [len(format_cell(r[i])) for r in s.rows]))
                   for i, h in enumerate(s.headers)]
         if sum(widths[:-1]) + 3 * len(widths) + MIN_LAST_WIDTH > console.width:
-            # Too wide for this terminal: squeezed rich cells would break every name, so print
-            # the plain table and let the terminal (or `less -S`) deal with long lines.
-            click.echo(plain_text([s]) + "\n")
+            # Too wide for rich's squeezing (it would break every name): the plain table,
+            # whose long text columns wrap at this width.
+            click.echo(plain_text([s], width=console.width) + "\n")
             continue
         table = Table(title=s.title, title_justify="left", title_style="bold", box=box.SIMPLE_HEAD)
         for i, header in enumerate(s.headers):

@@ -19,7 +19,8 @@ from pkb_core.cli.prompt import prompt_options, prompt_request
 @click.option("--samples", type=click.IntRange(min=1), default=1, show_default=True,
               help="Replies per problem (files <id>_<name>_<k>.py when more than one).")
 @click.option("--out", default=None, help="Output directory (default generated/<backend>/<model>).")
-@click.option("--temperature", type=float, default=None, help="Sampling temperature (default: the provider's).")
+@click.option("--temperature", type=click.FloatRange(min=0), default=None,
+              help="Sampling temperature, 0 or more (default: the provider's).")
 @click.option("--max-tokens", type=click.IntRange(min=1), default=None,
               help="Reply length limit (default: the provider's).")
 @click.option("--force", is_flag=True, help="Ask again for samples that already have a solution file in --out.")

@@ -23,17 +23,20 @@ from pkb_core.results.records import read_records
 @click.command()
 @click.argument("run_dir", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--problem", required=True, help="Problem id, key (7_reducescatter) or name.")
-@click.option("--rank", type=int, default=None, help="Only this rank (default: every saved rank).")
+@click.option("--rank", type=click.IntRange(min=0), default=None, help="Only this rank (default: every saved rank).")
 @click.option("--solution", default=None, help="Only outputs of solutions whose file name contains this.")
-@click.option("--values", "n_values", type=int, default=6, show_default=True, help="Sample values shown per leaf.")
+@click.option("--values", "n_values", type=click.IntRange(min=0), default=6, show_default=True, help="Sample values shown per leaf.")
 @click.pass_obj
 def inspect(pm, run_dir, problem, rank, solution, n_values):
     """Shapes, dtypes, sample values and differences of saved outputs (runs made with --save-outputs)."""
     import torch
 
     outputs = run_dir / "outputs"
+    if not run_dir.is_dir():
+        raise PkbError(f"run directory {run_dir} does not exist")
     if not outputs.is_dir():
-        raise PkbError(f"no saved outputs in {run_dir} (run `pkb run --save-outputs --out {run_dir}`)")
+        raise PkbError(f"no saved outputs in {run_dir} (rerun its jobs with `pkb run ... --save-outputs --force "
+                       f"--out {run_dir}`; without --force the recorded jobs are skipped)")
     records = read_records(run_dir)
     folders = _folders(outputs, problem, records, solution)
     tolerance = _tolerance(pm, folders[0].name.split("-", 1)[0])

@@ -14,7 +14,7 @@ import sys
 import click
 
 from pkb_core import __version__
-from pkb_core.cli.config import default_map, load_config
+from pkb_core.cli.config import add_option_envvars, command_defaults, default_map, load_config, value_origin
 from pkb_core.errors import PkbError
 from pkb_core.plugin.manager import backend_infos, get_plugin_manager
 from pkb_core.problem.registry import build_registry
@@ -38,13 +38,70 @@ BUILTIN_COMMANDS = [
 
 
 class _Group(click.Group):
-    """Turns :class:`PkbError` into one line and exit status 1."""
+    """The ``pkb`` group: one line per error, and pytest's exit statuses (docs/cli.md).
+
+    0: every job passed (or was unsupported here); 1: a job failed, or an error
+    explained in one line (``Error: ...``); 2: interrupted (Ctrl-C); 3: a bug
+    (pkb's or a plugin's: its traceback); 4: usage error (an option, an environment
+    variable or a pkb.toml value refused before anything ran); 5: nothing selected.
+    """
+
+    #: The configuration the defaults came from, its problem (an error message) and
+    #: ``{(command, parameter): key as written}``; set by :func:`prepare`.
+    pkb_config = None
+    pkb_config_error = None
+    pkb_config_keys: dict = {}
 
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
         except PkbError as exc:
-            raise click.ClickException(str(exc)) from None
+            raise _Failure(str(exc), exc.exit_code) from None
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        try:
+            asks_help = any(a in ("-h", "--help", "--version") for a in (sys.argv[1:] if args is None else args))
+            if self.pkb_config_error and not asks_help:  # help stays readable while the file is being fixed
+                raise click.UsageError(self.pkb_config_error)
+            result = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except click.exceptions.Abort:  # Ctrl-C (click turns KeyboardInterrupt into Abort)
+            click.echo("\nInterrupted (Ctrl-C)", err=True)
+            code = INTERRUPTED
+        except click.UsageError as exc:
+            click.echo(f"Error: {self._usage_message(exc)}", err=True)
+            code = USAGE_ERROR
+        except click.ClickException as exc:
+            click.echo(f"Error: {exc.format_message()}", err=True)
+            code = exc.exit_code
+        except PkbError as exc:  # raised while parsing (a callback)
+            click.echo(f"Error: {exc}", err=True)
+            code = exc.exit_code
+        else:
+            code = result if isinstance(result, int) else 0
+        if not standalone_mode:
+            return code
+        sys.exit(code)
+
+    def _usage_message(self, exc: click.UsageError) -> str:
+        """The message, naming where a bad value came from when the user did not type it."""
+        param = getattr(exc, "param", None)
+        if isinstance(exc, click.BadParameter) and param is not None and exc.ctx is not None:
+            origin = value_origin(exc.ctx, param, self.pkb_config, self.pkb_config_keys)
+            if origin:
+                exc.param_hint = origin
+        return " ".join(exc.format_message().split())  # one line
+
+
+class _Failure(click.ClickException):
+    """A :class:`PkbError` on its way out, with its exit status."""
+
+    def __init__(self, message: str, exit_code: int):
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+#: Exit statuses that are not 0 or 1 (pytest's numbers).
+INTERRUPTED, INTERNAL_ERROR, USAGE_ERROR, NOTHING_SELECTED = 2, 3, 4, 5
 
 
 def build_cli(pm) -> click.Group:
@@ -60,27 +117,40 @@ def build_cli(pm) -> click.Group:
 
     @cli.group(invoke_without_command=True)
     @click.option("--json", "json_", is_flag=True, help="Print JSON.")
-    @click.option("--category", default=None, help="Only this category.")
+    @click.option("--category", default=None, help="Only this category (or its alias: tp, sp, ...).")
     @click.pass_context
     def problems(ctx, json_, category):
         """List the registered problems (`pkb problems show ID` for one)."""
+        from pkb_core.problem.contract import CATEGORIES
+        from pkb_core.problem.registry import category_key, require_problems
+
         if ctx.invoked_subcommand:
             return
-        specs = list(build_registry(pm))
+        registry = require_problems(build_registry(pm))
+        specs = list(registry)
         if category:
-            specs = build_registry(pm).select(category)
+            key = category_key(category)
+            if key is None:
+                raise PkbError(f"unknown category {category!r} (categories: "
+                               + ", ".join(f"{k} ({', '.join(a)})" if a else k for k, a in CATEGORIES.items())
+                               + ")")
+            specs = [s for s in specs if s.category == key]
         if json_:
             click.echo(json.dumps([_spec_json(s) for s in specs], indent=2))
             return
-        rows = [[s.id, s.name, s.category, s.world_size_rule, s.summary[:60]] for s in specs]
+        rows = [[s.id, s.name, s.category, s.world_size_rule, s.summary] for s in specs]
         click.echo(render_table(["id", "name", "category", "world size", "task"], rows))
+        if category and not specs:
+            click.echo(f"(no problem of category {category_key(category)} is registered)", err=True)
 
     @problems.command("show")
     @click.argument("problem")
     @click.option("--json", "json_", is_flag=True, help="Print JSON.")
     def problems_show(problem, json_):
         """Spec, sizes, world-size rule and reference source of one problem."""
-        spec = build_registry(pm).get(problem)
+        from pkb_core.problem.registry import require_problems
+
+        spec = require_problems(build_registry(pm)).get(problem)
         if json_:
             click.echo(json.dumps(dict(_spec_json(spec), source=spec.path.read_text()), indent=2))
             return
@@ -112,8 +182,12 @@ def build_cli(pm) -> click.Group:
             click.echo(json.dumps({"device": device, "backends": rows}, indent=2))
             return
         click.echo(render_table(["backend", "devices", f"on {device}", "distribution", "description"],
-                                [[r["name"], ",".join(r["devices"]), "yes" if r["available"] else f"no: {r['reason']}",
+                                [[r["name"], ",".join(r["devices"]), "yes" if r["available"] else "no (see below)",
                                   f"{r['distribution']} {r['version']}", r["description"]] for r in rows]))
+        unavailable = [[r["name"], r["reason"]] for r in rows if not r["available"]]
+        if unavailable:
+            click.echo(f"\nwhy not on {device}:")
+            click.echo(render_table(["backend", "reason"], unavailable))
 
     @cli.command()
     @click.option("--json", "json_", is_flag=True, help="Print JSON.")
@@ -161,16 +235,26 @@ def _spec_json(spec) -> dict:
             "summary": spec.summary, "path": str(spec.path)}
 
 
-def context_settings(config: dict) -> dict:
-    """Keyword arguments for ``cli.main``: environment prefix and file defaults."""
+def context_settings(config: dict, cli: click.Group | None = None) -> dict:
+    """Keyword arguments for ``cli.main``: environment prefix and file defaults (checked
+    against the commands of ``cli`` when given, see :func:`pkb_core.cli.config.command_defaults`)."""
+    if cli is not None and isinstance(cli, _Group) and cli.pkb_config is config:
+        return {"auto_envvar_prefix": "PKB", "default_map": cli.pkb_default_map}
     return {"auto_envvar_prefix": "PKB", "default_map": default_map(config)}
 
 
 def prepare(pm, config: dict) -> click.Group:
-    """The full ``pkb`` group: built-ins plus commands from plugins."""
+    """The full ``pkb`` group: built-ins plus commands from plugins, with the
+    configuration checked against them (an unknown table or key stops any command)."""
     pm.pkb_config = config  # backend options reach `pkb run` through the manager
     cli = build_cli(pm)
     pm.hook.pkb_register_commands(cli=cli)
+    add_option_envvars(cli)
+    cli.pkb_config = config
+    try:
+        cli.pkb_default_map, cli.pkb_config_keys = command_defaults(config, cli)
+    except click.UsageError as exc:
+        cli.pkb_default_map, cli.pkb_config_error = {}, exc.format_message()
     return cli
 
 
@@ -181,8 +265,18 @@ def main(argv=None) -> None:
         config = load_config()
     except PkbError as exc:
         click.echo(f"Error: {exc}", err=True)
-        sys.exit(1)
+        sys.exit(exc.exit_code)
     for record in pm.load_errors:
         click.echo(f"warning: plugin {record.key} from {record.distribution} failed to load: {record.error}",
                    err=True)
-    prepare(pm, config).main(args=argv, prog_name="pkb", obj=pm, **context_settings(config))
+    cli = prepare(pm, config)
+    try:
+        cli.main(args=argv, prog_name="pkb", obj=pm, **context_settings(config, cli))
+    except (SystemExit, KeyboardInterrupt):
+        raise
+    except Exception:  # a bug in pkb or a plugin: its traceback, and pytest's "internal error"
+        import traceback
+
+        traceback.print_exc()
+        click.echo("pkb: internal error (the traceback above is a bug in pkb or a plugin)", err=True)
+        sys.exit(INTERNAL_ERROR)

@@ -16,8 +16,10 @@ import click
 class JobProgress:
     """Call with each finished record; the bar shows between :meth:`start` and :meth:`close`."""
 
-    def __init__(self, total: int, quiet: bool = False):
+    def __init__(self, total: int, quiet: bool = False, label=None):
+        """:param label: ``label(record)``, the text after ``[i/n]`` (default: problem and solution)."""
         self.total, self.done, self.quiet = total, 0, quiet
+        self.label = label or (lambda record: f"{record['problem']}  {record['solution']}")
         self._bar = None
         self._task = None
 
@@ -26,7 +28,7 @@ class JobProgress:
         if self.quiet:
             return
         extra = f"  {record['speedup']:.2f}x" if record.get("speedup") else ""
-        line = f"[{self.done}/{self.total}] {record['problem']}  {record['solution']}  {record['verdict']}{extra}"
+        line = f"[{self.done}/{self.total}] {self.label(record)}  {record['verdict']}{extra}"
         if self._bar is None:
             click.echo(line, err=True)
             return

@@ -19,7 +19,8 @@ def prompt_options(command):
                      help="Machine to describe: this one's GPUs (auto; a preset when it has none) or a preset."),
         click.option("--size", type=click.Choice(["tiny", "default", "large"]), default="default",
                      show_default=True, help="Size preset whose input shapes the prompt states."),
-        click.option("--nproc", type=int, default=None, help="World size (default: every GPU of the machine)."),
+        click.option("--nproc", type=click.IntRange(min=1), default=None,
+                     help="World size (default: every GPU of the machine)."),
         click.option("--template", default=None,
                      help="TOML file overriding keys of the default prompt template (pkb_core/generate/default_prompt.toml)."),
     ]

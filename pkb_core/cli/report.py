@@ -77,6 +77,10 @@ def report_sections(summary: dict) -> list[Section]:
     """The report as titled tables (terminal and HTML show the same cells)."""
     sections = [_results_section(summary["rows"]), _aggregates_section(summary["aggregates"]),
                 _categories_section(summary["categories"])]
+    if summary.get("cpu_timings"):
+        from pkb_core.cli.run import CPU_TIMING_NOTE
+
+        sections[1].notes.append(CPU_TIMING_NOTE)
     if summary["at_k"]:
         sections.append(_at_k_section(summary["at_k"]))
     return sections

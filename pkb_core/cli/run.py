@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import os
+import time
 from pathlib import Path
 
 import click
@@ -27,45 +29,68 @@ TIMING_DEFAULTS = {"tiny": (3, 10), "default": (500, 100), "large": (50, 50)}
 @click.option("--backend", default=REFERENCE, show_default=True, help="Backend plugin (see `pkb backends`).")
 @click.option("--solution", default=None, help="A solution file (defines solution(*inputs)).")
 @click.option("--solutions", default=None, help="A directory of <id>_<name>*.py solution files.")
-@click.option("--nproc", type=int, default=None, help="Ranks (default: every GPU; 2 in CPU mode).")
-@click.option("--nnodes", type=int, default=1, show_default=True, help="Nodes of one job (torchrun c10d rendezvous).")
-@click.option("--node-rank", type=int, default=0, show_default=True, help="This node's rank (with --nnodes).")
+@click.option("--nproc", type=click.IntRange(min=1), default=None, help="Ranks (default: every GPU; 2 in CPU mode).")
+@click.option("--nnodes", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Nodes of one job (torchrun c10d rendezvous).")
+@click.option("--node-rank", type=click.IntRange(min=0), default=0, show_default=True,
+              help="This node's rank (with --nnodes).")
 @click.option("--rdzv-endpoint", default=None, help="host:port of the rendezvous (with --nnodes > 1).")
 @click.option("--rdzv-id", default="pkb", show_default=True, help="Rendezvous id, the same on every node.")
-@click.option("--trials", type=int, default=5, show_default=True, help="Correctness trials, fresh inputs each.")
+@click.option("--trials", type=click.IntRange(min=1), default=5, show_default=True,
+              help="Correctness trials, fresh inputs each.")
 @click.option("--dtype", type=click.Choice(["auto", "bf16", "fp16", "fp32"]), default="auto", show_default=True,
               help="Working dtype (auto: bf16 on GPU, fp32 on CPU).")
 @click.option("--size", type=click.Choice(["auto", "tiny", "default", "large"]), default="auto", show_default=True,
               help="Size preset (auto: default on GPU, tiny on CPU).")
 @click.option("--mode", type=click.Choice(["eval", "dryrun"]), default="eval", show_default=True,
               help="eval checks against the reference; dryrun runs only the candidate and saves its outputs.")
-@click.option("--measure-perf", is_flag=True, help="Time the reference and the candidate.")
+@click.option("--measure-perf", is_flag=True, help="Time the reference and the candidate (times and speedups).")
 @click.option("--timing-mode", "timing_modes", default="latency", show_default=True,
+              callback=lambda ctx, param, value: _timing_modes(value),
               help="Comma-separated: latency, back-to-back, graph (the first gives the headline numbers).")
 @click.option("--profile", is_flag=True, help="Save per-rank profiler traces of a few calls (needs --measure-perf).")
-@click.option("--warmup", type=int, default=None, help="Warm-up iterations (default by size).")
-@click.option("--iters", type=int, default=None, help="Timed iterations (default by size).")
+@click.option("--warmup", type=click.IntRange(min=0), default=None, help="Warm-up iterations (default by size).")
+@click.option("--iters", type=click.IntRange(min=1), default=None, help="Timed iterations (default by size).")
 @click.option("--device", type=click.Choice(["auto", "cuda", "cpu"]), default="auto", show_default=True)
-@click.option("--build-timeout", type=float, default=600.0, show_default=True,
+@click.option("--build-timeout", type=click.FloatRange(min=0, min_open=True), default=600.0, show_default=True,
               help="Seconds one solution's build may take in the compile phase before any job runs.")
-@click.option("--build-jobs", type=int, default=None,
+@click.option("--build-jobs", type=click.IntRange(min=1), default=None,
               help="Builds at once in the compile phase (default: by the node's cores and memory).")
-@click.option("--timeout", "job_timeout", type=float, default=None,
+@click.option("--timeout", "job_timeout", type=click.FloatRange(min=0, min_open=True), default=None,
               help="Seconds a job may run before it is a timeout (default 120 on CPU, 300 on GPU).")
-@click.option("--out", default=None, help="Run directory (default runs/<time>); reruns skip recorded jobs.")
+@click.option("--out", default=None,
+              help="Run directory (default runs/<time>); a rerun into it skips recorded jobs (see --force).")
+@click.option("--force", is_flag=True, help="Rerun jobs that already have a record in --out, replacing their records.")
+@click.option("-x", "--exitfirst", is_flag=True,
+              help="Stop after the first job whose verdict fails the run (fail, error, compile-error, timeout, "
+                   "crash, flagged; unsupported does not count); later jobs get no record.")
+@click.option("--junitxml", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Also write a JUnit XML report to this file (one testcase per job).")
 @click.option("--save-outputs", is_flag=True, help="Keep each rank's outputs in the run directory.")
 @click.option("--json", "json_", is_flag=True, help="Print one JSON object with every record.")
 @click.pass_obj
 @executor_options  # --executor, --jobs-per-shard, --slurm-*: pkb_core/launch/fanout.py
 def run(pm, problems, backend, solution, solutions, nproc, nnodes, node_rank, rdzv_endpoint, rdzv_id, trials, dtype, size, mode, measure_perf, timing_modes,
-        profile, warmup, iters, device, build_timeout, build_jobs, job_timeout, out, save_outputs, json_, executor):
-    """Check (and with --measure-perf, time) solutions against the references."""
+        profile, warmup, iters, device, build_timeout, build_jobs, job_timeout, out, force, exitfirst, junitxml,
+        save_outputs, json_, executor):
+    """Check (and with --measure-perf, time) solutions against the references.
+
+    Exit status (as pytest's): 0 every job passed or is unsupported here, 1 a job
+    failed, 2 interrupted, 4 a bad option or configuration value, 5 nothing selected."""
     from pkb_core.machine.device import detect_device, device_count
     from pkb_core.launch.launcher import LaunchSettings, Nodes
     from pkb_core.launch.plan import RunRequest, make_job, pair_solutions
     from pkb_core.plugin.manager import get_backend_info
-    from pkb_core.problem.registry import build_registry
+    from pkb_core.problem.registry import build_registry, require_problems
+    from pkb_core.results.records import forget_records, read_records
 
+    if profile and not measure_perf:
+        raise click.UsageError("--profile needs --measure-perf (it profiles timed calls)")
+    if node_rank >= nnodes:
+        raise click.UsageError(f"--node-rank {node_rank} needs --nnodes > {node_rank} (ranks count from 0)")
+    if exitfirst and executor.name != "local":
+        raise click.UsageError(f"-x/--exitfirst stops jobs on this node; --executor {executor.name} runs them "
+                               "as shards elsewhere")
     # SLURM shards run on other nodes: this machine's GPUs and toolchain say nothing about them.
     device = detect_device(device) if executor.runs_here else executor.node_device(device)
     info = get_backend_info(pm, backend)
@@ -75,7 +100,8 @@ def run(pm, problems, backend, solution, solutions, nproc, nnodes, node_rank, rd
     if size == "auto":
         size = "default" if device == "cuda" else "tiny"
     if device == "cpu":
-        click.echo(f"No GPU: CPU mode (gloo, shared-memory heap, Triton interpreter), size {size}.", err=True)
+        click.echo(f"No GPU: CPU mode (gloo, shared-memory heap, Triton interpreter), size {size}."
+                   + (" Times are host timings, not GPU performance." if measure_perf else ""), err=True)
     nproc = nproc or executor.default_nproc() or max(device_count(device), 1)
     if executor.runs_here and device == "cuda" and nproc > device_count(device):
         raise PkbError(f"--nproc {nproc} but only {device_count(device)} GPU(s) here")
@@ -92,19 +118,29 @@ def run(pm, problems, backend, solution, solutions, nproc, nnodes, node_rank, rd
                          trials=trials, dtype=dtype, size=size, mode=mode, measure_perf=measure_perf,
                          warmup=default_warmup if warmup is None else warmup,
                          iters=default_iters if iters is None else iters, save_outputs=save_outputs,
-                         timing_modes=_timing_modes(timing_modes), profile=profile)
-    registry = build_registry(pm)
+                         timing_modes=timing_modes, profile=profile)
+    registry = require_problems(build_registry(pm))
     run_dir = Path(out or Path("runs") / _dt.datetime.now().strftime("%Y%m%d-%H%M%S"))
-    jobs, rejected = [], []
-    for spec, path, label in pair_solutions(request, registry, info):
+    jobs, rejected, dropped = [], [], []
+    pairs = pair_solutions(request, registry, info, dropped=dropped)
+    writable_paths(run_dir, junitxml)
+    for spec, path, label in pairs:
         job = make_job(request, spec, path, label)
         why = spec.load().world_size_error(world_size, job["params"])
         (rejected if why else jobs).append((job, why))
-    for job, why in rejected:
+    if dropped and problems:
+        click.echo(dropped_notice(dropped, backend, solutions), err=True)
+    keys = {job["key"] for job, _ in jobs + rejected}
+    if force:
+        forget_records(run_dir, keys)
+    recorded = {r["key"] for r in read_records(run_dir)} & keys
+    if recorded:
+        click.echo(f"skipping {len(recorded)} recorded job(s) in {run_dir} (use --force to rerun them)", err=True)
+    fresh = [(job, why) for job, why in rejected if job["key"] not in recorded]
+    for job, why in fresh:
         append_record(run_dir, job_record(job, world_size, "unsupported", f"world size {world_size}: {why}"))
-    total = len(jobs) + len(rejected)
-    progress = JobProgress(total, quiet=json_)
-    for job, _ in rejected:
+    progress = JobProgress(len(keys) - len(recorded), quiet=json_)
+    for job, _ in fresh:
         progress({"problem": job["problem"], "solution": job["solution_label"], "verdict": "unsupported"})
     backend_options = getattr(pm, "pkb_config", {}).get("backends", {}).get(backend, {})
     calibration = None
@@ -117,25 +153,76 @@ def run(pm, problems, backend, solution, solutions, nproc, nnodes, node_rank, rd
                               options=backend_options, calibration=calibration, nodes=nodes,
                               preload=tuple(info.preload()), custom_kernels=info.custom_kernels,
                               build_timeout=build_timeout, build_workers=build_jobs)
+    on_record = _stop_at_first_failure(progress) if exitfirst else progress
+    pending = [job for job, _ in jobs if job["key"] not in recorded]
+    stopped = interrupted = False
+    started = time.monotonic()
     progress.start()
     try:
-        executor.run([job for job, _ in jobs], settings, on_record=progress,
-                     on_build=None if json_ else build_progress)
+        executor.run(pending, settings, on_record=on_record, on_build=None if json_ else build_progress)
+    except StopRun:
+        stopped = True
+    except KeyboardInterrupt:
+        interrupted = True
     finally:
         progress.close()
-    from pkb_core.results.records import read_records
+    by_key = {r["key"]: r for r in read_records(run_dir)}
+    ordered = [job["key"] for job, _ in rejected + jobs]
+    records = [by_key[k] for k in ordered if k in by_key]
+    not_run = len(ordered) - len(records)
+    if junitxml:
+        from pkb_core.results.junit import write_junit
 
-    keys = {job["key"] for job, _ in jobs + rejected}
-    records = [r for r in read_records(run_dir) if r["key"] in keys]
+        write_junit(junitxml, records, suite=f"pkb.{backend}", seconds=time.monotonic() - started)
     if nodes and nodes.node_rank != 0 and not records:
         click.echo(f"node {node_rank} of {nnodes}: done; records are written where global rank 0 ran", err=True)
     if json_:
         click.echo(json.dumps({"run_dir": str(run_dir), "results": records}, indent=2))
+    elif not records:
+        click.echo(f"no job finished  (run directory {run_dir})")
     else:
         click.echo(summary_table(records))
-        click.echo(f"\n{_counts(records)}  (records in {run_dir}/records.jsonl)")
+        earlier = f", {len(recorded)} recorded earlier" if recorded else ""
+        click.echo(f"\n{_counts(records)}{earlier}  (records in {run_dir}/records.jsonl)")
+        if device == "cpu" and any(r.get("speedup") for r in records):
+            click.echo(CPU_TIMING_NOTE)
+        elif not measure_perf and records and not any(r.get("speedup") for r in records):
+            click.echo("(no times or speedups: add --measure-perf to time the reference and the solutions)")
+    if stopped:
+        click.echo(f"stopped after the first failing job (-x/--exitfirst); {not_run} job(s) not run", err=True)
+    if interrupted:
+        click.echo(f"interrupted: {not_run} job(s) not run; the same command with --out {run_dir} resumes",
+                   err=True)
+        raise KeyboardInterrupt
     if any(r["verdict"] in FAILING for r in records):
         raise SystemExit(1)
+
+
+#: Printed under the table of a timed CPU-mode run.
+CPU_TIMING_NOTE = ("note: CPU mode: times are host timings (gloo over shared memory, Triton's interpreter), "
+                   "not GPU performance; these speedups say nothing about a GPU.")
+
+
+class StopRun(Exception):
+    """Raised from the record callback to stop a run after a failing job (``-x``)."""
+
+
+def _stop_at_first_failure(progress):
+    def on_record(record):
+        progress(record)
+        if record["verdict"] in FAILING:
+            raise StopRun(record["key"])
+
+    return on_record
+
+
+def dropped_notice(dropped, backend, solutions) -> str:
+    """One line naming the selected problems that have no solution file to run."""
+    names = [spec.key for spec in dropped]
+    shown = ", ".join(names[:12]) + (f" and {len(names) - 12} more" if len(names) > 12 else "")
+    where = f"no solution file in {solutions}" if solutions else f"backend {backend} has no sample for them"
+    return (f"note: skipping {len(names)} selected problem(s): {shown} ({where}; "
+            f"give --solution FILE or --solutions DIR to run them)")
 
 
 def build_progress(path, result, done, total) -> None:
@@ -145,22 +232,51 @@ def build_progress(path, result, done, total) -> None:
     click.echo(f"build [{done}/{total}] {Path(path).name}  {state}{seconds}", err=True)
 
 
-def _timing_modes(text: str) -> tuple:
+def _timing_modes(text) -> tuple:
     from pkb_core.judge.timing import MODES
 
-    modes = tuple(m.strip() for m in text.split(",") if m.strip())
+    if isinstance(text, (list, tuple)):  # a TOML array
+        text = ",".join(map(str, text))
+    modes = tuple(m.strip() for m in str(text).split(",") if m.strip())
     unknown = [m for m in modes if m not in MODES]
     if unknown or not modes:
-        raise PkbError(f"unknown timing mode {', '.join(unknown) or text!r} (choose from {', '.join(MODES)})")
+        raise click.BadParameter(f"unknown timing mode {', '.join(unknown) or text!r} "
+                                 f"(choose from {', '.join(MODES)})")
     return modes
 
 
+def writable_paths(run_dir: Path, junitxml: Path | None) -> None:
+    """Refuse, in one line and before any job, a run directory or report file that cannot be written."""
+    for folder, what in ((run_dir, "run directory"), (junitxml.parent if junitxml else None, "--junitxml folder")):
+        if folder is None:
+            continue
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise PkbError(f"cannot create the {what} {folder}: {exc.strerror or exc}") from None
+        if not os.access(folder, os.W_OK | os.X_OK):
+            raise PkbError(f"cannot write into the {what} {folder} (permission denied)")
+    if junitxml is not None:
+        existed = junitxml.exists()
+        try:
+            with open(junitxml, "a"):
+                pass
+        except OSError as exc:
+            raise PkbError(f"cannot write the --junitxml file {junitxml}: {exc.strerror or exc}") from None
+        if not existed:
+            junitxml.unlink()
+
+
 def summary_table(records) -> str:
+    """The run's table; the timing columns only when some job was timed."""
+    timed = any(r.get("reference_ms") is not None or r.get("solution_ms") is not None for r in records)
     rows = []
     for r in sorted(records, key=lambda r: (r["problem_id"], r["solution"])):
-        rows.append([r["problem"], r["solution"], r["world_size"], r["size"], r["verdict"],
-                     r.get("reference_ms"), r.get("solution_ms"), r.get("speedup"), _short(r.get("reason", ""))])
-    return render_table(["problem", "solution", "W", "size", "verdict", "ref ms", "sol ms", "speedup", "reason"], rows)
+        times = [r.get("reference_ms"), r.get("solution_ms"), r.get("speedup")] if timed else []
+        rows.append([r["problem"], r["solution"], r["world_size"], r["size"], r["verdict"], *times,
+                     _short(r.get("reason", ""))])
+    headers = ["problem", "solution", "W", "size", "verdict"] + (["ref ms", "sol ms", "speedup"] if timed else [])
+    return render_table(headers + ["reason"], rows)
 
 
 def _counts(records) -> str:

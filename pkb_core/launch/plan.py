@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from pkb_core.errors import PkbError
+from pkb_core.errors import NothingSelected, PkbError
 
 _SOLUTION_NAME = re.compile(r"^(\d+)_")
 
@@ -45,12 +45,17 @@ class RunRequest:
     profile: bool = False
 
 
-def pair_solutions(request: RunRequest, registry, info) -> list[tuple]:
-    """``[(spec, solution path or None, label)]`` in problem order."""
+def pair_solutions(request: RunRequest, registry, info, dropped: list | None = None) -> list[tuple]:
+    """``[(spec, solution path or None, label)]`` in problem order.
+
+    :param dropped: a list that receives the selected specs that have no solution file
+        (in ``--solutions DIR`` or among the backend's samples), for a notice."""
     if request.solution and request.solutions:
         raise PkbError("give --solution or --solutions, not both")
     if request.solution:
         path = Path(request.solution)
+        if path.is_dir():
+            raise PkbError(f"solution file {path} is a directory (give --solutions DIR for a folder of solutions)")
         if not path.is_file():
             raise PkbError(f"solution file {path} does not exist")
         if request.problems:
@@ -69,11 +74,14 @@ def pair_solutions(request: RunRequest, registry, info) -> list[tuple]:
         return [(spec, None, "reference") for spec in specs]
     pairs = []
     for spec in specs:
-        for path in sorted(folder.glob(f"{spec.id}_*.py")):
-            if path.stem == spec.key or path.stem.startswith(spec.key + "_"):
-                pairs.append((spec, path, path.name if not request.solutions else str(path)))
+        found = [path for path in sorted(folder.glob(f"{spec.id}_*.py"))
+                 if path.stem == spec.key or path.stem.startswith(spec.key + "_")]
+        pairs += [(spec, path, path.name if not request.solutions else str(path)) for path in found]
+        if not found and dropped is not None:
+            dropped.append(spec)
     if not pairs:
-        raise PkbError(f"no solution files for the selected problems in {folder}")
+        where = f"in {folder}" if request.solutions else f"among backend {info.name}'s samples ({folder})"
+        raise NothingSelected(f"no solution files for the selected problems {where}")
     return pairs
 
 

@@ -6,8 +6,8 @@ issued from the source (a push, "write") and from the destination (a pull,
 bf16 matmul rate at 8192^3. On CPU: memory copy bandwidth (which is also what
 the shared-memory "links" run at) and the fp32 matmul rate.
 
-Results are cached per machine in ``$PKB_CACHE_DIR/calibration/`` (default
-``~/.cache/pkb``) and reused by the physics floor and speed-of-light figures;
+Results are cached per machine in ``<cache>/calibration/`` (the cache is
+``$PKB_CACHE_DIR``, else ``$XDG_CACHE_HOME/pkb``, else ``~/.cache/pkb``: :mod:`pkb_core.cache`) and reused by the physics floor and speed-of-light figures;
 nothing here is a datasheet constant.
 """
 from __future__ import annotations
@@ -22,9 +22,7 @@ from pathlib import Path
 
 import torch
 
-
-def cache_dir() -> Path:
-    return Path(os.environ.get("PKB_CACHE_DIR", Path.home() / ".cache" / "pkb"))
+from pkb_core.cache import cache_dir
 
 
 def machine_key(device: str) -> str:

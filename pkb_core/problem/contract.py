@@ -143,6 +143,7 @@ def read_spec(path: Path) -> ProblemSpec:
     except SyntaxError as exc:
         raise ProblemFileError(f"{path}:{exc.lineno}: syntax error: {exc.msg}") from None
     literals: dict[str, Any] = {}
+    not_literal: dict[str, ast.AST] = {}
     functions = set()
     for node in tree.body:
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
@@ -150,10 +151,18 @@ def read_spec(path: Path) -> ProblemSpec:
             if name.isupper():
                 try:
                     literals[name] = ast.literal_eval(node.value)
-                except ValueError:
-                    pass
+                    not_literal.pop(name, None)
+                except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+                    literals.pop(name, None)
+                    not_literal[name] = node
         elif isinstance(node, ast.FunctionDef):
             functions.add(node.name)
+    for name in _REQUIRED_LITERALS + ("TOLERANCE", "EXACT"):
+        if name in not_literal:
+            node = not_literal[name]
+            raise ProblemFileError(
+                f"{path}:{node.lineno}: {name} must be a literal (numbers, strings, tuples, lists, dicts: "
+                f"pkb reads it without importing the file; write 1048576, not 1 << 20)")
     missing = [n for n in _REQUIRED_LITERALS if n not in literals]
     missing += [f"{n}()" for n in _REQUIRED_FUNCTIONS if n not in functions]
     if missing:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from pkb_core.errors import PkbError
+from pkb_core.errors import NothingSelected, PkbError
 from pkb_core.problem.contract import CATEGORIES, ProblemFileError, ProblemSpec, read_spec
 
 
@@ -56,7 +56,14 @@ class Registry:
         head, _, tail = key.partition("_")
         if head.isdigit() and int(head) in self._by_id and self._by_id[int(head)].name == tail:
             return self._by_id[int(head)]
-        raise PkbError(f"unknown problem {key!r} (see `pkb problems`)")
+        require_problems(self)
+        import difflib
+
+        words = list(self._by_name) + [s.key for s in self] + list(CATEGORIES) \
+            + [a for aliases in CATEGORIES.values() for a in aliases]
+        close = difflib.get_close_matches(key, words, n=1, cutoff=0.75)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise PkbError(f"unknown problem {key!r} ({hint}see `pkb problems`)")
 
     def select(self, query: str) -> list[ProblemSpec]:
         """Problems matching a comma-separated list of ids, names, categories,
@@ -68,7 +75,8 @@ class Registry:
             for spec in self._select_one(part):
                 chosen[spec.id] = spec
         if not chosen:
-            raise PkbError(f"no problem matches {query!r}")
+            require_problems(self)
+            raise NothingSelected(f"no problem matches {query!r} (see `pkb problems`)")
         return [chosen[i] for i in sorted(chosen)]
 
     def _select_one(self, part: str) -> list[ProblemSpec]:
@@ -90,6 +98,19 @@ def category_key(text: str) -> str | None:
         if text == key or text in aliases:
             return key
     return None
+
+
+#: What to do when no problem pack is installed (``pip install -e .`` installs pkb alone).
+NO_PACK_HINT = ("no problem pack is installed: the built-in problems are the separate distribution "
+                "pkb-problems (from a pkb checkout: pip install -e problems, or ./scripts/install)")
+
+
+def require_problems(registry: Registry) -> Registry:
+    """``registry``, or a one-line error saying how to install a problem pack when it is empty."""
+    if not len(registry):
+        raise PkbError(NO_PACK_HINT + (f"; skipped problem files: {'; '.join(registry.errors)}"
+                                       if registry.errors else ""))
+    return registry
 
 
 def build_registry(pm) -> Registry:

@@ -1,7 +1,8 @@
 """Result records: one self-contained JSON object per job, appended as JSON lines.
 
 A run directory holds ``records.jsonl``; a rerun into the same directory skips
-jobs whose key is already there. ``--json`` prints exactly these records.
+jobs whose key is already there (and says so), unless ``pkb run --force`` drops
+their records first (:func:`forget_records`). ``--json`` prints exactly these records.
 
 Record fields: ``key``, ``problem_id``, ``problem``, ``category``, ``backend``,
 ``solution``, ``world_size``, ``size``, ``dtype``, ``mode``, ``verdict``
@@ -87,6 +88,39 @@ def read_records(run_dir: Path) -> list[dict]:
             record = json.loads(line)
             by_key[record["key"]] = record
     return list(by_key.values())
+
+
+def forget_records(run_dir: Path, keys) -> int:
+    """Drop every record whose key is in ``keys`` (``pkb run --force``), and their saved
+    outputs; returns how many jobs had records. The file is replaced in one rename."""
+    import shutil
+
+    path = Path(run_dir) / RECORDS
+    if not path.exists():
+        return 0
+    keys = set(keys)
+    kept, dropped = [], {}
+    for line in path.read_text().splitlines():
+        if not line.strip():
+            continue
+        record = json.loads(line)
+        if record.get("key") in keys:
+            dropped[record["key"]] = record
+        else:
+            kept.append(line + "\n")
+    if not dropped:
+        return 0
+    from pkb_core.launch.plan import job_slug
+
+    for record in dropped.values():
+        folder = Path(run_dir) / "outputs" / job_slug(record["problem"], str(record["solution"]),
+                                                      record["world_size"], record["size"])
+        if folder.is_dir():
+            shutil.rmtree(folder, ignore_errors=True)
+    tmp = path.with_name(f".{RECORDS}.{os.getpid()}")
+    tmp.write_text("".join(kept))
+    os.replace(tmp, path)
+    return len(dropped)
 
 
 def machine_info(device) -> dict:

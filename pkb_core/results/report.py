@@ -244,6 +244,9 @@ def summarize(records, run_dir=None, ks=None) -> dict:
         "aggregates": aggregates(records),
         "categories": categories(records),
         "at_k": at_k(records, ks),
+        # Timed in CPU mode: host timings, not GPU performance (the report says so).
+        "cpu_timings": any((r.get("machine") or {}).get("device") == "cpu" and r.get("speedup") is not None
+                           for r in records),
     }
 
 

@@ -22,7 +22,7 @@ The helper API (see each docstring):
     :class:`pkb_core.errors.CompileError` (the ``compile-error`` verdict).
 :func:`cache_key`, :func:`cache_dir`
     the content hash a build is stored under, and where
-    (``$PKB_CACHE_DIR/cuda`` or ``~/.cache/pkb/cuda``).
+    (``$PKB_CACHE_DIR/cuda``, ``$XDG_CACHE_HOME/pkb/cuda`` or ``~/.cache/pkb/cuda``).
 :func:`peers`, :class:`Peers`, :func:`peer_ptrs`
     the pointer table, signal pad table, byte offset, rank, world size,
     block limit and alignment of a symmetric tensor, as ints.

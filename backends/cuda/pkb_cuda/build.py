@@ -1,7 +1,7 @@
 """Building CUDA sources with torch's ``load_inline``: cached by content,
 built once per node, compiler errors turned into :class:`CompileError`.
 
-Layout of the cache (``cache_dir()``, default ``~/.cache/pkb/cuda``)::
+Layout of the cache (``cache_dir()``, default ``~/.cache/pkb/cuda``; see :func:`pkb_core.cache_dir`)::
 
     <key>/             one build: load_inline's build directory
         main.cpp, cuda.cu, build.ninja, *.o   written by load_inline
@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pkb_core import CompileError
+from pkb_core import cache_dir as pkb_cache_dir
 
 from pkb_cuda import toolchain
 
@@ -51,9 +52,9 @@ _CHECK_ONLY: dict | None = None  # set by compile_only()
 
 
 def cache_dir() -> Path:
-    """Root of the build cache: ``$PKB_CACHE_DIR/cuda``, default ``~/.cache/pkb/cuda``."""
-    root = os.environ.get("PKB_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "pkb")
-    return Path(root) / "cuda"
+    """Root of the build cache: ``cuda`` in pkb's cache (``$PKB_CACHE_DIR``, else
+    ``$XDG_CACHE_HOME/pkb``, else ``~/.cache/pkb``)."""
+    return pkb_cache_dir() / "cuda"
 
 
 @dataclass(frozen=True)

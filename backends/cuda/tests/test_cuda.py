@@ -177,6 +177,9 @@ def test_cache_dir_honours_pkb_cache_dir(monkeypatch, tmp_path):
     monkeypatch.setenv("PKB_CACHE_DIR", str(tmp_path))
     assert pkb_cuda.cache_dir() == tmp_path / "cuda"
     monkeypatch.delenv("PKB_CACHE_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert pkb_cuda.cache_dir() == tmp_path / "xdg" / "pkb" / "cuda"
+    monkeypatch.delenv("XDG_CACHE_HOME")
     assert pkb_cuda.cache_dir() == Path.home() / ".cache" / "pkb" / "cuda"
 
 

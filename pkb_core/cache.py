@@ -1,0 +1,21 @@
+"""Where pkb keeps what it measures and builds once (calibration, build outcomes, backends' builds).
+
+``$PKB_CACHE_DIR`` when set, else ``$XDG_CACHE_HOME/pkb`` when that is set, else
+``~/.cache/pkb`` (the XDG base-directory default). Backends put their own caches
+in a folder of it named after themselves (``cache_dir() / "cuda"``).
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def cache_dir() -> Path:
+    """The root of pkb's cache (not created here)."""
+    own = os.environ.get("PKB_CACHE_DIR")
+    if own:
+        return Path(own).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    if xdg and Path(xdg).is_absolute():  # the spec says to ignore a relative path
+        return Path(xdg) / "pkb"
+    return Path.home() / ".cache" / "pkb"

@@ -1,0 +1,543 @@
+"""What a user of pytest and nccl-tests expects of the CLI: refused values named with their source,
+resumable runs that say so, notices for dropped problems, pytest's exit statuses, -x, --junitxml,
+nccl-tests-like bench output, tables that fit the terminal, one dependency list, XDG caches."""
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SOLUTIONS = Path(__file__).parent / "fixtures" / "solutions"
+
+PACK = '''
+from pathlib import Path
+from pkb_core import hookimpl
+
+@hookimpl
+def pkb_register_problems(register):
+    register(Path(__file__).parent / "pkbtest_conv_problems")
+'''
+
+EVEN_ONLY = '''"""Sum of ranks, defined only at even world sizes (for tests)."""
+import torch.distributed as dist
+
+ID = 951
+NAME = "even_only_conv"
+CATEGORY = "other"
+ORIGIN = "test"
+WORLD_SIZE = "even W"
+SIZES = {"tiny": {"n": 4}, "default": {"n": 4}, "large": {"n": 4}}
+
+
+def world_size_error(world_size, params):
+    return None if world_size % 2 == 0 else "needs an even world size"
+
+
+def inputs(ctx):
+    return (ctx.exact(ctx.params["n"]),)
+
+
+def reference(x):
+    out = x.clone()
+    dist.all_reduce(out)
+    return out
+
+
+def traffic(params, world_size, itemsize):
+    return {"link_bytes": 0, "hbm_bytes": 0, "flops": 0}
+'''
+
+
+def install_pack(fake_dist, files: dict):
+    site = fake_dist("pkbtest-conv-pack", {"pkb.problems": {"convpack": "pkbtest_conv_pack"}},
+                     {"pkbtest_conv_pack": PACK})
+    (site / "pkbtest_conv_problems").mkdir()
+    for name, text in files.items():
+        (site / "pkbtest_conv_problems" / name).write_text(text)
+    return site
+
+
+def one_error_line(result, code):
+    """The whole output is one ``Error: `` line and the exit status is ``code``."""
+    lines = result.output.strip().splitlines()
+    assert result.exit_code == code, result.output
+    assert len(lines) == 1 and lines[0].startswith("Error: "), result.output
+    return lines[0]
+
+
+def _records(path):
+    path = Path(path) / "records.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+# --- values that make no sense --------------------------------------------------------------------
+
+BAD_VALUES = [
+    (["run", "--trials", "0"], "--trials"),
+    (["run", "--nproc", "0"], "--nproc"),
+    (["run", "--nproc", "-1"], "--nproc"),
+    (["run", "--warmup", "-1"], "--warmup"),
+    (["run", "--iters", "0"], "--iters"),
+    (["run", "--timeout", "-1"], "--timeout"),
+    (["run", "--timeout", "0"], "--timeout"),
+    (["run", "--build-timeout", "0"], "--build-timeout"),
+    (["run", "--build-jobs", "0"], "--build-jobs"),
+    (["run", "--nnodes", "0"], "--nnodes"),
+    (["run", "--node-rank", "-1"], "--node-rank"),
+    (["bench", "--backend", "reference", "--nproc", "0"], "--nproc"),
+    (["bench", "--backend", "reference", "--trials", "0"], "--trials"),
+    (["bench", "--backend", "reference", "--warmup", "-1"], "--warmup"),
+    (["bench", "--backend", "reference", "--iters", "0"], "--iters"),
+    (["bench", "--backend", "reference", "--timeout", "0"], "--timeout"),
+    (["bench", "--backend", "reference", "--sizes", "0"], "--sizes"),
+    (["bench", "--backend", "reference", "--sizes", "-4K"], "--sizes"),
+    (["bench", "--backend", "reference", "--sizes", "lots"], "--sizes"),
+    (["build", "--backend", "reference", "--build-timeout", "-5"], "--build-timeout"),
+    (["build", "--backend", "reference", "--build-jobs", "0"], "--build-jobs"),
+    (["prompt", "--problem", "1", "--backend", "triton", "--nproc", "0"], "--nproc"),
+    (["generate", "--problem", "1", "--backend", "triton", "--model", "m", "--temperature", "-1"], "--temperature"),
+    (["generate", "--problem", "1", "--backend", "triton", "--model", "m", "--samples", "0"], "--samples"),
+    (["inspect", ".", "--problem", "1", "--rank", "-1"], "--rank"),
+    (["inspect", ".", "--problem", "1", "--values", "-1"], "--values"),
+]
+
+
+@pytest.mark.parametrize("args, option", BAD_VALUES, ids=[" ".join(a) for a, _ in BAD_VALUES])
+def test_values_that_make_no_sense_are_refused(pkb_invoke, tmp_path, args, option):
+    out = tmp_path / "out"
+    result = pkb_invoke(*args, *(["--out", out] if args[0] in ("run", "bench") else []))
+    assert one_error_line(result, 4).startswith(f"Error: Invalid value for '{option}'")
+    assert not out.exists()  # refused before anything ran
+
+
+@pytest.mark.parametrize("args, code, message", [
+    (["run", "--timing-mode", "latency,fast"], 4, "Error: Invalid value for '--timing-mode': unknown timing mode 'fast'"),
+    (["run", "--nnodes", "2", "--node-rank", "2", "--rdzv-endpoint", "h:1"], 4, "Error: --node-rank 2 needs --nnodes > 2"),
+    (["run", "--problem", "3", "--out", "FILE/run"], 1, "Error: cannot create the run directory"),
+    (["run", "--problem", "3", "--junitxml", "FILE/junit.xml"], 1, "Error: cannot create the --junitxml folder"),
+    (["run", "--solution", "DIR"], 1, "Error: solution file"),
+    (["inspect", "DIR/nope", "--problem", "1"], 1, "Error: run directory"),
+])
+def test_more_bad_input_is_one_line(pkb_invoke, tmp_path, args, code, message):
+    (tmp_path / "file").write_text("")
+    args = [a.replace("FILE", str(tmp_path / "file")).replace("DIR", str(tmp_path)) for a in args]
+    result = pkb_invoke(*args)
+    assert result.exit_code == code, result.output
+    assert result.output.strip().splitlines()[-1].startswith(message), result.output
+    assert "Traceback" not in result.output
+
+
+def test_profile_needs_measure_perf(pkb_invoke, tmp_path):
+    line = one_error_line(pkb_invoke("run", "--profile", "--out", tmp_path / "o"), 4)
+    assert line == "Error: --profile needs --measure-perf (it profiles timed calls)"
+
+
+def test_unknown_category_lists_the_categories(pkb_invoke):
+    line = one_error_line(pkb_invoke("problems", "--category", "nosuch"), 1)
+    assert line.startswith("Error: unknown category 'nosuch' (categories: collective (coll), tensor-parallel (tp)")
+    tp = json.loads(pkb_invoke("problems", "--category", "tp", "--json").stdout)
+    assert tp and {p["category"] for p in tp} == {"tensor-parallel"}
+
+
+def test_unknown_command_and_option_are_usage_errors(pkb_invoke):
+    assert one_error_line(pkb_invoke("nosuch"), 4) == "Error: No such command 'nosuch'."
+    assert "Did you mean '--backend'?" in one_error_line(pkb_invoke("run", "--bakend", "x"), 4)
+
+
+# --- pkb.toml and the environment ------------------------------------------------------------------
+
+@pytest.mark.parametrize("text, message", [
+    ('[run]\nbakend = "triton"\n', "Error: pkb.toml: unknown key 'bakend' in [run] (did you mean 'backend'?)"),
+    ('[rum]\nbackend = "triton"\n', "Error: pkb.toml: unknown table [rum] (did you mean [run]?)"),
+    ('[run]\nzzz = 1\n', "Error: pkb.toml: unknown key 'zzz' in [run] (valid: backend, build_jobs,"),
+    ('backend = "triton"\n', "Error: pkb.toml: unknown key 'backend' at the top (it holds tables: [backends],"),
+    ('[run]\nproblem = "1"\nproblems = "2"\n', "Error: pkb.toml: [run] sets 'problems' twice ('problem' and 'problems')"),
+])
+def test_unknown_tables_and_keys_in_pkb_toml_are_refused(pkb_invoke, tmp_path, monkeypatch, text, message):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "pkb.toml").write_text(text)
+    for command in (["problems"], ["run", "--out", "o"]):  # every command, not just the one the table is for
+        assert one_error_line(pkb_invoke(*command), 4).startswith(message)
+    assert not (tmp_path / "o").exists()
+
+
+def test_help_works_while_the_configuration_is_wrong(pkb_invoke, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "pkb.toml").write_text("[rum]\n")
+    result = pkb_invoke("run", "--help")
+    assert result.exit_code == 0 and "--exitfirst" in result.stdout and "--force" in result.stdout
+
+
+def test_unknown_table_in_pyproject_names_its_spelling(pkb_invoke, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "x"\n\n[tool.pkb.rum]\nbackend = "triton"\n')
+    assert one_error_line(pkb_invoke("problems"), 4) == \
+        "Error: pyproject.toml: unknown table [tool.pkb.rum] (did you mean [tool.pkb.run]?)"
+
+
+def test_a_bad_value_names_where_it_came_from(pkb_invoke, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "pkb.toml").write_text("[run]\nnproc = 0\n")
+    assert one_error_line(pkb_invoke("run", "--out", "o"), 4) == \
+        "Error: Invalid value for 'nproc' in [run] of pkb.toml: 0 is not in the range x>=1."
+    (tmp_path / "pkb.toml").write_text('[run]\ntimeout = "soon"\n')  # keyed by the flag's name
+    assert one_error_line(pkb_invoke("run", "--out", "o"), 4).startswith(
+        "Error: Invalid value for 'timeout' in [run] of pkb.toml: 'soon' is not a valid float")
+    (tmp_path / "pkb.toml").unlink()
+    monkeypatch.setenv("PKB_RUN_NPROC", "-1")
+    assert one_error_line(pkb_invoke("run", "--out", "o"), 4) == \
+        "Error: Invalid value for PKB_RUN_NPROC (environment): -1 is not in the range x>=1."
+    monkeypatch.delenv("PKB_RUN_NPROC")
+    monkeypatch.setenv("PKB_RUN_TIMEOUT", "-5")  # the flag's name works as well as the parameter's
+    assert one_error_line(pkb_invoke("run", "--out", "o"), 4) == \
+        "Error: Invalid value for PKB_RUN_TIMEOUT (environment): -5.0 is not in the range x>0."
+    monkeypatch.delenv("PKB_RUN_TIMEOUT")
+    assert one_error_line(pkb_invoke("run", "--nproc", "0", "--out", "o"), 4) == \
+        "Error: Invalid value for '--nproc': 0 is not in the range x>=1."
+    (tmp_path / "pkb.toml").write_text("[prompt]\nnproc = 0\n")  # [prompt] gives `pkb generate` its defaults too
+    assert one_error_line(pkb_invoke("generate", "--problem", "1", "--backend", "triton", "--model", "m"), 4) == \
+        "Error: Invalid value for 'nproc' in [prompt] of pkb.toml: 0 is not in the range x>=1."
+    (tmp_path / "pkb.toml").unlink()
+    (tmp_path / "pyproject.toml").write_text('[tool.pkb.run]\ntrials = 0\n')
+    assert one_error_line(pkb_invoke("run", "--out", "o"), 4) == \
+        "Error: Invalid value for 'trials' in [tool.pkb.run] of pyproject.toml: 0 is not in the range x>=1."
+    assert not (tmp_path / "o").exists()
+
+
+def test_flag_names_work_as_keys(pkb_invoke, fake_dist, tmp_path, monkeypatch):
+    install_pack(fake_dist, {"951_even_only_conv.py": EVEN_ONLY})
+    monkeypatch.chdir(tmp_path)
+    # `problem` and `timeout` are the flags' names (--problem, --timeout); their parameters are
+    # `problems` and `job_timeout`.
+    (tmp_path / "pkb.toml").write_text('[run]\nproblem = "even_only_conv"\nnproc = 3\ntimeout = 30\n')
+    result = pkb_invoke("run", "--out", "a", "--json")
+    record = json.loads(result.stdout)["results"][0]
+    assert (record["problem"], record["world_size"], record["verdict"]) == ("951_even_only_conv", 3, "unsupported")
+    monkeypatch.setenv("PKB_RUN_PROBLEM", "nope")  # the environment wins over the file, by the flag's name too
+    assert pkb_invoke("run", "--out", "b").output.strip().splitlines()[-1] == \
+        "Error: unknown problem 'nope' (see `pkb problems`)"
+
+
+# --- reruns, --force, notices -------------------------------------------------------------------------
+
+def test_a_rerun_says_what_it_skips_and_force_reruns(pkb_invoke, tmp_path):
+    out = tmp_path / "run"
+    first = pkb_invoke("run", "--problem", "3", "--trials", "1", "--out", out)
+    assert first.exit_code == 0, first.output
+    assert "skipping" not in first.stderr
+    (before,) = _records(out)
+    again = pkb_invoke("run", "--problem", "3", "--trials", "1", "--out", out, "--save-outputs")
+    assert f"skipping 1 recorded job(s) in {out} (use --force to rerun them)" in again.stderr
+    assert "1 pass, 1 recorded earlier" in again.stdout
+    assert not (out / "outputs").exists()  # skipped: --save-outputs saved nothing
+    hint = one_error_line(pkb_invoke("inspect", out, "--problem", "3"), 1)
+    assert "--save-outputs --force --out" in hint  # inspect's own hint now works
+    forced = pkb_invoke("run", "--problem", "3", "--trials", "1", "--out", out, "--save-outputs", "--force")
+    assert forced.exit_code == 0, forced.output
+    assert "skipping" not in forced.stderr
+    (after,) = _records(out)  # replaced, not appended
+    assert after["key"] == before["key"] and after["datetime"] >= before["datetime"]
+    assert after["seconds"] != before["seconds"] or after["datetime"] != before["datetime"]
+    assert (out / "outputs").is_dir()
+    shown = pkb_invoke("inspect", out, "--problem", "3")
+    assert shown.exit_code == 0 and "check: candidate matches the reference" in shown.output
+
+
+def test_problems_without_a_solution_are_named(pkb_invoke, tmp_path):
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    shutil.copy(SOLUTIONS / "1_allreduce_symm_mem_style.py", folder / "1_allreduce_mine.py")
+    result = pkb_invoke("run", "--problem", "1,3,broadcast,4", "--solutions", folder, "--trials", "1",
+                        "--out", tmp_path / "o")
+    assert result.exit_code == 0, result.output
+    assert (f"note: skipping 2 selected problem(s): 3_broadcast, 4_reduce (no solution file in {folder}; "
+            "give --solution FILE or --solutions DIR to run them)") in result.stderr
+    assert [r["problem"] for r in _records(tmp_path / "o")] == ["1_allreduce"]
+
+
+def test_a_backends_missing_samples_are_named(pkb_invoke, tmp_path):
+    result = pkb_invoke("run", "--backend", "triton", "--problem", "3,9,layernorm_backward,10", "--trials", "1",
+                        "--out", tmp_path)
+    assert result.exit_code == 0, result.output
+    assert ("note: skipping 2 selected problem(s): 9_layernorm_backward, 10_embedding_lookup "
+            "(backend triton has no sample for them;") in result.stderr
+    assert [r["problem"] for r in _records(tmp_path)] == ["3_broadcast"]
+
+
+# --- exit statuses, -x, --junitxml ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("args, message", [
+    (["run", "--problem", "2000-2100"], "Error: no problem matches '2000-2100'"),
+    (["run", "--problem", "1", "--solutions", "EMPTY"], "Error: no solution files for the selected problems in"),
+    (["run", "--problem", "9", "--backend", "triton"], "Error: no solution files for the selected problems among "
+                                                       "backend triton's samples"),
+    (["bench", "--problem", "9", "--backend", "reference"], "Error: no selected problem defines a sweep"),
+])
+def test_nothing_selected_exits_5(pkb_invoke, tmp_path, args, message):
+    (tmp_path / "empty").mkdir()
+    args = [str(tmp_path / "empty") if a == "EMPTY" else a for a in args]
+    result = pkb_invoke(*args, "--out", tmp_path / "o")
+    assert result.exit_code == 5, result.output
+    assert result.output.strip().splitlines()[-1].startswith(message)
+    assert not (tmp_path / "o").exists()
+
+
+def test_exitfirst_stops_after_the_first_failing_job(pkb_invoke, tmp_path):
+    folder = tmp_path / "solutions"
+    folder.mkdir()
+    shutil.copy(SOLUTIONS / "1_allreduce_symm_mem_style.py", folder / "1_allreduce_a_good.py")
+    shutil.copy(SOLUTIONS / "1_allreduce_wrong.py", folder / "1_allreduce_b_wrong.py")
+    shutil.copy(SOLUTIONS / "1_allreduce_symm_mem_style.py", folder / "1_allreduce_c_good.py")
+    out = tmp_path / "out"
+    result = pkb_invoke("run", "--solutions", folder, "--problem", "1", "--trials", "1", "--out", out, "-x",
+                        "--junitxml", tmp_path / "junit.xml")
+    assert result.exit_code == 1, result.output
+    assert [(Path(r["solution"]).name, r["verdict"]) for r in _records(out)] == \
+        [("1_allreduce_a_good.py", "pass"), ("1_allreduce_b_wrong.py", "fail")]
+    assert "stopped after the first failing job (-x/--exitfirst); 1 job(s) not run" in result.stderr
+    suite = ET.parse(tmp_path / "junit.xml").getroot().find("testsuite")
+    assert (suite.get("tests"), suite.get("failures"), suite.get("errors")) == ("2", "1", "0")
+    # The next run into the same directory goes on with the job left.
+    rest = pkb_invoke("run", "--solutions", folder, "--problem", "1", "--trials", "1", "--out", out)
+    assert "skipping 2 recorded job(s)" in rest.stderr
+    assert len(_records(out)) == 3 and rest.exit_code == 1  # the recorded failure still counts
+
+
+def test_exitfirst_stops_at_a_compile_error_before_any_launch(pkb_invoke, tmp_path):
+    folder = tmp_path / "solutions"
+    folder.mkdir()
+    shutil.copy(SOLUTIONS / "1_allreduce_syntax.py", folder / "1_allreduce_a_syntax.py")
+    shutil.copy(SOLUTIONS / "1_allreduce_symm_mem_style.py", folder / "1_allreduce_b_good.py")
+    out = tmp_path / "out"
+    result = pkb_invoke("run", "--solutions", folder, "--problem", "1", "--out", out, "--exitfirst")
+    assert result.exit_code == 1
+    assert [r["verdict"] for r in _records(out)] == ["compile-error"]
+    assert not list(out.glob("logs/launch-*.log"))  # nothing was launched
+
+
+def test_unsupported_neither_fails_nor_stops_a_run(pkb_invoke, fake_dist, tmp_path):
+    install_pack(fake_dist, {"951_even_only_conv.py": EVEN_ONLY})
+    junit = tmp_path / "reports" / "junit.xml"
+    result = pkb_invoke("run", "--problem", "even_only_conv,3", "--nproc", "3", "--trials", "1", "-x",
+                        "--out", tmp_path / "o", "--junitxml", junit)
+    assert result.exit_code == 0, result.output
+    assert [r["verdict"] for r in _records(tmp_path / "o")] == ["unsupported", "pass"]
+    suite = ET.parse(junit).getroot().find("testsuite")
+    assert (suite.get("tests"), suite.get("skipped"), suite.get("failures")) == ("2", "1", "0")
+    skipped = suite.find("testcase/skipped")
+    assert skipped.get("type") == "unsupported" and "needs an even world size" in skipped.get("message")
+
+
+def test_junitxml_has_one_testcase_per_job_by_verdict(pkb_invoke, tmp_path):
+    folder = tmp_path / "solutions"
+    folder.mkdir()
+    for name in ("1_allreduce_symm_mem_style.py", "1_allreduce_wrong.py", "1_allreduce_syntax.py"):
+        shutil.copy(SOLUTIONS / name, folder / name)
+    junit = tmp_path / "junit.xml"
+    result = pkb_invoke("run", "--solutions", folder, "--problem", "1", "--trials", "1", "--out", tmp_path / "o",
+                        "--junitxml", junit)
+    assert result.exit_code == 1
+    suite = ET.parse(junit).getroot().find("testsuite")
+    assert (suite.get("name"), suite.get("tests"), suite.get("failures"), suite.get("errors"),
+            suite.get("skipped")) == ("pkb.reference", "3", "1", "1", "0")
+    cases = {Path(c.get("name").split("[")[0]).name: c for c in suite.findall("testcase")}
+    assert set(cases) == {"1_allreduce_symm_mem_style.py", "1_allreduce_wrong.py", "1_allreduce_syntax.py"}
+    assert all(c.get("classname") == "reference.1_allreduce" and c.get("name").endswith("[W2-tiny-fp32]")
+               for c in cases.values())
+    assert list(cases["1_allreduce_symm_mem_style.py"]) == []
+    failure = cases["1_allreduce_wrong.py"].find("failure")
+    assert failure.get("type") == "fail" and "elements differ" in failure.get("message")
+    error = cases["1_allreduce_syntax.py"].find("error")
+    assert error.get("type") == "compile-error" and "syntax error" in error.text
+
+
+def test_ctrl_c_exits_2_and_the_run_resumes(tmp_path):
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "pkb_core", "run", "--solution", str(SOLUTIONS / "1_allreduce_hang.py"),
+               "--problem", "1,2", "--trials", "1", "--timeout", "100", "--out", str(out),
+               "--junitxml", str(tmp_path / "junit.xml")]
+    proc = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.default_int_handler))
+    deadline = time.monotonic() + 120
+    while not list((out / "logs").glob("launch-*.log")) and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    time.sleep(3)  # well inside the hanging job
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=90)
+    assert proc.returncode == 2, (stdout, stderr)
+    assert stderr.strip().splitlines()[-1] == "Interrupted (Ctrl-C)"
+    assert f"interrupted: 2 job(s) not run; the same command with --out {out} resumes" in stderr
+    assert "Traceback" not in stderr
+    assert ET.parse(tmp_path / "junit.xml").getroot().find("testsuite").get("tests") == "0"
+
+
+def test_a_bug_is_an_internal_error_with_its_traceback(fake_dist, tmp_path):
+    fake_dist("pkbtest-boom", {"pkb": {"boom": "pkbtest_boom"}}, {"pkbtest_boom": '''
+import click
+from pkb_core import hookimpl
+
+@hookimpl
+def pkb_register_commands(cli):
+    @cli.command()
+    def boom():
+        raise RuntimeError("a bug")
+'''})
+    result = subprocess.run([sys.executable, "-m", "pkb_core", "boom"], cwd=tmp_path, capture_output=True, text=True)
+    assert result.returncode == 3
+    assert "Traceback" in result.stderr and "RuntimeError: a bug" in result.stderr
+    assert result.stderr.strip().splitlines()[-1].startswith("pkb: internal error")
+
+
+def test_no_problem_pack_gives_a_hint(pkb_invoke, pkb_pm):
+    for record in list(pkb_pm.records):
+        if record.key.startswith("pkb.problems:") and not record.error:
+            pkb_pm.unregister(name=record.key)
+    for args in (["problems"], ["problems", "show", "1"], ["run", "--problem", "1"], ["run"]):
+        line = pkb_invoke(*args, pm=pkb_pm).output.strip().splitlines()[-1]
+        assert line.startswith("Error: no problem pack is installed") and "pip install -e problems" in line, line
+
+
+# --- timings ---------------------------------------------------------------------------------------------
+
+def test_cpu_mode_says_what_its_timings_are(pkb_invoke, tmp_path):
+    untimed = pkb_invoke("run", "--problem", "3", "--trials", "1", "--out", tmp_path / "a")
+    assert "ref ms" not in untimed.stdout
+    assert "add --measure-perf to time the reference and the solutions" in untimed.stdout
+    timed = pkb_invoke("run", "--problem", "3", "--trials", "1", "--measure-perf", "--warmup", "1", "--iters", "3",
+                       "--out", tmp_path / "b")
+    assert "ref ms" in timed.stdout and "speedup" in timed.stdout
+    assert "CPU mode: times are host timings" in timed.stdout and "not GPU performance" in timed.stdout
+    assert "Times are host timings, not GPU performance." in timed.stderr
+    report = pkb_invoke("report", tmp_path / "b")
+    assert "CPU mode: times are host timings" in report.stdout
+    assert json.loads(pkb_invoke("report", tmp_path / "b", "--json").stdout)["cpu_timings"] is True
+
+
+def test_bench_output_is_nccl_tests_like(pkb_invoke, tmp_path):
+    args = ("bench", "--backend", "reference", "--problem", "1", "--sizes", "4K,8K", "--nproc", "2",
+            "--trials", "1", "--warmup", "1", "--iters", "3", "--out", tmp_path)
+    result = pkb_invoke(*args)
+    assert result.exit_code == 0, result.output
+    header = result.stdout.splitlines()[0].split()
+    assert "NCCL" not in result.stdout
+    assert ["gloo", "us"] == header[4:6] and "GB/s" in header
+    rows = result.stdout.splitlines()[2:4]
+    assert all(re.search(r"\d+\.\d\d", row) for row in rows)
+    assert not re.search(r"\d[eE][+-]\d", result.stdout)  # fixed point only
+    assert re.fullmatch(r"# Avg bus bandwidth : \d+\.\d+ GB/s", result.stdout.strip().splitlines()[-1])
+    assert re.search(r"^# Avg bus bandwidth of gloo : \d+\.\d+ GB/s$", result.stdout, re.M)
+    progress = [line for line in result.stderr.splitlines() if line.startswith("[")]
+    assert [line.split("]")[0] + "]" for line in progress] == ["[1/2]", "[2/2]"]
+    assert "1_allreduce  4K  reference  pass" in progress[0]
+    again = pkb_invoke(*args, "--json")
+    assert "skipping 2 recorded job(s)" in again.stderr
+    data = json.loads(again.stdout)
+    assert data["reference"] == "gloo" and data["avg_busbw_gbps"] > 0 and len(data["results"]) == 2
+
+
+# --- tables -----------------------------------------------------------------------------------------------
+
+def test_tables_fit_columns(pkb_invoke, monkeypatch):
+    wide = pkb_invoke("problems").stdout  # a pipe without COLUMNS: whole lines
+    assert max(len(line) for line in wide.splitlines()) > 120
+    monkeypatch.setenv("COLUMNS", "80")
+    narrow = pkb_invoke("problems").stdout
+    assert max(len(line) for line in narrow.splitlines()) <= 80
+    def letters(text):  # every character of the cells (the rule under the headers aside)
+        return sorted("".join(line for line in text.splitlines() if set(line) - {"-", " "}).replace(" ", ""))
+
+    assert letters(narrow) == letters(wide)  # wrapped, nothing lost
+    monkeypatch.setenv("COLUMNS", "60")
+    for args in (["backends", "--device", "cuda"], ["backends", "--device", "cpu"], ["plugins"]):
+        text = pkb_invoke(*args).stdout
+        assert max(len(line) for line in text.splitlines()) <= 60, text
+
+
+def test_render_table_wraps_text_and_keeps_numbers():
+    from pkb_core.cli.table import render_table
+
+    text = render_table(["id", "name", "notes"], [[1, "q" * 30, "word " * 40], [22, "b", ""]], width=50)
+    lines = text.splitlines()
+    assert max(len(line) for line in lines) <= 50
+    assert lines[2].startswith(" 1  ") and lines[-1].startswith("22  b")
+    assert "".join(text.split()).count("q") == 30
+    assert render_table(["x"], [[12345.678]], width=None).splitlines()[2] == "12346"
+    assert render_table(["x"], [[0.5]], formats={0: ".2f"}).splitlines()[2] == "0.50"
+
+
+# --- the cache, dependencies, problem files ------------------------------------------------------------------
+
+def test_cache_dir_honours_pkb_cache_dir_then_xdg(monkeypatch, tmp_path):
+    from pkb_core import cache_dir
+    from pkb_core.build import phase
+
+    monkeypatch.setenv("PKB_CACHE_DIR", str(tmp_path / "own"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert cache_dir() == tmp_path / "own" and phase.cache_dir() == tmp_path / "own" / "builds"
+    monkeypatch.delenv("PKB_CACHE_DIR")
+    assert cache_dir() == tmp_path / "xdg" / "pkb" and phase.cache_dir() == tmp_path / "xdg" / "pkb" / "builds"
+    monkeypatch.setenv("XDG_CACHE_HOME", "relative/path")  # the XDG spec: ignored
+    assert cache_dir() == Path.home() / ".cache" / "pkb"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    assert cache_dir() == Path.home() / ".cache" / "pkb"
+
+
+def test_the_tests_never_touch_the_users_cache():
+    from pkb_core import cache_dir
+
+    assert not str(cache_dir()).startswith(str(Path.home() / ".cache"))
+    assert os.environ["PKB_CACHE_DIR"] == str(cache_dir())
+
+
+def test_one_dependency_list():
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert not any(d.startswith("attrs") for d in project["dependencies"])
+    assert {"test", "cluster", "plots"} <= set(project["optional-dependencies"])
+    assert not any(re.search(r"^\s*(import attrs?|from attrs? import)", p.read_text(), re.M)
+                   for p in ROOT.joinpath("pkb_core").rglob("*.py"))
+    install = (ROOT / "scripts" / "install").read_text()
+    pip_lines = [line for line in install.splitlines() if "pip install" in line]
+    # torch first (when absent), then the distributions with the dependencies they declare.
+    assert 'pip install -q "torch==2.13.0"' in pip_lines[0]
+    assert len(pip_lines) == 2 and "--no-deps" not in pip_lines[1] and '-e ".[${EXTRAS}]"' in pip_lines[1]
+    assert "-e problems" in pip_lines[1] and "backends/*/" in pip_lines[1]
+    assert "test,cluster,plots" in install
+    offline = (ROOT / "scripts" / "install-offline").read_text()
+    assert "--no-deps --no-build-isolation -e . -e problems" in offline  # the GPU image: no network
+
+
+def test_a_non_literal_sizes_is_named(tmp_path):
+    from pkb_core.problem.contract import ProblemFileError, read_spec
+
+    path = tmp_path / "1001_allreduce_max.py"
+    path.write_text(_doc_example().replace('"default": {"n": 1048576}', '"default": {"n": 1 << 20}'))
+    with pytest.raises(ProblemFileError, match=r"1001_allreduce_max.py:\d+: SIZES must be a literal \("):
+        read_spec(path)
+
+
+def _doc_example() -> str:
+    doc = (ROOT / "docs" / "writing-a-problem.md").read_text()
+    return re.search(r"## A worked example.*?```python\n(.*?)```", doc, re.S).group(1)
+
+
+def test_the_worked_example_of_writing_a_problem_runs(pkb_invoke, fake_dist, tmp_path):
+    from pkb_core.problem.contract import read_spec
+
+    install_pack(fake_dist, {"1001_allreduce_max.py": _doc_example()})
+    spec = read_spec(next(p for p in sys.path if "site-pkbtest-conv-pack" in p) + "/pkbtest_conv_problems/"
+                     "1001_allreduce_max.py")
+    assert spec.sizes["default"] == {"n": 1 << 20}
+    result = pkb_invoke("run", "--problem", "allreduce_max", "--nproc", "3", "--trials", "2", "--out", tmp_path,
+                        "--json")  # the doc's check
+    assert result.exit_code == 0, result.output
+    assert [r["verdict"] for r in json.loads(result.stdout)["results"]] == ["pass"]
