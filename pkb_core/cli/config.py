@@ -199,14 +199,25 @@ def add_option_envvars(cli: click.Group, prefix: str = "PKB") -> None:
                 param.envvar = extra + [own]
 
 
-def value_origin(ctx: click.Context, param: click.Parameter, config: Config | None, written: dict) -> str | None:
+def value_origin(ctx: click.Context, param: click.Parameter, config: Config | None, written: dict,
+                 argv=()) -> str | None:
     """Where ``param``'s value came from when the user did not type it: ``PKB_RUN_NPROC
-    (environment)`` or ``'nproc' in [run] of pkb.toml``; ``None`` for the command line."""
+    (environment)`` or ``'nproc' in [run] of pkb.toml``; ``None`` for the command line.
+
+    :param argv: the command line, for click versions that record a value's source
+        only once the value has been accepted (8.4): then the source is worked out
+        here (typed, else the environment, else the configuration)."""
     from click.core import ParameterSource
 
     if not param.name:
         return None
     source = ctx.get_parameter_source(param.name)
+    if source is None:
+        typed = any(arg == opt or arg.startswith(opt + "=") for arg in argv for opt in param.opts)
+        if typed:
+            return None
+        source = ParameterSource.ENVIRONMENT if any(os.environ.get(n) for n in environment_names(ctx, param)) \
+            else ParameterSource.DEFAULT_MAP
     if source == ParameterSource.ENVIRONMENT:
         for name in environment_names(ctx, param):
             if os.environ.get(name):

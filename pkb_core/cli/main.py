@@ -60,7 +60,8 @@ class _Group(click.Group):
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         try:
-            asks_help = any(a in ("-h", "--help", "--version") for a in (sys.argv[1:] if args is None else args))
+            self.pkb_argv = list(sys.argv[1:] if args is None else args)
+            asks_help = any(a in ("-h", "--help", "--version") for a in self.pkb_argv)
             if self.pkb_config_error and not asks_help:  # help stays readable while the file is being fixed
                 raise click.UsageError(self.pkb_config_error)
             result = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
@@ -86,7 +87,8 @@ class _Group(click.Group):
         """The message, naming where a bad value came from when the user did not type it."""
         param = getattr(exc, "param", None)
         if isinstance(exc, click.BadParameter) and param is not None and exc.ctx is not None:
-            origin = value_origin(exc.ctx, param, self.pkb_config, self.pkb_config_keys)
+            origin = value_origin(exc.ctx, param, self.pkb_config, self.pkb_config_keys,
+                                  argv=getattr(self, "pkb_argv", ()))
             if origin:
                 exc.param_hint = origin
         return " ".join(exc.format_message().split())  # one line

@@ -17,7 +17,6 @@ from pkb_core.results.records import append_record, job_record
 from pkb_core.results.verdict import FAILING
 from pkb_core.cli.table import render_table
 
-#: Verdicts that make ``pkb run`` exit with status 1.
 #: Warm-up and timed iterations per size when not given.
 TIMING_DEFAULTS = {"tiny": (3, 10), "default": (500, 100), "large": (50, 50)}
 
