@@ -38,6 +38,29 @@ SIZES = {
     "default": {"min_objects": 1, "max_objects": 3, "size": 256},
     "large": {"min_objects": 16, "max_objects": 64, "size": 1024},
 }
+# The original PKB's arguments and outputs at its default size (facts; docs/pkb-parity.md).
+PKB = {
+    "params": (
+        "low_res_masks_local", "obj_scores_local", "num_obj_per_gpu", "last_occluded", "iou_threshold",
+        "reverse", "group",
+    ),
+    "args": ("bf16[?, 256, 256]", "bf16[?]", "[?, ?]", "int64[?]", "0.7", "False", "None"),
+    "out": ("fp32[?, 256, 256]", "fp32[?]", "bool[?]"),
+}
+# Why this problem differs from the original there (docs/pkb-parity.md).
+PKB_DIFFERENCES = {
+    "low_res_masks_local": (
+        "pkb draws 1 to 3 objects per rank each trial (shown: the table's seed); the original cycled 1 + "
+        "(rank + trial) % 3"
+    ),
+    "obj_scores_local": "one score per object (see low_res_masks_local)",
+    "num_obj_per_gpu": "the per-rank object counts (see low_res_masks_local)",
+    "last_occluded": "one entry per object of all ranks",
+    "reverse": "drawn per trial instead of the constant False",
+    "out[0]": "one mask per object of all ranks",
+    "out[1]": "one score per object of all ranks",
+    "out[2]": "one flag per object of all ranks",
+}
 
 NO_OBJECT_LOGIT = -10.0
 
