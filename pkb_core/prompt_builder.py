@@ -164,8 +164,8 @@ def inputs_unchanged_text(problem) -> str:
     and those a rank may return unchanged (``RETURNS_INPUTS``)."""
     names = list(inspect.signature(problem.reference).parameters)
     returned = ", ".join(f"`{names[i]}`" if i < len(names) else f"argument {i}" for i in problem.returns_inputs)
-    may_return = (f" Returning {returned} itself, unchanged, as an output is allowed (the reference does so on "
-                  "the ranks where it has nothing to compute)." if returned else "")
+    may_return = (f" An exception to returning new tensors: returning {returned} itself, unchanged, is allowed "
+                  "(the reference does so on the ranks where it has nothing to compute)." if returned else "")
     base = "Never write into an input: after every call each input is compared bit for bit with a copy taken before it."
     if not problem.mutates:
         return base + may_return

@@ -15,9 +15,9 @@ W = 2, rank 0 and rank 1:
   random draws (large ones left uninitialised: untouched pages cost
   nothing), two real ranks over gloo, and the few expensive kernels (matmul,
   attention, convolution) replaced by zeros of the shape their meta functions
-  give (:class:`_ShapesOfHeavyOps`). Such a problem runs twice, with two seeds: a
-  dimension or scalar that differs between the two is data-dependent and
-  shows as ``?``.
+  give (:class:`_ShapesOfHeavyOps`). Such a problem runs three times, with three
+  seeds: a dimension or scalar that differs between them is data-dependent
+  and shows as ``?``.
 
 Each difference between the two sides must be justified by the problem file's
 ``PKB_DIFFERENCES`` literal (a key per argument name or ``out`` / ``out[i]``,
@@ -28,8 +28,8 @@ Each problem's section ends with a hidden line holding pkb's facts and a
 fingerprint of what they were computed from (the problem file, this generator,
 pkb_core/problem.py, torch's version). ``--check`` (the test) runs again only
 the problems whose fingerprint changed and compares the visible document;
-``--full`` (or PKB_PARITY_FULL=1) runs all of them (about a minute on two
-cores).
+``--full`` (or PKB_PARITY_FULL=1) runs all of them (one to two minutes on
+two cores; PKB_PARITY_TIMES=1 prints each CPU-pass problem's seconds).
 
 Usage: ``python tests/parity_table.py --write`` runs every problem and writes
 docs/pkb-parity.md; ``--check [--full]`` compares; no option prints the
@@ -52,6 +52,8 @@ PROBLEMS = ROOT / "problems" / "pkb_problems"
 DOC = ROOT / "docs" / "pkb-parity.md"
 WORLD = 2
 SIZE = "default"
+#: Trials of the CPU pass: a value or dimension that differs between them shows as ``?``.
+CPU_TRIALS = (0, 1, 2)
 #: Draws of more elements than this are left uninitialised in the CPU fallback.
 LARGE_DRAW = 1 << 22
 
@@ -123,12 +125,12 @@ def by_rank(texts: list[str]) -> str:
     return " | ".join(f"rank {r}: {t}" for r, t in enumerate(texts))
 
 
-_NUMBER = re.compile(r"(?<![\w.])(?:-?\d+(?:\.\d+)?(?:e-?\d+)?|True|False)(?![\w.])")
+_NUMBER = re.compile(r"(?<![\w.])(?:-?\d+(?:\.\d+)?(?:e-?\d+)?|True|False|\?)(?![\w.])")
 
 
 def unify(a: str, b: str) -> str:
     """Two trials' descriptions as one: numbers (and booleans) that differ become ``?``."""
-    if a == b:
+    if a == b or a.endswith(" (varies)"):
         return a
     sa, sb = _NUMBER.split(a), _NUMBER.split(b)
     na, nb = _NUMBER.findall(a), _NUMBER.findall(b)
@@ -282,7 +284,7 @@ def _meta_pass(paths) -> dict:
 
 
 def _cpu_rank(rank, paths, folder):
-    """One rank of the CPU pass (a process of its own, gloo): two trials per problem."""
+    """One rank of the CPU pass (a process of its own, gloo): :data:`CPU_TRIALS` per problem."""
     import datetime
     import warnings
 
@@ -300,7 +302,7 @@ def _cpu_rank(rank, paths, folder):
         for spec in specs:
             started = time.perf_counter()
             trials = []
-            for trial in (0, 1):
+            for trial in CPU_TRIALS:
                 with torch.no_grad():
                     args = problems[spec.key].inputs(CheapContext(device="cpu", trial=trial,
                                                                   **_common(spec, rank, groups)))
@@ -310,9 +312,11 @@ def _cpu_rank(rank, paths, folder):
                 trials.append((described, out_rows(out, rank)))
             if os.environ.get("PKB_PARITY_TIMES"):
                 print(f"rank {rank} {spec.key}: {time.perf_counter() - started:.2f} s", file=sys.stderr)
-            (a0, o0), (a1, o1) = trials
-            results[spec.key] = ([unify(x, y) for x, y in zip(a0, a1)],
-                                 {k: unify(v, o1.get(k, v)) for k, v in o0.items()})
+            args, out = trials[0]
+            for a1, o1 in trials[1:]:
+                args = [unify(x, y) for x, y in zip(args, a1)]
+                out = {k: unify(v, o1.get(k, v)) for k, v in out.items()}
+            results[spec.key] = (args, out)
     finally:
         dist.destroy_process_group()
     Path(folder, f"rank{rank}.json").write_text(json.dumps(results))

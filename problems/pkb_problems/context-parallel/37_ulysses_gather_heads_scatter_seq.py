@@ -42,7 +42,7 @@ PKB = {
 # Why this problem differs from the original there (docs/pkb-parity.md).
 PKB_DIFFERENCES = {
     "x": "a local sequence of L = 31 (prime) instead of 16, so the padding path runs at every W",
-    "out": "follows from L = 31",
+    "out": "a sequence of L = 31 per rank, the padding cut after the scatter",
 }
 
 

@@ -50,16 +50,12 @@ PKB = {
 # Why this problem differs from the original there (docs/pkb-parity.md).
 PKB_DIFFERENCES = {
     "low_res_masks_local": (
-        "pkb draws 1 to 3 objects per rank each trial (shown: the table's seed); the original cycled 1 + "
-        "(rank + trial) % 3"
+        "the object counts are random per trial, but the table's three seeds drew 2 per rank (the original "
+        "cycled 1 + (rank + trial) % 3)"
     ),
     "obj_scores_local": "one score per object (see low_res_masks_local)",
     "num_obj_per_gpu": "the per-rank object counts (see low_res_masks_local)",
-    "last_occluded": "one entry per object of all ranks",
     "reverse": "drawn per trial instead of the constant False",
-    "out[0]": "one mask per object of all ranks",
-    "out[1]": "one score per object of all ranks",
-    "out[2]": "one flag per object of all ranks",
 }
 
 NO_OBJECT_LOGIT = -10.0

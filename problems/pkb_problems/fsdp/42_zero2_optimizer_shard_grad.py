@@ -67,10 +67,6 @@ PKB_DIFFERENCES = {
         "2e-2 so the Adam update (~lr) stands several times above the bf16 tolerance; at the original's 1e-3 "
         "skipping the update passed"
     ),
-    "step": (
-        "pkb draws t in [2, 8] each trial (shown is the value at the table's seed); the original used 1 + "
-        "trial % 7"
-    ),
 }
 
 LR, BETA1, BETA2, EPS = 2e-2, 0.9, 0.999, 1e-8

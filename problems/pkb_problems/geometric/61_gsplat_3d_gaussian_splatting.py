@@ -110,24 +110,36 @@ PKB_DIFFERENCES = {
         "implementations (docstring)"
     ),
     "out[3]": (
-        "fp32 instead of bf16: in bf16, ceil() of borderline radii changes the visible set between correct "
-        "implementations (docstring)"
+        "fp32 instead of bf16 (see means); one row per visible (camera, Gaussian) pair, whose number depends "
+        "on the random camera poses"
     ),
     "out[4]": (
-        "fp32 instead of bf16: in bf16, ceil() of borderline radii changes the visible set between correct "
-        "implementations (docstring)"
+        "fp32 instead of bf16 (see means); one row per visible (camera, Gaussian) pair, whose number depends "
+        "on the random camera poses"
     ),
     "out[5]": (
-        "fp32 instead of bf16: in bf16, ceil() of borderline radii changes the visible set between correct "
-        "implementations (docstring)"
+        "fp32 instead of bf16 (see means); one row per visible (camera, Gaussian) pair, whose number depends "
+        "on the random camera poses"
     ),
     "out[6]": (
-        "fp32 instead of bf16: in bf16, ceil() of borderline radii changes the visible set between correct "
-        "implementations (docstring)"
+        "fp32 instead of bf16 (see means); one row per visible (camera, Gaussian) pair, whose number depends "
+        "on the random camera poses"
     ),
     "out[7]": (
-        "fp32 instead of bf16: in bf16, ceil() of borderline radii changes the visible set between correct "
-        "implementations (docstring)"
+        "fp32 instead of bf16 (see means); one row per visible (camera, Gaussian) pair, whose number depends "
+        "on the random camera poses"
+    ),
+    "out[0]": (
+        "one row per visible (camera, Gaussian) pair: their number depends on the random camera poses (the "
+        "original's identity cameras saw every Gaussian)"
+    ),
+    "out[1]": (
+        "one row per visible (camera, Gaussian) pair: their number depends on the random camera poses (the "
+        "original's identity cameras saw every Gaussian)"
+    ),
+    "out[2]": (
+        "one row per visible (camera, Gaussian) pair: their number depends on the random camera poses (the "
+        "original's identity cameras saw every Gaussian)"
     ),
 }
 
