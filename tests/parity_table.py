@@ -545,7 +545,9 @@ fails when this file is out of date or a difference is not justified. Do not edi
 
 **PKB** is the original ParallelKernelBench (togethercomputer/ParallelKernelBench) at its default
 size (M = N = 1024, bf16, 2 ranks): what its input factory passes and its reference returns,
-recorded as facts in each problem file's `PKB` literal. **pkb** is computed from the same file:
+recorded as facts in each problem file's `PKB` literal (observed by running its factory and
+references on the CPU with 2 gloo ranks, with a second trial where values or sizes vary by trial,
+and read from its code where they need a GPU or 28 GB: 10, 68 and the outputs of 81). **pkb** is computed from the same file:
 `inputs(ctx)` and `reference(*args)` at the `default` size preset, bf16, 2 ranks (on the meta
 device where the problem allows; otherwise on the CPU, two ranks over gloo, with the expensive
 kernels replaced by their shapes). Each row is one argument (by name, in signature order) or one
