@@ -160,16 +160,20 @@ def tolerance_text(spec, precision: str) -> str:
 
 def inputs_unchanged_text(problem) -> str:
     """The rule on modifying inputs, naming the arguments the reference updates in place
-    (``MUTATES``: compared like outputs and allowed to be returned, see :mod:`pkb_core.job`)."""
+    (``MUTATES``: compared like outputs and allowed to be returned, see :mod:`pkb_core.job`)
+    and those a rank may return unchanged (``RETURNS_INPUTS``)."""
+    names = list(inspect.signature(problem.reference).parameters)
+    returned = ", ".join(f"`{names[i]}`" if i < len(names) else f"argument {i}" for i in problem.returns_inputs)
+    may_return = (f" An exception to returning new tensors: returning {returned} itself, unchanged, is allowed "
+                  "(the reference does so on the ranks where it has nothing to compute)." if returned else "")
     base = "Never write into an input: after every call each input is compared bit for bit with a copy taken before it."
     if not problem.mutates:
-        return base
-    names = list(inspect.signature(problem.reference).parameters)
+        return base + may_return
     mutated = ", ".join(f"`{names[i]}`" if i < len(names) else f"argument {i}" for i in problem.mutates)
     return (f"Never write into an input, except {mutated}, which the reference updates in place: update it the "
             "same way (each call gets a fresh copy); after the call its new value is compared with the reference's "
             "like an output, and returning it is allowed. Every other input is compared bit for bit with a copy "
-            "taken before the call.")
+            "taken before the call." + may_return)
 
 
 def _params_text(params: dict) -> str:

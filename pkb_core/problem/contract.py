@@ -17,6 +17,19 @@ ParallelKernelBench) and defines, at module level:
 ``MUTATES`` (tuple of ints, optional)
     Indices of arguments the reference legitimately mutates (in-place
     optimizer updates); the harness gives every call fresh clones of them.
+``RETURNS_INPUTS`` (tuple of ints, optional)
+    Indices of arguments a rank may return, unchanged, as an output (the
+    tensor itself, not a copy): the original PKB reference does so where a
+    rank has nothing to compute (the non-root ranks of a gather). The harness
+    reads every output before any input buffer is rewritten, so such an output
+    needs no copy; the prompt says it is allowed. Arguments in ``MUTATES`` may
+    be returned anyway.
+``PKB``, ``PKB_DIFFERENCES`` (dicts, optional)
+    The original PKB's arguments and outputs at its default size (facts read
+    from its input factory and reference), and the reason for each way this
+    problem differs from them; docs/pkb-parity.md sets them beside this
+    file's own (tests/parity_table.py generates it, tests/test_parity.py
+    checks it).
 ``CUDA_GRAPH`` (bool, optional)
     ``False`` when the reference cannot be replayed from a CUDA graph (NCCL's
     point-to-point based scatter/gather hung on replay on the 2xH200): graph
@@ -194,6 +207,8 @@ class Problem:
         self.traffic = module.traffic
         #: Indices of arguments the reference mutates (cloned for every call).
         self.mutates = tuple(getattr(module, "MUTATES", ()))
+        #: Indices of arguments a rank may return unchanged as an output.
+        self.returns_inputs = tuple(getattr(module, "RETURNS_INPUTS", ()))
 
     def world_size_error(self, world_size: int, params: dict) -> str | None:
         """Why this problem cannot run at ``world_size`` with size ``params`` (``None`` if it can)."""

@@ -23,6 +23,12 @@ SIZES = {
     "default": {"m": 1024, "n": 1024},
     "large": {"m": 4096, "n": 4096},
 }
+# The original PKB's arguments and outputs at its default size (facts; docs/pkb-parity.md).
+PKB = {
+    "params": ("tensor", "src"),
+    "args": ("rank 0: bf16[2, 1024, 1024] | rank 1: bf16[1024, 1024]", "=0"),
+    "out": "bf16[1024, 1024]",
+}
 
 
 def inputs(ctx, src=0):

@@ -2,7 +2,8 @@
 
 Each rank r holds ``tensor`` x_r of shape (M, N); ``dst`` defaults to 0.
 Return on rank dst a new (W, M, N) tensor whose slot s is x_s; on every other
-rank an unchanged copy of its own x_r. Bit-exact comparison.
+rank its own x_r, unchanged: ``tensor`` itself, as the original returns it, or
+a copy (RETURNS_INPUTS). Bit-exact comparison.
 """
 import torch
 import torch.distributed as dist
@@ -17,10 +18,18 @@ WORLD_SIZE = "any W >= 2"
 # NCCL implements this with point-to-point calls; replaying them from a CUDA
 # graph hung on the 2xH200 (docs/benchmarks/2026-11-22-h200x2.md).
 CUDA_GRAPH = False
+# Non-root ranks return their input itself, as the original's reference does.
+RETURNS_INPUTS = (0,)
 SIZES = {
     "tiny": {"m": 8, "n": 16},
     "default": {"m": 1024, "n": 1024},
     "large": {"m": 8192, "n": 8192},
+}
+# The original PKB's arguments and outputs at its default size (facts; docs/pkb-parity.md).
+PKB = {
+    "params": ("tensor", "dst"),
+    "args": ("bf16[1024, 1024]", "=0"),
+    "out": "rank 0: bf16[2, 1024, 1024] | rank 1: bf16[1024, 1024]",
 }
 
 
@@ -36,7 +45,7 @@ def reference(tensor, dst=0):
         dist.gather(tensor.contiguous(), list(out.unbind(0)), dst=dst)
         return out
     dist.gather(tensor.contiguous(), None, dst=dst)
-    return tensor.clone()
+    return tensor
 
 
 def traffic(params, world_size, itemsize):

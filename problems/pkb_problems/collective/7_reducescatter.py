@@ -20,6 +20,12 @@ SIZES = {
     "default": {"m": 1024, "n": 1024},
     "large": {"m": 4096, "n": 8192},
 }
+# The original PKB's arguments and outputs at its default size (facts; docs/pkb-parity.md).
+PKB = {
+    "params": ("tensor",),
+    "args": ("bf16[2048, 1024]",),
+    "out": "bf16[1024, 1024]",
+}
 
 
 def inputs(ctx):

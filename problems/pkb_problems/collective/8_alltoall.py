@@ -22,6 +22,12 @@ SIZES = {
     "default": {"m": 1024, "n": 1024},
     "large": {"m": 4096, "n": 4096},
 }
+# The original PKB's arguments and outputs at its default size (facts; docs/pkb-parity.md).
+PKB = {
+    "params": ("tensor",),
+    "args": ("bf16[2, 1024, 1024]",),
+    "out": "bf16[2, 1024, 1024]",
+}
 
 
 def inputs(ctx):

@@ -25,6 +25,12 @@ SIZES = {
     "default": {"m": 1024, "n": 1024},
     "large": {"m": 16384, "n": 8192},
 }
+# The original PKB's arguments and outputs at its default size (facts; docs/pkb-parity.md).
+PKB = {
+    "params": ("x", "scatter_dim", "gather_dim", "group"),
+    "args": ("bf16[1024, 1024]", "0", "1", "None"),
+    "out": "bf16[512, 2048]",
+}
 
 
 def world_size_error(world_size, params):

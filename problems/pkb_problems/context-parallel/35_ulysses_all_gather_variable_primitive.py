@@ -25,6 +25,20 @@ SIZES = {
     "default": {"m": 1024, "n": 1024, "step": 8},
     "large": {"m": 16384, "n": 8192, "step": 8},
 }
+# The original PKB's arguments and outputs at its default size (facts; docs/pkb-parity.md).
+PKB = {
+    "params": ("x", "gather_dim", "group"),
+    "args": ("bf16[1024, 1024]", "0", "None"),
+    "out": "bf16[2048, 1024]",
+}
+# Why this problem differs from the original there (docs/pkb-parity.md).
+PKB_DIFFERENCES = {
+    "x": (
+        "rank r holds M - STEP*r rows so the variable-size path runs (the original gave every rank the same "
+        "shape)"
+    ),
+    "out": "the concatenation of the ranks' different row counts",
+}
 
 
 def world_size_error(world_size, params):

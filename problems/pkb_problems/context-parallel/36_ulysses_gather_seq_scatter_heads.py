@@ -31,6 +31,20 @@ SIZES = {
     "default": {"b": 16, "s": 16, "h": 8, "d": 64, "pad": 1},
     "large": {"b": 8, "s": 8192, "h": 8, "d": 128, "pad": 1},
 }
+# The original PKB's arguments and outputs at its default size (facts; docs/pkb-parity.md).
+PKB = {
+    "params": ("x", "seq_dim", "head_dim", "group", "unpadded_dim_size"),
+    "args": ("bf16[16, 16, 8, 64]", "1", "2", "None", "0"),
+    "out": "bf16[16, 32, 4, 64]",
+}
+# Why this problem differs from the original there (docs/pkb-parity.md).
+PKB_DIFFERENCES = {
+    "unpadded_dim_size": (
+        "a global length not divisible by W, so the unpadding path runs (the original passed 0 and never "
+        "unpadded)"
+    ),
+    "out": "the padding is cut, as unpadded_dim_size asks",
+}
 
 
 def world_size_error(world_size, params):

@@ -33,6 +33,17 @@ SIZES = {
     "default": {"b": 16, "l": 31, "h": 8, "d": 64},
     "large": {"b": 8, "l": 8191, "h": 8, "d": 128},
 }
+# The original PKB's arguments and outputs at its default size (facts; docs/pkb-parity.md).
+PKB = {
+    "params": ("x", "seq_dim", "head_dim", "group"),
+    "args": ("bf16[16, 16, 8, 64]", "1", "2", "None"),
+    "out": "bf16[16, 8, 16, 64]",
+}
+# Why this problem differs from the original there (docs/pkb-parity.md).
+PKB_DIFFERENCES = {
+    "x": "a local sequence of L = 31 (prime) instead of 16, so the padding path runs at every W",
+    "out": "a sequence of L = 31 per rank, the padding cut after the scatter",
+}
 
 
 def world_size_error(world_size, params):

@@ -34,6 +34,19 @@ SIZES = {
     "default": {"b": 16, "s": 16, "f": 512, "pad": 1},
     "large": {"b": 8, "s": 8192, "f": 1024, "pad": 1},
 }
+# The original PKB's arguments and outputs at its default size (facts; docs/pkb-parity.md).
+PKB = {
+    "params": ("qkv_tensor", "seq_dim", "group", "unpadded_dim_size", "restore_shape"),
+    "args": ("bf16[16, 16, 1536]", "1", "None", "None", "True"),
+    "out": "bf16[16, 32, 768]",
+}
+# Why this problem differs from the original there (docs/pkb-parity.md).
+PKB_DIFFERENCES = {
+    "unpadded_dim_size": (
+        "a global length not divisible by W, so the unpadding path runs (the original passed None)"
+    ),
+    "out": "the padding is cut, as unpadded_dim_size asks",
+}
 
 
 def world_size_error(world_size, params):

@@ -44,6 +44,12 @@ SIZES = {
     "default": {"b": 16, "s": 16, "e": 512, "nh": 8},
     "large": {"b": 16, "s": 8192, "e": 1024, "nh": 8},
 }
+# The original PKB's arguments and outputs at its default size (facts; docs/pkb-parity.md).
+PKB = {
+    "params": ("hidden_states", "w_qkv", "w_o", "group", "num_heads", "causal"),
+    "args": ("bf16[16, 8, 512]", "bf16[1536, 512]", "bf16[512, 512]", "None", "8", "False"),
+    "out": "bf16[16, 8, 512]",
+}
 
 
 def world_size_error(world_size, params):

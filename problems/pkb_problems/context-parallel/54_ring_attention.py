@@ -36,6 +36,12 @@ SIZES = {
     "default": {"b": 16, "s": 16, "h": 8, "d": 64},
     "large": {"b": 4, "s": 32768, "h": 8, "d": 128},
 }
+# The original PKB's arguments and outputs at its default size (facts; docs/pkb-parity.md).
+PKB = {
+    "params": ("q", "k", "v", "softmax_scale", "causal", "group"),
+    "args": ("bf16[16, 8, 8, 64]", "bf16[16, 8, 8, 64]", "bf16[16, 8, 8, 64]", "None", "True", "None"),
+    "out": "bf16[16, 8, 8, 64]",
+}
 
 
 def world_size_error(world_size, params):

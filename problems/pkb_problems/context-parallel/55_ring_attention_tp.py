@@ -50,6 +50,44 @@ SIZES = {
     "default": {"b": 16, "s": 16, "e": 512, "nh": 8},
     "large": {"b": 4, "s": 16384, "e": 1024, "nh": 16},
 }
+# The original PKB's arguments and outputs at its default size (facts; docs/pkb-parity.md).
+PKB = {
+    "params": (
+        "hidden_states", "w_qkv", "w_o", "num_heads", "softmax_scale", "causal", "tp_group", "cp_group",
+    ),
+    "args": (
+        "bf16[16, 16, 512]", "bf16[768, 512]", "bf16[512, 256]", "8", "None", "True", "group(all)",
+        "group(self)",
+    ),
+    "out": "bf16[16, 16, 512]",
+}
+# Why this problem differs from the original there (docs/pkb-parity.md).
+PKB_DIFFERENCES = {
+    "hidden_states": (
+        "at W = 2 the original's layout (TP 2, CP 1) has no ring; pkb runs TP 1, CP 2 there, so the ring "
+        "attention runs (docstring)"
+    ),
+    "w_qkv": (
+        "at W = 2 the original's layout (TP 2, CP 1) has no ring; pkb runs TP 1, CP 2 there, so the ring "
+        "attention runs (docstring)"
+    ),
+    "w_o": (
+        "at W = 2 the original's layout (TP 2, CP 1) has no ring; pkb runs TP 1, CP 2 there, so the ring "
+        "attention runs (docstring)"
+    ),
+    "tp_group": (
+        "at W = 2 the original's layout (TP 2, CP 1) has no ring; pkb runs TP 1, CP 2 there, so the ring "
+        "attention runs (docstring)"
+    ),
+    "cp_group": (
+        "at W = 2 the original's layout (TP 2, CP 1) has no ring; pkb runs TP 1, CP 2 there, so the ring "
+        "attention runs (docstring)"
+    ),
+    "out": (
+        "at W = 2 the original's layout (TP 2, CP 1) has no ring; pkb runs TP 1, CP 2 there, so the ring "
+        "attention runs (docstring)"
+    ),
+}
 
 
 def _layout(world_size):

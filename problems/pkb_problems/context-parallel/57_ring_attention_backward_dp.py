@@ -55,6 +55,64 @@ SIZES = {
     "default": {"b": 16, "s": 16, "h": 8, "d": 64},
     "large": {"b": 4, "s": 32768, "h": 8, "d": 128},
 }
+# The original PKB's arguments and outputs at its default size (facts; docs/pkb-parity.md).
+PKB = {
+    "params": (
+        "dout", "q", "k", "v", "out", "softmax_lse", "softmax_scale", "causal", "cp_group", "dp_group",
+    ),
+    "args": (
+        "bf16[16, 16, 8, 64]", "bf16[16, 16, 8, 64]", "bf16[16, 16, 8, 64]", "bf16[16, 16, 8, 64]",
+        "bf16[16, 16, 8, 64]", "fp32[16, 8, 16]", "None", "False", "group(self)", "group(all)",
+    ),
+    "out": ("bf16[16, 16, 8, 64]", "bf16[16, 16, 8, 64]", "bf16[16, 16, 8, 64]"),
+}
+# Why this problem differs from the original there (docs/pkb-parity.md).
+PKB_DIFFERENCES = {
+    "dout": (
+        "at W = 2 the original's layout (DP 2, CP 1) has no ring; pkb runs DP 1, CP 2 there, so both rings "
+        "run (docstring)"
+    ),
+    "q": (
+        "at W = 2 the original's layout (DP 2, CP 1) has no ring; pkb runs DP 1, CP 2 there, so both rings "
+        "run (docstring)"
+    ),
+    "k": (
+        "at W = 2 the original's layout (DP 2, CP 1) has no ring; pkb runs DP 1, CP 2 there, so both rings "
+        "run (docstring)"
+    ),
+    "v": (
+        "at W = 2 the original's layout (DP 2, CP 1) has no ring; pkb runs DP 1, CP 2 there, so both rings "
+        "run (docstring)"
+    ),
+    "out": (
+        "at W = 2 the original's layout (DP 2, CP 1) has no ring; pkb runs DP 1, CP 2 there, so both rings "
+        "run (docstring)"
+    ),
+    "softmax_lse": (
+        "at W = 2 the original's layout (DP 2, CP 1) has no ring; pkb runs DP 1, CP 2 there, so both rings "
+        "run (docstring)"
+    ),
+    "cp_group": (
+        "at W = 2 the original's layout (DP 2, CP 1) has no ring; pkb runs DP 1, CP 2 there, so both rings "
+        "run (docstring)"
+    ),
+    "dp_group": (
+        "at W = 2 the original's layout (DP 2, CP 1) has no ring; pkb runs DP 1, CP 2 there, so both rings "
+        "run (docstring)"
+    ),
+    "out[0]": (
+        "at W = 2 the original's layout (DP 2, CP 1) has no ring; pkb runs DP 1, CP 2 there, so both rings "
+        "run (docstring)"
+    ),
+    "out[1]": (
+        "at W = 2 the original's layout (DP 2, CP 1) has no ring; pkb runs DP 1, CP 2 there, so both rings "
+        "run (docstring)"
+    ),
+    "out[2]": (
+        "at W = 2 the original's layout (DP 2, CP 1) has no ring; pkb runs DP 1, CP 2 there, so both rings "
+        "run (docstring)"
+    ),
+}
 
 
 def _layout(world_size):

@@ -46,6 +46,12 @@ SIZES = {
     "default": {"batch": 1, "channels": 1024, "chunk": 1024, "kernel": 7},
     "large": {"batch": 4, "channels": 4096, "chunk": 8192, "kernel": 7},
 }
+# The original PKB's arguments and outputs at its default size (facts; docs/pkb-parity.md).
+PKB = {
+    "params": ("x", "weight", "group"),
+    "args": ("bf16[1, 1024, 2048]", "bf16[1024, 1, 7]", "None"),
+    "out": "bf16[1, 1024, 2048]",
+}
 
 
 def world_size_error(world_size, params):

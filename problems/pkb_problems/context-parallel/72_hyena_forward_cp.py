@@ -51,6 +51,18 @@ SIZES = {
     "default": {"batch": 1, "channels": 1024, "local_seq": 2048, "filter_len": 4096, "group_dim": 1},
     "large": {"batch": 1, "channels": 4096, "local_seq": 16384, "filter_len": 0, "group_dim": 1},
 }
+# The original PKB's arguments and outputs at its default size (facts; docs/pkb-parity.md).
+PKB = {
+    "params": (
+        "x1_seq", "x2_seq", "v_seq", "h", "conv_bias", "num_groups", "group_dim", "group",
+        "with_zigzag_splitting",
+    ),
+    "args": (
+        "bf16[1, 1024, 2048]", "bf16[1, 1024, 2048]", "bf16[1, 1024, 2048]", "bf16[1024, 4096]",
+        "bf16[1024]", "1024", "1", "None", "True",
+    ),
+    "out": "bf16[1, 2048, 1024]",
+}
 
 
 def _filter_len(params, world_size):

@@ -3,7 +3,7 @@
 Process groups (built by ``inputs``): for even W >= 4, TP groups of 2
 contiguous ranks {2i, 2i+1} and CP groups of the ranks with the same TP index
 {t, t+2, t+4, ...} (Megatron "tp-cp" order), c = W/2; otherwise CP = WORLD
-(passed as None), no TP (None), c = W.
+(the WORLD group object is passed, as in the original), no TP (None), c = W.
 
 Arguments on rank r (shapes per rank; Lloc tokens of a sequence of T = c·Lloc
 tokens, this rank being number i of its CP group and holding tokens
@@ -57,6 +57,15 @@ SIZES = {
     "default": {"batch": 1, "local_seq": 64, "heads": 16, "key_dim": 128, "value_dim": 128},
     "large": {"batch": 1, "local_seq": 1024, "heads": 16, "key_dim": 128, "value_dim": 128},
 }
+# The original PKB's arguments and outputs at its default size (facts; docs/pkb-parity.md).
+PKB = {
+    "params": ("q", "k", "v", "g", "beta", "a_log", "dt_bias", "cp_group", "tp_group"),
+    "args": (
+        "bf16[1, 64, 16, 128]", "bf16[1, 64, 16, 128]", "bf16[1, 64, 16, 128]", "bf16[1, 64, 16, 128]",
+        "bf16[1, 64, 16]", "bf16[16]", "bf16[2048]", "group(all)", "None",
+    ),
+    "out": "bf16[1, 64, 16, 128]",
+}
 
 _TP = 2
 _CHUNK = 16
@@ -76,7 +85,8 @@ def inputs(ctx):
         tp_group = ctx.groups([list(range(i * tp, (i + 1) * tp)) for i in range(cp)])
         cp_group = ctx.groups([list(range(t, w, tp)) for t in range(tp)])
     else:
-        tp_group = cp_group = None
+        # As the original: the WORLD group object for CP, None for the absent TP.
+        tp_group, cp_group = None, dist.group.WORLD
     b, lloc, h, dk, dv = p["batch"], p["local_seq"], p["heads"], p["key_dim"], p["value_dim"]
     q = ctx.randn(b, lloc, h, dk)
     k = ctx.randn(b, lloc, h, dk)

@@ -52,6 +52,15 @@ SIZES = {
     "default": {"batch": 1, "local_seq": 64, "heads": 6, "key_dim": 256, "value_dim": 512},
     "large": {"batch": 1, "local_seq": 1024, "heads": 16, "key_dim": 256, "value_dim": 512},
 }
+# The original PKB's arguments and outputs at its default size (facts; docs/pkb-parity.md).
+PKB = {
+    "params": ("q", "k", "v", "gate", "beta", "a_log", "dt_bias", "group"),
+    "args": (
+        "bf16[1, 64, 6, 256]", "bf16[1, 64, 6, 256]", "bf16[1, 64, 6, 512]", "bf16[1, 64, 6]",
+        "bf16[1, 64, 6]", "bf16[3]", "bf16[3]", "None",
+    ),
+    "out": "bf16[1, 64, 6, 512]",
+}
 
 _CHUNK = 64
 

@@ -54,6 +54,12 @@ SIZES = {
     "default": {"ranges": 4, "tokens": 12150, "q_heads": 24, "kv_heads": 8, "head_dim": 128},
     "large": {"ranges": 4, "tokens": 21600, "q_heads": 48, "kv_heads": 8, "head_dim": 128},
 }
+# The original PKB's arguments and outputs at its default size (facts; docs/pkb-parity.md).
+PKB = {
+    "params": ("query", "key_value", "k_ranges", "cp_shuffle_num", "clip_token_nums", "group"),
+    "args": ("bf16[24300, 24, 128]", "bf16[24300, 8, 256]", "int64[4, 2]", "4", "12150", "None"),
+    "out": "bf16[24300, 24, 128]",
+}
 
 _Q_SCALE = 3.0
 

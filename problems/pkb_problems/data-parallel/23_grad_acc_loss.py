@@ -39,6 +39,39 @@ SIZES = {
     "default": {"tokens": 1048576},
     "large": {"tokens": 1048576},
 }
+# The original PKB's arguments and outputs at its default size (facts; docs/pkb-parity.md).
+PKB = {
+    "params": ("loss", "local_valid_tokens", "global_valid_tokens", "grad_normalized_loss", "grad_loss_sum"),
+    "args": ("bf16[]", "int64[]", "int64[]", "bf16[]", "bf16[]"),
+    "out": ("bf16[]", "bf16[]", "bf16[]"),
+}
+# Why this problem differs from the original there (docs/pkb-parity.md).
+PKB_DIFFERENCES = {
+    "loss": (
+        "fp32 scalars instead of bf16, so normalisation and gradients are checked tightly; the dtype costs "
+        "nothing at this latency-bound size (docstring)"
+    ),
+    "grad_normalized_loss": (
+        "fp32 scalars instead of bf16, so normalisation and gradients are checked tightly; the dtype costs "
+        "nothing at this latency-bound size (docstring)"
+    ),
+    "grad_loss_sum": (
+        "fp32 scalars instead of bf16, so normalisation and gradients are checked tightly; the dtype costs "
+        "nothing at this latency-bound size (docstring)"
+    ),
+    "out[0]": (
+        "fp32 scalars instead of bf16, so normalisation and gradients are checked tightly; the dtype costs "
+        "nothing at this latency-bound size (docstring)"
+    ),
+    "out[1]": (
+        "fp32 scalars instead of bf16, so normalisation and gradients are checked tightly; the dtype costs "
+        "nothing at this latency-bound size (docstring)"
+    ),
+    "out[2]": (
+        "fp32 scalars instead of bf16, so normalisation and gradients are checked tightly; the dtype costs "
+        "nothing at this latency-bound size (docstring)"
+    ),
+}
 
 
 def inputs(ctx):

@@ -51,6 +51,12 @@ SIZES = {
     "default": {"tokens": 1024, "hidden": 1024, "vocab": 32000},
     "large": {"tokens": 4096, "hidden": 4096, "vocab": 131072},
 }
+# The original PKB's arguments and outputs at its default size (facts; docs/pkb-parity.md).
+PKB = {
+    "params": ("hidden_states", "weight", "labels", "old_logprobs", "advantages", "ignore_index"),
+    "args": ("bf16[1024, 1024]", "bf16[32000, 1024]", "int64[1024]", "bf16[1024]", "bf16[1024]", "-100"),
+    "out": ("fp32[]", "None", "bf16[1024]", "bf16[1024]", "fp32[5]"),
+}
 
 
 def _per_token_ce(hidden_states, weight, labels, ignore_index):

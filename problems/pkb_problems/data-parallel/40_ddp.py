@@ -1,8 +1,8 @@
 """Data-parallel training step: broadcast, MLP forward/backward, gradient all-reduce, Adam.
 
 Shapes (B = global batch rounded up to a multiple of W, B_r = B / W; MLP
-d_in -> hidden -> d_out): every tensor is fp32 (master weights and optimizer
-state; fixed, whatever the working dtype).
+d_in -> hidden -> d_out): every tensor is in the working dtype, as in the
+original.
 
 Each rank r holds ``X_local`` (B_r, d_in) and ``y_local`` (B_r, d_out): rows
 [r*B_r, (r+1)*B_r) of one global batch. The parameters ``W1`` (hidden, d_in),
@@ -10,25 +10,29 @@ Each rank r holds ``X_local`` (B_r, d_in) and ``y_local`` (B_r, d_out): rows
 ``exp_avg_{W1,b1,W2,b2}`` and second moments ``exp_avg_sq_{W1,b1,W2,b2}`` (same
 shapes) are authoritative on rank 0 only; other ranks hold unrelated values.
 Then ``lr`` (1e-3), ``beta1`` (0.9), ``beta2`` (0.999), ``eps`` (1e-8) and the
-integer Adam ``step`` t (>= 2) follow.
+integer Adam ``step`` t (>= 2) follow. (lr is 2e-2, see Inputs.)
 
 The step: (1) every rank takes rank 0's parameters and moments; (2) forward
 out = relu(X W1^T + b1) W2^T + b2 and loss = mean((out - y_local)^2) over the
 B_r * d_out local elements; backward gives this rank's gradients (relu'(0) = 0);
 (3) the gradients are averaged over ranks (sum / W); (4) one Adam step on every
-tensor: m = beta1 m + (1 - beta1) g; v = beta2 v + (1 - beta2) g^2;
+tensor, computed in fp32 from the working-dtype values and rounded to the
+working dtype at the end (the reference all-reduces the gradients in the
+working dtype; any order of rounding that stays within the tolerance passes): m = beta1 m + (1 - beta1) g; v = beta2 v + (1 - beta2) g^2;
 p = p - lr * (m / (1 - beta1^t)) / (sqrt(v / (1 - beta2^t)) + eps).
 
 Return on every rank the 12-tuple (W1, b1, W2, b2, exp_avg_W1, exp_avg_b1,
 exp_avg_W2, exp_avg_b2, exp_avg_sq_W1, exp_avg_sq_b1, exp_avg_sq_W2,
 exp_avg_sq_b2) after the step, identical on all ranks; the inputs are unchanged.
 
-Inputs: the original's Adam update (~lr) hid under its tolerance and bf16
-resolution, its zero moments went unchecked, and zero parameters on ranks >= 1
-let a sum pass for the broadcast. pkb keeps everything in fp32 with parameters at
-init scale (1/sqrt(fan_in); biases 0.1), so the fp32 tolerance resolves the update
-to ~1 %, starts from non-zero moments of the gradients' scale consistent with the
-step t in [2, 8], and gives ranks >= 1 random (not zero) parameters and moments.
+Inputs: the original's Adam update (lr = 1e-3 on weights of ~1) hid under its
+tolerance and bf16 resolution, its zero moments went unchecked, and zero
+parameters on ranks >= 1 let a sum pass for the broadcast. pkb draws
+parameters at init scale (1/sqrt(fan_in); biases 0.1) and takes lr = 2e-2, so
+the update (~lr) is several times the bf16 tolerance (2e-2 relative plus 1e-2
+of the largest weight), starts from non-zero moments of the gradients' scale
+consistent with the step t in [2, 8], and gives ranks >= 1 random (not zero)
+parameters and moments.
 """
 import math
 
@@ -45,8 +49,32 @@ SIZES = {
     "default": {"batch": 1024, "d_in": 256, "hidden": 512, "d_out": 256},
     "large": {"batch": 16384, "d_in": 4096, "hidden": 16384, "d_out": 4096},
 }
+# The original PKB's arguments and outputs at its default size (facts; docs/pkb-parity.md).
+PKB = {
+    "params": (
+        "X_local", "y_local", "W1", "b1", "W2", "b2", "exp_avg_W1", "exp_avg_b1", "exp_avg_W2", "exp_avg_b2",
+        "exp_avg_sq_W1", "exp_avg_sq_b1", "exp_avg_sq_W2", "exp_avg_sq_b2", "lr", "beta1", "beta2", "eps",
+        "step",
+    ),
+    "args": (
+        "bf16[512, 256]", "bf16[512, 256]", "bf16[512, 256]", "bf16[512]", "bf16[256, 512]", "bf16[256]",
+        "bf16[512, 256]", "bf16[512]", "bf16[256, 512]", "bf16[256]", "bf16[512, 256]", "bf16[512]",
+        "bf16[256, 512]", "bf16[256]", "0.001", "0.9", "0.999", "1e-08", "?",
+    ),
+    "out": (
+        "bf16[512, 256]", "bf16[512]", "bf16[256, 512]", "bf16[256]", "bf16[512, 256]", "bf16[512]",
+        "bf16[256, 512]", "bf16[256]", "bf16[512, 256]", "bf16[512]", "bf16[256, 512]", "bf16[256]",
+    ),
+}
+# Why this problem differs from the original there (docs/pkb-parity.md).
+PKB_DIFFERENCES = {
+    "lr": (
+        "2e-2 so the Adam update (~lr) stands several times above the bf16 tolerance; at the original's 1e-3 "
+        "skipping the update passed"
+    ),
+}
 
-LR, BETA1, BETA2, EPS = 1e-3, 0.9, 0.999, 1e-8
+LR, BETA1, BETA2, EPS = 2e-2, 0.9, 0.999, 1e-8
 
 
 def _shapes(d_in, hidden, d_out):
@@ -95,7 +123,8 @@ def inputs(ctx):
     if r != 0:
         params = _draw_params(ctx, shapes, shared=False)
         m, v = _draw_moments(ctx, shapes, sigmas, step, shared=False)
-    return (X, y, *params, *m, *v, LR, BETA1, BETA2, EPS, step)
+    tensors = [t.to(ctx.dtype) for t in (X, y, *params, *m, *v)]
+    return (*tensors, LR, BETA1, BETA2, EPS, step)
 
 
 def _mlp_grads(X, y, W1, b1, W2, b2):
@@ -130,27 +159,30 @@ def reference(X_local, y_local, W1, b1, W2, b2,
               exp_avg_sq_W1, exp_avg_sq_b1, exp_avg_sq_W2, exp_avg_sq_b2,
               lr, beta1, beta2, eps, step):
     world_size = dist.get_world_size()
+    dtype = W1.dtype
     like = [W1, b1, W2, b2]
     flat_p = _flat(like)
     flat_m = _flat([exp_avg_W1, exp_avg_b1, exp_avg_W2, exp_avg_b2])
     flat_v = _flat([exp_avg_sq_W1, exp_avg_sq_b1, exp_avg_sq_W2, exp_avg_sq_b2])
     for buf in (flat_p, flat_m, flat_v):
         dist.broadcast(buf, src=0)
+    flat_p, flat_m, flat_v = flat_p.float(), flat_m.float(), flat_v.float()
 
-    flat_g = _flat(_mlp_grads(X_local, y_local, *_split(flat_p, like)))
+    grads = _mlp_grads(X_local.float(), y_local.float(), *_split(flat_p, like))
+    flat_g = _flat(grads).to(dtype)
     dist.all_reduce(flat_g)
-    flat_g.div_(world_size)
+    flat_g = flat_g.float().div_(world_size)
 
     bc1 = 1.0 - beta1 ** step
     bc2 = 1.0 - beta2 ** step
     flat_m.mul_(beta1).add_(flat_g, alpha=1.0 - beta1)
     flat_v.mul_(beta2).addcmul_(flat_g, flat_g, value=1.0 - beta2)
     flat_p.add_((flat_m / bc1) / ((flat_v / bc2).sqrt() + eps), alpha=-lr)
-    return (*_split(flat_p, like), *_split(flat_m, like), *_split(flat_v, like))
+    return tuple(t.to(dtype) for t in (*_split(flat_p, like), *_split(flat_m, like), *_split(flat_v, like)))
 
 
 def traffic(params, world_size, itemsize):
-    """fp32 throughout (itemsize ignored). Links: three broadcasts of the P
+    """All in the working dtype. Links: three broadcasts of the P
     parameters (a pipelined broadcast sends ~P per rank) plus a ring all-reduce of
     the P gradients. HBM: activations read/written ~3x, state read+written once.
     FLOPs: forward + backward GEMMs plus ~12 per parameter for Adam."""
@@ -159,7 +191,7 @@ def traffic(params, world_size, itemsize):
     rows = -(-params["batch"] // W)
     P = hidden * d_in + hidden + d_out * hidden + d_out
     return {
-        "link_bytes": (3 * P + 2 * (W - 1) / W * P) * 4,
-        "hbm_bytes": (rows * (d_in + d_out + 2 * hidden) * 3 + 3 * P * 2 + P * 2) * 4,
+        "link_bytes": (3 * P + 2 * (W - 1) / W * P) * itemsize,
+        "hbm_bytes": (rows * (d_in + d_out + 2 * hidden) * 3 + 3 * P * 2 + P * 2) * itemsize,
         "flops": 6 * rows * (d_in * hidden + hidden * d_out) + 12 * P,
     }

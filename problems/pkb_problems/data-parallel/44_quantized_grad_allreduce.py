@@ -27,6 +27,12 @@ SIZES = {
     "default": {"n": 1048576, "block": 128},
     "large": {"n": 134217728, "block": 128},
 }
+# The original PKB's arguments and outputs at its default size (facts; docs/pkb-parity.md).
+PKB = {
+    "params": ("flat_grad", "block_size"),
+    "args": ("bf16[1048576]", "128"),
+    "out": "bf16[1048576]",
+}
 
 
 def inputs(ctx):

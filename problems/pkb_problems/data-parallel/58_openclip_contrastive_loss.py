@@ -36,6 +36,19 @@ SIZES = {
     "default": {"batch": 1024, "dim": 1024},
     "large": {"local_batch": 16384, "dim": 1024},
 }
+# The original PKB's arguments and outputs at its default size (facts; docs/pkb-parity.md).
+PKB = {
+    "params": ("image_features", "text_features", "logit_scale", "logit_bias", "group"),
+    "args": ("bf16[512, 1024]", "bf16[512, 1024]", "10.0", "-10.0", "None"),
+    "out": "bf16[]",
+}
+# Why this problem differs from the original there (docs/pkb-parity.md).
+PKB_DIFFERENCES = {
+    "logit_scale": (
+        "random per trial in [5, 15) (multiples of 1/16, exact in bf16) instead of the constant 10"
+    ),
+    "logit_bias": "random per trial in (-6, -2] (multiples of 1/16) instead of the constant -10",
+}
 
 
 def _local_batch(params, world_size):

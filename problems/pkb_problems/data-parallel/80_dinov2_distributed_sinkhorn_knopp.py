@@ -30,6 +30,12 @@ SIZES = {
     "default": {"batch": 1024, "prototypes": 16384},
     "large": {"batch": 4096, "prototypes": 65536},
 }
+# The original PKB's arguments and outputs at its default size (facts; docs/pkb-parity.md).
+PKB = {
+    "params": ("teacher_output", "teacher_temp", "n_masked_patches_tensor", "n_iterations", "group"),
+    "args": ("fp32[1024, 16384]", "0.07", "int64[1]", "3", "None"),
+    "out": "fp32[1024, 16384]",
+}
 
 
 def inputs(ctx):

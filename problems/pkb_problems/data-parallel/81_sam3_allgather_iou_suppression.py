@@ -38,6 +38,25 @@ SIZES = {
     "default": {"min_objects": 1, "max_objects": 3, "size": 256},
     "large": {"min_objects": 16, "max_objects": 64, "size": 1024},
 }
+# The original PKB's arguments and outputs at its default size (facts; docs/pkb-parity.md).
+PKB = {
+    "params": (
+        "low_res_masks_local", "obj_scores_local", "num_obj_per_gpu", "last_occluded", "iou_threshold",
+        "reverse", "group",
+    ),
+    "args": ("bf16[?, 256, 256]", "bf16[?]", "[?, ?]", "int64[?]", "0.7", "False", "None"),
+    "out": ("fp32[?, 256, 256]", "fp32[?]", "bool[?]"),
+}
+# Why this problem differs from the original there (docs/pkb-parity.md).
+PKB_DIFFERENCES = {
+    "low_res_masks_local": (
+        "the object counts are random per trial, but the table's three seeds drew 2 per rank (the original "
+        "cycled 1 + (rank + trial) % 3)"
+    ),
+    "obj_scores_local": "one score per object (see low_res_masks_local)",
+    "num_obj_per_gpu": "the per-rank object counts (see low_res_masks_local)",
+    "reverse": "drawn per trial instead of the constant False",
+}
 
 NO_OBJECT_LOGIT = -10.0
 

@@ -43,6 +43,12 @@ SIZES = {
     "default": {"tokens": 1024, "experts": 8, "top_k": 2},
     "large": {"tokens": 1048576, "experts": 8, "top_k": 2},
 }
+# The original PKB's arguments and outputs at its default size (facts; docs/pkb-parity.md).
+PKB = {
+    "params": ("gate_logits", "num_experts", "top_k", "attention_mask"),
+    "args": ("bf16[1024, 8]", "8", "2", "None"),
+    "out": "fp32[]",
+}
 # The loss is a scalar built from a bf16 mean (see docstring).
 TOLERANCE = {"rtol": 5e-3, "atol": 1e-6}
 

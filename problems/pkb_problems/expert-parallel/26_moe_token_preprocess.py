@@ -37,6 +37,12 @@ SIZES = {
     "default": {"experts": 8, "top_k": 2, "tokens": 1024},
     "large": {"experts": 8, "top_k": 2, "tokens": 262144},
 }
+# The original PKB's arguments and outputs at its default size (facts; docs/pkb-parity.md).
+PKB = {
+    "params": ("expert_mask", "num_experts", "group"),
+    "args": ("fp32[8, 2, 1024]", "8", "None"),
+    "out": ("int64[2]", "int64[2]", "fp32[2, 4]", "fp32[4]"),
+}
 # No CUDA-graph capture: the reference syncs with the host; returns CPU tensors (device-to-host copies).
 CUDA_GRAPH = False
 

@@ -29,6 +29,24 @@ SIZES = {
     "default": {"tokens": 1024, "hidden": 1024},
     "large": {"tokens": 32768, "hidden": 4096},
 }
+# The original PKB's arguments and outputs at its default size (facts; docs/pkb-parity.md).
+PKB = {
+    "params": ("local_tensor", "input_split_sizes", "output_split_sizes", "group"),
+    "args": ("bf16[1024, 1024]", "[512, 512]", "[512, 512]", "None"),
+    "out": "bf16[1024, 1024]",
+}
+# Why this problem differs from the original there (docs/pkb-parity.md).
+PKB_DIFFERENCES = {
+    "input_split_sizes": (
+        "pkb draws uneven random splits each trial (the original's were even constants), so the split "
+        "bookkeeping is tested"
+    ),
+    "output_split_sizes": (
+        "pkb draws uneven random splits each trial (the original's were even constants), so the split "
+        "bookkeeping is tested"
+    ),
+    "out": "its row count is the sum of the random output splits",
+}
 # NCCL runs all_to_all_single as grouped point-to-point calls; replaying them
 # from a CUDA graph hung on the 2xH200 (docs/benchmarks/2026-11-22-h200x2-c.md).
 CUDA_GRAPH = False

@@ -49,6 +49,29 @@ SIZES = {
     "default": {"experts": 8, "top_k": 2, "tokens": 1024, "hidden": 1024},
     "large": {"experts": 8, "top_k": 2, "tokens": 16384, "hidden": 4096},
 }
+# The original PKB's arguments and outputs at its default size (facts; docs/pkb-parity.md).
+PKB = {
+    "params": (
+        "hidden_states", "expert_mask", "num_experts", "input_splits", "output_splits",
+        "num_global_tokens_per_local_expert", "group",
+    ),
+    "args": (
+        "bf16[1024, 1024]", "fp32[8, 2, 1024]", "8", "[1024, 1024]", "[1024, 1024]", "int64[2, 4]", "None",
+    ),
+    "out": ("bf16[2048, 1024]", "fp32[8, 1024]", "int64[2048]", "Size([1024, 1024])"),
+}
+# Why this problem differs from the original there (docs/pkb-parity.md).
+PKB_DIFFERENCES = {
+    "input_splits": (
+        "the real splits implied by the random routing masks (the original's were synthetic even splits that "
+        "ignored expert ownership)"
+    ),
+    "output_splits": (
+        "the real splits implied by the random routing masks (the original's were synthetic even splits that "
+        "ignored expert ownership)"
+    ),
+    "out[0]": "its row count is the sum of the real output splits, which depend on the routing",
+}
 # No CUDA-graph capture: the reference syncs with the host; data-dependent shapes: masked_select and split sizes read back with .tolist().
 CUDA_GRAPH = False
 

@@ -49,6 +49,29 @@ SIZES = {
     "default": {"experts": 8, "top_k": 2, "tokens": 1024, "hidden": 1024},
     "large": {"experts": 8, "top_k": 2, "tokens": 16384, "hidden": 4096},
 }
+# The original PKB's arguments and outputs at its default size (facts; docs/pkb-parity.md).
+PKB = {
+    "params": (
+        "expert_outputs", "routing_weights", "selected_experts", "num_experts", "input_splits",
+        "output_splits", "num_global_tokens_per_local_expert", "routing_map",
+        "local_input_permutation_mapping", "org_hidden_states_shape", "group",
+    ),
+    "args": (
+        "bf16[2048, 1024]", "bf16[1024, 2]", "int64[1024, 2]", "8", "[1024, 1024]", "[1024, 1024]",
+        "int64[2, 4]", "bool[8, 1024]", "int64[2048]", "Size([1024, 1024])", "None",
+    ),
+    "out": "bf16[1024, 1024]",
+}
+# Why this problem differs from the original there (docs/pkb-parity.md).
+PKB_DIFFERENCES = {
+    "expert_outputs": "one row per routed (token, expert) pair received under the real, random routing",
+    "input_splits": (
+        "the real splits implied by the random routing (the original's were synthetic even splits)"
+    ),
+    "output_splits": (
+        "the real splits implied by the random routing (the original's were synthetic even splits)"
+    ),
+}
 # No CUDA-graph capture: the reference syncs with the host; data-dependent shapes: masked_select and split sizes read back with .tolist().
 CUDA_GRAPH = False
 

@@ -28,6 +28,12 @@ SIZES = {
     "default": {"rank": 8, "width": 1024},
     "large": {"rank": 64, "width": 16384},
 }
+# The original PKB's arguments and outputs at its default size (facts; docs/pkb-parity.md).
+PKB = {
+    "params": ("grad_fc1_1_lora_A", "grad_fc1_2_lora_A", "grad_fc2_lora_B", "group"),
+    "args": ("bf16[8, 1024]", "bf16[8, 1024]", "bf16[1024, 8]", "None"),
+    "out": ("bf16[8, 1024]", "bf16[8, 1024]", "bf16[1024, 8]"),
+}
 MUTATES = (0, 1, 2)
 
 

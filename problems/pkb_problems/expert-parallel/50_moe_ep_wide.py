@@ -56,6 +56,18 @@ SIZES = {
     "default": {"top_k": 2, "tokens": 1024, "hidden": 1024, "inter": 128},
     "large": {"top_k": 2, "tokens": 8192, "hidden": 4096, "inter": 1024},
 }
+# The original PKB's arguments and outputs at its default size (facts; docs/pkb-parity.md).
+PKB = {
+    "params": (
+        "hidden_states", "gate_weight", "gate_bias", "gate_proj", "up_proj", "down_proj", "num_experts",
+        "top_k", "group",
+    ),
+    "args": (
+        "bf16[1024, 1024]", "bf16[4, 1024]", "bf16[4]", "Linear(1024, 128, bf16)", "Linear(1024, 128, bf16)",
+        "Linear(128, 1024, bf16)", "4", "2", "None",
+    ),
+    "out": "bf16[1024, 1024]",
+}
 # No CUDA-graph capture: the reference syncs with the host; routing-dependent split sizes read back with .tolist().
 CUDA_GRAPH = False
 

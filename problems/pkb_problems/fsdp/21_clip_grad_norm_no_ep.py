@@ -33,6 +33,12 @@ SIZES = {
     "default": {"grads": 3, "m": 1024, "n": 1024},
     "large": {"grads": 8, "m": 8192, "n": 8192},
 }
+# The original PKB's arguments and outputs at its default size (facts; docs/pkb-parity.md).
+PKB = {
+    "params": ("grad_tensors", "max_norm", "norm_type", "fsdp_group"),
+    "args": ("[bf16[1024, 1024] ×3]", "1.0", "2.0", "group(all)"),
+    "out": "fp32[]",
+}
 
 
 def inputs(ctx):

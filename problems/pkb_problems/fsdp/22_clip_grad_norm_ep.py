@@ -44,6 +44,26 @@ SIZES = {
     "default": {"non_ep": 1, "ep": 1, "m": 1024, "n": 1024},
     "large": {"non_ep": 4, "ep": 4, "m": 8192, "n": 8192},
 }
+# The original PKB's arguments and outputs at its default size (facts; docs/pkb-parity.md).
+PKB = {
+    "params": (
+        "non_ep_grad_tensors", "ep_grad_tensors", "max_norm", "norm_type", "ep_size", "fsdp_group",
+        "ep_fsdp_group", "ep_group",
+    ),
+    "args": (
+        "[bf16[1024, 1024]]", "[bf16[1024, 1024]]", "1.0", "2.0", "1", "group(all)", "group(all)", "None",
+    ),
+    "out": "fp32[]",
+}
+# Why this problem differs from the original there (docs/pkb-parity.md).
+PKB_DIFFERENCES = {
+    "ep_size": (
+        "at W = 2 the original's E = W // 2 = 1 leaves no EP groups and no EP scaling; pkb uses E = W there "
+        "(see the docstring)"
+    ),
+    "ep_fsdp_group": "follows from E = W at W = 2: the EP-FSDP groups are single ranks",
+    "ep_group": "follows from E = W at W = 2: the EP group is every rank (the original's E = 1 passed None)",
+}
 
 
 def _ep_size(world_size):

@@ -3,14 +3,14 @@
 Shapes (B = global batch rounded up to a multiple of W, B_r = B / W; MLP
 d_in -> h -> d_out, where h is the smallest width >= the preset's hidden for which
 the parameter count P = h*d_in + h + d_out*h + d_out is divisible by W; S = P / W).
-Every tensor is fp32 (master weights and optimizer state; fixed).
+Every tensor is in the working dtype, as in the original.
 
 Each rank r holds ``X_local`` (B_r, d_in) and ``y_local`` (B_r, d_out), rows
 [r*B_r, (r+1)*B_r) of one global batch; ``W1`` (h, d_in), ``b1`` (h,), ``W2``
 (d_out, h), ``b2`` (d_out,), authoritative on rank 0 only (other ranks hold
 unrelated values); ``exp_avg_part`` and ``exp_avg_sq_part`` (S,): this rank's
 slice [r*S, (r+1)*S) of the Adam moments of the flat parameter vector
-flat = cat(W1.flatten(), b1, W2.flatten(), b2); then ``lr`` (1e-3), ``beta1``
+flat = cat(W1.flatten(), b1, W2.flatten(), b2); then ``lr`` (2e-2), ``beta1``
 (0.9), ``beta2`` (0.999), ``eps`` (1e-8) and the integer Adam ``step`` t (>= 2).
 
 The step: (1) every rank takes rank 0's parameters; (2) forward
@@ -20,15 +20,17 @@ reduce-scattered: rank r gets slice r of the sum over ranks, divided by W; (4) A
 on slice r: m = beta1 m + (1 - beta1) g;
 v = beta2 v + (1 - beta2) g^2; w = w - lr * (m / (1 - beta1^t)) / (sqrt(v / (1 -
 beta2^t)) + eps); (5) the updated slices of all ranks are gathered into the flat
-vector.
+vector. The Adam arithmetic is fp32 on the working-dtype values, rounded to the
+working dtype at the end (the reference communicates in the working dtype; any
+order of rounding within the tolerance passes).
 
 Return on every rank (W1, b1, W2, b2) after the step (identical on all ranks)
 followed by this rank's updated (m, v) slices, each (S,); inputs are unchanged.
 
 Identical to problem 41 except that the gradient is reduce-scattered instead of
 all-reduced. Inputs: as in problem 40, the original's ~lr update hid under its
-tolerance. pkb keeps everything in fp32 with parameters at init scale
-(1/sqrt(fan_in); biases 0.1), so the update is resolved to ~1 %, draws non-zero
+tolerance. pkb draws parameters at init scale (1/sqrt(fan_in); biases 0.1) and
+takes lr = 2e-2, so the update (~lr) is several times the bf16 tolerance, draws non-zero
 moments of the gradients' scale consistent with t in [2, 8], and gives ranks >= 1
 random (not zero) parameters.
 """
@@ -47,8 +49,27 @@ SIZES = {
     "default": {"batch": 1024, "d_in": 256, "hidden": 512, "d_out": 256},
     "large": {"batch": 16384, "d_in": 4096, "hidden": 16384, "d_out": 4096},
 }
+# The original PKB's arguments and outputs at its default size (facts; docs/pkb-parity.md).
+PKB = {
+    "params": (
+        "X_local", "y_local", "W1", "b1", "W2", "b2", "exp_avg_part", "exp_avg_sq_part", "lr", "beta1",
+        "beta2", "eps", "step",
+    ),
+    "args": (
+        "bf16[512, 256]", "bf16[512, 256]", "bf16[512, 256]", "bf16[512]", "bf16[256, 512]", "bf16[256]",
+        "bf16[131456]", "bf16[131456]", "0.001", "0.9", "0.999", "1e-08", "?",
+    ),
+    "out": ("bf16[512, 256]", "bf16[512]", "bf16[256, 512]", "bf16[256]", "bf16[131456]", "bf16[131456]"),
+}
+# Why this problem differs from the original there (docs/pkb-parity.md).
+PKB_DIFFERENCES = {
+    "lr": (
+        "2e-2 so the Adam update (~lr) stands several times above the bf16 tolerance; at the original's 1e-3 "
+        "skipping the update passed"
+    ),
+}
 
-LR, BETA1, BETA2, EPS = 1e-3, 0.9, 0.999, 1e-8
+LR, BETA1, BETA2, EPS = 2e-2, 0.9, 0.999, 1e-8
 
 
 def _width(params, world_size):
@@ -125,7 +146,8 @@ def inputs(ctx):
     sigma = _sigma_slice(shapes, sigmas, r * part, (r + 1) * part, ctx.device)
     exp_avg = ctx.randn(part, dtype=f32) * (sigma * (1 - BETA1 ** (step - 1)))
     exp_avg_sq = ctx.rand(part, dtype=f32, low=0.5, high=2.0) * (sigma.square() * (1 - BETA2 ** (step - 1)))
-    return (X, y, *params, exp_avg, exp_avg_sq, LR, BETA1, BETA2, EPS, step)
+    tensors = [t.to(ctx.dtype) for t in (X, y, *params, exp_avg, exp_avg_sq)]
+    return (*tensors, LR, BETA1, BETA2, EPS, step)
 
 
 def _flat(tensors):
@@ -144,27 +166,28 @@ def _split(flat, like):
 def reference(X_local, y_local, W1, b1, W2, b2, exp_avg_part, exp_avg_sq_part,
               lr, beta1, beta2, eps, step):
     world_size, rank = dist.get_world_size(), dist.get_rank()
+    dtype = W1.dtype
     like = [W1, b1, W2, b2]
     flat_p = _flat(like)
     dist.broadcast(flat_p, src=0)
 
-    flat_g = _flat(_mlp_grads(X_local, y_local, *_split(flat_p, like)))
+    flat_g = _flat(_mlp_grads(X_local.float(), y_local.float(), *_split(flat_p.float(), like))).to(dtype)
     part = exp_avg_part.numel()
-    g = torch.empty(part, dtype=flat_g.dtype, device=flat_g.device)
+    g = torch.empty(part, dtype=dtype, device=flat_g.device)
     dist.reduce_scatter_tensor(g, flat_g)
-    g.div_(world_size)
+    g = g.float().div_(world_size)
 
-    w = flat_p[rank * part:(rank + 1) * part].clone()
-    m = exp_avg_part.clone().mul_(beta1).add_(g, alpha=1.0 - beta1)
-    v = exp_avg_sq_part.clone().mul_(beta2).addcmul_(g, g, value=1.0 - beta2)
+    w = flat_p[rank * part:(rank + 1) * part].to(torch.float32, copy=True)
+    m = exp_avg_part.to(torch.float32, copy=True).mul_(beta1).add_(g, alpha=1.0 - beta1)
+    v = exp_avg_sq_part.to(torch.float32, copy=True).mul_(beta2).addcmul_(g, g, value=1.0 - beta2)
     w.add_((m / (1.0 - beta1 ** step)) / ((v / (1.0 - beta2 ** step)).sqrt() + eps), alpha=-lr)
 
-    dist.all_gather_into_tensor(flat_p, w)
-    return (*_split(flat_p, like), m, v)
+    dist.all_gather_into_tensor(flat_p, w.to(dtype))
+    return (*_split(flat_p, like), m.to(dtype), v.to(dtype))
 
 
 def traffic(params, world_size, itemsize):
-    """fp32 throughout (itemsize ignored); P at the preset's hidden width. Links: a
+    """All in the working dtype; P at the preset's hidden width. Links: a
     broadcast of the P parameters (~P per rank, pipelined), a ring reduce-scatter
     of the gradient and a ring all-gather of the updated shards. HBM: activations ~3x,
     parameters, gradient and the shard's state. FLOPs: forward + backward GEMMs
@@ -174,7 +197,7 @@ def traffic(params, world_size, itemsize):
     rows = -(-params["batch"] // W)
     P = hidden * d_in + hidden + d_out * hidden + d_out
     return {
-        "link_bytes": (P + 2 * (W - 1) / W * P) * 4,
-        "hbm_bytes": (rows * (d_in + d_out + 2 * hidden) * 3 + 4 * P + 6 * P / W) * 4,
+        "link_bytes": (P + 2 * (W - 1) / W * P) * itemsize,
+        "hbm_bytes": (rows * (d_in + d_out + 2 * hidden) * 3 + 4 * P + 6 * P / W) * itemsize,
         "flops": 6 * rows * (d_in * hidden + hidden * d_out) + 12 * P / W,
     }

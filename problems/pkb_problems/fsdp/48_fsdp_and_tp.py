@@ -42,6 +42,12 @@ SIZES = {
     "default": {"batch": 2048, "d": 256, "d_ff": 1024},
     "large": {"batch": 16384, "d": 4096, "d_ff": 16384},
 }
+# The original PKB's arguments and outputs at its default size (facts; docs/pkb-parity.md).
+PKB = {
+    "params": ("x_local", "W1_shard", "W2_shard", "W3_shard", "n_tp", "n_fsdp"),
+    "args": ("bf16[1024, 256]", "bf16[128, 1024]", "bf16[128, 1024]", "bf16[1024, 128]", "1", "2"),
+    "out": "bf16[1024, 256]",
+}
 
 # (n_tp, n_fsdp) -> (tp_group or None, fsdp_group), made by the first call in
 # a process (every rank calls the reference together, so the collective

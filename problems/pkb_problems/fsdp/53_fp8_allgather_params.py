@@ -39,6 +39,12 @@ SIZES = {
     "default": {"n": 4096},
     "large": {"n": 134217728},
 }
+# The original PKB's arguments and outputs at its default size (facts; docs/pkb-parity.md).
+PKB = {
+    "params": ("flat_param_shard", "amax_history"),
+    "args": ("bf16[4096]", "bf16[16]"),
+    "out": ("bf16[8192]", "bf16[16]"),
+}
 
 FP8_E4M3_MAX = 448.0
 

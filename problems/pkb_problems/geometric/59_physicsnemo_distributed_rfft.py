@@ -31,6 +31,12 @@ SIZES = {
     "default": {"batch": 16, "h": 1024, "w": 1024},
     "large": {"batch": 16, "h": 4096, "w": 4096},
 }
+# The original PKB's arguments and outputs at its default size (facts; docs/pkb-parity.md).
+PKB = {
+    "params": ("x", "s", "dim", "norm", "group"),
+    "args": ("fp32[16, 1024, 512]", "(1024, 1024)", "(1, 2)", "'ortho'", "None"),
+    "out": "complex64[16, 512, 513]",
+}
 
 
 def _round_up(n, m):

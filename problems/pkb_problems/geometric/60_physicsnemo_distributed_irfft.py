@@ -37,6 +37,12 @@ SIZES = {
     "default": {"batch": 2, "channels": 10, "h": 720, "w": 1440},
     "large": {"batch": 2, "channels": 10, "h": 1440, "w": 2880},
 }
+# The original PKB's arguments and outputs at its default size (facts; docs/pkb-parity.md).
+PKB = {
+    "params": ("x", "s", "dim", "norm", "group"),
+    "args": ("complex64[2, 10, 360, 721]", "(720, 1440)", "(-2, -1)", "'ortho'", "None"),
+    "out": "fp32[2, 10, 720, 720]",
+}
 
 
 def world_size_error(world_size, params):

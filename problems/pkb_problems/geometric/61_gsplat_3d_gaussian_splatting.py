@@ -64,6 +64,84 @@ SIZES = {
     "default": {"gaussians": 1024, "cameras": 1, "width": 512, "height": 512},
     "large": {"gaussians": 1048576, "cameras": 4, "width": 1920, "height": 1080},
 }
+# The original PKB's arguments and outputs at its default size (facts; docs/pkb-parity.md).
+PKB = {
+    "params": (
+        "means", "quats", "scales", "opacities", "colors", "viewmats", "Ks", "image_width", "image_height",
+        "eps2d", "near_plane", "far_plane", "camera_model",
+    ),
+    "args": (
+        "bf16[1024, 3]", "bf16[1024, 4]", "bf16[1024, 3]", "bf16[1024]", "bf16[1024, 3]", "bf16[1, 4, 4]",
+        "bf16[1, 3, 3]", "512", "512", "0.3", "0.01", "10000000000.0", "'pinhole'",
+    ),
+    "out": (
+        "int64[2048]", "int64[2048]", "int32[2048, 2]", "bf16[2048, 2]", "bf16[2048]", "bf16[2048, 3]",
+        "bf16[2048]", "bf16[2048, 3]",
+    ),
+}
+# Why this problem differs from the original there (docs/pkb-parity.md).
+PKB_DIFFERENCES = {
+    "means": (
+        "fp32 instead of bf16: in bf16, ceil() of borderline radii changes the visible set between correct "
+        "implementations (docstring)"
+    ),
+    "quats": (
+        "fp32 instead of bf16: in bf16, ceil() of borderline radii changes the visible set between correct "
+        "implementations (docstring)"
+    ),
+    "scales": (
+        "fp32 instead of bf16: in bf16, ceil() of borderline radii changes the visible set between correct "
+        "implementations (docstring)"
+    ),
+    "opacities": (
+        "fp32 instead of bf16: in bf16, ceil() of borderline radii changes the visible set between correct "
+        "implementations (docstring)"
+    ),
+    "colors": (
+        "fp32 instead of bf16: in bf16, ceil() of borderline radii changes the visible set between correct "
+        "implementations (docstring)"
+    ),
+    "viewmats": (
+        "fp32 instead of bf16: in bf16, ceil() of borderline radii changes the visible set between correct "
+        "implementations (docstring)"
+    ),
+    "Ks": (
+        "fp32 instead of bf16: in bf16, ceil() of borderline radii changes the visible set between correct "
+        "implementations (docstring)"
+    ),
+    "out[3]": (
+        "fp32 instead of bf16 (see means); one row per visible (camera, Gaussian) pair, whose number depends "
+        "on the random camera poses"
+    ),
+    "out[4]": (
+        "fp32 instead of bf16 (see means); one row per visible (camera, Gaussian) pair, whose number depends "
+        "on the random camera poses"
+    ),
+    "out[5]": (
+        "fp32 instead of bf16 (see means); one row per visible (camera, Gaussian) pair, whose number depends "
+        "on the random camera poses"
+    ),
+    "out[6]": (
+        "fp32 instead of bf16 (see means); one row per visible (camera, Gaussian) pair, whose number depends "
+        "on the random camera poses"
+    ),
+    "out[7]": (
+        "fp32 instead of bf16 (see means); one row per visible (camera, Gaussian) pair, whose number depends "
+        "on the random camera poses"
+    ),
+    "out[0]": (
+        "one row per visible (camera, Gaussian) pair: their number depends on the random camera poses (the "
+        "original's identity cameras saw every Gaussian)"
+    ),
+    "out[1]": (
+        "one row per visible (camera, Gaussian) pair: their number depends on the random camera poses (the "
+        "original's identity cameras saw every Gaussian)"
+    ),
+    "out[2]": (
+        "one row per visible (camera, Gaussian) pair: their number depends on the random camera poses (the "
+        "original's identity cameras saw every Gaussian)"
+    ),
+}
 
 _EPS2D, _NEAR, _FAR = 0.3, 0.01, 1e10
 _CEIL_MARGIN, _DEPTH_MARGIN, _EDGE_MARGIN = 1e-3, 1e-3, 1e-2

@@ -56,6 +56,24 @@ SIZES = {
     "default": {"batch": 32, "channels": 8, "nlat": 128, "kernel": 3},
     "large": {"batch": 32, "channels": 32, "nlat": 256, "kernel": 3},
 }
+# The original PKB's arguments and outputs at its default size (facts; docs/pkb-parity.md).
+PKB = {
+    "params": (
+        "x", "psi", "weight", "groups", "nlon_out", "nlon_in", "azimuth_group", "polar_group", "bias",
+    ),
+    "args": (
+        "fp32[32, 8, 128, 128]", "fp32[3, 128, 32768] sparse_coo", "fp32[8, 8, 3]", "1", "256", "256",
+        "group(all)", "group(self)", "fp32[8]",
+    ),
+    "out": "fp32[32, 8, 128, 128]",
+}
+# Why this problem differs from the original there (docs/pkb-parity.md).
+PKB_DIFFERENCES = {
+    "psi": (
+        "passed dense (same values; psi.to_sparse() gives the original's COO form): the harness moves, clones"
+        " and compares tensors as dense bytes"
+    ),
+}
 
 _ENTRIES = 4
 

@@ -58,6 +58,16 @@ SIZES = {
     "large": {"batch": 1, "channels": 16, "frames": 12, "height": 180, "width": 180, "tile_t": 3, "tile_h": 32,
               "tile_w": 32, "overlap_s": 0.25, "overlap_t": 0.0, "up_s": 8, "up_t": 4},
 }
+# The original PKB's arguments and outputs at its default size (facts; docs/pkb-parity.md).
+PKB = {
+    "params": (
+        "z", "tile_latent_min_length", "tile_latent_min_height", "tile_latent_min_width",
+        "spatial_tile_overlap_factor", "temporal_tile_overlap_factor", "spatial_upsample",
+        "temporal_upsample", "sr_ratio", "first_frame_as_image", "group",
+    ),
+    "args": ("bf16[1, 16, 6, 90, 90]", "3", "32", "32", "0.25", "0.0", "8", "4", "1", "False", "None"),
+    "out": "bf16[1, 3, 24, 720, 720]",
+}
 
 
 def inputs(ctx):

@@ -35,6 +35,12 @@ SIZES = {
     "default": {"batch": 1, "channels": 1280, "height": 128, "width": 128},
     "large": {"batch": 2, "channels": 1280, "height": 256, "width": 256},
 }
+# The original PKB's arguments and outputs at its default size (facts; docs/pkb-parity.md).
+PKB = {
+    "params": ("x", "weight", "bias", "stride", "padding", "group"),
+    "args": ("bf16[1, 1280, 128, 128]", "bf16[1280, 1280, 3, 3]", "bf16[1280]", "1", "1", "None"),
+    "out": "bf16[1, 1280, 128, 128]",
+}
 
 
 def _local_rows(params, world_size):

@@ -53,6 +53,25 @@ SIZES = {
     "default": {"nodes": 10000, "degree": 16, "seeds": 512, "fanouts": [10, 5]},
     "large": {"nodes": 10000000, "degree": 16, "seeds": 8192, "fanouts": [15, 10, 5]},
 }
+# The original PKB's arguments and outputs at its default size (facts; docs/pkb-parity.md).
+PKB = {
+    "params": (
+        "seed_nodes", "fanouts", "local_adj_row_ptr", "local_adj_col", "node_to_rank", "group", "replace",
+    ),
+    "args": ("int64[512]", "[10, 5]", "int64[10001]", "int64[160000]", "int64[10000]", "None", "False"),
+    "out": ("int64[527]", "int64[5170]", "int64[5170]", "int64[5170]"),
+}
+# Why this problem differs from the original there (docs/pkb-parity.md).
+PKB_DIFFERENCES = {
+    "local_adj_col": (
+        "a random shared graph of varying degree each trial (the original's fixed ring lattice had a constant"
+        " edge count)"
+    ),
+    "out[0]": "the sampled set depends on the random graph and seeds",
+    "out[1]": "the sampled set depends on the random graph and seeds",
+    "out[2]": "the sampled set depends on the random graph and seeds",
+    "out[3]": "the sampled set depends on the random graph and seeds",
+}
 
 
 def _num_nodes(params, world_size):

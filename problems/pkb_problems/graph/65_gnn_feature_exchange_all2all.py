@@ -37,6 +37,23 @@ SIZES = {
     "default": {"rows": 1024, "hidden": 128},
     "large": {"rows": 131072, "hidden": 512},
 }
+# The original PKB's arguments and outputs at its default size (facts; docs/pkb-parity.md).
+PKB = {
+    "params": ("local_features", "seed_inverse_ids", "counts_sent", "counts_received", "group"),
+    "args": ("bf16[768, 128]", "int64[1024]", "[512, 512]", "[512, 512]", "None"),
+    "out": "bf16[1024, 128]",
+}
+# Why this problem differs from the original there (docs/pkb-parity.md).
+PKB_DIFFERENCES = {
+    "seed_inverse_ids": "its length is the sum of the random counts_received",
+    "counts_sent": (
+        "an uneven random count matrix (the original's counts were equal), so chunk bookkeeping is tested"
+    ),
+    "counts_received": (
+        "an uneven random count matrix (the original's counts were equal), so chunk bookkeeping is tested"
+    ),
+    "out": "its row count is the sum of the random counts",
+}
 
 
 def _count_matrix(ctx):

@@ -37,6 +37,19 @@ SIZES = {
     "default": {"rows": 1024, "hidden": 128},
     "large": {"rows": 131072, "hidden": 512},
 }
+# The original PKB's arguments and outputs at its default size (facts; docs/pkb-parity.md).
+PKB = {
+    "params": ("grad_output", "seed_inverse_ids", "seed_size", "counts_sent", "counts_received", "group"),
+    "args": ("fp32[1024, 128]", "int64[1024]", "512", "[512, 512]", "[512, 512]", "None"),
+    "out": "fp32[512, 128]",
+}
+# Why this problem differs from the original there (docs/pkb-parity.md).
+PKB_DIFFERENCES = {
+    "grad_output": "its row count is the sum of the random counts_sent",
+    "seed_inverse_ids": "its length is the sum of the random counts_received",
+    "counts_sent": "an uneven random count matrix (the original's counts were equal)",
+    "counts_received": "an uneven random count matrix (the original's counts were equal)",
+}
 
 
 def inputs(ctx):

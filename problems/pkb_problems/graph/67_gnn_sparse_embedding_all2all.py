@@ -24,6 +24,12 @@ SIZES = {
     "default": {"nnz": 1024, "hidden": 128, "nodes": 100000},
     "large": {"nnz": 1048576, "hidden": 256, "nodes": 100000000},
 }
+# The original PKB's arguments and outputs at its default size (facts; docs/pkb-parity.md).
+PKB = {
+    "params": ("idx", "value", "num_nodes", "group"),
+    "args": ("int64[1024]", "bf16[1024, 128]", "100000", "None"),
+    "out": ("int64[?]", "bf16[?, 128]"),
+}
 
 
 def inputs(ctx):

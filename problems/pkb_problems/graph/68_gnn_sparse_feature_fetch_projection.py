@@ -37,6 +37,20 @@ SIZES = {
     "default": {"rows": 8388608, "dim": 256, "queries": 20000, "min_world_size": 2},
     "large": {"rows": 111000000, "dim": 256, "queries": 200000, "min_world_size": 4},
 }
+# The original PKB's arguments and outputs at its default size (facts; docs/pkb-parity.md).
+PKB = {
+    "params": ("local_embedding_shard", "input_node_ids", "proj_matrix", "num_total_nodes", "group"),
+    "args": ("bf16[55500000, 256]", "int64[20000]", "bf16[256, 256]", "111000000", "None"),
+    "out": "bf16[20000, 256]",
+}
+# Why this problem differs from the original there (docs/pkb-parity.md).
+PKB_DIFFERENCES = {
+    "local_embedding_shard": (
+        "8,388,608 table rows instead of papers100M's 111 M (26.6 GiB per rank at W = 2); papers100M is the "
+        "large size"
+    ),
+    "num_total_nodes": "follows from the smaller table",
+}
 
 
 def _total_rows(params, world_size):

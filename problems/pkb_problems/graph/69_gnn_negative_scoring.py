@@ -33,6 +33,25 @@ SIZES = {
     "default": {"rows": 1024, "negatives": 1000},
     "large": {"rows": 16384, "negatives": 10000},
 }
+# The original PKB's arguments and outputs at its default size (facts; docs/pkb-parity.md).
+PKB = {
+    "params": ("local_pos_scores", "local_neg_scores", "group"),
+    "args": (
+        "rank 0: bf16[512] | rank 1: bf16[513]", "rank 0: bf16[512, 1000] | rank 1: bf16[513, 1000]", "None",
+    ),
+    "out": "int64[1025]",
+}
+# Why this problem differs from the original there (docs/pkb-parity.md).
+PKB_DIFFERENCES = {
+    "local_pos_scores": (
+        "fp32 instead of bf16: bf16 sigmoids tie constantly and the sort's tie order is unspecified "
+        "(docstring)"
+    ),
+    "local_neg_scores": (
+        "fp32 instead of bf16: bf16 sigmoids tie constantly and the sort's tie order is unspecified "
+        "(docstring)"
+    ),
+}
 
 _MARGIN = 1e-3
 

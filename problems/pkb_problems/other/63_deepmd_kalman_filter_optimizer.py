@@ -18,9 +18,10 @@ floats ``kalman_lambda`` (lam) and ``kalman_nue`` (nu).
 
 Return on every rank the tuple (list of W*B tensors (n, 1): rank 0's B updated
 weight blocks, then rank 1's, ...; list of this rank's B updated P_i' (n, n);
-lam' = nu * lam + 1 - nu as a 0-dim fp64 tensor). The reference writes the
-updated blocks into ``weights`` and ``P`` in place (MUTATES: every call gets
-fresh copies); a solution may do the same or return new tensors.
+lam' = nu * lam + 1 - nu as a 0-dim fp64 tensor), in new tensors: the input
+tensors are unchanged after the call. (The original rebinds the elements of the
+``weights`` and ``P`` lists it was given, which changes no tensor; a solution
+may do the same.)
 
 Fixes in pkb: P is a random SPD matrix (0.5 I + U U^T / 32, U (n, 32) normal)
 instead of the identity, and lam is drawn per trial in [0.97, 0.99) (the
@@ -40,9 +41,20 @@ SIZES = {
     "default": {"blocks": 8, "block": 1024},
     "large": {"blocks": 8, "block": 4096},
 }
+# The original PKB's arguments and outputs at its default size (facts; docs/pkb-parity.md).
+PKB = {
+    "params": ("H", "error", "weights", "P", "kalman_lambda", "kalman_nue"),
+    "args": (
+        "[fp64[1024, 1] ×8]", "fp64[]", "[fp64[1024, 1] ×8]", "[fp64[1024, 1024] ×8]", "0.98", "0.9987",
+    ),
+    "out": ("[fp64[1024, 1] ×16]", "[fp64[1024, 1024] ×8]", "fp64[]"),
+}
+# Why this problem differs from the original there (docs/pkb-parity.md).
+PKB_DIFFERENCES = {
+    "kalman_lambda": "drawn per trial in [0.97, 0.99) instead of the constant 0.98",
+}
 # No CUDA-graph capture: the reference syncs with the host; all_gather_object (host pickling).
 CUDA_GRAPH = False
-MUTATES = (2, 3)
 
 _RANK_U = 32  # rank of the random part of P
 
@@ -74,10 +86,11 @@ def reference(H, error, weights, P, kalman_lambda, kalman_nue=0.9987):
     dist.all_reduce(total)
     a = 1.0 / total
 
+    weights, P = list(weights), list(P)
     for i in range(len(weights)):
         k = P[i] @ H[i]
-        weights[i].add_(a * err * k)
-        P[i].addmm_(a * k, k.T, alpha=-1.0).div_(lam)
+        weights[i] = weights[i] + a * err * k
+        P[i] = torch.addmm(P[i], a * k, k.T, alpha=-1.0).div_(lam)
 
     shapes = [None] * dist.get_world_size()
     dist.all_gather_object(shapes, [t.shape[0] for t in weights])

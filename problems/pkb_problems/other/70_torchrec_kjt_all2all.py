@@ -49,6 +49,14 @@ SIZES = {
     "default": {"batch": 512, "min_len": 0, "max_len": 21, "vocab": 1000000},
     "large": {"batch": 16384, "min_len": 0, "max_len": 65, "vocab": 1000000},
 }
+# The original PKB's arguments and outputs at its default size (facts; docs/pkb-parity.md).
+PKB = {
+    "params": (
+        "lengths", "values", "key_splits", "batch_size", "pg", "weights", "stride_per_key", "stagger",
+    ),
+    "args": ("int64[1536]", "int64[?]", "[1, 2]", "512", "None", "=None", "=None", "=1"),
+    "out": "rank 0: {'lengths': int64[1024], 'values': int64[?], 'stride': int64[], 'stride_per_rank': int64[2]} | rank 1: {'lengths': int64[2048], 'values': int64[?], 'stride': int64[], 'stride_per_rank': int64[2]}",
+}
 # No CUDA-graph capture: the reference syncs with the host; data-dependent split sizes read back with .tolist().
 CUDA_GRAPH = False
 

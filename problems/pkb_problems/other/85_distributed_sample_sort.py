@@ -2,13 +2,14 @@
 
 Signature ``reference(local_shard, group)``; ``group`` None = WORLD.
 
-Each rank r holds ``local_shard``: a 1-D int64 tensor of n_r keys (fixed dtype,
-whatever the working dtype; duplicates occur; n_r may be 0). Let N = sum of
+Each rank r holds ``local_shard``: a 1-D tensor of n_r keys in the working
+dtype (as in the original; duplicates occur; n_r may be 0). Let N = sum of
 n_r and S the ascending sort of the multiset union of all keys. Return on rank r
-a 1-D int64 tensor: S[start_r : start_r + c_r], where c_r = N // W + (1 if r <
+a 1-D tensor of the keys' dtype: S[start_r : start_r + c_r], where c_r = N // W + (1 if r <
 N mod W else 0) and start_r = sum of c_q over q < r (the first N mod W ranks get
 one extra key). The output is fully determined by the inputs (equal keys are
-indistinguishable) and compares exactly.
+indistinguishable; sorting moves values without arithmetic) and compares
+exactly (TOLERANCE 0).
 
 The reference is a classic sample sort: local sort; all-gather of the sizes;
 each active (non-empty) rank contributes A regular samples (A = number of
@@ -22,10 +23,12 @@ same blocks is valid.
 
 Inputs: n keys per rank (weak scaling; the original used 1024 // W per rank at
 its default size), except in trials with trial mod 4 = 3, where odd ranks hold
-none. Keys = a shared random offset in [-2^40, 2^40) + a common range
-[-4n, 4n) + a rank skew r * n, so the ranks' ranges overlap. Fix in pkb: the
-original used bf16 keys (integers beyond 256 were rounded) with disjoint rank
-ranges (shift 512 against a spread of 100), so the sort just reversed rank order.
+none. Keys = normal values times a shared random scale in [1/16, 16), plus a
+rank skew r/2 of that scale, rounded to the working dtype (the key is the
+rounded value), so the ranks' ranges overlap and a 16-bit dtype gives many
+duplicates. Fix in pkb: the original's keys (integers rounded to bf16) had
+disjoint rank ranges (shift 512 against a spread of 100), so the sort just
+reversed rank order.
 """
 import torch
 import torch.distributed as dist
@@ -40,16 +43,24 @@ SIZES = {
     "default": {"n": 512},
     "large": {"n": 16777216},
 }
+# The original PKB's arguments and outputs at its default size (facts; docs/pkb-parity.md).
+PKB = {
+    "params": ("local_shard", "group"),
+    "args": ("bf16[512]", "None"),
+    "out": "bf16[512]",
+}
 # No CUDA-graph capture: the reference syncs with the host; data-dependent bucket sizes read back with .tolist().
 CUDA_GRAPH = False
+# Sorting moves values without arithmetic: exact.
+TOLERANCE = {"rtol": 0.0, "atol": 0.0}
 
 
 def inputs(ctx):
     n = ctx.params["n"]
     local = 0 if (ctx.trial % 4 == 3 and ctx.rank % 2 == 1) else n
-    offset = ctx.randint(-(2 ** 40), 2 ** 40, 1, shared=True)
-    keys = ctx.randint(-4 * n, 4 * n, local) + ctx.rank * n + offset
-    return (keys, None)
+    scale = 2.0 ** float(ctx.rand(1, dtype=torch.float32, shared=True, low=-4.0, high=4.0))
+    keys = (ctx.randn(local, dtype=torch.float32) + 0.5 * ctx.rank) * scale
+    return (keys.to(ctx.dtype), None)
 
 
 def _all_gather_1d(t, group):
@@ -88,16 +99,18 @@ def reference(local_shard, group=None):
         return keys
     my_index = int(active[:me].sum()) if n > 0 else -1  # index among active ranks
 
-    # A regular samples per active rank: (key, active index, position); padding has index -1
-    samples = torch.full((n_active, 3), -1, dtype=i64, device=device)
+    # A regular samples per active rank: (key, active index, position) in fp64
+    # (exact for keys of any working dtype and for indices); padding has index -1
+    f64 = torch.float64
+    samples = torch.full((n_active, 3), -1, dtype=f64, device=device)
     if n > 0:
         j = torch.arange(n_active, device=device)
         pos = ((j + 1) * n) // n_active - 1 if n_active < n else j
         valid = pos < n
         pos = pos[valid]
-        samples[: pos.numel(), 0] = keys[pos]
+        samples[: pos.numel(), 0] = keys[pos].to(f64)
         samples[: pos.numel(), 1] = my_index
-        samples[: pos.numel(), 2] = pos
+        samples[: pos.numel(), 2] = pos.to(f64)
     allsamp = _all_gather_1d(samples, group)
     allsamp = allsamp[allsamp[:, 1] >= 0]
     # lexicographic sort by (key, index, position) with stable sorts
@@ -109,11 +122,12 @@ def reference(local_shard, group=None):
 
     # bucket boundaries in my sorted keys: count of my (key, me, i) <= splitter
     if n > 0:
-        probe = splitters[:, 0].contiguous()
+        probe = splitters[:, 0].to(keys.dtype).contiguous()  # exact: the samples are keys
         left = torch.searchsorted(keys, probe, right=False)
         right = torch.searchsorted(keys, probe, right=True)
-        own = splitters[:, 2] + 1
-        ends = torch.where(my_index > splitters[:, 1], left, torch.where(my_index < splitters[:, 1], right, own))
+        own = splitters[:, 2].to(i64) + 1
+        index = splitters[:, 1].to(i64)
+        ends = torch.where(my_index > index, left, torch.where(my_index < index, right, own))
         ends = torch.cummax(ends.clamp(0, n), dim=0).values
         bounds = torch.cat([torch.zeros(1, dtype=i64, device=device), ends, torch.tensor([n], device=device)])
         bucket_sizes = bounds[1:] - bounds[:-1]  # (A,)
@@ -135,16 +149,16 @@ def reference(local_shard, group=None):
 
 
 def traffic(params, world_size, itemsize):
-    """int64 keys (itemsize ignored). Two key exchanges (buckets, then
+    """Keys in the working dtype. Two key exchanges (buckets, then
     rebalancing), each sending about (W-1)/W of the n keys; small size/sample
     gathers ignored. HBM: local sort (~4 passes), bucket send and receive,
-    merge sort (~4 passes), rebalance send and receive: ~12 n * 8 bytes.
+    merge sort (~4 passes), rebalance send and receive: ~12 n keys.
     FLOPs: comparisons, ~2 n log2(n W)."""
     import math
 
     n = params["n"]
     return {
-        "link_bytes": 2 * (world_size - 1) / world_size * n * 8,
-        "hbm_bytes": 12 * n * 8,
+        "link_bytes": 2 * (world_size - 1) / world_size * n * itemsize,
+        "hbm_bytes": 12 * n * itemsize,
         "flops": 2 * n * math.log2(max(2, n * world_size)),
     }

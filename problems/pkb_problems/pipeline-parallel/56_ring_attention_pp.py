@@ -49,6 +49,17 @@ SIZES = {
     "default": {"b": 16, "s": 16, "e": 512, "nh": 8},
     "large": {"b": 4, "s": 16384, "e": 1024, "nh": 16},
 }
+# The original PKB's arguments and outputs at its default size (facts; docs/pkb-parity.md).
+PKB = {
+    "params": (
+        "hidden_states", "w_qkv", "w_o", "num_heads", "softmax_scale", "causal", "cp_group", "pp_group",
+    ),
+    "args": (
+        "bf16[16, 16, 512]", "bf16[1536, 512]", "bf16[512, 512]", "8", "None", "True", "group(self)",
+        "group(all)",
+    ),
+    "out": "bf16[16, 16, 512]",
+}
 
 PP_SIZE = 2
 

@@ -33,6 +33,12 @@ SIZES = {
     "default": {"batch": 16, "seq": 16, "heads": 8, "head_dim": 64},
     "large": {"batch": 8, "seq": 8192, "heads": 8, "head_dim": 128},
 }
+# The original PKB's arguments and outputs at its default size (facts; docs/pkb-parity.md).
+PKB = {
+    "params": ("q_local", "k_local", "cos_local", "sin_local"),
+    "args": ("bf16[16, 8, 8, 64]", "bf16[16, 8, 8, 64]", "bf16[16, 8, 64]", "bf16[16, 8, 64]"),
+    "out": ("bf16[16, 16, 8, 64]", "bf16[16, 16, 8, 64]"),
+}
 
 
 def world_size_error(world_size, params):

@@ -25,6 +25,12 @@ SIZES = {
     "default": {"rows_global": 1024, "hidden": 128},
     "large": {"rows": 16384, "hidden": 8192},
 }
+# The original PKB's arguments and outputs at its default size (facts; docs/pkb-parity.md).
+PKB = {
+    "params": ("rs_input_1d", "gamma", "eps"),
+    "args": ("bf16[65536]", "bf16[128]", "1e-05"),
+    "out": "bf16[256, 128]",
+}
 
 
 def _rows(params, world_size):

@@ -28,6 +28,12 @@ SIZES = {
     "default": {"n_ids": 1024, "rows": 1024, "dim": 1024, "hot_fraction": 0.0, "hot_rows": 0},
     "large": {"n_ids": 65536, "rows": 65536, "dim": 1024, "hot_fraction": 0.5, "hot_rows": 256},
 }
+# The original PKB's arguments and outputs at its default size (facts; docs/pkb-parity.md).
+PKB = {
+    "params": ("indices", "local_shard"),
+    "args": ("int64[1024]", "bf16[1024, 1024]"),
+    "out": "bf16[1024, 1024]",
+}
 
 
 def inputs(ctx):

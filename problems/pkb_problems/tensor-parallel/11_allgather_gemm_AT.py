@@ -23,6 +23,12 @@ SIZES = {
     "default": {"m": 1024, "k": 512, "n": 1024},
     "large": {"m": 8192, "k": 8192, "n": 8192},
 }
+# The original PKB's arguments and outputs at its default size (facts; docs/pkb-parity.md).
+PKB = {
+    "params": ("A_local", "B"),
+    "args": ("bf16[1024, 256]", "bf16[512, 1024]"),
+    "out": "bf16[1024, 1024]",
+}
 
 
 def world_size_error(world_size, params):

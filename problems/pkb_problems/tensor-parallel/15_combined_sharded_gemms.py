@@ -36,6 +36,12 @@ SIZES = {
     "default": {"m": 1024, "h": 256, "f": 512},
     "large": {"m": 8192, "h": 4096, "f": 16384},
 }
+# The original PKB's arguments and outputs at its default size (facts; docs/pkb-parity.md).
+PKB = {
+    "params": ("x_local", "W1", "W2"),
+    "args": ("bf16[1024, 128]", "bf16[256, 512]", "bf16[512, 256]"),
+    "out": "bf16[512, 256]",
+}
 
 
 def _dims(params, world_size):

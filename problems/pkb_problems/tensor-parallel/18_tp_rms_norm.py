@@ -28,6 +28,12 @@ SIZES = {
     "default": {"rows": 1024, "hidden": 1024},
     "large": {"rows": 16384, "hidden": 8192},
 }
+# The original PKB's arguments and outputs at its default size (facts; docs/pkb-parity.md).
+PKB = {
+    "params": ("local_hidden_states", "local_weight", "variance_epsilon"),
+    "args": ("bf16[1024, 1024]", "bf16[1024]", "1e-05"),
+    "out": "bf16[1024, 1024]",
+}
 
 
 def inputs(ctx):

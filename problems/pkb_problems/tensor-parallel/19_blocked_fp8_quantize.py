@@ -39,6 +39,12 @@ SIZES = {
     "default": {"rows": 1024, "cols": 1024},
     "large": {"rows": 16384, "cols": 8192},
 }
+# The original PKB's arguments and outputs at its default size (facts; docs/pkb-parity.md).
+PKB = {
+    "params": ("local_tensor", "block_size"),
+    "args": ("bf16[1024, 1024]", "128"),
+    "out": ("fp8e4m3[2048, 1024]", "fp32[2048, 8]"),
+}
 # Codes exact, scales within 1e-6 relative (an ulp of fp32 either way).
 TOLERANCE = {"rtol": 1e-6, "atol": 0.0}
 

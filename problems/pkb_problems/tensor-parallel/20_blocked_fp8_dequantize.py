@@ -31,6 +31,12 @@ SIZES = {
     "default": {"rows": 1024, "cols": 1024},
     "large": {"rows": 4096, "cols": 8192},
 }
+# The original PKB's arguments and outputs at its default size (facts; docs/pkb-parity.md).
+PKB = {
+    "params": ("local_y", "local_s", "block_size"),
+    "args": ("bf16[2, 1024, 1024]", "bf16[2, 8192]", "128"),
+    "out": "fp32[2, 1024, 1024]",
+}
 # Exact: each output element is one fp32 multiply of exactly representable values.
 TOLERANCE = {"rtol": 0.0, "atol": 0.0}
 

@@ -26,6 +26,12 @@ SIZES = {
     "default": {"tokens": 1, "hidden": 1024, "vocab_per_rank": 1024},
     "large": {"tokens": 8, "hidden": 8192, "vocab_per_rank": 131072},
 }
+# The original PKB's arguments and outputs at its default size (facts; docs/pkb-parity.md).
+PKB = {
+    "params": ("hidden_states", "weight_shard", "bias_shard"),
+    "args": ("bf16[1, 1024]", "bf16[1024, 1024]", "bf16[1024]"),
+    "out": "bf16[1, 2048]",
+}
 
 
 def inputs(ctx):

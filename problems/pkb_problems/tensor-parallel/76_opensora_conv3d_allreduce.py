@@ -35,6 +35,14 @@ SIZES = {
     "default": {"channels": 512, "t": 19, "h": 66, "w": 66},
     "large": {"channels": 512, "t": 35, "h": 130, "w": 130},
 }
+# The original PKB's arguments and outputs at its default size (facts; docs/pkb-parity.md).
+PKB = {
+    "params": ("input", "weight", "bias", "stride", "padding", "dilation", "groups", "group"),
+    "args": (
+        "bf16[1, 256, 19, 66, 66]", "bf16[512, 256, 3, 3, 3]", "bf16[512]", "1", "0", "1", "1", "None",
+    ),
+    "out": "bf16[1, 512, 17, 64, 64]",
+}
 
 
 def world_size_error(world_size, params):

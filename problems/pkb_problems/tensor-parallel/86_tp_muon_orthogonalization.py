@@ -39,6 +39,12 @@ SIZES = {
     "default": {"rows": 512, "cols": 512},
     "large": {"rows": 8192, "cols": 8192},
 }
+# The original PKB's arguments and outputs at its default size (facts; docs/pkb-parity.md).
+PKB = {
+    "params": ("x", "steps", "coefficient_type", "partition_dim", "group"),
+    "args": ("bf16[512, 256]", "5", "'quintic'", "1", "None"),
+    "out": "bf16[512, 256]",
+}
 
 _COEFFICIENTS = {
     "simple": ((3.4445, -4.7750, 2.0315),),

@@ -27,6 +27,12 @@ SIZES = {
     "default": {"b": 1024, "h": 1024},
     "large": {"b": 32768, "h": 8192},
 }
+# The original PKB's arguments and outputs at its default size (facts; docs/pkb-parity.md).
+PKB = {
+    "params": ("X_hat", "dY"),
+    "args": ("bf16[1024, 1024]", "bf16[1024, 1024]"),
+    "out": ("bf16[1024]", "bf16[1024]"),
+}
 
 
 def inputs(ctx):

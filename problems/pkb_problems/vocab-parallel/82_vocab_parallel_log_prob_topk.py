@@ -58,6 +58,12 @@ SIZES = {
     "default": {"batch": 2, "seq": 8, "vocab": 256, "top_k": 10, "top_p": 0.9},
     "large": {"batch": 4, "seq": 4096, "vocab": 131072, "top_k": 10, "top_p": 0.9},
 }
+# The original PKB's arguments and outputs at its default size (facts; docs/pkb-parity.md).
+PKB = {
+    "params": ("vocab_parallel_logits", "target", "tp_group", "top_k", "top_p"),
+    "args": ("bf16[2, 8, 128]", "int64[2, 8]", "None", "10", "0.9"),
+    "out": "fp32[2, 8]",
+}
 
 
 def _seq(params, world_size):

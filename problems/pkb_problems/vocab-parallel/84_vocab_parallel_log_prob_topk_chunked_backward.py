@@ -70,6 +70,12 @@ SIZES = {
     "default": {"batch": 2, "seq": 8, "vocab": 256, "top_k": 10, "top_p": 0.9, "chunk": 0},
     "large": {"batch": 8, "seq": 4096, "vocab": 131072, "top_k": 10, "top_p": 0.9, "chunk": 512},
 }
+# The original PKB's arguments and outputs at its default size (facts; docs/pkb-parity.md).
+PKB = {
+    "params": ("vocab_parallel_logits", "target", "grad_output", "tp_group", "top_k", "top_p", "chunk_size"),
+    "args": ("bf16[2, 8, 128]", "int64[2, 8]", "bf16[2, 8]", "None", "10", "0.9", "2"),
+    "out": "fp32[2, 8, 128]",
+}
 
 
 def _seq(params, world_size):
