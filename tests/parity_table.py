@@ -26,7 +26,7 @@ tests/test_parity.py regenerates the table and checks both.
 
 Each problem's section ends with a hidden line holding pkb's facts and a
 fingerprint of what they were computed from (the problem file, this generator,
-pkb_core/problem.py, torch's version). ``--check`` (the test) runs again only
+pkb_core/problem/contract.py, torch's version). ``--check`` (the test) runs again only
 the problems whose fingerprint changed and compares the visible document;
 ``--full`` (or PKB_PARITY_FULL=1) runs all of them (one to two minutes on
 two cores; PKB_PARITY_TIMES=1 prints each CPU-pass problem's seconds).
@@ -166,7 +166,7 @@ def problem_files() -> list[Path]:
 def _contexts():
     import torch
 
-    from pkb_core.problem import RunContext
+    from pkb_core.problem.contract import RunContext
 
     class MetaContext(RunContext):
         """Draws are meta tensors: shapes and dtypes, no data."""
@@ -241,7 +241,7 @@ def _heavy_ops_mode():
 
 
 def _load(paths):
-    from pkb_core.problem import read_spec
+    from pkb_core.problem.contract import read_spec
 
     specs = [read_spec(p) for p in paths]
     return specs, {s.key: s.load() for s in specs}
@@ -347,7 +347,7 @@ def pkb_side(paths: list[Path]) -> dict:
     _, problems = _load(paths)
     refused = {}
     for path in paths:
-        from pkb_core.problem import read_spec
+        from pkb_core.problem.contract import read_spec
 
         why = problems[path.stem].world_size_error(WORLD, read_spec(path).params(SIZE))
         if why:
@@ -455,7 +455,7 @@ def fingerprint(path: Path) -> str:
     import torch
 
     digest = hashlib.sha256()
-    for part in (path, Path(__file__), ROOT / "pkb_core" / "problem.py"):
+    for part in (path, Path(__file__), ROOT / "pkb_core" / "problem" / "contract.py"):
         digest.update(Path(part).read_bytes())
     digest.update(torch.__version__.encode())
     return digest.hexdigest()[:16]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from pkb_core.problem import read_spec
+from pkb_core.problem.contract import read_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).parent))
@@ -71,7 +71,7 @@ def test_in_place_updates_are_declared_in_the_docstring():
 
 
 def test_gather_declares_that_its_input_may_be_returned():
-    from pkb_core.prompt_builder import inputs_unchanged_text
+    from pkb_core.generate.prompt_builder import inputs_unchanged_text
 
     spec = read_spec(next(p for p in FILES if p.stem == "6_gather"))
     problem = spec.load()
