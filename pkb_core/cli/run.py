@@ -11,13 +11,13 @@ from pkb_core.errors import PkbError
 from pkb_core.plugin.reference_backend import NAME as REFERENCE
 from pkb_core.launch.fanout import executor_options
 from pkb_core.cli.progress import JobProgress
+from pkb_core.launch.plan import TIMING_DEFAULTS
 from pkb_core.results.records import append_record, job_record
 from pkb_core.cli.table import render_table
 
 #: Verdicts that make ``pkb run`` exit with status 1.
 FAILING = {"fail", "error", "compile-error", "timeout", "crash", "flagged"}
-#: Warm-up and timed iterations per size when not given.
-TIMING_DEFAULTS = {"tiny": (3, 10), "default": (500, 100), "large": (50, 50)}
+
 
 
 @click.command()
@@ -44,7 +44,11 @@ TIMING_DEFAULTS = {"tiny": (3, 10), "default": (500, 100), "large": (50, 50)}
               help="Comma-separated: latency, back-to-back, graph (the first gives the headline numbers).")
 @click.option("--profile", is_flag=True, help="Save per-rank profiler traces of a few calls (needs --measure-perf).")
 @click.option("--warmup", type=int, default=None, help="Warm-up iterations (default by size).")
-@click.option("--iters", type=int, default=None, help="Timed iterations (default by size).")
+@click.option("--iters", type=int, default=None,
+              help="At most this many timed calls per side and mode (default by size: 20 tiny, 1000 default, "
+                   "200 large); sampling stops earlier once both medians are known within +-1 %.")
+@click.option("--min-iters", type=int, default=None,
+              help="At least this many timed calls per side and mode (default by size: 10, 100, 50; at most --iters).")
 @click.option("--device", type=click.Choice(["auto", "cuda", "cpu"]), default="auto", show_default=True)
 @click.option("--build-timeout", type=float, default=600.0, show_default=True,
               help="Seconds one solution's build may take in the compile phase before any job runs.")
@@ -58,7 +62,7 @@ TIMING_DEFAULTS = {"tiny": (3, 10), "default": (500, 100), "large": (50, 50)}
 @click.pass_obj
 @executor_options  # --executor, --jobs-per-shard, --slurm-*: pkb_core/launch/fanout.py
 def run(pm, problems, backend, solution, solutions, nproc, nnodes, node_rank, rdzv_endpoint, rdzv_id, trials, dtype, size, mode, measure_perf, timing_modes,
-        profile, warmup, iters, device, build_timeout, build_jobs, job_timeout, out, save_outputs, json_, executor):
+        profile, warmup, iters, min_iters, device, build_timeout, build_jobs, job_timeout, out, save_outputs, json_, executor):
     """Check (and with --measure-perf, time) solutions against the references."""
     from pkb_core.machine.device import detect_device, device_count
     from pkb_core.launch.launcher import LaunchSettings, Nodes
@@ -87,12 +91,15 @@ def run(pm, problems, backend, solution, solutions, nproc, nnodes, node_rank, rd
         nodes = Nodes(nnodes=nnodes, node_rank=node_rank, endpoint=rdzv_endpoint, rdzv_id=rdzv_id)
     world_size = nproc * nnodes
     dtype = ("bf16" if device == "cuda" else "fp32") if dtype == "auto" else dtype
-    default_warmup, default_iters = TIMING_DEFAULTS[size]
+    default_warmup, default_min, default_iters = TIMING_DEFAULTS[size]
+    iters = default_iters if iters is None else iters
+    if min_iters is not None and min_iters > iters:
+        raise PkbError(f"--min-iters {min_iters} is more than --iters {iters} (the most timed calls)")
     request = RunRequest(problems=problems, backend=backend, solution=solution, solutions=solutions, nproc=world_size,
                          trials=trials, dtype=dtype, size=size, mode=mode, measure_perf=measure_perf,
-                         warmup=default_warmup if warmup is None else warmup,
-                         iters=default_iters if iters is None else iters, save_outputs=save_outputs,
-                         timing_modes=_timing_modes(timing_modes), profile=profile)
+                         warmup=default_warmup if warmup is None else warmup, iters=iters,
+                         min_iters=min(default_min, iters) if min_iters is None else min_iters,
+                         save_outputs=save_outputs, timing_modes=_timing_modes(timing_modes), profile=profile)
     registry = build_registry(pm)
     run_dir = Path(out or Path("runs") / _dt.datetime.now().strftime("%Y%m%d-%H%M%S"))
     jobs, rejected = [], []
@@ -156,11 +163,21 @@ def _timing_modes(text: str) -> tuple:
 
 
 def summary_table(records) -> str:
+    """The run's table: medians, the speedup with its 95 % interval and what it
+    reads as (faster, slower, no measurable difference; docs/timing.md)."""
     rows = []
     for r in sorted(records, key=lambda r: (r["problem_id"], r["solution"])):
+        ci = r.get("speedup_ci")
         rows.append([r["problem"], r["solution"], r["world_size"], r["size"], r["verdict"],
-                     r.get("reference_ms"), r.get("solution_ms"), r.get("speedup"), _short(r.get("reason", ""))])
-    return render_table(["problem", "solution", "W", "size", "verdict", "ref ms", "sol ms", "speedup", "reason"], rows)
+                     r.get("reference_ms"), r.get("solution_ms"), r.get("speedup"),
+                     f"[{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "", r.get("difference") or "",
+                     _short(r.get("reason", ""))])
+    table = render_table(["problem", "solution", "W", "size", "verdict", "ref ms", "sol ms", "speedup",
+                          "95% interval", "vs reference", "reason"], rows)
+    if any(r.get("clock") == "host" and r.get("speedup") for r in records):
+        table += ("\n\nCPU mode: times are host timings (the host's clock around each call), not GPU kernel "
+                  "times; `pkb report` leaves them out of fast_p unless --include-cpu.")
+    return table
 
 
 def _counts(records) -> str:
