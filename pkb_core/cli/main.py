@@ -134,7 +134,8 @@ def build_cli(pm) -> click.Group:
     @click.option("--noise-problems", default="1,2,7", show_default=True,
                   help="Problems (ids) timed against themselves for the noise floor.")
     @click.option("--noise-iters", type=int, default=None,
-                  help="At most this many timed calls per side and mode for the noise floor (default: pkb run's).")
+                  help="At most this many timed calls per side and mode for the noise floor (default: pkb run's, "
+                       "and at least 60: six rounds, the fewest with an interval).")
     @click.option("--nproc", type=int, default=None, help="Ranks for the noise floor (default: every GPU; 2 on CPU).")
     @click.option("--json", "json_", is_flag=True, help="Print JSON.")
     def calibrate(device, force, noise, noise_problems, noise_iters, nproc, json_):

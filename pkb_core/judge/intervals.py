@@ -4,30 +4,38 @@ Timings are skewed and heavy-tailed (a preempted launch, a slow link
 transfer), so pkb reports medians, and their intervals come from order
 statistics alone, with no assumption about the distribution's shape.
 
-**The median's interval.** Of ``n`` independent samples sorted
+**The unit is the round, not the call.** The launcher times in rounds, each
+one batch of calls per side, the sides back to back in alternating order
+(:mod:`pkb_core.judge.jobrun`). Calls of one batch share their conditions
+(clocks, caches, what else the host is doing), so they are not independent
+draws: on a loaded CPU whole batches run several times slower than others, and
+intervals that treated every call as independent came out far too narrow (the
+reference against itself read "slower"). Rounds are the independent units, so
+every interval here is over per-round values: a side's round medians, and the
+rounds' paired ratios.
+
+**The median's interval.** Of ``n`` independent values sorted
 ``x(1) <= ... <= x(n)``, the number that fall below the true median is
 Binomial(n, 1/2). So ``[x(l), x(n+1-l)]`` covers the median with probability
 ``1 - 2 * P(B <= l - 1)``, ``B ~ Binomial(n, 1/2)``; :func:`median_interval`
 takes the largest ``l`` (the narrowest interval) whose coverage is at least the
 level asked for. The coverage is exact, not asymptotic, and never below the
-level; below 6 samples no 95 % interval exists (``[min, max]`` covers 1 - 2/2^n
+level; below 6 values no 95 % interval exists (``[min, max]`` covers 1 - 2/2^5
 = 93.75 % at n = 5), and the function returns None.
 
-**The speedup's interval.** Speedup is ``median(reference) / median(candidate)``.
-The two sides are sampled independently, so if each median's interval has
-coverage ``sqrt(level)``, both hold at once with probability at least
-``level``, and then the ratio lies in ``[ref_low / cand_high, ref_high /
-cand_low]`` (:func:`ratio_interval`). That is conservative (the true coverage
-is higher), deterministic (no resampling, the same samples always give the same
-answer) and needs nothing but the two sample lists.
+**The speedup's interval.** Each round gives a pair: the reference's and the
+candidate's median over that round's batch, measured back to back. Their ratio
+cancels what the round's conditions did to both sides, and the rounds' ratios
+are independent, so the speedup's interval is the median's interval over the
+ratios (:func:`paired_ratio_interval`): distribution-free, exact coverage,
+deterministic (no resampling: the same samples always give the same answer).
+The speedup itself stays the ratio of the two sides' medians over all calls.
 
 **The reading.** An interval above 1.0 is ``faster``, below 1.0 ``slower``,
-and one that contains 1.0, or that cannot be formed from too few samples, is
+and one that contains 1.0, or that cannot be formed from too few rounds, is
 ``no measurable difference`` (:func:`difference`): neither a win nor a loss.
 """
 from __future__ import annotations
-
-import math
 
 #: The confidence level of every interval pkb reports.
 LEVEL = 0.95
@@ -89,19 +97,16 @@ def relative_half_width(samples, level: float = LEVEL) -> float | None:
     return max(mid - interval[0], interval[1] - mid) / mid
 
 
-def ratio_interval(reference, candidate, level: float = LEVEL) -> tuple[float, float] | None:
-    """An interval for ``median(reference) / median(candidate)`` with joint
-    coverage at least ``level`` (each median's interval at ``sqrt(level)``)."""
-    side = math.sqrt(level)
-    ref, cand = median_interval(reference, side), median_interval(candidate, side)
-    if ref is None or cand is None or cand[0] <= 0:
-        return None
-    return ref[0] / cand[1], ref[1] / cand[0]
+def paired_ratio_interval(pairs, level: float = LEVEL) -> tuple[float, float] | None:
+    """The interval of the median of ``reference / candidate`` over ``pairs``
+    (``(reference, candidate)`` per round); None with too few rounds."""
+    ratios = [ref / cand for ref, cand in pairs if cand > 0]
+    return median_interval(ratios, level) if len(ratios) == len(pairs) else None
 
 
 def difference(interval) -> str:
     """``faster``, ``slower`` or ``no measurable difference`` for a speedup interval
-    (None, from too few samples, is no measurable difference)."""
+    (None, from too few rounds, is no measurable difference)."""
     if interval is None:
         return SAME
     low, high = interval
@@ -112,15 +117,16 @@ def difference(interval) -> str:
     return SAME
 
 
-def speedup(reference, candidate, level: float = LEVEL) -> dict:
-    """The speedup of one timing mode: ``value`` (ratio of the medians),
-    ``low``/``high`` (its interval, None with too few samples), ``level`` and
-    ``difference``."""
+def speedup(reference, candidate, pairs, level: float = LEVEL) -> dict:
+    """The speedup of one timing mode: ``value`` (the ratio of the two sides'
+    medians over all calls), ``low``/``high`` (the interval over the rounds'
+    paired ratios, :func:`paired_ratio_interval`; None with fewer than 6
+    rounds), ``level``, ``rounds`` and ``difference``."""
     ref, cand = _median(sorted(reference)), _median(sorted(candidate))
-    interval = ratio_interval(reference, candidate, level)
+    interval = paired_ratio_interval(pairs, level)
     return {"value": ref / cand if cand > 0 else None,
             "low": interval[0] if interval else None, "high": interval[1] if interval else None,
-            "level": level, "difference": difference(interval)}
+            "level": level, "rounds": len(pairs), "difference": difference(interval)}
 
 
 def _median(ordered) -> float:

@@ -19,6 +19,7 @@ import contextlib
 import math
 import os
 import random
+import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -242,7 +243,9 @@ class JobRun:
         """Rounds of one mode until the stopping rule says enough
         (:mod:`pkb_core.judge.stopping`): at least ``min_iters`` calls per side,
         at most ``iters``, in between until both medians are known to +-1 %, or
-        until the mode has spent ``budget_s`` seconds."""
+        until the mode has spent ``budget_s`` seconds. Each round's median per
+        side is kept: rounds are the units of the intervals
+        (:mod:`pkb_core.judge.intervals`)."""
         from pkb_core.judge import crosscheck as cc
         from pkb_core.judge.intervals import speedup
 
@@ -253,6 +256,7 @@ class JobRun:
         calls = max(1, min(POOL_CALLS, cap, POOL_BYTES // max(1, 3 * self.set_bytes)))
         rule = StoppingRule(min_samples=max(1, min(job.get("min_iters") or cap, cap)), max_samples=cap)
         times = {"reference": [], "candidate": []}
+        medians = {"reference": [], "candidate": []}  # per round: the independent units of the intervals
         overheads = {"reference": [], "candidate": []}
         walls = []
         alignment = {}
@@ -281,6 +285,7 @@ class JobRun:
                 wall_ms = self.wall_ms  # the launcher's clock around the command alone
                 per_call = max_over_ranks([_times(a, calls if mode != "graph" else replays) for a in answers])
                 times[side] += per_call
+                medians[side].append(statistics.median(per_call))
                 alignment[side] = _alignment(answers)
                 overheads[side].append(cc.overhead(wall_ms, per_call if mode != "graph" else
                                                    [t * calls for t in per_call]))
@@ -292,15 +297,17 @@ class JobRun:
             # After both sides, so the judge's outputs are this round's.
             self._check_sample(*sample, calls, out_bytes)
             round_ += 1
-            stopped = rule.decide(times["reference"], times["candidate"])
-            enough = min(len(times["reference"]), len(times["candidate"])) >= rule.min_samples
+            samples = min(len(times["reference"]), len(times["candidate"]))
+            stopped = rule.decide(samples, medians["reference"], medians["candidate"])
+            enough = samples >= rule.min_samples
             if stopped is None and enough and time.monotonic() - started > budget_s:
                 stopped = "time"
         crosscheck[mode] = cc.judge(overheads["reference"], overheads["candidate"], walls,
                                     device=self.settings.device, mode=mode, calls_per_batch=calls)
-        result = {side: summarize(t) for side, t in times.items()}
-        result.update(speedup=speedup(times["reference"], times["candidate"]), stopped=stopped, batches=round_,
-                      alignment=alignment)
+        result = {side: summarize(t, medians[side]) for side, t in times.items()}
+        pairs = list(zip(medians["reference"], medians["candidate"]))
+        result.update(speedup=speedup(times["reference"], times["candidate"], pairs), stopped=stopped,
+                      batches=round_, alignment=alignment)
         return result
 
     def _capture(self) -> str | None:

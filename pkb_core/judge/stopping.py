@@ -7,8 +7,9 @@ alternating order: :mod:`pkb_core.judge.jobrun`). After every round it asks
 * never before ``min_samples`` per side (``--min-iters``): the first rounds
   also settle clocks and caches, and a tiny sample can look steady by luck;
 * ``"precise"`` as soon as, for **both** sides, the 95 % interval of the median
-  (:func:`pkb_core.judge.intervals.median_interval`) lies within
-  ``+-precision`` (1 %) of the median;
+  over the side's round medians (:func:`pkb_core.judge.intervals.median_interval`:
+  rounds are the independent units) lies within ``+-precision`` (1 %) of their
+  median; that needs at least 6 rounds;
 * ``"cap"`` at ``max_samples`` per side (``--iters``) however wide the intervals
   still are (a noisy machine: the record then carries the wide interval, and a
   speedup whose interval contains 1.0 reads "no measurable difference");
@@ -47,19 +48,23 @@ class StoppingRule:
         if not 1 <= self.min_samples <= self.max_samples:
             raise ValueError(f"need 1 <= min_samples <= max_samples, got {self.min_samples}, {self.max_samples}")
 
-    def decide(self, reference: list[float], candidate: list[float]) -> str | None:
-        """``"precise"``, ``"cap"`` or None (take another round)."""
-        n = min(len(reference), len(candidate))
-        if n < self.min_samples:
+    def decide(self, samples: int, reference: list[float], candidate: list[float]) -> str | None:
+        """``"precise"``, ``"cap"`` or None (take another round).
+
+        :param samples: timed calls per side so far.
+        :param reference: the reference's round medians; ``candidate``: the candidate's.
+        """
+        if samples < self.min_samples:
             return None
         if self.precise(reference) and self.precise(candidate):
             return "precise"
-        if n >= self.max_samples:
+        if samples >= self.max_samples:
             return "cap"
         return None
 
-    def precise(self, samples: list[float]) -> bool:
-        width = relative_half_width(samples, self.level)
+    def precise(self, rounds: list[float]) -> bool:
+        """The median's interval over ``rounds`` lies within ``+-precision``."""
+        width = relative_half_width(rounds, self.level)
         return width is not None and width <= self.precision
 
 

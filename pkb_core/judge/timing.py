@@ -220,16 +220,20 @@ def max_over_ranks(per_rank: list[list[float]]) -> list[float]:
     return [max(column) for column in zip(*per_rank)]
 
 
-def summarize(times: list[float]) -> dict:
-    """min, p10, median, p90, max, mean, stddev, the count (``rounds``: samples,
-    the name kept for old records) of a list of ms, and the median's
-    distribution-free 95 % interval (``ci_low``, ``ci_high``; None below 6
-    samples) with its relative half-width ``ci_rel`` (:mod:`pkb_core.judge.intervals`)."""
+def summarize(times: list[float], rounds: list[float] | None = None) -> dict:
+    """min, p10, median, p90, max, mean, stddev and the count (``rounds``: the
+    number of calls, a name kept for old records) of a list of ms, and the
+    median's distribution-free 95 % interval (``ci_low``, ``ci_high``;
+    :mod:`pkb_core.judge.intervals`) over ``rounds`` (per-round medians, the
+    independent units; the calls themselves when not given), its relative
+    half-width ``ci_rel`` and ``ci_units`` (how many values it came from; no
+    interval below 6)."""
     from pkb_core.judge.intervals import LEVEL, median_interval, relative_half_width
 
     ordered = sorted(times)
+    units = ordered if rounds is None else sorted(rounds)
     quantiles = statistics.quantiles(ordered, n=10, method="inclusive") if len(ordered) > 1 else ordered * 9
-    interval = median_interval(ordered)
+    interval = median_interval(units)
     return {
         "min": ordered[0],
         "p10": quantiles[0],
@@ -242,5 +246,6 @@ def summarize(times: list[float]) -> dict:
         "ci_low": interval[0] if interval else None,
         "ci_high": interval[1] if interval else None,
         "ci_level": LEVEL,
-        "ci_rel": relative_half_width(ordered),
+        "ci_rel": relative_half_width(units),
+        "ci_units": len(units),
     }

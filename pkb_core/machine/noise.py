@@ -7,7 +7,8 @@ read 1.00; how far its ratios stray, and how wide their 95 % intervals are
 tell from noise. :func:`measure_noise_floor` runs a few problems (1, 2, 7 by
 default: all-reduce, all-gather, reduce-scatter) through the normal pipeline
 (``pkb run --backend reference --measure-perf`` in every timing mode the
-device has) and condenses the records; the result is cached with the
+device has, at least :data:`MIN_ROUNDS` rounds per mode so that every ratio
+has an interval) and condenses the records; the result is cached with the
 calibration (:mod:`pkb_core.machine.calibrate`) and shown by ``pkb calibrate``.
 
 Per mode: ``entries`` (per problem: both medians, the ratio, its interval and
@@ -24,6 +25,8 @@ from pathlib import Path
 
 #: Problems timed against themselves by default (ids).
 NOISE_PROBLEMS = ("1", "2", "7")
+#: Rounds per mode at least: the fewest that give a 95 % interval over rounds (pkb_core.judge.intervals).
+MIN_ROUNDS = 6
 
 
 def modes_for(device: str) -> tuple:
@@ -50,13 +53,17 @@ def measure_noise_floor(device: str, *, problems=NOISE_PROBLEMS, nproc: int | No
     info = get_backend_info(pm, REFERENCE)
     size = size or ("default" if device == "cuda" else "tiny")
     nproc = nproc or max(device_count(device), 1)
+    from pkb_core.judge.jobrun import POOL_CALLS
+
     warmup, default_min, default_iters = TIMING_DEFAULTS[size]
-    iters = iters or default_iters
+    least = MIN_ROUNDS * POOL_CALLS  # enough rounds for intervals, whatever the size's defaults
+    iters = iters or max(default_iters, least)
+    min_iters = min_iters or max(default_min, least)
     modes = modes_for(device)
     request = RunRequest(problems=",".join(map(str, problems)), backend=REFERENCE, solution=None, solutions=None,
                          nproc=nproc, trials=1, dtype="bf16" if device == "cuda" else "fp32", size=size,
                          mode="eval", measure_perf=True, warmup=warmup, iters=iters,
-                         min_iters=min(min_iters or default_min, iters), save_outputs=False, timing_modes=modes)
+                         min_iters=min(min_iters, iters), save_outputs=False, timing_modes=modes)
     registry = build_registry(pm)
     jobs = []
     for spec, path, label in pair_solutions(request, registry, info):
@@ -111,7 +118,7 @@ def describe(noise: dict) -> list[str]:
             continue
         spread = f"reference/reference {m['ratio_min']:.3f}-{m['ratio_max']:.3f}"
         if m["resolution"] is None:
-            lines.append(f"{mode}: {spread}; too few samples for intervals")
+            lines.append(f"{mode}: {spread}; too few rounds for intervals (6 at least: --noise-iters)")
         else:
             lines.append(f"{mode}: {spread}; intervals reach ±{100 * m['resolution']:.1f} % from 1.0: a speedup "
                          f"must exceed about {1 + m['resolution']:.3f}x to be measurable here")

@@ -14,10 +14,10 @@ side); plus ``datetime``, ``pkb_version``, ``seconds`` and ``machine``.
 Timing rigor (docs/timing.md), for the headline mode:
 
 ``reference_ci_ms``, ``solution_ci_ms``
-    ``[low, high]``: the 95 % distribution-free interval of each median
-    (None below 6 samples);
+    ``[low, high]``: the 95 % distribution-free interval of each median, over
+    the rounds' medians (None below 6 rounds);
 ``speedup_ci``
-    ``[low, high]``: the speedup's interval, joint coverage at least 95 %;
+    ``[low, high]``: the speedup's 95 % interval, over the rounds' paired ratios;
 ``difference``
     ``faster``, ``slower`` or ``no measurable difference`` (the interval
     contains 1.0, or too few samples for one): what reports count as a win;
@@ -26,7 +26,7 @@ Timing rigor (docs/timing.md), for the headline mode:
     fast_p unless ``pkb report --include-cpu``).
 
 ``stats.modes.<mode>`` holds every mode's sides (with ``ci_low``, ``ci_high``,
-``ci_rel``), its ``speedup`` (value, low, high, level, difference), ``stopped``
+``ci_rel``, ``ci_units``), its ``speedup`` (value, low, high, level, rounds, difference), ``stopped``
 (``precise``, ``cap`` or ``time``: why sampling ended), ``batches`` (rounds)
 and ``alignment`` (per side: ``device barrier`` or why only the host barrier).
 """
