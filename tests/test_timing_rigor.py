@@ -399,3 +399,47 @@ def test_calibrate_measures_and_caches_the_noise_floor(pkb_invoke, tmp_path, mon
             assert m["missing"][0]["problem"] == "1_allreduce" and f"{mode}: not measured" in out
     again = pkb_invoke("calibrate", "--device", "cpu", "--json").stdout  # cached: not measured again
     assert json.loads(again)["noise_floor"]["datetime"] == floor["datetime"]
+
+
+# -- fresh inputs per timed call, one L2 policy for both sides ----------------------------------------
+def test_every_timed_call_gets_its_own_fresh_input_set(tmp_path):
+    import torch
+
+    from pkb_core.judge.rank import JudgeRank
+    from pkb_core.judge.trees import clone
+    from pkb_core.plugin.manager import get_plugin_manager
+    from pkb_core.problem.registry import build_registry
+
+    spec = build_registry(get_plugin_manager()).get("1")
+    judge = JudgeRank(rank=0, world_size=2, device=torch.device("cpu"), secret="s" * 32, barrier=lambda: None,
+                      run_dir=tmp_path)
+    judge.on_job({"problem_path": str(spec.path), "dtype": "fp32", "size": "tiny", "params": spec.params("tiny"),
+                  "trials": 1})
+    drawn = []
+    for round_ in ("latency/0", "latency/1"):
+        judge.on_pool(round=round_, k=3, path=str(tmp_path / f"pool-{round_.replace('/', '-')}"))
+        drawn += [clone(s) for s in judge.pool]
+    tensors = [s[0] for s in drawn]
+    assert len(tensors) == 6
+    for i in range(6):
+        for j in range(i + 1, 6):
+            assert not torch.equal(tensors[i], tensors[j]), (i, j)  # no input set repeats, within or across rounds
+    assert judge.timer.alignment.startswith("host barrier only")  # no store: no device barrier, and it says so
+
+
+def test_one_l2_policy_for_both_sides():
+    import torch
+
+    import pkb_core.candidate.rank as candidate
+    import pkb_core.judge.rank as judge
+    from pkb_core.judge.timing import BatchTimer
+
+    assert candidate.BatchTimer is BatchTimer and judge.BatchTimer is BatchTimer  # the same timing code
+    timer = BatchTimer(torch.device("cpu"), lambda: None)
+    flushes = []
+    timer.flush = lambda: flushes.append(1)
+    calls = [lambda: torch.ones(2)] * 3
+    timer.run(calls, "latency")
+    assert len(flushes) == 3  # before every latency call
+    timer.run(calls, "back-to-back")
+    assert len(flushes) == 3  # never inside a back-to-back batch

@@ -31,7 +31,9 @@ already queued. The same kernel runs in Triton's interpreter on the CPU heap
 (:mod:`pkb_core.symmetric.shm`, whose atomics are ``std::atomic`` on the shared
 mapping): the tests run it there. ``host``: the same protocol on the same
 signal pads, with the host as the device: plain aligned int32 stores and loads
-on the shared mapping, a real clock for the timeout, a yield between polls.
+on the shared mapping, a real clock for the timeout, polls back to back for
+:data:`SPIN_S`, then with naps of :data:`NAP_S` (so a waiting rank does not
+take the core a late peer needs).
 CPU mode times with ``host``: there the host *is* the device, and an
 interpreted launch costs 5-25 ms on a loaded machine, noise that would land in
 every batch's overhead and blunt the launcher's cross-check of reported times
@@ -68,6 +70,10 @@ TIMEOUT_S = 20.0
 #: slower: that timeout is approximate, within a few times the one asked for).
 CPU_SPINS_PER_S = 5000
 ENGINES = ("kernel", "host")
+#: The host engine polls its pad back to back for this long, then naps between polls (a waiting
+#: rank must not take the core a late peer needs, on a host with fewer cores than ranks).
+SPIN_S = 200e-6
+NAP_S = 50e-6
 
 
 def default_engine(device) -> str:
@@ -142,13 +148,18 @@ class DeviceBarrier:
         for view in self._views:
             view[self.rank] = epoch  # an aligned int32 store into the shared mapping
         mine = self._views[self.rank]
-        deadline = time.monotonic() + self.timeout_s
+        started = time.monotonic()
+        deadline = started + self.timeout_s
         for p in range(self.world_size):
             while mine[p] < epoch:
-                if time.monotonic() > deadline:
+                now = time.monotonic()
+                if now > deadline:
                     self._late = True
                     break
-                os.sched_yield()  # a peer may need this core to arrive
+                if now - started < SPIN_S:
+                    os.sched_yield()
+                else:
+                    time.sleep(NAP_S)  # a late peer may need this core to arrive
 
     # -- both -------------------------------------------------------------------------------
     def __call__(self) -> None:
