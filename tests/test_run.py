@@ -33,7 +33,8 @@ def test_collective_self_checks_pass(pkb_invoke, tmp_path, world_size):
         assert record["verdict"] == "pass", record
         assert record["world_size"] == world_size and record["size"] == "tiny" and record["dtype"] == "fp32"
         assert record["reference_ms"] > 0 and record["solution_ms"] > 0 and record["speedup"] > 0
-        assert record["stats"]["candidate"]["rounds"] == 10
+        # tiny: at least 10 timed calls per side, at most 20 (the stopping rule picks; docs/timing.md)
+        assert 10 <= record["stats"]["candidate"]["rounds"] <= 20
         assert {"problem", "category", "backend", "solution", "reason"} <= set(record)
     assert result.exit_code == 0
 

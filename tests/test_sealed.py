@@ -134,6 +134,7 @@ def test_the_physics_floor_flags_an_impossible_time(pkb_invoke, tmp_path, monkey
 def test_timing_modes_statistics_and_the_cross_check_record(pkb_invoke, tmp_path, monkeypatch):
     monkeypatch.setenv("PKB_CACHE_DIR", str(tmp_path / "cache"))
     result = pkb_invoke("run", "--problem", "2", "--trials", "1", "--measure-perf", "--warmup", "1", "--iters", "20",
+                        "--min-iters", "20",
                         "--timing-mode", "back-to-back,latency,graph", "--out", tmp_path / "run", "--json")
     record = json.loads(result.stdout)["results"][0]
     assert record["verdict"] == "pass" and record["timing_mode"] == "back-to-back"

@@ -14,7 +14,8 @@ Commands (each answered with the same ``op``):
 ``setup``    lockdown, then compile the solution (the process group, the backend's
              init and its heap were made at start-up: :meth:`CandidateRank.prepare`)
 ``trial``    place one trial's inputs, call the solution once, send its outputs back
-``pool``     place a round's input sets for timing
+``pool``     place a round's input sets for timing (the first one also makes the
+             candidate side's device barrier: :meth:`CandidateRank.align`)
 ``capture``  capture the batch of calls in a CUDA graph (graph mode)
 ``time``     time one batch over the pool, send every output back
 ``profile``  a profiler trace of a few calls
@@ -30,15 +31,17 @@ from pkb_core.errors import BackendUnavailable, CompileError, SolutionFailed, So
 from pkb_core.judge.parcel import TRUSTED, pack, unpack
 from pkb_core.problem.contract import read_spec
 from pkb_core.candidate.sealed import is_refusal
-from pkb_core.judge.timing import BatchTimer
+from pkb_core.judge.timing import BatchTimer, DeviceBarrierTimeout
 from pkb_core.judge.trees import restore
 
 
 class CandidateRank:
     """What one candidate process does for the launcher (see the module docstring)."""
 
-    def __init__(self, *, rank, world_size, local_rank, device, store, run_id, run_dir, send_event):
+    def __init__(self, *, rank, world_size, local_rank, device, store, run_id, run_dir, send_event,
+                 local_world_size=None):
         self.rank = rank
+        self.local_world_size = world_size if local_world_size is None else local_world_size
         self.world_size = world_size
         self.local_rank = local_rank
         self.device = device
@@ -79,12 +82,29 @@ class CandidateRank:
             self.on_end()
             return {"unsupported": self.unsupported}
         defaults.heap = default_heap(self.device, self.harness_barrier, self.run_id, self.rank, self.world_size)
+        self.core_heap = defaults.heap
         self._pay_first_uses(custom_kernels)
         self.slots = _Slots(self)
         self.pool_slots = []
         self.timer = BatchTimer(self.device, StoreBarrier(self.store, self.world_size, self.device,
                                                           prefix="pkb-timing"))
+        self.aligned = False
         return {}
+
+    def align(self):
+        """Make this side's device barrier (the first ``pool`` of a timed job;
+        collective). Its flags live in an allocation of the core's heap made
+        for it alone, never one the solution is handed, whatever heap the
+        backend gives the solution; the timing code is the judge's
+        (:mod:`pkb_core.judge.timing`), so both sides align the same way."""
+        if self.aligned:
+            return
+        self.aligned = True
+        from pkb_core.judge import device_barrier
+
+        barrier, note = device_barrier.create(lambda: self.core_heap, self.device, store=self.store, rank=self.rank,
+                                              world_size=self.world_size, local_world_size=self.local_world_size)
+        self.timer.device_barrier, self.timer.alignment = barrier, note
 
     def _pay_first_uses(self, custom_kernels: bool) -> None:
         """On a GPU most of a fresh process's cost is in first uses: the symmetric
@@ -180,6 +200,7 @@ class CandidateRank:
 
     # -- timing -----------------------------------------------------------------
     def on_pool(self, skeleton, path, slots):
+        self.align()
         sets = unpack(skeleton, path, limits=TRUSTED, device=self.device, make_group=self.make_group)
         while len(self.pool_slots) < len(sets):
             self.pool_slots.append(_Slots(self))
@@ -209,9 +230,12 @@ class CandidateRank:
     def on_time(self, mode, path, replays=0):
         try:
             times, outputs = self.timer.run(self.calls, mode, refresh=self._refresh(), replays=replays)
+        except DeviceBarrierTimeout:
+            raise  # the harness's barrier, not the solution, reports it (an error)
         except Exception as exc:  # noqa: BLE001
             raise _failed(exc, " while timed") from None
-        return {"times": times, "skeleton": pack({"out": outputs, "args": []}, path)}
+        return {"times": times, "skeleton": pack({"out": outputs, "args": []}, path),
+                "alignment": self.timer.alignment}
 
     def on_profile(self, path):
         from pkb_core.judge.profiling import profile_calls

@@ -205,15 +205,31 @@ def build_cli(pm) -> click.Group:
 
     @cli.command()
     @click.option("--device", type=click.Choice(["auto", "cuda", "cpu"]), default="auto")
-    @click.option("--force", is_flag=True, help="Measure again even if cached.")
+    @click.option("--force", is_flag=True, help="Measure again even if cached (the noise floor too).")
+    @click.option("--noise/--no-noise", default=True, show_default=True,
+                  help="Measure the noise floor (the reference against itself) when it is not cached.")
+    @click.option("--noise-problems", default="1,2,7", show_default=True,
+                  help="Problems (ids) timed against themselves for the noise floor.")
+    @click.option("--noise-iters", type=int, default=None,
+                  help="At most this many timed calls per side and mode for the noise floor (default: pkb run's, "
+                       "and at least 60: six rounds, the fewest with an interval).")
+    @click.option("--nproc", type=int, default=None, help="Ranks for the noise floor (default: every GPU; 2 on CPU).")
     @click.option("--json", "json_", is_flag=True, help="Print JSON.")
-    def calibrate(device, force, json_):
-        """Measure this machine's link, memory and matmul rates (cached per machine)."""
-        from pkb_core.machine.calibrate import cache_path, calibrate as measure
+    def calibrate(device, force, noise, noise_problems, noise_iters, nproc, json_):
+        """Measure this machine's link, memory and matmul rates and its timing noise floor (cached per machine)."""
+        from pkb_core.machine.calibrate import cache_dir, cache_path, calibrate as measure, machine_key, \
+            save_calibration
         from pkb_core.machine.device import detect_device
+        from pkb_core.machine.noise import describe, measure_noise_floor
 
         device = detect_device(device)
         result = measure(device, force=force)
+        if noise and (force or not result.get("noise_floor")):
+            problems = tuple(p.strip() for p in noise_problems.split(",") if p.strip())
+            result["noise_floor"] = measure_noise_floor(
+                device, problems=problems, nproc=nproc, iters=noise_iters,
+                run_dir=cache_dir() / "calibration" / f"{machine_key(device)}-noise")
+            save_calibration(device, result)
         if json_:
             click.echo(json.dumps(result, indent=2))
             return
@@ -223,12 +239,40 @@ def build_cli(pm) -> click.Group:
         rows += [[f"  GPU{l['src']} -> GPU{l['dst']} ({l['issued_by']})", f"{l['gbps']:.1f} GB/s"]
                  for l in result["links"]]
         click.echo(render_table(["ceiling", "measured"], rows))
-        click.echo(f"\n{result['method']}\ncached in {cache_path(device)}")
+        click.echo(f"\n{result['method']}")
+        floor = result.get("noise_floor")
+        if floor:
+            click.echo(f"\nNoise floor: the reference against itself ({floor['nproc']} ranks, size {floor['size']}, "
+                       f"{floor['datetime']})")
+            click.echo(render_table(*_noise_table(floor)))
+            for line in describe(floor):
+                click.echo(line)
+            if device == "cpu":
+                click.echo("CPU mode: host timings (the host's clock), not GPU kernel times.")
+        click.echo(f"cached in {cache_path(device)}")
 
     for spec in BUILTIN_COMMANDS:
         module_name, _, attr = spec.partition(":")
         cli.add_command(getattr(importlib.import_module(module_name), attr))
     return cli
+
+
+def _noise_table(floor: dict) -> tuple[list, list]:
+    """Headers and rows of the noise floor: one row per mode and problem."""
+    rows = []
+    for mode, m in floor["modes"].items():
+        for e in m["entries"]:
+            interval = "" if e["low"] is None else f"[{e['low']:.3f}, {e['high']:.3f}]"
+            rows.append([mode, e["problem"], e["reference_ms"], _pct(e["reference_ci_rel"]), e["copy_ms"],
+                         _pct(e["copy_ci_rel"]), e["ratio"], interval, e["difference"], e["samples"], e["stopped"]])
+        for x in m["missing"]:
+            rows.append([mode, x["problem"], None, "", None, "", None, "", x["why"], None, ""])
+    return (["mode", "problem", "ref ms", "±%", "ref again ms", "±%", "ratio", "95% interval", "reading",
+             "samples", "stopped"], rows)
+
+
+def _pct(fraction):
+    return "" if fraction is None else f"{100 * fraction:.1f}"
 
 
 def _spec_json(spec) -> dict:

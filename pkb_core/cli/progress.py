@@ -28,6 +28,10 @@ class JobProgress:
         if self.quiet:
             return
         extra = f"  {record['speedup']:.2f}x" if record.get("speedup") else ""
+        if record.get("speedup") and record.get("difference"):
+            ci = record.get("speedup_ci")
+            extra += (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "") + f" {record['difference']}"
+            extra += " (host timing)" if record.get("clock") == "host" else ""
         line = f"[{self.done}/{self.total}] {self.label(record)}  {record['verdict']}{extra}"
         if self._bar is None:
             click.echo(line, err=True)

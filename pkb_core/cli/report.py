@@ -14,6 +14,8 @@ from pkb_core.results.report import FAST_P, load_run, summarize
 REASON_WIDTH = 70
 #: What an aggregate that needs timings says when there are none.
 UNTIMED = "n/a (no timings)"
+#: ... and when the only timings are host timings, left out.
+HOST_ONLY = "n/a (host timings only: --include-cpu counts them)"
 
 
 @click.command()
@@ -24,11 +26,13 @@ UNTIMED = "n/a (no timings)"
 @click.option("--plots", is_flag=True, help="Also write PNG and SVG charts into RUN_DIR/plots (needs matplotlib).")
 @click.option("--k", "ks", default=None, help="k values of pass@k, comma-separated (default: 1,2,5,10,... up to "
                                               "the most samples of any problem).")
-def report(run_dir, json_, html_file, plots, ks):
+@click.option("--include-cpu", is_flag=True,
+              help="Count host timings (CPU mode) in fast_p and the geomean speedup too (left out by default).")
+def report(run_dir, json_, html_file, plots, ks, include_cpu):
     """Per-problem results and aggregates (pass rate, fast_p, geomean speedup, pass@k) of a run."""
     ks = _parse_ks(ks)
     records = load_run(run_dir)
-    summary = summarize(records, run_dir, ks=ks)
+    summary = summarize(records, run_dir, ks=ks, include_cpu=include_cpu)
     if html_file:
         from pkb_core.results.report_html import render_html
 
@@ -89,8 +93,9 @@ def report_sections(summary: dict) -> list[Section]:
 #: (header, row field) of the per-problem table; empty columns are dropped.
 RESULT_COLUMNS = [
     ("problem", "problem"), ("category", "category"), ("solution", "solution"), ("W", "world_size"),
-    ("size", "size"), ("verdict", "verdict"), ("ref ms", "reference_ms"), ("sol ms", "solution_ms"),
-    ("speedup", "speedup"), ("ref %SOL", "reference_sol_pct"), ("sol %SOL", "solution_sol_pct"),
+    ("size", "size"), ("verdict", "verdict"), ("ref ms", "reference_ms"), ("ref ±%", "reference_ci_pct"),
+    ("sol ms", "solution_ms"), ("sol ±%", "solution_ci_pct"), ("speedup", "speedup"),
+    ("95% interval", "speedup_interval"), ("vs reference", "difference"), ("ref %SOL", "reference_sol_pct"), ("sol %SOL", "solution_sol_pct"),
     ("bound", "bound"), ("algbw GB/s", "algbw_gbps"), ("busbw GB/s", "busbw_gbps"), ("notes", "notes"),
 ]
 
@@ -100,19 +105,40 @@ def _results_section(rows) -> Section:
     for r in rows:
         notes = r["reason"] if len(r["reason"]) <= REASON_WIDTH else r["reason"][: REASON_WIDTH - 3] + "..."
         notes = "; ".join([n for n in [notes] + r["flags"] if n])
-        table.append([notes if field == "notes" else r[field] for _, field in RESULT_COLUMNS])
+        cells = dict(r, notes=notes, speedup_interval=interval_text(r.get("speedup_ci")))
+        table.append([cells.get(field) for _, field in RESULT_COLUMNS])
     keep = [i for i, (header, _) in enumerate(RESULT_COLUMNS)
             if header in ("problem", "solution", "verdict") or any(row[i] not in (None, "") for row in table)]
-    return Section("Results", [RESULT_COLUMNS[i][0] for i in keep], [[row[i] for i in keep] for row in table])
+    notes = []
+    if any(r.get("speedup_ci") for r in rows):
+        notes.append("±%: how far the median's 95 % interval reaches from it; 95% interval: the speedup's "
+                     "(distribution-free, docs/timing.md); an interval containing 1.0 reads no measurable difference")
+    return Section("Results", [RESULT_COLUMNS[i][0] for i in keep], [[row[i] for i in keep] for row in table],
+                   notes=notes)
+
+
+def interval_text(interval) -> str:
+    """``[0.981, 1.020]`` for an interval, empty for None."""
+    return "" if not interval or interval[0] is None else f"[{interval[0]:.3f}, {interval[1]:.3f}]"
 
 
 def _aggregates_section(agg) -> Section:
+    missing = HOST_ONLY if agg.get("host_timed") and not agg.get("include_cpu") and not agg["timed_correct"] \
+        else UNTIMED
     rows = [["rows counted", agg["count"]], ["unsupported (not counted)", agg["unsupported"]],
             ["verdicts", ", ".join(f"{n} {v}" for v, n in agg["verdicts"].items())],
             ["pass rate", _pct(agg["pass_rate"])]]
-    rows += [[f"fast_{p:g} (correct and speedup > {p:g})", _pct(agg["fast_p"][f"{p:g}"]) or UNTIMED] for p in FAST_P]
-    rows.append([f"geomean speedup ({agg['timed_correct']} correct, timed)", _times(agg["geomean_speedup"]) or UNTIMED])
-    return Section("Aggregates", ["metric", "value"], rows)
+    rows += [[f"fast_{p:g} (correct and speedup > {p:g})", _pct(agg["fast_p"][f"{p:g}"]) or missing] for p in FAST_P]
+    rows.append([f"geomean speedup ({agg['timed_correct']} correct, timed)", _times(agg["geomean_speedup"]) or missing])
+    if agg.get("differences"):
+        rows.append(["speedups by their interval", ", ".join(f"{n} {d}" for d, n in agg["differences"].items())])
+    notes = ["fast_p counts a speedup only when its 95 % interval lies above 1.0: one that contains 1.0 is "
+             "no measurable difference, neither a win nor a loss"]
+    if agg.get("host_timed"):
+        notes.append(f"{agg['host_timed']} correct rows carry host timings (CPU mode): "
+                     + ("counted (--include-cpu)" if agg.get("include_cpu") else
+                        "left out of fast_p and the geomean (--include-cpu counts them)"))
+    return Section("Aggregates", ["metric", "value"], rows, notes=notes)
 
 
 def _categories_section(categories) -> Section:

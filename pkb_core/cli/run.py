@@ -13,12 +13,11 @@ from pkb_core.errors import PkbError
 from pkb_core.plugin.reference_backend import NAME as REFERENCE
 from pkb_core.launch.fanout import executor_options
 from pkb_core.cli.progress import JobProgress
+from pkb_core.launch.plan import TIMING_DEFAULTS
 from pkb_core.results.records import append_record, job_record
 from pkb_core.results.verdict import FAILING
 from pkb_core.cli.table import render_table
 
-#: Warm-up and timed iterations per size when not given.
-TIMING_DEFAULTS = {"tiny": (3, 10), "default": (500, 100), "large": (50, 50)}
 
 
 @click.command()
@@ -49,7 +48,11 @@ TIMING_DEFAULTS = {"tiny": (3, 10), "default": (500, 100), "large": (50, 50)}
               help="Comma-separated: latency, back-to-back, graph (the first gives the headline numbers).")
 @click.option("--profile", is_flag=True, help="Save per-rank profiler traces of a few calls (needs --measure-perf).")
 @click.option("--warmup", type=click.IntRange(min=0), default=None, help="Warm-up iterations (default by size).")
-@click.option("--iters", type=click.IntRange(min=1), default=None, help="Timed iterations (default by size).")
+@click.option("--iters", type=click.IntRange(min=1), default=None,
+              help="At most this many timed calls per side and mode (default by size: 20 tiny, 1000 default, "
+                   "200 large); sampling stops earlier once both medians are known within +-1 %.")
+@click.option("--min-iters", type=click.IntRange(min=1), default=None,
+              help="At least this many timed calls per side and mode (default by size: 10, 100, 50; at most --iters).")
 @click.option("--device", type=click.Choice(["auto", "cuda", "cpu"]), default="auto", show_default=True)
 @click.option("--build-timeout", type=click.FloatRange(min=0, min_open=True), default=600.0, show_default=True,
               help="Seconds one solution's build may take in the compile phase before any job runs.")
@@ -70,7 +73,7 @@ TIMING_DEFAULTS = {"tiny": (3, 10), "default": (500, 100), "large": (50, 50)}
 @click.pass_obj
 @executor_options  # --executor, --jobs-per-shard, --slurm-*: pkb_core/launch/fanout.py
 def run(pm, problems, backend, solution, solutions, nproc, nnodes, node_rank, rdzv_endpoint, rdzv_id, trials, dtype, size, mode, measure_perf, timing_modes,
-        profile, warmup, iters, device, build_timeout, build_jobs, job_timeout, out, force, exitfirst, junitxml,
+        profile, warmup, iters, min_iters, device, build_timeout, build_jobs, job_timeout, out, force, exitfirst, junitxml,
         save_outputs, json_, executor):
     """Check (and with --measure-perf, time) solutions against the references.
 
@@ -112,12 +115,15 @@ def run(pm, problems, backend, solution, solutions, nproc, nnodes, node_rank, rd
         nodes = Nodes(nnodes=nnodes, node_rank=node_rank, endpoint=rdzv_endpoint, rdzv_id=rdzv_id)
     world_size = nproc * nnodes
     dtype = ("bf16" if device == "cuda" else "fp32") if dtype == "auto" else dtype
-    default_warmup, default_iters = TIMING_DEFAULTS[size]
+    default_warmup, default_min, default_iters = TIMING_DEFAULTS[size]
+    iters = default_iters if iters is None else iters
+    if min_iters is not None and min_iters > iters:
+        raise PkbError(f"--min-iters {min_iters} is more than --iters {iters} (the most timed calls)")
     request = RunRequest(problems=problems, backend=backend, solution=solution, solutions=solutions, nproc=world_size,
                          trials=trials, dtype=dtype, size=size, mode=mode, measure_perf=measure_perf,
-                         warmup=default_warmup if warmup is None else warmup,
-                         iters=default_iters if iters is None else iters, save_outputs=save_outputs,
-                         timing_modes=timing_modes, profile=profile)
+                         warmup=default_warmup if warmup is None else warmup, iters=iters,
+                         min_iters=min(default_min, iters) if min_iters is None else min_iters,
+                         save_outputs=save_outputs, timing_modes=_timing_modes(timing_modes), profile=profile)
     registry = require_problems(build_registry(pm))
     run_dir = Path(out or Path("runs") / _dt.datetime.now().strftime("%Y%m%d-%H%M%S"))
     jobs, rejected, dropped = [], [], []
@@ -267,14 +273,19 @@ def writable_paths(run_dir: Path, junitxml: Path | None) -> None:
 
 
 def summary_table(records) -> str:
-    """The run's table; the timing columns only when some job was timed."""
+    """The run's table; the timing columns only when some job was timed: medians, the
+    speedup with its 95 % interval and what it reads as (faster, slower, no measurable
+    difference; docs/timing.md)."""
     timed = any(r.get("reference_ms") is not None or r.get("solution_ms") is not None for r in records)
     rows = []
     for r in sorted(records, key=lambda r: (r["problem_id"], r["solution"])):
-        times = [r.get("reference_ms"), r.get("solution_ms"), r.get("speedup")] if timed else []
+        ci = r.get("speedup_ci")
+        times = [r.get("reference_ms"), r.get("solution_ms"), r.get("speedup"),
+                 f"[{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "", r.get("difference") or ""] if timed else []
         rows.append([r["problem"], r["solution"], r["world_size"], r["size"], r["verdict"], *times,
                      _short(r.get("reason", ""))])
-    headers = ["problem", "solution", "W", "size", "verdict"] + (["ref ms", "sol ms", "speedup"] if timed else [])
+    headers = ["problem", "solution", "W", "size", "verdict"] + (
+        ["ref ms", "sol ms", "speedup", "95% interval", "vs reference"] if timed else [])
     return render_table(headers + ["reason"], rows)
 
 

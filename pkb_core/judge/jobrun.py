@@ -5,7 +5,8 @@ judge draw the inputs, hands them to the candidate as a parcel, lets the
 candidate call the solution once, freezes it, and has the judge run the
 reference and compare what came back; the ranks' verdicts are combined here
 (the lowest rank's finding wins). Timing alternates the two sides in rounds
-(:mod:`pkb_core.judge.timing`), checks one random timed output of every candidate
+(:mod:`pkb_core.judge.timing`) until the stopping rule is met
+(:mod:`pkb_core.judge.stopping`), checks the timed outputs of every candidate
 batch, cross-checks the candidate's times with the launcher's clock
 (:mod:`pkb_core.judge.crosscheck`) and applies the physics floor. Nothing the
 candidate sends is used without checking: its skeletons are read by the judge
@@ -18,12 +19,14 @@ import contextlib
 import math
 import os
 import random
+import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from pkb_core.judge.parcel import tensor_bytes
 from pkb_core.launch.ranks import JobEnded, RankGroup
+from pkb_core.judge.stopping import StoppingRule, time_share
 from pkb_core.judge.timing import max_over_ranks, summarize
 
 #: Calls per timed batch (each on its own input set of the round's pool).
@@ -205,9 +208,10 @@ class JobRun:
     def _timing(self):
         self._in_trials = False
         job = self.job
-        timing = {"modes": {}, "primary": job["timing_modes"][0], "crosscheck": {}}
+        timing = {"modes": {}, "primary": job["timing_modes"][0], "crosscheck": {},
+                  "clock": "device" if self.settings.device == "cuda" else "host"}
         mutates = self.problem.mutates
-        for mode in job["timing_modes"]:
+        for index, mode in enumerate(job["timing_modes"]):
             if mode != "latency" and mutates:
                 timing["modes"][mode] = {"unavailable": "the problem mutates its arguments: latency mode only"}
                 continue
@@ -218,9 +222,12 @@ class JobRun:
             if mode == "graph" and self.settings.device != "cuda":
                 timing["modes"][mode] = {"unavailable": "CUDA-graph mode needs a GPU"}
                 continue
-            timing["modes"][mode] = self._time_mode(mode, timing["crosscheck"])
+            budget = time_share(self.deadline - time.monotonic(), len(job["timing_modes"]) - index)
+            timing["modes"][mode] = self._time_mode(mode, timing["crosscheck"], budget)
         primary = timing["modes"].get(timing["primary"], {})
         timing["reference"], timing["candidate"] = primary.get("reference"), primary.get("candidate")
+        if primary.get("speedup"):
+            timing["speedup"] = primary["speedup"]
         self.outcome.timing = timing
         flags = [c["flag"] for c in timing["crosscheck"].values() if c.get("flag")]
         if flags:
@@ -232,19 +239,30 @@ class JobRun:
         if job.get("profile"):
             timing["profile"] = self._profile()
 
-    def _time_mode(self, mode: str, crosscheck: dict) -> dict:
+    def _time_mode(self, mode: str, crosscheck: dict, budget_s: float) -> dict:
+        """Rounds of one mode until the stopping rule says enough
+        (:mod:`pkb_core.judge.stopping`): at least ``min_iters`` calls per side,
+        at most ``iters``, in between until both medians are known to +-1 %, or
+        until the mode has spent ``budget_s`` seconds. Each round's median per
+        side is kept: rounds are the units of the intervals
+        (:mod:`pkb_core.judge.intervals`)."""
         from pkb_core.judge import crosscheck as cc
+        from pkb_core.judge.intervals import speedup
 
         job = self.job
-        iters = job["iters"]
+        cap = job["iters"]
         # Each call of a batch has its own input set; a side keeps a batch's
         # inputs and outputs (about twice the inputs) in memory at once.
-        calls = max(1, min(POOL_CALLS, iters, POOL_BYTES // max(1, 3 * self.set_bytes)))
-        rounds = math.ceil(iters / calls)
+        calls = max(1, min(POOL_CALLS, cap, POOL_BYTES // max(1, 3 * self.set_bytes)))
+        rule = StoppingRule(min_samples=max(1, min(job.get("min_iters") or cap, cap)), max_samples=cap)
         times = {"reference": [], "candidate": []}
+        medians = {"reference": [], "candidate": []}  # per round: the independent units of the intervals
         overheads = {"reference": [], "candidate": []}
         walls = []
-        for round_ in range(rounds):
+        alignment = {}
+        started = time.monotonic()
+        round_, stopped = 0, None
+        while stopped is None:
             pool = self.parcels.paths(f"{mode}-pool{round_}", self.nproc)
             skeletons = [a["skeleton"] for a in self._judge(
                 "pool", [{"round": f"{mode}/{round_}", "k": calls, "path": p} for p in pool])]
@@ -267,6 +285,8 @@ class JobRun:
                 wall_ms = self.wall_ms  # the launcher's clock around the command alone
                 per_call = max_over_ranks([_times(a, calls if mode != "graph" else replays) for a in answers])
                 times[side] += per_call
+                medians[side].append(statistics.median(per_call))
+                alignment[side] = _alignment(answers)
                 overheads[side].append(cc.overhead(wall_ms, per_call if mode != "graph" else
                                                    [t * calls for t in per_call]))
                 if side == "candidate":
@@ -276,9 +296,19 @@ class JobRun:
                     out_bytes = max(int(a.get("out_bytes", 0)) for a in answers)
             # After both sides, so the judge's outputs are this round's.
             self._check_sample(*sample, calls, out_bytes)
+            round_ += 1
+            samples = min(len(times["reference"]), len(times["candidate"]))
+            stopped = rule.decide(samples, medians["reference"], medians["candidate"])
+            enough = samples >= rule.min_samples
+            if stopped is None and enough and time.monotonic() - started > budget_s:
+                stopped = "time"
         crosscheck[mode] = cc.judge(overheads["reference"], overheads["candidate"], walls,
                                     device=self.settings.device, mode=mode, calls_per_batch=calls)
-        return {side: summarize(t) for side, t in times.items()}
+        result = {side: summarize(t, medians[side]) for side, t in times.items()}
+        pairs = list(zip(medians["reference"], medians["candidate"]))
+        result.update(speedup=speedup(times["reference"], times["candidate"], pairs), stopped=stopped,
+                      batches=round_, alignment=alignment)
+        return result
 
     def _capture(self) -> str | None:
         failures = [a.get("failure") for a in self._judge("capture")]
@@ -334,6 +364,12 @@ class JudgeFailed(Exception):
     def __init__(self, ended: JobEnded):
         super().__init__(ended.reason)
         self.ended = ended
+
+
+def _alignment(answers: list[dict]) -> str:
+    """How a side's ranks aligned their samples (the first rank that says otherwise wins)."""
+    notes = [str(a.get("alignment") or "host barrier only") for a in answers]
+    return next((n for n in notes if n != "device barrier"), notes[0] if notes else "")
 
 
 def _times(answer: dict, count: int) -> list[float]:

@@ -15,7 +15,8 @@ Commands (each answered with the same ``op``):
 ``check``        run the reference on a copy of trial ``t``'s inputs and compare
                  the candidate's parcel (outputs, and its arguments after the call)
 ``save``         keep a trial's outputs in the run directory (``--save-outputs``)
-``pool``         draw a round's ``k`` fresh input sets for timing, write them to a parcel
+``pool``         draw a round's ``k`` fresh input sets for timing, write them to a parcel (the
+                 first one also makes the judge's device barrier: :meth:`JudgeRank.align`)
 ``capture``      capture the reference's batch in a CUDA graph (graph mode)
 ``time``         time the reference on the pool (one batch), keep its outputs
 ``check_sample`` compare one of the candidate's timed outputs with the reference's
@@ -47,13 +48,18 @@ def full_mantissa_trial(trial: int, trials: int) -> bool:
 class JudgeRank:
     """What one judge process does for the launcher (see the module docstring)."""
 
-    def __init__(self, *, rank, world_size, device, secret, barrier, run_dir):
+    def __init__(self, *, rank, world_size, device, secret, barrier, run_dir, store=None, run_id="",
+                 local_world_size=None):
         self.rank = rank
         self.world_size = world_size
         self.device = device
         self.secret = secret
         self.run_dir = run_dir
+        self.store = store
+        self.run_id = run_id
+        self.local_world_size = world_size if local_world_size is None else local_world_size
         self.timer = BatchTimer(device, barrier)
+        self.aligned = False
         self.groups = {}  # process groups the problems build, cached for the launch
         self.job = None
         self.problem = None
@@ -75,7 +81,7 @@ class JudgeRank:
         self.problem = read_spec(job["problem_path"]).load()
         self.trial_args = None
         self.pool = None
-        self.timer = BatchTimer(self.device, self.timer.barrier)
+        self.timer = self.timer.renewed()
         return {}
 
     def on_inputs(self, trial, path):
@@ -156,10 +162,36 @@ class JudgeRank:
         return {}
 
     # -- timing ---------------------------------------------------------------
+    def align(self):
+        """Make the judge's device barrier, once per judge process (collective:
+        every judge rank gets its first ``pool`` together). Its flags live in an
+        allocation of the core's default heap made for it alone (the judge holds
+        no other symmetric memory); where that fails the judge times with the
+        host barrier, and the records say so."""
+        if self.aligned:
+            return
+        self.aligned = True
+        from pkb_core.judge import device_barrier
+        from pkb_core.judge.barrier import StoreBarrier
+        from pkb_core.symmetric import default_heap
+
+        def heap():
+            pacing = StoreBarrier(self.store, self.world_size, self.device, prefix="pkb-judge-heap")
+            return default_heap(self.device, pacing, self.run_id, self.rank, self.world_size)
+
+        if self.store is None:
+            self.timer.alignment = "host barrier only: no store to agree on a device barrier"
+            return
+        barrier, note = device_barrier.create(heap, self.device, store=self.store, rank=self.rank,
+                                              world_size=self.world_size, local_world_size=self.local_world_size,
+                                              key="pkb-judge-device-barrier")
+        self.timer.device_barrier, self.timer.alignment = barrier, note
+
     def on_pool(self, round, k, path):
         """``k`` fresh input sets for one round; the reference's copies stay at
         the same addresses from round to round when the shapes allow (a
         captured graph replays on them)."""
+        self.align()
         sets = []
         for i in range(k):
             # Every other set uses the full mantissa, so a format that is only
@@ -173,7 +205,7 @@ class JudgeRank:
                 restore(dst, src, range(len(src)))
         else:
             self.pool = [clone(s) for s in sets]
-            self.timer = BatchTimer(self.device, self.timer.barrier)  # a captured graph held the old buffers
+            self.timer = self.timer.renewed()  # a captured graph held the old buffers
         return {"skeleton": skeleton}
 
     def _calls(self):
@@ -201,7 +233,7 @@ class JudgeRank:
         # file nobody else can open (the reference's answers are never where a
         # candidate could read or link them).
         pack(outputs, None)
-        return {"times": times, "out_bytes": _nbytes(outputs)}
+        return {"times": times, "out_bytes": _nbytes(outputs), "alignment": self.timer.alignment}
 
     def on_check_sample(self, indices, candidate):
         """Compare the candidate's outputs of the timed calls ``indices`` with the reference's."""

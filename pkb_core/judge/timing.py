@@ -1,4 +1,4 @@
-"""Timing one side's calls in one process (shared/rigor.md rules 10-16).
+"""Timing one side's calls in one process (shared/rigor.md rules 10-16; docs/timing.md).
 
 The same code times the reference (in the judge's processes) and the candidate
 (in its own processes); the launcher alternates the two sides in rounds, takes
@@ -8,22 +8,29 @@ one side's share of a round: ``k`` calls, call ``i`` bound to input set ``i``
 of the round's fresh pool, so no input repeats within a batch. Three modes:
 
 ``latency``
-    Before every call: L2 flush (CUDA), device synchronise, the barrier across
-    ranks, then a short device-side hold (``torch.cuda._sleep``) so the launch
-    is queued before the work begins and every rank starts together.
+    Before every call: L2 flush (CUDA), device synchronise, the host barrier
+    across ranks (pacing), a short device-side hold (``torch.cuda._sleep``,
+    so the launches below queue before the work begins) and the *device
+    barrier* (:mod:`pkb_core.judge.device_barrier`): every rank's timed region
+    starts within a flag's trip over the link of the others'.
 ``back-to-back``
-    One barrier, then the ``k`` calls queued back to back with an event
-    between consecutive calls: includes host launch cost where the host
-    cannot keep up.
+    One host barrier, hold and device barrier, then the ``k`` calls queued
+    back to back with an event between consecutive calls: includes host
+    launch cost where the host cannot keep up. No flush.
 ``graph``
     The ``k`` calls captured once in one CUDA graph (the pool's buffers stay
     put, so later rounds replay the same graph on new values); each sample is
-    one replay, barrier-aligned and held like a latency call, divided by
-    ``k``. CUDA only; a side that cannot be captured gets an explanation.
+    one replay, flushed, barrier-aligned and held like a latency call, divided
+    by ``k``. CUDA only; a side that cannot be captured gets an explanation.
+
+The L2 policy is the same for both sides because it is this code on both
+sides: flushed before every latency call and every graph replay, never inside
+a back-to-back batch. Without a device barrier (ranks on several nodes, no
+heap) a side aligns with the host barrier and the hold alone, and says so.
 
 Every batch ends with a device-wide synchronisation, so what the launcher's
 clock sees includes work left on other streams. Times are milliseconds: CUDA
-events on GPU, the host clock on CPU.
+events on GPU (``device`` clock), the host clock on CPU (``host`` clock).
 """
 from __future__ import annotations
 
@@ -36,6 +43,11 @@ MODES = ("latency", "back-to-back", "graph")
 #: Cycles of device-side hold before a latency-mode call (about 100 us at
 #: 1.98 GHz): longer than a Python launch, so the work is queued before it starts.
 HOLD_CYCLES = 200_000
+
+
+class DeviceBarrierTimeout(RuntimeError):
+    """A rank waited at the device barrier (:mod:`pkb_core.judge.device_barrier`)
+    longer than its timeout for a peer: the batch is an error, not a time."""
 
 
 class GraphUnavailable(RuntimeError):
@@ -61,19 +73,33 @@ def _sync(device):
         torch.cuda.synchronize(device)
 
 
+def clock(device) -> str:
+    """``device`` (CUDA events) or ``host`` (the host's clock, CPU mode)."""
+    return "device" if device.type == "cuda" else "host"
+
+
 class BatchTimer:
     """Times batches of one side's calls on one rank.
 
     :param device: this rank's device.
-    :param barrier: a zero-argument barrier across this side's ranks.
+    :param barrier: a zero-argument barrier across this side's ranks (host; pacing).
+    :param device_barrier: a :class:`pkb_core.judge.device_barrier.DeviceBarrier`
+        of this side's ranks, or None (host barrier and hold only).
+    :param alignment: how samples are aligned, in words (goes into the record).
     """
 
-    def __init__(self, device, barrier):
+    def __init__(self, device, barrier, device_barrier=None, alignment: str = "host barrier only"):
         self.device = device
         self.barrier = barrier
+        self.device_barrier = device_barrier
+        self.alignment = alignment
         self.flush = _Flusher(device)
         self._graph = None
         self._graph_outputs = None
+
+    def renewed(self) -> "BatchTimer":
+        """A timer with the same barriers and no captured graph (its buffers moved)."""
+        return BatchTimer(self.device, self.barrier, self.device_barrier, self.alignment)
 
     def warm_up(self, calls, count: int, refresh=None) -> None:
         for n in range(count):
@@ -99,14 +125,19 @@ class BatchTimer:
         else:
             raise ValueError(f"unknown timing mode {mode!r} (one of {', '.join(MODES)})")
         _sync(self.device)  # work on any stream of this process is done before the batch ends
+        if self.device_barrier is not None:
+            self.device_barrier.check()  # a rank that gave up waiting makes the batch an error
         return result
 
-    def _aligned(self):
-        self.flush()
+    def _aligned(self, flush: bool = True):
+        if flush:
+            self.flush()
         _sync(self.device)
-        self.barrier()
+        self.barrier()  # host: paces the ranks, so the device barrier below waits microseconds
         if self.device.type == "cuda":
-            torch.cuda._sleep(HOLD_CYCLES)  # the launch below queues while the device waits
+            torch.cuda._sleep(HOLD_CYCLES)  # the launches below queue while the device waits
+        if self.device_barrier is not None:
+            self.device_barrier()  # on the timing stream: every rank leaves it together
 
     def _latency(self, calls, refresh):
         times, outputs = [], []
@@ -128,8 +159,7 @@ class BatchTimer:
         return times, outputs
 
     def _back_to_back(self, calls):
-        _sync(self.device)
-        self.barrier()
+        self._aligned(flush=False)
         outputs = []
         if self.device.type != "cuda":
             stamps = [time.perf_counter()]
@@ -190,10 +220,20 @@ def max_over_ranks(per_rank: list[list[float]]) -> list[float]:
     return [max(column) for column in zip(*per_rank)]
 
 
-def summarize(times: list[float]) -> dict:
-    """min, p10, median, p90, max, mean, stddev and the count of a list of ms."""
+def summarize(times: list[float], rounds: list[float] | None = None) -> dict:
+    """min, p10, median, p90, max, mean, stddev and the count (``rounds``: the
+    number of calls, a name kept for old records) of a list of ms, and the
+    median's distribution-free 95 % interval (``ci_low``, ``ci_high``;
+    :mod:`pkb_core.judge.intervals`) over ``rounds`` (per-round medians, the
+    independent units; the calls themselves when not given), its relative
+    half-width ``ci_rel`` and ``ci_units`` (how many values it came from; no
+    interval below 6)."""
+    from pkb_core.judge.intervals import LEVEL, median_interval, relative_half_width
+
     ordered = sorted(times)
+    units = ordered if rounds is None else sorted(rounds)
     quantiles = statistics.quantiles(ordered, n=10, method="inclusive") if len(ordered) > 1 else ordered * 9
+    interval = median_interval(units)
     return {
         "min": ordered[0],
         "p10": quantiles[0],
@@ -203,4 +243,9 @@ def summarize(times: list[float]) -> dict:
         "mean": statistics.fmean(ordered),
         "stddev": statistics.pstdev(ordered),
         "rounds": len(ordered),
+        "ci_low": interval[0] if interval else None,
+        "ci_high": interval[1] if interval else None,
+        "ci_level": LEVEL,
+        "ci_rel": relative_half_width(units),
+        "ci_units": len(units),
     }

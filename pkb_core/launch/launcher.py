@@ -158,7 +158,8 @@ class Launch:
         own, pkb's settings for the launch, and ``forwarded`` (the group's
         store, run directory and job name; from node 0 on other nodes)."""
         settings = self.settings
-        env = dict(os.environ, PYTHONUNBUFFERED="1", PKB_DEVICE_TYPE=settings.device, PKB_RUN_DIR=str(self.run_dir))
+        env = dict(os.environ, PYTHONUNBUFFERED="1", PKB_DEVICE_TYPE=settings.device, PKB_RUN_DIR=str(self.run_dir),
+                   PKB_LOCAL_WORLD_SIZE=str(settings.nproc))  # fewer than the world: no device barrier
         env.update(forwarded)
         if role == "candidate":
             env.update(preload_environment(settings.preload), PKB_BACKEND=settings.backend,
@@ -177,6 +178,8 @@ class Launch:
 
         settings = self.settings
         store = _Store(settings.world_size, self.store_host)
+        if role == "judge":  # names the judge's shared-memory heap segments (CPU), apart from any candidate's
+            run_id = f"{self.launch_id}-judge{self._groups + 1}"
         env = self._env(role, store, run_id)
         local_ranks = range(settings.nproc)  # this node holds ranks 0 .. nproc-1
         log = None
@@ -246,6 +249,7 @@ class Launch:
                 self._stop(judges, deadline=time.monotonic() + JUDGE_GRACE_S)
             if self.zygotes is not None:
                 self.zygotes.stop()
+            _sweep_segments(f"pkb-{self.launch_id}-judge")
 
     def _job_run_id(self, index: int) -> str:
         """A job's name for its shared-memory files and heap segments. The random
@@ -329,6 +333,20 @@ class Launch:
         append_record(self.run_dir, record)
         if self.on_record:
             self.on_record(record)
+
+
+def _sweep_segments(prefix: str) -> None:
+    """Remove shared-memory files named ``prefix*`` (a heap's segments left by a
+    rank that died between creating and unlinking them)."""
+    folder = "/dev/shm"
+    if not os.path.isdir(folder):
+        return
+    for entry in os.listdir(folder):
+        if entry.startswith(prefix):
+            try:
+                os.unlink(os.path.join(folder, entry))
+            except OSError:
+                pass
 
 
 def run_multinode(pending: list, settings, on_record=None) -> None:

@@ -43,6 +43,8 @@ class RunRequest:
     save_outputs: bool
     timing_modes: tuple = ("latency",)
     profile: bool = False
+    #: Timed calls per side and mode before the stopping rule may stop (None: ``iters``, a fixed count).
+    min_iters: int | None = None
 
 
 def pair_solutions(request: RunRequest, registry, info, dropped: list | None = None) -> list[tuple]:
@@ -85,6 +87,10 @@ def pair_solutions(request: RunRequest, registry, info, dropped: list | None = N
     return pairs
 
 
+#: Per size, when not given: warm-up calls, then the least and the most timed calls per side and
+#: mode (``--min-iters``, ``--iters``); the stopping rule picks in between (pkb_core/judge/stopping.py).
+TIMING_DEFAULTS = {"tiny": (3, 10, 20), "default": (500, 100, 1000), "large": (50, 50, 200)}
+
 #: Bytes per element of the working dtypes a job may name.
 ITEMSIZE = {"fp32": 4, "bf16": 2, "fp16": 2, "fp64": 8}
 
@@ -110,6 +116,7 @@ def make_job(request: RunRequest, spec, solution, label, params=None) -> dict:
         "solution": str(Path(solution).resolve()) if solution else None, "solution_label": label,
         "size": request.size, "dtype": request.dtype, "trials": request.trials, "mode": request.mode,
         "measure_perf": request.measure_perf, "warmup": request.warmup, "iters": request.iters,
+        "min_iters": min(request.min_iters or request.iters, request.iters),
         "save_outputs": request.save_outputs, "timing_modes": list(request.timing_modes),
         "profile": request.profile, "params": params,
     }

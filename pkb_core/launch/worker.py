@@ -40,6 +40,11 @@ def _connect(device_type: str):
     return rank, world_size, local_rank, device, timeout, dist
 
 
+def _local_world_size(world_size: int) -> int:
+    """Ranks on this node (``PKB_LOCAL_WORLD_SIZE`` from the launcher; all of them if unset)."""
+    return int(os.environ.get("PKB_LOCAL_WORLD_SIZE", world_size))
+
+
 def serve(channel, handler) -> None:
     """Answer commands until ``exit`` (or the launcher closes the pipe)."""
     from pkb_core.launch.channel import ChannelClosed
@@ -88,13 +93,14 @@ def main(argv=None) -> int:
                                 timeout=timeout, **kwargs)
         secret = channel.receive()["secret"]  # first message: never in the environment or on disk
         handler = JudgeRank(rank=rank, world_size=world_size, device=device, secret=secret, run_dir=run_dir,
-                            barrier=StoreBarrier(store, world_size, device, prefix="pkb-timing"))
+                            barrier=StoreBarrier(store, world_size, device, prefix="pkb-timing"), store=store,
+                            run_id=os.environ.get("PKB_RUN_ID", ""), local_world_size=_local_world_size(world_size))
     else:
         from pkb_core.candidate.rank import CandidateRank
 
         handler = CandidateRank(rank=rank, world_size=world_size, local_rank=local_rank, device=device,
                                 store=store, run_id=os.environ["PKB_RUN_ID"], run_dir=run_dir,
-                                send_event=channel.send)
+                                send_event=channel.send, local_world_size=_local_world_size(world_size))
         prepared = handler.prepare(os.environ["PKB_BACKEND"], os.environ.get("PKB_CUSTOM_KERNELS", "1") == "1",
                                    json.loads(os.environ.get("PKB_BACKEND_OPTIONS", "{}")))
     ready = {"op": "ready", "pid": os.getpid(), **(prepared if role == "candidate" else {})}

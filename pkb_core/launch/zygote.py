@@ -40,6 +40,8 @@ def _warm_imports(backend: str) -> None:
     get_plugin_manager(backend=backend)  # the backend's plugin module
     try:
         import triton  # noqa: F401 - most backends' solutions use it; importing initialises no device
+
+        import pkb_core.judge.barrier_kernel  # noqa: F401 - every timed candidate makes a device barrier
     except Exception:  # noqa: BLE001
         pass
 

@@ -8,7 +8,9 @@ the shared-memory "links" run at) and the fp32 matmul rate.
 
 Results are cached per machine in ``<cache>/calibration/`` (the cache is
 ``$PKB_CACHE_DIR``, else ``$XDG_CACHE_HOME/pkb``, else ``~/.cache/pkb``: :mod:`pkb_core.cache`) and reused by the physics floor and speed-of-light figures;
-nothing here is a datasheet constant.
+nothing here is a datasheet constant. ``pkb calibrate`` also measures the
+*noise floor* (:mod:`pkb_core.machine.noise`: the reference timed against
+itself) and caches it in the same file under ``noise_floor``.
 """
 from __future__ import annotations
 
@@ -40,6 +42,14 @@ def load_calibration(device: str) -> dict | None:
     return json.loads(path.read_text()) if path.exists() else None
 
 
+def save_calibration(device: str, result: dict) -> Path:
+    """Write ``result`` as this machine's cached calibration."""
+    path = cache_path(device)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=2))
+    return path
+
+
 def calibrate(device: str, force: bool = False) -> dict:
     """Measure (or load from the cache) this machine's ceilings."""
     if not force:
@@ -49,9 +59,7 @@ def calibrate(device: str, force: bool = False) -> dict:
     result = _measure_cuda() if device == "cuda" else _measure_cpu()
     result.update(machine=machine_key(device), device=device, torch=torch.__version__,
                   datetime=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
-    path = cache_path(device)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(result, indent=2))
+    save_calibration(device, result)
     return result
 
 

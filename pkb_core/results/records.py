@@ -9,8 +9,27 @@ Record fields: ``key``, ``problem_id``, ``problem``, ``category``, ``backend``,
 (pass, fail, error, compile-error, timeout, crash, unsupported, flagged),
 ``reason``, ``trials``, and when timed ``reference_ms`` and ``solution_ms``
 (medians, max over ranks), ``speedup`` (reference / solution) and ``stats``
-(min, p10, median, p90, max, mean, stddev, rounds for each side); plus
-``datetime``, ``pkb_version``, ``seconds`` and ``machine``.
+(min, p10, median, p90, max, mean, stddev, rounds (the sample count) for each
+side); plus ``datetime``, ``pkb_version``, ``seconds`` and ``machine``.
+
+Timing rigor (docs/timing.md), for the headline mode:
+
+``reference_ci_ms``, ``solution_ci_ms``
+    ``[low, high]``: the 95 % distribution-free interval of each median, over
+    the rounds' medians (None below 6 rounds);
+``speedup_ci``
+    ``[low, high]``: the speedup's 95 % interval, over the rounds' paired ratios;
+``difference``
+    ``faster``, ``slower`` or ``no measurable difference`` (the interval
+    contains 1.0, or too few samples for one): what reports count as a win;
+``clock``
+    ``device`` (CUDA events) or ``host`` (CPU mode: host timings, left out of
+    fast_p unless ``pkb report --include-cpu``).
+
+``stats.modes.<mode>`` holds every mode's sides (with ``ci_low``, ``ci_high``,
+``ci_rel``, ``ci_units``), its ``speedup`` (value, low, high, level, rounds, difference), ``stopped``
+(``precise``, ``cap`` or ``time``: why sampling ended), ``batches`` (rounds)
+and ``alignment`` (per side: ``device barrier`` or why only the host barrier).
 """
 from __future__ import annotations
 
@@ -47,11 +66,13 @@ def job_record(job: dict, world_size: int, verdict: str, reason: str = "", *, ti
     }
     if timing:
         record.update(stats=timing, options={"warmup": job["warmup"], "iters": job["iters"],
+                                             "min_iters": job.get("min_iters", job["iters"]),
                                              "timing_modes": job["timing_modes"]})
         if timing.get("reference") and timing.get("candidate"):
             ref, cand = timing["reference"]["median"], timing["candidate"]["median"]
             record.update(reference_ms=ref, solution_ms=cand, speedup=ref / cand if cand > 0 else None,
                           timing_mode=timing["primary"])
+            record.update(_rigor(timing))
         if timing.get("sol"):
             sol = timing["sol"]
             record["sol"] = dict(sol, reference_fraction=sol["floor_ms"] / record["reference_ms"],
@@ -63,6 +84,21 @@ def job_record(job: dict, world_size: int, verdict: str, reason: str = "", *, ti
         machine=machine or {},
     )
     return record
+
+
+def _rigor(timing: dict) -> dict:
+    """The headline mode's intervals, reading and clock, as record fields."""
+    def interval(side):
+        low, high = side.get("ci_low"), side.get("ci_high")
+        return None if low is None or high is None else [low, high]
+
+    fields = {"reference_ci_ms": interval(timing["reference"]), "solution_ci_ms": interval(timing["candidate"]),
+              "clock": timing.get("clock", "device")}
+    speedup = timing.get("speedup")
+    if speedup:
+        low, high = speedup.get("low"), speedup.get("high")
+        fields.update(speedup_ci=None if low is None else [low, high], difference=speedup["difference"])
+    return fields
 
 
 def append_record(run_dir: Path, record: dict) -> None:

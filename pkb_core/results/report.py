@@ -13,7 +13,13 @@ Definitions (KernelBench's, applied to pkb's records):
 * **fast_p** = rows that are correct *and* have ``speedup > p`` / counted
   rows, for p in :data:`FAST_P` (``fast_0`` is the pass rate; rows without
   timing count as not fast; ``None`` when rows are correct but none of them
-  was timed, i.e. a run without ``--measure-perf``);
+  was timed, i.e. a run without ``--measure-perf``). A speedup counts only
+  when it is measurable: a record whose speedup interval contains 1.0 reads
+  ``no measurable difference`` (docs/timing.md) and is never fast, whatever
+  its point value (records from before intervals count by the point value);
+* **host timings** (CPU mode, ``clock: host``) are left out of fast_p (p > 0),
+  fast_p@k and the geomean unless ``include_cpu``: they time the host, not a
+  GPU kernel, and would mix two kinds of number;
 * **geomean speedup** = geometric mean of ``speedup`` over correct timed rows;
 * **pass@k / fast_p@k**, when a problem has several samples (solutions
   ``<id>_<name>*.py`` run on the same problem, backend, world size, size, dtype
@@ -80,26 +86,51 @@ def geomean(values) -> float | None:
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
 
 
-def fast_p(records, p: float) -> float | None:
-    """Fraction of counted rows that are correct and faster than ``p`` (p = 0: the pass rate)."""
+def host_timed(record: dict) -> bool:
+    """Timed on the host clock (CPU mode); older records tell by their machine."""
+    if record.get("clock"):
+        return record["clock"] == "host"
+    return bool(record.get("speedup")) and (record.get("machine") or {}).get("device") == "cpu"
+
+
+def difference(record: dict) -> str | None:
+    """``faster``, ``slower``, ``no measurable difference``, or None (untimed, or
+    a record from before intervals)."""
+    return record.get("difference")
+
+
+def _speed_counts(record: dict, include_cpu: bool) -> bool:
+    """Whether this row's speedup enters the speed aggregates."""
+    return bool(record.get("speedup")) and (include_cpu or not host_timed(record))
+
+
+def fast_p(records, p: float, include_cpu: bool = False) -> float | None:
+    """Fraction of counted rows that are correct and measurably faster than ``p``
+    (p = 0: the pass rate)."""
     rows = counted(records)
     if not rows:
         return None
-    if p > 0 and _untimed(rows):
-        return None  # correct but never timed: nothing is known about speed
-    return sum(1 for r in rows if _fast(r, p)) / len(rows)
+    if p > 0 and _untimed(rows, include_cpu):
+        return None  # correct but never timed (on a device): nothing is known about speed
+    return sum(1 for r in rows if _fast(r, p, include_cpu)) / len(rows)
 
 
-def _untimed(rows) -> bool:
-    """Some rows are correct and none of the correct ones was timed."""
+def _untimed(rows, include_cpu: bool = False) -> bool:
+    """Some rows are correct and none of the correct ones has a speedup that counts."""
     correct = [r for r in rows if is_correct(r)]
-    return bool(correct) and not any(r.get("speedup") for r in correct)
+    return bool(correct) and not any(_speed_counts(r, include_cpu) for r in correct)
 
 
-def _fast(record, p) -> bool:
+def _fast(record, p, include_cpu: bool = False) -> bool:
     if not is_correct(record):
         return False
-    return p <= 0 or (record.get("speedup") or 0) > p
+    if p <= 0:
+        return True
+    if not _speed_counts(record, include_cpu):
+        return False
+    if difference(record) and difference(record) != "faster":
+        return False  # no measurable difference (or slower) is never a win
+    return record["speedup"] > p
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -120,7 +151,7 @@ def sample_groups(records) -> dict[tuple, list[dict]]:
     return groups
 
 
-def at_k(records, ks=None) -> dict | None:
+def at_k(records, ks=None, include_cpu: bool = False) -> dict | None:
     """pass@k and fast_p@k per k, or None when no problem has more than one sample.
 
     ``{"problems": m, "max_n": N, "k": {k: {"problems": m_k, "pass": x, "fast_p": {"1": y, ...}}}}``
@@ -132,13 +163,13 @@ def at_k(records, ks=None) -> dict | None:
     if max_n < 2 and ks is None:
         return None
     ks = [k for k in (ks or DEFAULT_KS) if k <= max_n]
-    timed = not _untimed([r for g in groups.values() for r in g])
+    timed = not _untimed([r for g in groups.values() for r in g], include_cpu)
     result = {"problems": len(groups), "max_n": max_n, "k": {}}
     for k in ks:
         eligible = [g for g in groups.values() if len(g) >= k]
 
         def mean_estimate(p):
-            return sum(pass_at_k(len(g), sum(_fast(r, p) for r in g), k) for g in eligible) / len(eligible)
+            return sum(pass_at_k(len(g), sum(_fast(r, p, include_cpu) for r in g), k) for g in eligible) / len(eligible)
 
         result["k"][str(k)] = {
             "problems": len(eligible),
@@ -148,32 +179,40 @@ def at_k(records, ks=None) -> dict | None:
     return result
 
 
-def aggregates(records) -> dict:
-    """Verdict counts, pass rate, fast_p and geomean speedup of a set of rows."""
+def aggregates(records, include_cpu: bool = False) -> dict:
+    """Verdict counts, pass rate, fast_p, geomean speedup and the readings of
+    the speedups (faster / slower / no measurable difference) of a set of rows."""
     rows = counted(records)
     verdicts: dict[str, int] = {}
     for r in records:
         verdicts[r.get("verdict", "?")] = verdicts.get(r.get("verdict", "?"), 0) + 1
-    speedups = [r["speedup"] for r in rows if is_correct(r) and r.get("speedup")]
+    timed = [r for r in rows if is_correct(r) and _speed_counts(r, include_cpu)]
+    readings: dict[str, int] = {}
+    for r in timed:
+        if difference(r):
+            readings[difference(r)] = readings.get(difference(r), 0) + 1
     return {
         "count": len(rows),
         "unsupported": len(records) - len(rows),
         "verdicts": dict(sorted(verdicts.items())),
         "pass_rate": fast_p(rows, 0.0),
-        "fast_p": {_p(p): fast_p(rows, p) for p in FAST_P},
-        "geomean_speedup": geomean(speedups),
-        "timed_correct": len(speedups),
+        "fast_p": {_p(p): fast_p(rows, p, include_cpu) for p in FAST_P},
+        "geomean_speedup": geomean([r["speedup"] for r in timed]),
+        "timed_correct": len(timed),
+        "differences": dict(sorted(readings.items())),
+        "host_timed": sum(1 for r in rows if is_correct(r) and r.get("speedup") and host_timed(r)),
+        "include_cpu": include_cpu,
     }
 
 
-def categories(records) -> list[dict]:
+def categories(records, include_cpu: bool = False) -> list[dict]:
     """Per category: count, pass rate, geomean speedup of correct rows, fast_1."""
     by_category: dict[str, list[dict]] = {}
     for r in records:
         by_category.setdefault(r.get("category", "?"), []).append(r)
     out = []
     for name, rows in sorted(by_category.items()):
-        agg = aggregates(rows)
+        agg = aggregates(rows, include_cpu)
         out.append({"category": name, "count": agg["count"], "pass_rate": agg["pass_rate"],
                     "geomean_speedup": agg["geomean_speedup"], "fast_1": agg["fast_p"]["1"]})
     return out
@@ -200,7 +239,16 @@ def flags(record: dict) -> list[str]:
     reasons = [c.get("throttle_reasons") for c in stats.get("clocks") or [] if c and c.get("throttle_reasons")]
     if any(int(str(r), 16) & THROTTLE_BITS for r in reasons):
         out.append("throttled")
+    if host_timed(record):
+        out.append("host timing")
     return out
+
+
+def _half_width_pct(median, interval):
+    """How far an interval reaches from its median, in % of it (the larger side)."""
+    if not median or not interval or interval[0] is None:
+        return None
+    return 100.0 * max(median - interval[0], interval[1] - median) / median
 
 
 def row(record: dict) -> dict:
@@ -220,7 +268,12 @@ def row(record: dict) -> dict:
         "verdict": record.get("verdict"),
         "reference_ms": record.get("reference_ms"),
         "solution_ms": record.get("solution_ms"),
+        "reference_ci_pct": _half_width_pct(record.get("reference_ms"), record.get("reference_ci_ms")),
+        "solution_ci_pct": _half_width_pct(record.get("solution_ms"), record.get("solution_ci_ms")),
         "speedup": record.get("speedup"),
+        "speedup_ci": record.get("speedup_ci"),
+        "difference": difference(record),
+        "clock": record.get("clock") or ("host" if host_timed(record) else None),
         "timing_mode": record.get("timing_mode"),
         "floor_ms": sol.get("floor_ms"),
         "bound": sol.get("bound"),
@@ -234,16 +287,17 @@ def row(record: dict) -> dict:
     }
 
 
-def summarize(records, run_dir=None, ks=None) -> dict:
-    """Everything ``pkb report`` shows, as one JSON-ready dict."""
+def summarize(records, run_dir=None, ks=None, include_cpu: bool = False) -> dict:
+    """Everything ``pkb report`` shows, as one JSON-ready dict (host timings in
+    the speed aggregates only with ``include_cpu``)."""
     ordered = sorted(records, key=lambda r: (r.get("problem_id") or 0, _size_key(r), solution_name(r),
                                              r.get("world_size") or 0, str(r.get("dtype"))))
     return {
         "run_dir": None if run_dir is None else str(run_dir),
         "rows": [row(r) for r in ordered],
-        "aggregates": aggregates(records),
-        "categories": categories(records),
-        "at_k": at_k(records, ks),
+        "aggregates": aggregates(records, include_cpu),
+        "categories": categories(records, include_cpu),
+        "at_k": at_k(records, ks, include_cpu),
         # Timed in CPU mode: host timings, not GPU performance (the report says so).
         "cpu_timings": any((r.get("machine") or {}).get("device") == "cpu" and r.get("speedup") is not None
                            for r in records),

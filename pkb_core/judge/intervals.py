@@ -1,0 +1,134 @@
+"""Confidence intervals of a median and of a speedup, without assuming a distribution.
+
+Timings are skewed and heavy-tailed (a preempted launch, a slow link
+transfer), so pkb reports medians, and their intervals come from order
+statistics alone, with no assumption about the distribution's shape.
+
+**The unit is the round, not the call.** The launcher times in rounds, each
+one batch of calls per side, the sides back to back in alternating order
+(:mod:`pkb_core.judge.jobrun`). Calls of one batch share their conditions
+(clocks, caches, what else the host is doing), so they are not independent
+draws: on a loaded CPU whole batches run several times slower than others, and
+intervals that treated every call as independent came out far too narrow (the
+reference against itself read "slower"). Rounds are the independent units, so
+every interval here is over per-round values: a side's round medians, and the
+rounds' paired ratios.
+
+**The median's interval.** Of ``n`` independent values sorted
+``x(1) <= ... <= x(n)``, the number that fall below the true median is
+Binomial(n, 1/2). So ``[x(l), x(n+1-l)]`` covers the median with probability
+``1 - 2 * P(B <= l - 1)``, ``B ~ Binomial(n, 1/2)``; :func:`median_interval`
+takes the largest ``l`` (the narrowest interval) whose coverage is at least the
+level asked for. The coverage is exact, not asymptotic, and never below the
+level; below 6 values no 95 % interval exists (``[min, max]`` covers 1 - 2/2^5
+= 93.75 % at n = 5), and the function returns None.
+
+**The speedup's interval.** Each round gives a pair: the reference's and the
+candidate's median over that round's batch, measured back to back. Their ratio
+cancels what the round's conditions did to both sides, and the rounds' ratios
+are independent, so the speedup's interval is the median's interval over the
+ratios (:func:`paired_ratio_interval`): distribution-free, exact coverage,
+deterministic (no resampling: the same samples always give the same answer).
+The speedup itself stays the ratio of the two sides' medians over all calls.
+
+**The reading.** An interval above 1.0 is ``faster``, below 1.0 ``slower``,
+and one that contains 1.0, or that cannot be formed from too few rounds, is
+``no measurable difference`` (:func:`difference`): neither a win nor a loss.
+"""
+from __future__ import annotations
+
+#: The confidence level of every interval pkb reports.
+LEVEL = 0.95
+FASTER, SLOWER, SAME = "faster", "slower", "no measurable difference"
+
+
+def _order_index(n: int, level: float) -> int | None:
+    """The largest 1-based rank ``l`` with ``1 - 2 * P(B <= l - 1) >= level``
+    (``B ~ Binomial(n, 1/2)``), or None when even ``l = 1`` falls short."""
+    tail = (1.0 - level) / 2.0
+    total = 2 ** n
+    term, cumulative = 1, 0  # C(n, k) and sum_{j<=k} C(n, j): exact integers
+    best = None
+    for k in range(0, (n + 1) // 2):
+        cumulative += term
+        if cumulative / total > tail:  # P(B <= k) too large (int / int is exact for any size)
+            break
+        best = k + 1
+        term = term * (n - k) // (k + 1)
+    return best
+
+
+def median_interval(samples, level: float = LEVEL) -> tuple[float, float] | None:
+    """``(low, high)``: a distribution-free interval covering the population
+    median with probability at least ``level``; None with too few samples."""
+    ordered = sorted(samples)
+    n = len(ordered)
+    if n == 0:
+        return None
+    rank = _order_index(n, level)
+    if rank is None:
+        return None
+    return ordered[rank - 1], ordered[n - rank]
+
+
+def coverage(n: int, level: float = LEVEL) -> float | None:
+    """The exact coverage of :func:`median_interval` for ``n`` samples."""
+    rank = _order_index(n, level)
+    if rank is None:
+        return None
+    term, below = 1, 0
+    for k in range(rank):
+        below += term
+        term = term * (n - k) // (k + 1)
+    return 1.0 - 2 * below / 2 ** n
+
+
+def relative_half_width(samples, level: float = LEVEL) -> float | None:
+    """How far the median's interval reaches from the median, as a fraction of
+    it (the larger side): 0.01 means the interval lies within +-1 %. None when
+    there is no interval or the median is not positive."""
+    ordered = sorted(samples)
+    interval = median_interval(ordered, level)
+    if interval is None:
+        return None
+    mid = _median(ordered)
+    if mid <= 0:
+        return None
+    return max(mid - interval[0], interval[1] - mid) / mid
+
+
+def paired_ratio_interval(pairs, level: float = LEVEL) -> tuple[float, float] | None:
+    """The interval of the median of ``reference / candidate`` over ``pairs``
+    (``(reference, candidate)`` per round); None with too few rounds."""
+    ratios = [ref / cand for ref, cand in pairs if cand > 0]
+    return median_interval(ratios, level) if len(ratios) == len(pairs) else None
+
+
+def difference(interval) -> str:
+    """``faster``, ``slower`` or ``no measurable difference`` for a speedup interval
+    (None, from too few rounds, is no measurable difference)."""
+    if interval is None:
+        return SAME
+    low, high = interval
+    if low > 1.0:
+        return FASTER
+    if high < 1.0:
+        return SLOWER
+    return SAME
+
+
+def speedup(reference, candidate, pairs, level: float = LEVEL) -> dict:
+    """The speedup of one timing mode: ``value`` (the ratio of the two sides'
+    medians over all calls), ``low``/``high`` (the interval over the rounds'
+    paired ratios, :func:`paired_ratio_interval`; None with fewer than 6
+    rounds), ``level``, ``rounds`` and ``difference``."""
+    ref, cand = _median(sorted(reference)), _median(sorted(candidate))
+    interval = paired_ratio_interval(pairs, level)
+    return {"value": ref / cand if cand > 0 else None,
+            "low": interval[0] if interval else None, "high": interval[1] if interval else None,
+            "level": level, "rounds": len(pairs), "difference": difference(interval)}
+
+
+def _median(ordered) -> float:
+    n = len(ordered)
+    return ordered[n // 2] if n % 2 else (ordered[n // 2 - 1] + ordered[n // 2]) / 2

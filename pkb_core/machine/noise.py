@@ -1,0 +1,125 @@
+"""The noise floor: what this machine's timings can resolve (``pkb calibrate``).
+
+The reference timed against itself (the reference backend's self-check: the
+same code on both sides, in the judge's processes and in a candidate's) must
+read 1.00; how far its ratios stray, and how wide their 95 % intervals are
+(:mod:`pkb_core.judge.intervals`), is the smallest speedup this machine can
+tell from noise. :func:`measure_noise_floor` runs a few problems (1, 2, 7 by
+default: all-reduce, all-gather, reduce-scatter) through the normal pipeline
+(``pkb run --backend reference --measure-perf`` in every timing mode the
+device has, at least :data:`MIN_ROUNDS` rounds per mode so that every ratio
+has an interval) and condenses the records; the result is cached with the
+calibration (:mod:`pkb_core.machine.calibrate`) and shown by ``pkb calibrate``.
+
+Per mode: ``entries`` (per problem: both medians, the ratio, its interval and
+reading, each median's interval half-width, samples and why sampling
+stopped), ``ratio_min``/``ratio_max`` over the problems, and ``resolution``:
+the largest distance from 1.0 reached by any ratio's interval, i.e. a
+speedup must exceed about ``1 + resolution`` to be measurable here.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import shutil
+from pathlib import Path
+
+#: Problems timed against themselves by default (ids).
+NOISE_PROBLEMS = ("1", "2", "7")
+#: Rounds per mode at least: the fewest that give a 95 % interval over rounds (pkb_core.judge.intervals).
+MIN_ROUNDS = 6
+
+
+def modes_for(device: str) -> tuple:
+    """Every timing mode the device has (graph needs a GPU)."""
+    from pkb_core.judge.timing import MODES
+
+    return MODES if device == "cuda" else tuple(m for m in MODES if m != "graph")
+
+
+def measure_noise_floor(device: str, *, problems=NOISE_PROBLEMS, nproc: int | None = None, size: str | None = None,
+                        iters: int | None = None, min_iters: int | None = None, run_dir: Path,
+                        job_timeout: float | None = None) -> dict:
+    """Time the reference against itself for ``problems`` in every mode; the
+    condensed result (see the module docstring). ``run_dir`` receives the
+    records (emptied first)."""
+    from pkb_core.launch.launcher import LaunchSettings, run_jobs
+    from pkb_core.launch.plan import TIMING_DEFAULTS, RunRequest, make_job, pair_solutions
+    from pkb_core.machine.device import device_count
+    from pkb_core.plugin.manager import get_backend_info, get_plugin_manager
+    from pkb_core.plugin.reference_backend import NAME as REFERENCE
+    from pkb_core.problem.registry import build_registry
+
+    pm = get_plugin_manager()
+    info = get_backend_info(pm, REFERENCE)
+    size = size or ("default" if device == "cuda" else "tiny")
+    nproc = nproc or max(device_count(device), 1)
+    from pkb_core.judge.jobrun import POOL_CALLS
+
+    warmup, default_min, default_iters = TIMING_DEFAULTS[size]
+    least = MIN_ROUNDS * POOL_CALLS  # enough rounds for intervals, whatever the size's defaults
+    iters = iters or max(default_iters, least)
+    min_iters = min_iters or max(default_min, least)
+    modes = modes_for(device)
+    request = RunRequest(problems=",".join(map(str, problems)), backend=REFERENCE, solution=None, solutions=None,
+                         nproc=nproc, trials=1, dtype="bf16" if device == "cuda" else "fp32", size=size,
+                         mode="eval", measure_perf=True, warmup=warmup, iters=iters,
+                         min_iters=min(min_iters, iters), save_outputs=False, timing_modes=modes)
+    registry = build_registry(pm)
+    jobs = []
+    for spec, path, label in pair_solutions(request, registry, info):
+        job = make_job(request, spec, path, label)
+        if not spec.load().world_size_error(nproc, job["params"]):
+            jobs.append(job)
+    run_dir = Path(run_dir)
+    shutil.rmtree(run_dir, ignore_errors=True)  # a rerun would skip recorded jobs
+    settings = LaunchSettings(nproc=nproc, device=device, backend=REFERENCE, run_dir=run_dir,
+                              job_timeout=job_timeout or (300.0 if device == "cuda" else 120.0),
+                              preload=tuple(info.preload()), custom_kernels=info.custom_kernels)
+    records = run_jobs(jobs, settings)
+    return dict(condense(records, modes), size=size, nproc=nproc, iters=iters, run_dir=str(run_dir),
+                datetime=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+                method="the reference against itself (pkb run --backend reference --measure-perf), every mode")
+
+
+def condense(records: list[dict], modes) -> dict:
+    """Per mode, the entries of the records and their spread (pure; see the module docstring)."""
+    out = {"problems": [r["problem"] for r in records], "modes": {}}
+    for mode in modes:
+        entries, missing = [], []
+        for r in records:
+            stats = ((r.get("stats") or {}).get("modes") or {}).get(mode)
+            if r.get("verdict") != "pass" or not stats or not stats.get("speedup"):
+                why = (stats or {}).get("unavailable") or f"{r.get('verdict')}: {r.get('reason', '')}".strip(": ")
+                missing.append({"problem": r["problem"], "why": why})
+                continue
+            ratio = stats["speedup"]
+            entries.append({
+                "problem": r["problem"], "reference_ms": stats["reference"]["median"],
+                "copy_ms": stats["candidate"]["median"], "ratio": ratio["value"], "low": ratio["low"],
+                "high": ratio["high"], "difference": ratio["difference"],
+                "reference_ci_rel": stats["reference"].get("ci_rel"), "copy_ci_rel": stats["candidate"].get("ci_rel"),
+                "samples": stats["reference"]["rounds"], "stopped": stats.get("stopped"),
+            })
+        ratios = [e["ratio"] for e in entries if e["ratio"]]
+        reach = [max(1.0 - e["low"], e["high"] - 1.0) for e in entries if e["low"] is not None]
+        out["modes"][mode] = {"entries": entries, "missing": missing,
+                              "ratio_min": min(ratios) if ratios else None, "ratio_max": max(ratios) if ratios else None,
+                              "resolution": max(reach) if len(reach) == len(entries) and reach else None}
+    return out
+
+
+def describe(noise: dict) -> list[str]:
+    """One line per mode: what the machine resolves."""
+    lines = []
+    for mode, m in noise.get("modes", {}).items():
+        if not m["entries"]:
+            why = "; ".join(f"{x['problem']}: {x['why']}" for x in m["missing"]) or "nothing timed"
+            lines.append(f"{mode}: not measured ({why})")
+            continue
+        spread = f"reference/reference {m['ratio_min']:.3f}-{m['ratio_max']:.3f}"
+        if m["resolution"] is None:
+            lines.append(f"{mode}: {spread}; too few rounds for intervals (6 at least: --noise-iters)")
+        else:
+            lines.append(f"{mode}: {spread}; intervals reach ±{100 * m['resolution']:.1f} % from 1.0: a speedup "
+                         f"must exceed about {1 + m['resolution']:.3f}x to be measurable here")
+    return lines
