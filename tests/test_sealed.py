@@ -18,7 +18,8 @@ def pkb_backend_info():
 REFUSED = "called a torch.distributed collective"
 LOCKDOWN = "system call the candidate lockdown forbids"
 
-#: file -> (verdict, text in the reason); one class of attack per prefix (c1..c7, see docs/trust.md).
+#: file -> (verdict, text in the reason); one class of attack per prefix (c1..c7, see docs/trust.md;
+#: c8: the second review's attacks on the sealed design itself).
 EXPECTED = {
     "1_allreduce_c1_calls_nccl.py": ("flagged", REFUSED),
     "1_allreduce_c1_process_group_object.py": ("flagged", REFUSED),
@@ -43,6 +44,10 @@ EXPECTED = {
     "1_allreduce_c5_hogs_the_host.py": ("flagged", "left work running on the host"),
     "1_allreduce_c7_int8_wire.py": ("fail", "trial 1: rank"),
     "1_allreduce_c7_inside_tolerance.py": ("fail", "trial 0: rank"),
+    "1_allreduce_c8_links_reference_parcel.py": ("fail", "could not be opened"),
+    "1_allreduce_c8_answers_ahead.py": ("error", "malformed"),
+    "1_allreduce_c8_lossy_when_timed.py": ("fail", "timed call"),
+    "1_allreduce_c8_poisons_caches.py": ("compile-error", "Read-only file system"),
     "1_allreduce_honest_peer_reads.py": ("pass", ""),
 }
 
@@ -67,6 +72,8 @@ def test_every_class_of_attack_is_caught_and_the_honest_control_passes(pkb_invok
     for name, (verdict, text) in EXPECTED.items():
         assert by_file[name]["verdict"] == verdict, (name, by_file[name]["reason"])
         assert text in by_file[name]["reason"], (name, by_file[name]["reason"])
+    # A flag raised after every trial passed says the outputs were right (the flag is about a rule).
+    assert "its outputs were correct in all 2 checked trials" in by_file["1_allreduce_c3_forges_timer.py"]["reason"]
     # The static scan of the source adds a hint to a refused collective.
     assert "hint: source mentions torch.distributed.all_reduce" in by_file["1_allreduce_c1_calls_nccl.py"]["reason"]
     # The forged record never reached the records file (the run directory is read-only for candidates).
@@ -82,10 +89,12 @@ def test_an_honest_job_after_one_that_leaves_traps_passes(pkb_invoke, plainpy, f
     assert by_file["1_allreduce_a_leaves_traps.py"]["verdict"] == "fail"
     assert by_file["1_allreduce_b_honest.py"]["verdict"] == "pass", by_file["1_allreduce_b_honest.py"]["reason"]
     # The trap's child was in the job's process group (it could not leave it) and died with the job.
-    assert not _processes_with("_vandal") and not _processes_with("pkb_core.launch.zygote")
+    assert not _processes_with("_vandal", tmp_path) and not _processes_with("pkb_core.launch.zygote", tmp_path)
 
 
-def _processes_with(text):
+def _processes_with(text, run_dir):
+    """Live processes whose command line has ``text`` and that this test's launch started
+    (their environment names its run directory: other pkb runs on the machine do not count)."""
     found = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
@@ -96,7 +105,12 @@ def _processes_with(text):
                     continue
         except OSError:
             continue
-        if text in cmdline:
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                ours = f"PKB_RUN_DIR={run_dir}".encode() in f.read()
+        except OSError:
+            continue
+        if text in cmdline and ours:
             found.append(pid)
     return found
 

@@ -352,8 +352,9 @@ def _self_check(pkb_invoke, run):
 def test_reference_against_itself_is_no_measurable_difference(pkb_invoke, tmp_path, monkeypatch):
     monkeypatch.setenv("PKB_CACHE_DIR", str(tmp_path / "cache"))
     # A 95 % interval misses the truth in up to 5 % of honest runs by design (with 6 rounds, all six
-    # ratios fall on one side of 1.0 with probability 2/64 per mode), so one rerun is allowed.
-    for attempt in range(2):
+    # ratios fall on one side of 1.0 with probability 2/64 per mode; a busy host adds its share),
+    # so two reruns are allowed.
+    for attempt in range(3):
         run = tmp_path / f"run{attempt}"
         record = _self_check(pkb_invoke, run)
         readings = [record["stats"]["modes"][m]["speedup"]["difference"] for m in ("latency", "back-to-back")]

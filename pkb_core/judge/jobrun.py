@@ -164,6 +164,10 @@ class JobRun:
             if self.outcome.trials < self.job["trials"] and ended.verdict in ("fail", "flagged", "error"):
                 trial = self.outcome.trials
                 self.outcome.reason = f"trial {trial}: {ended.reason}" if self._in_trials else ended.reason
+            if ended.verdict == "flagged" and self.outcome.trials == self.job["trials"]:
+                # A flag says how the solution broke a rule, not whether it computes the right
+                # answer: say that too (the record's `trials` counts the trials that passed).
+                self.outcome.reason += f" (its outputs were correct in all {self.outcome.trials} checked trials)"
         finally:
             self.outcome.barriers = self.candidates.events.get("barrier", 0)
         return self.outcome

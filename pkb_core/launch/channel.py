@@ -59,15 +59,25 @@ class LineReader:
 
     def discard(self) -> None:
         """Drop everything the worker has written so far, complete lines or not."""
+        self._drain(keep=False)
+        self._buffer.clear()
+
+    def _drain(self, keep: bool) -> bool:
+        """Read what the pipe holds now (kept in the buffer when ``keep``); sets
+        :attr:`closed` at EOF. False when an over-long line was dropped."""
         while True:
             try:
                 chunk = os.read(self.fd, 1 << 20)
             except BlockingIOError:
-                break
+                return True
             if not chunk:
                 self.closed = True
-                break
-        self._buffer.clear()
+                return True
+            if keep:
+                self._buffer += chunk
+                if len(self._buffer) > MAX_LINE and b"\n" not in self._buffer:
+                    self._buffer.clear()
+                    return False
 
     def read_messages(self) -> list:
         """Every complete message available now (``[]`` if none); sets :attr:`closed` at EOF.
@@ -75,18 +85,8 @@ class LineReader:
         A line that is not a JSON object, or is longer than :data:`MAX_LINE`,
         becomes ``{"malformed": text}`` for the caller to judge.
         """
-        while True:
-            try:
-                chunk = os.read(self.fd, 1 << 20)
-            except BlockingIOError:
-                break
-            if not chunk:
-                self.closed = True
-                break
-            self._buffer += chunk
-            if len(self._buffer) > MAX_LINE and b"\n" not in self._buffer:
-                self._buffer.clear()
-                return [{"malformed": f"a message longer than {MAX_LINE} bytes"}]
+        if not self._drain(keep=True):
+            return [{"malformed": f"a message longer than {MAX_LINE} bytes"}]
         messages = []
         while True:
             end = self._buffer.find(b"\n")

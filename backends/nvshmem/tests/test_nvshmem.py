@@ -582,6 +582,7 @@ def test_init_refuses_when_the_home_library_is_not_the_loaded_one(monkeypatch, t
     tree = _nvshmem_tree(tmp_path)
     monkeypatch.setenv("PKB_NVSHMEM4PY_HOME", str(tree))
     monkeypatch.setattr(py_plugin, "requirements", lambda device: None)
+    monkeypatch.setattr(pkb_core, "preload_errors", lambda: {})  # whatever earlier tests of this process preloaded
     monkeypatch.setattr(pkb_core, "mapped_paths", lambda fragment: ["/other/libnvshmem_host.so.3"])
     with pytest.raises(BackendUnavailable, match="loaded NVSHMEM from /other/libnvshmem_host.so.3 instead of"):
         py_plugin.pkb_backend_init(ctx=_Ctx())
