@@ -445,3 +445,26 @@ def test_one_l2_policy_for_both_sides():
     assert len(flushes) == 3  # before every latency call
     timer.run(calls, "back-to-back")
     assert len(flushes) == 3  # never inside a back-to-back batch
+
+
+def test_the_barrier_kernel_compiles_for_a_gpu_without_one():
+    """No GPU here: compile the kernel for sm_90 (Triton ships ptxas) and read its PTX: release
+    exchanges into the peers' pads, acquire loads of its own, the global timer for the timeout."""
+    triton = pytest.importorskip("triton")
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from pkb_core.judge.barrier_kernel import kernel
+
+    source = ASTSource(fn=kernel(interpreted=False),
+                       signature={"pads": "i64", "counter": "*i32", "status": "*i32", "rank": "i32", "limit": "i64",
+                                  "WORLD": "constexpr", "CLOCK": "constexpr"},
+                       constexprs={"WORLD": 2, "CLOCK": True})
+    try:
+        compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": 1})
+    except FileNotFoundError as exc:  # a Triton without its bundled ptxas
+        pytest.skip(f"no CUDA toolchain: {exc}")
+    ptx = compiled.asm["ptx"]
+    assert ptx.count("atom.global.sys.release.exch.b32") == 2  # one flag into each rank's pad
+    assert "ld.global.sys.acquire.b32" in ptx and "%globaltimer" in ptx
+    assert "cubin" in compiled.asm

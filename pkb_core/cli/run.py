@@ -19,7 +19,6 @@ from pkb_core.results.verdict import FAILING
 from pkb_core.cli.table import render_table
 
 
-
 @click.command()
 @click.option("--problem", "problems", default=None,
               help="Ids, names, categories, ranges (1-8) or 'all', comma-separated. Default: all (or the "

@@ -254,7 +254,7 @@ class JobRun:
         from pkb_core.judge.intervals import speedup
 
         job = self.job
-        cap = job["iters"]
+        cap = max(1, job["iters"])
         # Each call of a batch has its own input set; a side keeps a batch's
         # inputs and outputs (about twice the inputs) in memory at once.
         calls = max(1, min(POOL_CALLS, cap, POOL_BYTES // max(1, 3 * self.set_bytes)))

@@ -26,7 +26,11 @@ of the round's fresh pool, so no input repeats within a batch. Three modes:
 The L2 policy is the same for both sides because it is this code on both
 sides: flushed before every latency call and every graph replay, never inside
 a back-to-back batch. Without a device barrier (ranks on several nodes, no
-heap) a side aligns with the host barrier and the hold alone, and says so.
+heap) a side aligns with the host barrier and the hold alone, and says so. On
+CPU the device barrier's ``host`` engine is itself a barrier of the host, so
+there it replaces the store barrier (one synchronisation per sample, as
+before, not two: every one costs wake-ups on a host with fewer cores than
+ranks, and that noise lands in the cross-check's overheads).
 
 Every batch ends with a device-wide synchronisation, so what the launcher's
 clock sees includes work left on other streams. Times are milliseconds: CUDA
@@ -71,11 +75,6 @@ class _Flusher:
 def _sync(device):
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-
-
-def clock(device) -> str:
-    """``device`` (CUDA events) or ``host`` (the host's clock, CPU mode)."""
-    return "device" if device.type == "cuda" else "host"
 
 
 class BatchTimer:
@@ -133,7 +132,8 @@ class BatchTimer:
         if flush:
             self.flush()
         _sync(self.device)
-        self.barrier()  # host: paces the ranks, so the device barrier below waits microseconds
+        if self.device_barrier is None or self.device_barrier.engine != "host":
+            self.barrier()  # host: paces the ranks, so the device barrier below waits microseconds
         if self.device.type == "cuda":
             torch.cuda._sleep(HOLD_CYCLES)  # the launches below queue while the device waits
         if self.device_barrier is not None:
