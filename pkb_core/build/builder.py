@@ -45,8 +45,7 @@ def build(request: dict) -> dict:
     from pkb_core.errors import CompileError, SolutionUnsupported, describe
     from pkb_core.candidate.lockdown import lock_down, protected_caches
     from pkb_core.plugin.manager import worker_plugin_manager
-    from pkb_core.plugin.multicast import refuse_solution_multicast
-    from pkb_core.candidate.solution_modules import refuse_unsupported
+    from pkb_core.candidate.solution import check_source
     from pkb_core.problem.contract import read_spec
 
     pm = worker_plugin_manager(request["backend"], CoreDefaults())
@@ -54,9 +53,7 @@ def build(request: dict) -> dict:
     lock_down(network=False, read_only=[request["run_dir"], *protected_caches()])
     state = BuildContext(device=request["device"], options=request.get("options", {}))
     try:
-        if request["solution"] is not None:
-            refuse_unsupported(request["solution"])  # before the multicast rule: PKB's multicast runtime is `unsupported`
-        refuse_solution_multicast(pm, request["solution"])
+        check_source(pm, request["solution"])
         program = pm.hook.pkb_backend_compile(state=state, problem=problem, solution=request["solution"])
         if program is None:
             raise CompileError("the backend returned None from pkb_backend_compile")

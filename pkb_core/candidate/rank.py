@@ -122,8 +122,7 @@ class CandidateRank:
         """Lock the process down, then compile the job's solution (its code
         runs in this process from here on)."""
         from pkb_core.candidate.lockdown import lock_down, protected_caches
-        from pkb_core.plugin.multicast import refuse_solution_multicast
-        from pkb_core.candidate.solution_modules import refuse_unsupported
+        from pkb_core.candidate.solution import check_source
 
         if self.unsupported:
             return {"verdict": "unsupported", "reason": self.unsupported}
@@ -131,9 +130,7 @@ class CandidateRank:
         missing = lock_down(network=not self.custom_kernels, read_only=[self.run_dir, *protected_caches()])
         self.problem = read_spec(job["problem_path"]).load()
         try:
-            if job["solution"] is not None:
-                refuse_unsupported(job["solution"])  # before the multicast rule: PKB's multicast runtime is `unsupported`
-            refuse_solution_multicast(self.pm, job["solution"])
+            check_source(self.pm, job["solution"])
             self.program = self.pm.hook.pkb_backend_compile(state=self.state, problem=self.problem,
                                                             solution=job["solution"])
             if self.program is None:

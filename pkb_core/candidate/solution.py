@@ -15,6 +15,20 @@ from pkb_core.problem.contract import _import_file
 from pkb_core.candidate.solution_modules import SOLUTION_MODULE_PREFIX, refuse_unsupported, serving
 
 
+def check_source(pm, solution) -> None:
+    """The core's rules on a solution file's source, before any of it runs (``None``,
+    the reference, passes): an import the backend in ``pm`` cannot serve makes it
+    ``unsupported`` (:class:`~pkb_core.errors.SolutionUnsupported`), checked first
+    since PKB's multicast runtime also spells multicast; then NVLink multicast
+    makes it a ``compile-error`` (:func:`pkb_core.plugin.multicast.refuse_solution_multicast`)."""
+    from pkb_core.plugin.multicast import refuse_solution_multicast
+
+    if solution is None:
+        return
+    refuse_unsupported(solution)
+    refuse_solution_multicast(pm, solution)
+
+
 def load_solution(path) -> callable:
     """Import ``path`` and return its ``solution`` callable."""
     module = load_module(path)
