@@ -11,14 +11,18 @@ submitit = pytest.importorskip("submitit")
 
 
 def _job(problem, n):
-    return {"key": f"{problem}|{n}", "problem": problem, "problem_id": int(problem.split("_")[0]),
-            "category": "collective", "backend": "nosuch", "solution_label": f"s{n}", "size": "tiny",
-            "dtype": "fp32", "mode": "eval", "measure_perf": False}
+    from pkb_core.contracts.job import Job
+
+    return Job(key=f"{problem}|{n}", slug=f"{problem}-s{n}", problem=problem, problem_id=int(problem.split("_")[0]),
+               category="collective", problem_path=f"/nowhere/{problem}.py", backend="nosuch", solution=None,
+               solution_label=f"s{n}", size="tiny", dtype="fp32", trials=1, mode="eval", measure_perf=False,
+               warmup=0, iters=1, min_iters=1, save_outputs=False, timing_modes=("latency",), profile=False,
+               params={})
 
 
 def test_shards_are_problems_or_chunks():
     jobs = [_job("1_allreduce", 0), _job("1_allreduce", 1), _job("2_allgather", 0), _job("3_broadcast", 0)]
-    assert [[j["key"] for j in s] for s in make_shards(jobs)] == [
+    assert [[j.key for j in s] for s in make_shards(jobs)] == [
         ["1_allreduce|0", "1_allreduce|1"], ["2_allgather|0"], ["3_broadcast|0"]]
     assert [len(s) for s in make_shards(jobs, jobs_per_shard=3)] == [3, 1]
     # The engine's limit covers every job running into its timeout (plus a launch start-up allowance).
@@ -59,7 +63,7 @@ def test_slurm_needs_to_know_the_ranks_per_node(pkb_invoke, tmp_path):
 
 
 def test_a_shard_the_engine_lost_becomes_error_records(tmp_path):
-    from pkb_core.launch.launcher import LaunchSettings
+    from pkb_core.contracts.batch import LaunchSettings
     from pkb_core.results.records import read_records
 
     # The shard raises on its node (no such backend there): no record from the shard itself.
@@ -68,9 +72,9 @@ def test_a_shard_the_engine_lost_becomes_error_records(tmp_path):
     run_sharded([_job("1_allreduce", 0), _job("2_allgather", 0)], settings,
                 ExecutorOptions(name="submitit-local", jobs_per_shard=2), on_record=seen.append)
     records = read_records(tmp_path)
-    assert [(r["key"], r["verdict"]) for r in records] == [("1_allreduce|0", "error"), ("2_allgather|0", "error")]
+    assert [(r.key, r.verdict) for r in records] == [("1_allreduce|0", "error"), ("2_allgather|0", "error")]
     assert seen == records
-    reason = records[0]["reason"]
+    reason = records[0].reason
     assert reason.startswith("engine job ") and "PkbError: unknown backend 'nosuch'" in reason, reason
     assert f"logs {tmp_path}/submitit/" in reason
 

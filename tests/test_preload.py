@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import attrs
+
 from pkb_core.plugin import preload
 from pkb_core.plugin.backend import BackendInfo
 
@@ -71,15 +73,16 @@ def test_a_worker_loads_its_preloads_and_puts_wheel_roots_first_only_while_torch
 def test_the_launcher_hands_preloads_to_the_candidates_processes_only(tmp_path):
     from types import SimpleNamespace
 
+    from pkb_core.contracts.batch import LaunchSettings
     from pkb_core.launch import launcher as launch
 
-    settings = launch.LaunchSettings(nproc=1, device="cpu", backend="x", run_dir=tmp_path, job_timeout=5,
-                                     preload=("/opt/lib/liba.so.1",))
+    settings = LaunchSettings(nproc=1, device="cpu", backend="x", run_dir=tmp_path, job_timeout=5,
+                              preload=("/opt/lib/liba.so.1",))
     store = SimpleNamespace(address="127.0.0.1:1")
     assert launch.Launch(settings)._env("candidate", store)[preload.PRELOAD_ENV] == "/opt/lib/liba.so.1"
     # The judge never loads a backend's libraries: it runs references only.
     assert preload.PRELOAD_ENV not in launch.Launch(settings)._env("judge", store)
-    settings.preload = ()
+    settings = attrs.evolve(settings, preload=())
     assert preload.PRELOAD_ENV not in launch.Launch(settings)._env("candidate", store)
 
 

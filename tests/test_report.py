@@ -62,8 +62,11 @@ def test_at_k_over_problems_with_several_samples(samples):
 
 
 def test_single_sample_runs_have_no_at_k_and_untimed_runs_no_fast_p():
-    records = [{"problem": "1_allreduce", "category": "collective", "verdict": "pass"},
-               {"problem": "2_allgather", "category": "collective", "verdict": "fail"}]
+    from pkb_core.contracts.record import Record
+
+    common = dict(category="collective", backend="triton", world_size=2, size="tiny", dtype="fp32", mode="eval")
+    records = [Record(key="a", problem_id=1, problem="1_allreduce", solution="a.py", verdict="pass", **common),
+               Record(key="b", problem_id=2, problem="2_allgather", solution="b.py", verdict="fail", **common)]
     assert at_k(records) is None
     assert fast_p(records, 0) == 0.5 and fast_p(records, 1) is None
     assert fast_p(records[1:], 1) == 0.0  # nothing correct: nothing is fast, timed or not

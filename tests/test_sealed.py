@@ -19,7 +19,7 @@ REFUSED = "called a torch.distributed collective"
 LOCKDOWN = "system call the candidate lockdown forbids"
 
 #: file -> (verdict, text in the reason); one class of attack per prefix (c1..c7, see docs/trust.md;
-#: c8: the second review's attacks on the sealed design itself).
+#: c8: the second review's attacks on the sealed design itself; c9: on the typed contracts).
 EXPECTED = {
     "1_allreduce_c1_calls_nccl.py": ("flagged", REFUSED),
     "1_allreduce_c1_process_group_object.py": ("flagged", REFUSED),
@@ -48,6 +48,7 @@ EXPECTED = {
     "1_allreduce_c8_answers_ahead.py": ("error", "malformed"),
     "1_allreduce_c8_lossy_when_timed.py": ("fail", "timed call"),
     "1_allreduce_c8_poisons_caches.py": ("compile-error", "Read-only file system"),
+    "1_allreduce_c9_claims_a_verdict.py": ("flagged", "its setup answer claimed the verdict 'pass'"),
     "1_allreduce_honest_peer_reads.py": ("pass", ""),
 }
 

@@ -46,17 +46,17 @@ def test_speedup_interval_over_the_rounds_paired_ratios():
     pairs = [(r * 3.0, 3.0) for r in ratios]
     assert paired_ratio_interval(pairs) == pytest.approx((0.9, 1.2))
     result = speedup([1.0] * 10, [1.0] * 10, pairs)
-    assert result["difference"] == SAME and result["rounds"] == 10 and result["value"] == 1.0
+    assert result.difference == SAME and result.rounds == 10 and result.value == 1.0
     # Whatever a round's conditions do to both sides cancels in its ratio: sides that vary 10x
     # from round to round still read a clean 2x.
     factors = (1, 3, 10, 1, 5, 2, 8)
     pairs = [(2.0 * f, 1.0 * f) for f in factors]
     assert paired_ratio_interval(pairs) == (2.0, 2.0)
-    assert speedup([2.0 * f for f in factors], list(factors), pairs)["difference"] == FASTER
-    assert speedup([1.0] * 7, [2.0] * 7, [(1.0, 2.0)] * 7)["difference"] == SLOWER
+    assert speedup([2.0 * f for f in factors], list(factors), pairs).difference == FASTER
+    assert speedup([1.0] * 7, [2.0] * 7, [(1.0, 2.0)] * 7).difference == SLOWER
     # Fewer than 6 rounds: no interval, no measurable difference, whatever the point value.
     few = speedup([4.0] * 50, [1.0] * 50, [(4.0, 1.0)] * 5)
-    assert few["low"] is None and few["value"] == 4.0 and few["difference"] == SAME
+    assert few.low is None and few.value == 4.0 and few.difference == SAME
 
 
 def test_difference_reading():
@@ -68,11 +68,11 @@ def test_difference_reading():
 
 def test_summaries_carry_the_medians_interval():
     stats = summarize([float(x) for x in range(1, 11)])
-    assert (stats["ci_low"], stats["ci_high"], stats["ci_level"]) == (2.0, 9.0, 0.95)
-    assert stats["median"] == 5.5 and stats["rounds"] == 10
-    assert summarize([1.0, 2.0])["ci_low"] is None
+    assert (stats.ci_low, stats.ci_high, stats.ci_level) == (2.0, 9.0, 0.95)
+    assert stats.median == 5.5 and stats.rounds == 10
+    assert summarize([1.0, 2.0]).ci_low is None
     by_round = summarize([float(x) for x in range(1, 61)], rounds=[10.0, 20.0, 30.0, 40.0, 50.0, 60.0])
-    assert (by_round["ci_low"], by_round["ci_high"], by_round["ci_units"]) == (10.0, 60.0, 6)
+    assert (by_round.ci_low, by_round.ci_high, by_round.ci_units) == (10.0, 60.0, 6)
 
 
 # -- the stopping rule ---------------------------------------------------------------------------
@@ -135,19 +135,24 @@ def _timing(ref_samples, cand_samples, clock="device", per_round=5):
 
     chunks = lambda xs: [statistics.median(xs[i:i + per_round]) for i in range(0, len(xs), per_round)]  # noqa: E731
     ref_rounds, cand_rounds = chunks(ref_samples), chunks(cand_samples)
-    sides = {"reference": summarize(ref_samples, ref_rounds), "candidate": summarize(cand_samples, cand_rounds)}
-    mode = dict(sides, speedup=ratio(ref_samples, cand_samples, list(zip(ref_rounds, cand_rounds))), stopped="cap",
-                batches=len(ref_rounds), alignment={"reference": "device barrier", "candidate": "device barrier"})
-    return {"modes": {"latency": mode}, "primary": "latency", "crosscheck": {}, "clock": clock,
-            "reference": sides["reference"], "candidate": sides["candidate"], "speedup": mode["speedup"]}
+    from pkb_core.contracts.timing import ModeTiming, Timing
+
+    mode = ModeTiming(reference=summarize(ref_samples, ref_rounds), candidate=summarize(cand_samples, cand_rounds),
+                      speedup=ratio(ref_samples, cand_samples, list(zip(ref_rounds, cand_rounds))), stopped="cap",
+                      batches=len(ref_rounds), alignment={"reference": "device barrier", "candidate": "device barrier"})
+    return Timing(modes={"latency": mode}, primary="latency", clock=clock, reference=mode.reference,
+                  candidate=mode.candidate, speedup=mode.speedup)
 
 
 def _record(name, ref_samples, cand_samples, clock="device", problem="1_allreduce"):
     from pkb_core.results.records import job_record
 
-    job = {"key": name, "problem_id": 1, "problem": problem, "category": "collective", "backend": "triton",
-           "solution_label": name, "size": "default", "dtype": "bf16", "mode": "eval", "warmup": 1, "iters": 30,
-           "min_iters": 10, "timing_modes": ["latency"]}
+    from pkb_core.contracts.job import Job
+
+    job = Job(key=name, slug=name, problem_id=1, problem=problem, category="collective", problem_path="/p.py",
+              backend="triton", solution=None, solution_label=name, size="default", dtype="bf16", trials=1,
+              mode="eval", measure_perf=True, warmup=1, iters=30, min_iters=10, save_outputs=False,
+              timing_modes=("latency",), profile=False, params={})
     return job_record(job, 2, "pass", timing=_timing(ref_samples, cand_samples, clock),
                       machine={"device": "cuda" if clock == "device" else "cpu"})
 
@@ -167,15 +172,15 @@ def _rows():
 
 def test_records_carry_intervals_and_the_reading():
     fast, same, slow, cpu = _rows()
-    assert fast["difference"] == FASTER and fast["speedup_ci"][0] > 1.0 and fast["clock"] == "device"
-    assert same["difference"] == SAME and same["speedup_ci"][0] < 1.0 < same["speedup_ci"][1]
-    assert same["speedup"] > 1.0  # a point value above 1 that is not a win
-    assert slow["difference"] == SLOWER
-    assert cpu["clock"] == "host"
+    assert fast.difference == FASTER and fast.speedup_ci[0] > 1.0 and fast.clock == "device"
+    assert same.difference == SAME and same.speedup_ci[0] < 1.0 < same.speedup_ci[1]
+    assert same.speedup > 1.0  # a point value above 1 that is not a win
+    assert slow.difference == SLOWER
+    assert cpu.clock == "host"
     for r in (fast, same, slow, cpu):
-        low, high = r["reference_ci_ms"]
-        assert low <= r["reference_ms"] <= high
-        assert r["stats"]["modes"]["latency"]["stopped"] == "cap"
+        low, high = r.reference_ci_ms
+        assert low <= r.reference_ms <= high
+        assert r.stats.modes["latency"].stopped == "cap"
 
 
 def test_fast_p_counts_only_measurable_wins_and_leaves_host_timings_out():
@@ -390,7 +395,7 @@ def test_calibrate_measures_and_caches_the_noise_floor(pkb_invoke, tmp_path, mon
     assert "host timings" in out
     from pkb_core.machine.calibrate import load_calibration
 
-    floor = load_calibration("cpu")["noise_floor"]
+    floor = load_calibration("cpu").noise_floor
     assert set(floor["modes"]) == {"latency", "back-to-back"} and floor["iters"] == 60
     for mode, m in floor["modes"].items():
         if m["entries"]:  # six rounds: every ratio has its interval
@@ -409,14 +414,17 @@ def test_every_timed_call_gets_its_own_fresh_input_set(tmp_path):
 
     from pkb_core.judge.rank import JudgeRank
     from pkb_core.judge.trees import clone
+    from pkb_core.launch.plan import RunRequest, make_job
     from pkb_core.plugin.manager import get_plugin_manager
     from pkb_core.problem.registry import build_registry
 
     spec = build_registry(get_plugin_manager()).get("1")
     judge = JudgeRank(rank=0, world_size=2, device=torch.device("cpu"), secret="s" * 32, barrier=lambda: None,
                       run_dir=tmp_path)
-    judge.on_job({"problem_path": str(spec.path), "dtype": "fp32", "size": "tiny", "params": spec.params("tiny"),
-                  "trials": 1})
+    request = RunRequest(problems="1", backend="reference", solution=None, solutions=None, nproc=2, trials=1,
+                         dtype="fp32", size="tiny", mode="eval", measure_perf=True, warmup=0, iters=10,
+                         save_outputs=False)
+    judge.on_job(make_job(request, spec, None, "reference").to_json())
     drawn = []
     for round_ in ("latency/0", "latency/1"):
         judge.on_pool(round=round_, k=3, path=str(tmp_path / f"pool-{round_.replace('/', '-')}"))

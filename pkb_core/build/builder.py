@@ -22,6 +22,8 @@ import os
 import sys
 from dataclasses import dataclass, field
 
+from pkb_core.contracts.verdict import Verdict
+
 
 @dataclass
 class BuildContext:
@@ -58,7 +60,7 @@ def build(request: dict) -> dict:
         if program is None:
             raise CompileError("the backend returned None from pkb_backend_compile")
     except SolutionUnsupported as exc:
-        return {"ok": False, "message": str(exc), "verdict": "unsupported"}
+        return {"ok": False, "message": str(exc), "verdict": Verdict.UNSUPPORTED}
     except CompileError as exc:
         return {"ok": False, "message": str(exc)}
     except Exception as exc:  # noqa: BLE001 - a backend bug is still this solution's verdict

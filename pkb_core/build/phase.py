@@ -29,6 +29,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from pkb_core.contracts.verdict import Verdict
 from pkb_core.launch.channel import REPLY_FD_ENV
 
 #: Environment variables that change what a build produces.
@@ -49,10 +50,7 @@ class BuildResult:
     message: str = ""
     seconds: float = 0.0
     cached: bool = False
-    verdict: str = "compile-error"
-
-    def as_record(self) -> dict:
-        return {"seconds": round(self.seconds, 3), "cached": self.cached}
+    verdict: Verdict = Verdict.COMPILE_ERROR
 
 
 def cache_dir() -> Path:
@@ -223,7 +221,7 @@ class BuildPhase:
 
 
 def _failure_verdict(verdict) -> str:
-    return "unsupported" if verdict == "unsupported" else "compile-error"
+    return Verdict.UNSUPPORTED if verdict == Verdict.UNSUPPORTED else Verdict.COMPILE_ERROR
 
 
 def _kill(proc) -> None:

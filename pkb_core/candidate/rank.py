@@ -26,6 +26,8 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
+from pkb_core.contracts.job import Job
+from pkb_core.contracts.verdict import Verdict
 from pkb_core.judge.barrier import StoreBarrier
 from pkb_core.errors import BackendUnavailable, CompileError, SolutionFailed, SolutionUnsupported, describe
 from pkb_core.judge.parcel import TRUSTED, pack, unpack
@@ -125,22 +127,22 @@ class CandidateRank:
         from pkb_core.candidate.solution import check_source
 
         if self.unsupported:
-            return {"verdict": "unsupported", "reason": self.unsupported}
-        self.job = job
+            return {"verdict": Verdict.UNSUPPORTED, "reason": self.unsupported}
+        self.job = job = Job.from_json(job)
         missing = lock_down(network=not self.custom_kernels, read_only=[self.run_dir, *protected_caches()])
-        self.problem = read_spec(job["problem_path"]).load()
+        self.problem = read_spec(job.problem_path).load()
         try:
-            check_source(self.pm, job["solution"])
+            check_source(self.pm, job.solution)
             self.program = self.pm.hook.pkb_backend_compile(state=self.state, problem=self.problem,
-                                                            solution=job["solution"])
+                                                            solution=job.solution)
             if self.program is None:
                 raise CompileError("the backend returned None from pkb_backend_compile")
         except SolutionUnsupported as exc:
-            return {"verdict": "unsupported", "reason": str(exc), "lockdown": missing}
+            return {"verdict": Verdict.UNSUPPORTED, "reason": str(exc), "lockdown": missing}
         except CompileError as exc:
-            return {"verdict": "compile-error", "reason": str(exc), "lockdown": missing}
+            return {"verdict": Verdict.COMPILE_ERROR, "reason": str(exc), "lockdown": missing}
         except Exception as exc:  # noqa: BLE001 - a backend bug is still this job's verdict
-            return {"verdict": "compile-error", "reason": f"compiling raised {describe(exc)}", "lockdown": missing}
+            return {"verdict": Verdict.COMPILE_ERROR, "reason": f"compiling raised {describe(exc)}", "lockdown": missing}
         return {"verdict": None, "lockdown": missing}
 
     def _init_process_group(self, custom_kernels: bool):

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import click
 
+from pkb_core.contracts.verdict import Verdict
 from pkb_core.errors import NothingSelected, PkbError
 from pkb_core.plugin.reference_backend import NAME as REFERENCE
 from pkb_core.cli.table import render_table
@@ -77,7 +78,8 @@ def bench(pm, problems, backend, solutions, sizes, nproc, dtype, trials, warmup,
     from pkb_core.baselines import baselines_for
     from pkb_core.machine.calibrate import calibrate
     from pkb_core.machine.device import detect_device, device_count
-    from pkb_core.launch.launcher import LaunchSettings, run_jobs
+    from pkb_core.contracts.batch import LaunchSettings
+    from pkb_core.launch.launcher import run_jobs
     from pkb_core.launch.plan import ITEMSIZE, RunRequest, make_job, pair_solutions
     from pkb_core.plugin.manager import get_backend_info
     from pkb_core.problem.registry import build_registry, require_problems
@@ -130,21 +132,21 @@ def bench(pm, problems, backend, solutions, sizes, nproc, dtype, trials, warmup,
     from pkb_core.cli.run import writable_paths
 
     writable_paths(run_dir, None)
-    keys = [job["key"] for job, _ in rejected] + [job["key"] for job in jobs + baseline_jobs]
+    keys = [job.key for job, _ in rejected] + [job.key for job in jobs + baseline_jobs]
     if force:
         forget_records(run_dir, keys)
-    recorded = {r["key"] for r in read_records(run_dir)} & set(keys)
+    recorded = {r.key for r in read_records(run_dir)} & set(keys)
     if recorded:
         click.echo(f"skipping {len(recorded)} recorded job(s) in {run_dir} (use --force to rerun them)", err=True)
     progress = JobProgress(len(keys) - len(recorded), quiet=json_,
-                           label=lambda r: f"{r['problem']}  {_human(int(r['size'].split(':')[1]))}  {r['solution']}")
+                           label=lambda r: f"{r.problem}  {_human(int(r.size.split(':')[1]))}  {r.solution}")
     for job, why in rejected:
-        if job["key"] not in recorded:
-            record = job_record(job, nproc, "unsupported", why)
+        if job.key not in recorded:
+            record = job_record(job, nproc, Verdict.UNSUPPORTED, why)
             append_record(run_dir, record)
             progress(record)
     reference = get_backend_info(pm, REFERENCE)
-    pending = [[job for job in batch if job["key"] not in recorded] for batch in (jobs, baseline_jobs)]
+    pending = [[job for job in batch if job.key not in recorded] for batch in (jobs, baseline_jobs)]
     calibration = calibrate(device) if any(pending) else None
     progress.start()
     try:
@@ -157,25 +159,25 @@ def bench(pm, problems, backend, solutions, sizes, nproc, dtype, trials, warmup,
                 run_jobs(batch, settings, on_record=progress)
     finally:
         progress.close()
-    by_key = {r["key"]: r for r in read_records(run_dir)}
+    by_key = {r.key: r for r in read_records(run_dir)}
     records = [by_key[k] for k in keys if k in by_key]
     library = reference_library(device)
-    own = {job["key"] for job in jobs}
-    average = avg_busbw([r for r in records if r["key"] in own])
+    own = {job.key for job in jobs}
+    average = avg_busbw([r for r in records if r.key in own])
     if json_:
         click.echo(json.dumps({"run_dir": str(run_dir), "reference": library, "avg_busbw_gbps": average,
-                               "results": records}, indent=2))
+                               "results": [r.to_json() for r in records]}, indent=2))
     else:
         click.echo(sweep_table(records, modes, library))
         click.echo(f"\n(records in {run_dir}/records.jsonl)")
         if device == "cpu":
             click.echo(CPU_TIMING_NOTE)
-        not_passed = sum(r["verdict"] != "pass" for r in records)
-        reference_avg = avg_busbw([r for r in records if r["key"] in own], side="reference")
+        not_passed = sum(r.verdict != Verdict.PASS for r in records)
+        reference_avg = avg_busbw([r for r in records if r.key in own], side="reference")
         click.echo(f"# Jobs not passed : {not_passed}")
         click.echo(f"# Avg bus bandwidth of {library} : " + _gbps(reference_avg))
         click.echo("# Avg bus bandwidth : " + _gbps(average))
-    if any(r["verdict"] in FAILING for r in records):
+    if any(r.verdict in FAILING for r in records):
         raise SystemExit(1)
 
 
@@ -185,13 +187,14 @@ def reference_library(device: str) -> str:
 
 
 def _median_us(record, mode, side):
-    stats = record.get("stats", {}).get("modes", {}).get(mode, {}).get(side)
-    return stats["median"] * 1e3 if stats else None
+    timing = record.stats.modes.get(mode) if record.stats else None
+    stats = getattr(timing, side) if timing else None
+    return stats.median * 1e3 if stats else None
 
 
 def _busbw(record, t_us):
     """nccl-tests' bus bandwidth in GB/s of a call taking ``t_us`` microseconds."""
-    bus = record.get("stats", {}).get("bus")
+    bus = record.stats.bus if record.stats else None
     return bus["bytes"] / (t_us * 1e-6) * bus["factor"] / 1e9 if bus and t_us else None
 
 
@@ -205,7 +208,7 @@ def avg_busbw(records, side: str = "candidate"):
     of the reference on the same rows), nccl-tests' ``# Avg bus bandwidth``; None without any."""
     values = []
     for r in records:
-        if r["verdict"] != "pass":
+        if r.verdict != Verdict.PASS:
             continue
         t = _best(_median_us(r, "latency", side), _median_us(r, "graph", side))
         bw = _busbw(r, t)
@@ -221,11 +224,11 @@ def _gbps(value) -> str:
 def sweep_table(records, modes=("latency", "graph"), library: str = "NCCL") -> str:
     """One row per (problem, size, solution): times in us, speedups, busbw in GB/s (fixed point)."""
     rows = []
-    for r in sorted(records, key=lambda r: (r["problem_id"], int(r["size"].split(":")[1]), r["solution"])):
-        nbytes = int(r["size"].split(":")[1])
+    for r in sorted(records, key=lambda r: (r.problem_id, int(r.size.split(":")[1]), r.solution)):
+        nbytes = int(r.size.split(":")[1])
         ref_eager, sol_eager = _median_us(r, "latency", "reference"), _median_us(r, "latency", "candidate")
         ref_graph, sol_graph = _median_us(r, "graph", "reference"), _median_us(r, "graph", "candidate")
-        rows.append([r["problem"], _human(nbytes), r["solution"], r["verdict"], ref_eager, ref_graph, sol_eager,
+        rows.append([r.problem, _human(nbytes), r.solution, r.verdict, ref_eager, ref_graph, sol_eager,
                      sol_graph, _ratio(ref_eager, sol_eager), _ratio(ref_graph, sol_graph),
                      _busbw(r, ref_graph or ref_eager), _busbw(r, _best(sol_eager, sol_graph))])
     headers = ["problem", "size", "solution", "verdict", f"{library} us", f"{library} graph us", "sol us",

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import click
 
+from pkb_core.contracts.verdict import Verdict
+
 
 @click.command()
 @click.option("--backend", required=True, help="Backend plugin (see `pkb backends`).")
@@ -59,7 +61,7 @@ def build(pm, backend, solution, solutions, problems, device, build_timeout, bui
     else:
         for path, result in failed.items():
             click.echo(f"\n{Path(path).name}: {result.message}")
-        unsupported = sum(r.verdict == "unsupported" for r in failed.values())
+        unsupported = sum(r.verdict == Verdict.UNSUPPORTED for r in failed.values())
         tail = f", {unsupported} unsupported" if unsupported else ""
         click.echo(f"\n{len(results) - len(failed)} built, {len(failed) - unsupported} compile-error{tail}")
     if failed:

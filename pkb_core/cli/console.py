@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import click
 
 from pkb_core.cli.table import AUTO, format_cell, numeric_column, render_table
-from pkb_core.results.verdict import Verdict
+from pkb_core.contracts.verdict import Verdict
 
 #: Verdict colours in rich tables.
 VERDICT_STYLES = {**{v.value: "red" for v in Verdict if v.failing}, Verdict.PASS.value: "green",

@@ -45,7 +45,7 @@ def inspect(pm, run_dir, problem, rank, solution, n_values):
         record = verdicts.get(folder.name)
         head = f"== {folder.name}"
         if record:
-            head += f"  [{record['verdict']}]" + (f" {record['reason']}" if record.get("reason") else "")
+            head += f"  [{record.verdict}]" + (f" {record.reason}" if record.reason else "")
         click.echo(head)
         for path in _rank_files(folder, rank):
             payload = torch.load(path, map_location="cpu", weights_only=True)
@@ -57,8 +57,8 @@ def inspect(pm, run_dir, problem, rank, solution, n_values):
 
 def _folders(outputs: Path, problem: str, records, solution) -> list[Path]:
     """Output folders of ``problem`` (folders are named ``<problem key>-<solution>-W<n>-<size>``)."""
-    keys = {r["problem"] for r in records if problem in (str(r.get("problem_id")), r.get("problem"))
-            or str(r.get("problem", "")).split("_", 1)[-1] == problem}
+    keys = {r.problem for r in records if problem in (str(r.problem_id), r.problem)
+            or str(r.problem).split("_", 1)[-1] == problem}
     prefixes = [k + "-" for k in keys] or [f"{problem}_" if problem.isdigit() else f"{problem}-"]
     found = sorted(d for d in outputs.iterdir() if d.is_dir() and any(d.name.startswith(p) for p in prefixes))
     if solution:
@@ -81,7 +81,7 @@ def _rank_files(folder: Path, rank) -> list[Path]:
 
 def _slug(record) -> str:
     """The outputs folder of a record (named by :func:`pkb_core.launch.plan.job_slug`)."""
-    return job_slug(record["problem"], str(record["solution"]), record["world_size"], record["size"])
+    return job_slug(record.problem, str(record.solution), record.world_size, record.size)
 
 
 def _tolerance(pm, problem_key):

@@ -217,6 +217,8 @@ def build_cli(pm) -> click.Group:
     @click.option("--json", "json_", is_flag=True, help="Print JSON.")
     def calibrate(device, force, noise, noise_problems, noise_iters, nproc, json_):
         """Measure this machine's link, memory and matmul rates and its timing noise floor (cached per machine)."""
+        import attrs
+
         from pkb_core.machine.calibrate import cache_dir, cache_path, calibrate as measure, machine_key, \
             save_calibration
         from pkb_core.machine.device import detect_device
@@ -224,23 +226,23 @@ def build_cli(pm) -> click.Group:
 
         device = detect_device(device)
         result = measure(device, force=force)
-        if noise and (force or not result.get("noise_floor")):
+        if noise and (force or not result.noise_floor):
             problems = tuple(p.strip() for p in noise_problems.split(",") if p.strip())
-            result["noise_floor"] = measure_noise_floor(
+            result = attrs.evolve(result, noise_floor=measure_noise_floor(
                 device, problems=problems, nproc=nproc, iters=noise_iters,
-                run_dir=cache_dir() / "calibration" / f"{machine_key(device)}-noise")
+                run_dir=cache_dir() / "calibration" / f"{machine_key(device)}-noise"))
             save_calibration(device, result)
         if json_:
-            click.echo(json.dumps(result, indent=2))
+            click.echo(json.dumps(result.to_json(), indent=2))
             return
-        rows = [["link (per direction, best pair)", f"{result['link_gbps']:.1f} GB/s"],
-                ["memory (read + write)", f"{result['hbm_gbps']:.1f} GB/s"],
-                [f"matmul ({result['matmul_dtype']})", f"{result['matmul_tflops']:.3g} TFLOP/s"]]
-        rows += [[f"  GPU{l['src']} -> GPU{l['dst']} ({l['issued_by']})", f"{l['gbps']:.1f} GB/s"]
-                 for l in result["links"]]
+        rows = [["link (per direction, best pair)", f"{result.link_gbps:.1f} GB/s"],
+                ["memory (read + write)", f"{result.hbm_gbps:.1f} GB/s"],
+                [f"matmul ({result.matmul_dtype})", f"{result.matmul_tflops:.3g} TFLOP/s"]]
+        rows += [[f"  GPU{link.src} -> GPU{link.dst} ({link.issued_by})", f"{link.gbps:.1f} GB/s"]
+                 for link in result.links]
         click.echo(render_table(["ceiling", "measured"], rows))
-        click.echo(f"\n{result['method']}")
-        floor = result.get("noise_floor")
+        click.echo(f"\n{result.method}")
+        floor = result.noise_floor
         if floor:
             click.echo(f"\nNoise floor: the reference against itself ({floor['nproc']} ranks, size {floor['size']}, "
                        f"{floor['datetime']})")

@@ -19,7 +19,7 @@ class JobProgress:
     def __init__(self, total: int, quiet: bool = False, label=None):
         """:param label: ``label(record)``, the text after ``[i/n]`` (default: problem and solution)."""
         self.total, self.done, self.quiet = total, 0, quiet
-        self.label = label or (lambda record: f"{record['problem']}  {record['solution']}")
+        self.label = label or (lambda record: f"{record.problem}  {record.solution}")
         self._bar = None
         self._task = None
 
@@ -27,12 +27,12 @@ class JobProgress:
         self.done += 1
         if self.quiet:
             return
-        extra = f"  {record['speedup']:.2f}x" if record.get("speedup") else ""
-        if record.get("speedup") and record.get("difference"):
-            ci = record.get("speedup_ci")
-            extra += (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "") + f" {record['difference']}"
-            extra += " (host timing)" if record.get("clock") == "host" else ""
-        line = f"[{self.done}/{self.total}] {self.label(record)}  {record['verdict']}{extra}"
+        extra = f"  {record.speedup:.2f}x" if record.speedup else ""
+        if record.speedup and record.difference:
+            ci = record.speedup_ci
+            extra += (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "") + f" {record.difference}"
+            extra += " (host timing)" if record.clock == "host" else ""
+        line = f"[{self.done}/{self.total}] {self.label(record)}  {record.verdict}{extra}"
         if self._bar is None:
             click.echo(line, err=True)
             return

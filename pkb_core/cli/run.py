@@ -15,7 +15,7 @@ from pkb_core.launch.fanout import executor_options
 from pkb_core.cli.progress import JobProgress
 from pkb_core.launch.plan import TIMING_DEFAULTS
 from pkb_core.results.records import append_record, job_record
-from pkb_core.results.verdict import FAILING
+from pkb_core.contracts.verdict import FAILING, Verdict
 from pkb_core.cli.table import render_table
 
 
@@ -79,7 +79,7 @@ def run(pm, problems, backend, solution, solutions, nproc, nnodes, node_rank, rd
     Exit status (as pytest's): 0 every job passed or is unsupported here, 1 a job
     failed, 2 interrupted, 4 a bad option or configuration value, 5 nothing selected."""
     from pkb_core.machine.device import detect_device, device_count
-    from pkb_core.launch.launcher import LaunchSettings, Nodes
+    from pkb_core.contracts.batch import LaunchSettings, Nodes
     from pkb_core.launch.plan import RunRequest, make_job, pair_solutions
     from pkb_core.plugin.manager import get_backend_info
     from pkb_core.problem.registry import build_registry, require_problems
@@ -130,22 +130,23 @@ def run(pm, problems, backend, solution, solutions, nproc, nnodes, node_rank, rd
     writable_paths(run_dir, junitxml)
     for spec, path, label in pairs:
         job = make_job(request, spec, path, label)
-        why = spec.load().world_size_error(world_size, job["params"])
+        why = spec.load().world_size_error(world_size, job.params)
         (rejected if why else jobs).append((job, why))
     if dropped and problems:
         click.echo(dropped_notice(dropped, backend, solutions), err=True)
-    keys = {job["key"] for job, _ in jobs + rejected}
+    keys = {job.key for job, _ in jobs + rejected}
     if force:
         forget_records(run_dir, keys)
-    recorded = {r["key"] for r in read_records(run_dir)} & keys
+    recorded = {r.key for r in read_records(run_dir)} & keys
     if recorded:
         click.echo(f"skipping {len(recorded)} recorded job(s) in {run_dir} (use --force to rerun them)", err=True)
-    fresh = [(job, why) for job, why in rejected if job["key"] not in recorded]
-    for job, why in fresh:
-        append_record(run_dir, job_record(job, world_size, "unsupported", f"world size {world_size}: {why}"))
+    fresh = [job_record(job, world_size, Verdict.UNSUPPORTED, f"world size {world_size}: {why}")
+             for job, why in rejected if job.key not in recorded]
+    for record in fresh:
+        append_record(run_dir, record)
     progress = JobProgress(len(keys) - len(recorded), quiet=json_)
-    for job, _ in fresh:
-        progress({"problem": job["problem"], "solution": job["solution_label"], "verdict": "unsupported"})
+    for record in fresh:
+        progress(record)
     backend_options = getattr(pm, "pkb_config", {}).get("backends", {}).get(backend, {})
     calibration = None
     if measure_perf and jobs and executor.runs_here:
@@ -158,7 +159,7 @@ def run(pm, problems, backend, solution, solutions, nproc, nnodes, node_rank, rd
                               preload=tuple(info.preload()), custom_kernels=info.custom_kernels,
                               build_timeout=build_timeout, build_workers=build_jobs)
     on_record = _stop_at_first_failure(progress) if exitfirst else progress
-    pending = [job for job, _ in jobs if job["key"] not in recorded]
+    pending = [job for job, _ in jobs if job.key not in recorded]
     stopped = interrupted = False
     started = time.monotonic()
     progress.start()
@@ -170,8 +171,8 @@ def run(pm, problems, backend, solution, solutions, nproc, nnodes, node_rank, rd
         interrupted = True
     finally:
         progress.close()
-    by_key = {r["key"]: r for r in read_records(run_dir)}
-    ordered = [job["key"] for job, _ in rejected + jobs]
+    by_key = {r.key: r for r in read_records(run_dir)}
+    ordered = [job.key for job, _ in rejected + jobs]
     records = [by_key[k] for k in ordered if k in by_key]
     not_run = len(ordered) - len(records)
     if junitxml:
@@ -181,16 +182,16 @@ def run(pm, problems, backend, solution, solutions, nproc, nnodes, node_rank, rd
     if nodes and nodes.node_rank != 0 and not records:
         click.echo(f"node {node_rank} of {nnodes}: done; records are written where global rank 0 ran", err=True)
     if json_:
-        click.echo(json.dumps({"run_dir": str(run_dir), "results": records}, indent=2))
+        click.echo(json.dumps({"run_dir": str(run_dir), "results": [r.to_json() for r in records]}, indent=2))
     elif not records:
         click.echo(f"no job finished  (run directory {run_dir})")
     else:
         click.echo(summary_table(records))
         earlier = f", {len(recorded)} recorded earlier" if recorded else ""
         click.echo(f"\n{_counts(records)}{earlier}  (records in {run_dir}/records.jsonl)")
-        if device == "cpu" and any(r.get("speedup") for r in records):
+        if device == "cpu" and any(r.speedup for r in records):
             click.echo(CPU_TIMING_NOTE)
-        elif not measure_perf and records and not any(r.get("speedup") for r in records):
+        elif not measure_perf and records and not any(r.speedup for r in records):
             click.echo("(no times or speedups: add --measure-perf to time the reference and the solutions)")
     if stopped:
         click.echo(f"stopped after the first failing job (-x/--exitfirst); {not_run} job(s) not run", err=True)
@@ -198,7 +199,7 @@ def run(pm, problems, backend, solution, solutions, nproc, nnodes, node_rank, rd
         click.echo(f"interrupted: {not_run} job(s) not run; the same command with --out {run_dir} resumes",
                    err=True)
         raise KeyboardInterrupt
-    if any(r["verdict"] in FAILING for r in records):
+    if any(r.verdict in FAILING for r in records):
         raise SystemExit(1)
 
 
@@ -214,8 +215,8 @@ class StopRun(Exception):
 def _stop_at_first_failure(progress):
     def on_record(record):
         progress(record)
-        if record["verdict"] in FAILING:
-            raise StopRun(record["key"])
+        if record.verdict in FAILING:
+            raise StopRun(record.key)
 
     return on_record
 
@@ -231,7 +232,7 @@ def dropped_notice(dropped, backend, solutions) -> str:
 
 def build_progress(path, result, done, total) -> None:
     """One line per finished build of the compile phase (stderr)."""
-    state = "cached" if result.cached else ("built" if result.ok else "compile-error")
+    state = "cached" if result.cached else ("built" if result.ok else Verdict.COMPILE_ERROR.value)
     seconds = "" if result.cached else f"  {result.seconds:.1f} s"
     click.echo(f"build [{done}/{total}] {Path(path).name}  {state}{seconds}", err=True)
 
@@ -275,14 +276,14 @@ def summary_table(records) -> str:
     """The run's table; the timing columns only when some job was timed: medians, the
     speedup with its 95 % interval and what it reads as (faster, slower, no measurable
     difference; docs/timing.md)."""
-    timed = any(r.get("reference_ms") is not None or r.get("solution_ms") is not None for r in records)
+    timed = any(r.reference_ms is not None or r.solution_ms is not None for r in records)
     rows = []
-    for r in sorted(records, key=lambda r: (r["problem_id"], r["solution"])):
-        ci = r.get("speedup_ci")
-        times = [r.get("reference_ms"), r.get("solution_ms"), r.get("speedup"),
-                 f"[{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "", r.get("difference") or ""] if timed else []
-        rows.append([r["problem"], r["solution"], r["world_size"], r["size"], r["verdict"], *times,
-                     _short(r.get("reason", ""))])
+    for r in sorted(records, key=lambda r: (r.problem_id, r.solution)):
+        ci = r.speedup_ci
+        times = [r.reference_ms, r.solution_ms, r.speedup,
+                 f"[{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "", r.difference or ""] if timed else []
+        rows.append([r.problem, r.solution, r.world_size, r.size, r.verdict, *times,
+                     _short(r.reason)])
     headers = ["problem", "solution", "W", "size", "verdict"] + (
         ["ref ms", "sol ms", "speedup", "95% interval", "vs reference"] if timed else [])
     return render_table(headers + ["reason"], rows)
@@ -291,7 +292,7 @@ def summary_table(records) -> str:
 def _counts(records) -> str:
     counts = {}
     for r in records:
-        counts[r["verdict"]] = counts.get(r["verdict"], 0) + 1
+        counts[r.verdict] = counts.get(r.verdict, 0) + 1
     return ", ".join(f"{n} {v}" for v, n in sorted(counts.items()))
 
 

@@ -32,6 +32,8 @@ from __future__ import annotations
 
 import statistics
 
+from pkb_core.contracts.timing import CrossCheck
+
 #: Jitter of the launcher's clock around one batch (ms): pipes, the scheduler.
 FLOOR_MS = {"cpu": 5.0, "cuda": 1.0}
 #: The device-side hold before each latency/graph call, in ms (timing.HOLD_CYCLES at ~2 GHz).
@@ -44,24 +46,23 @@ def overhead(wall_ms: float, call_times_ms: list[float]) -> float:
 
 
 def judge(reference: list[float], candidate: list[float], candidate_walls: list[float], *, device: str,
-          mode: str, calls_per_batch: int) -> dict:
-    """The cross-check of one timing mode: overheads in, ``{"flag": reason or
-    None, ...numbers}`` out (every number in ms)."""
+          mode: str, calls_per_batch: int) -> CrossCheck:
+    """The cross-check of one timing mode: overheads in, a :class:`CrossCheck` out
+    (every number in ms; ``flag``: the reason, or None)."""
     ref, cand = min(reference), min(candidate)
     spread = (statistics.median(reference) - ref) if len(reference) > 1 else 0.0
     allowance = FLOOR_MS[device] + 3 * spread + 0.1 * min(candidate_walls)
     if device == "cuda" and mode in ("latency", "graph"):
         allowance += HOLD_MS * calls_per_batch
     excess = cand - ref
-    result = {"reference_overhead_ms": ref, "candidate_overhead_ms": cand, "allowance_ms": allowance,
-              "reference_overhead_median_ms": statistics.median(reference),
-              "candidate_overhead_median_ms": statistics.median(candidate),
-              "batches": len(candidate), "flag": None}
+    flag = None
     if excess > allowance:
-        result["flag"] = (
+        flag = (
             f"{mode} mode: by the launcher's clock every batch of {calls_per_batch} calls took at least "
             f"{cand:.3f} ms more than the times the candidate reported (the reference's batches: {ref:.3f} ms more; "
             f"allowed difference {allowance:.3f} ms): work outside the "
             f"reported times (deferred to another thread or stream, or done when the outputs were collected) or "
             f"forged times")
-    return result
+    return CrossCheck(reference_overhead_ms=ref, candidate_overhead_ms=cand, allowance_ms=allowance,
+                      reference_overhead_median_ms=statistics.median(reference),
+                      candidate_overhead_median_ms=statistics.median(candidate), batches=len(candidate), flag=flag)

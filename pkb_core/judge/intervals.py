@@ -37,6 +37,8 @@ and one that contains 1.0, or that cannot be formed from too few rounds, is
 """
 from __future__ import annotations
 
+from pkb_core.contracts.timing import Speedup
+
 #: The confidence level of every interval pkb reports.
 LEVEL = 0.95
 FASTER, SLOWER, SAME = "faster", "slower", "no measurable difference"
@@ -117,16 +119,16 @@ def difference(interval) -> str:
     return SAME
 
 
-def speedup(reference, candidate, pairs, level: float = LEVEL) -> dict:
+def speedup(reference, candidate, pairs, level: float = LEVEL) -> Speedup:
     """The speedup of one timing mode: ``value`` (the ratio of the two sides'
     medians over all calls), ``low``/``high`` (the interval over the rounds'
     paired ratios, :func:`paired_ratio_interval`; None with fewer than 6
     rounds), ``level``, ``rounds`` and ``difference``."""
     ref, cand = _median(sorted(reference)), _median(sorted(candidate))
     interval = paired_ratio_interval(pairs, level)
-    return {"value": ref / cand if cand > 0 else None,
-            "low": interval[0] if interval else None, "high": interval[1] if interval else None,
-            "level": level, "rounds": len(pairs), "difference": difference(interval)}
+    return Speedup(value=ref / cand if cand > 0 else None,
+                   low=interval[0] if interval else None, high=interval[1] if interval else None,
+                   level=level, rounds=len(pairs), difference=difference(interval))
 
 
 def _median(ordered) -> float:

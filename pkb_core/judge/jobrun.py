@@ -24,6 +24,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import attrs
+
+from pkb_core.contracts.job import Job
+from pkb_core.contracts.timing import ModeTiming, Timing
+from pkb_core.contracts.verdict import Verdict
 from pkb_core.judge.parcel import tensor_bytes
 from pkb_core.launch.ranks import JobEnded, RankGroup
 from pkb_core.judge.stopping import StoppingRule, time_share
@@ -31,6 +36,8 @@ from pkb_core.judge.timing import max_over_ranks, summarize
 
 #: Calls per timed batch (each on its own input set of the round's pool).
 POOL_CALLS = 10
+#: What a candidate's setup answer may report: its solution cannot be built, or cannot run here.
+CANDIDATE_VERDICTS = (Verdict.COMPILE_ERROR, Verdict.UNSUPPORTED)
 #: Bytes of one side's pool of inputs plus outputs, per rank, beyond which batches get fewer calls.
 POOL_BYTES = 2 << 30
 #: Every timed output of a batch is checked while a rank's batch outputs stay below this;
@@ -43,10 +50,10 @@ SAMPLED_CALLS = 2
 class Outcome:
     """What a job concluded, before it becomes a record."""
 
-    verdict: str = "pass"
+    verdict: Verdict = Verdict.PASS
     reason: str = ""
     trials: int = 0
-    timing: dict = field(default_factory=dict)
+    timing: Timing | None = None
     barriers: int = 0
     lockdown: list = field(default_factory=list)
     #: Wall seconds of each phase (``ready``, ``setup``, ``trials``, ``timing``, ``stop``), and
@@ -95,7 +102,7 @@ class JobRun:
     :param deadline: ``time.monotonic()`` by which the job must be done.
     """
 
-    def __init__(self, job: dict, problem, judges: RankGroup, candidates: RankGroup, *, parcels: Parcels,
+    def __init__(self, job: Job, problem, judges: RankGroup, candidates: RankGroup, *, parcels: Parcels,
                  deadline: float, settings, before_timing=None):
         self.job = job
         self.before_timing = before_timing
@@ -137,7 +144,7 @@ class JobRun:
                 self._count("host probe", started)
                 if busy:
                     rank, used = busy[0]
-                    raise JobEnded("flagged", f"rank {rank}: its processes used {used:.0f} ms of CPU in the 20 ms "
+                    raise JobEnded(Verdict.FLAGGED, f"rank {rank}: its processes used {used:.0f} ms of CPU in the 20 ms "
                                               f"after its {op} answer: the solution left work running on the host "
                                               "(a thread or a child process), outside what is checked and timed")
             return answers
@@ -149,22 +156,22 @@ class JobRun:
             with self._phase("setup"):
                 self._setup()
             with self._phase("trials"):
-                for trial in range(self.job["trials"]):
+                for trial in range(self.job.trials):
                     self._trial(trial)
                     self.outcome.trials = trial + 1
-            if self.job["mode"] == "eval" and self.job.get("measure_perf"):
+            if self.job.mode == "eval" and self.job.measure_perf:
                 if self.before_timing:
                     self.before_timing()  # nothing else starting up on this node while it times
                 with self._phase("timing"):
                     self._timing()
         except JobEnded as ended:
             self.outcome.verdict, self.outcome.reason = ended.verdict, ended.reason
-            if ended.verdict == "timeout":
+            if ended.verdict == Verdict.TIMEOUT:
                 self.outcome.reason = f"no result after {self.settings.job_timeout:.0f} s ({ended.reason})"
-            if self.outcome.trials < self.job["trials"] and ended.verdict in ("fail", "flagged", "error"):
+            if self.outcome.trials < self.job.trials and ended.verdict in (Verdict.FAIL, Verdict.FLAGGED, Verdict.ERROR):
                 trial = self.outcome.trials
                 self.outcome.reason = f"trial {trial}: {ended.reason}" if self._in_trials else ended.reason
-            if ended.verdict == "flagged" and self.outcome.trials == self.job["trials"]:
+            if ended.verdict == Verdict.FLAGGED and self.outcome.trials == self.job.trials:
                 # A flag says how the solution broke a rule, not whether it computes the right
                 # answer: say that too (the record's `trials` counts the trials that passed).
                 self.outcome.reason += f" (its outputs were correct in all {self.outcome.trials} checked trials)"
@@ -183,13 +190,21 @@ class JobRun:
     # -- the phases --------------------------------------------------------------
     def _setup(self):
         self._in_trials = False
-        self._judge("job", {"job": self.job})
-        answers = self._candidate("setup", {"job": self.job})
-        self.outcome.lockdown = sorted({m for a in answers for m in a.get("lockdown", [])})
+        self._judge("job", {"job": self.job.to_json()})
+        answers = self._candidate("setup", {"job": self.job.to_json()})
+        self.outcome.lockdown = sorted({str(m) for a in answers for m in a.get("lockdown", [])})
         for rank, answer in enumerate(answers):
-            if answer.get("verdict"):
-                raise JobEnded(answer["verdict"], f"rank {rank}: {answer.get('reason', '')}"
-                               if answer["verdict"] != "unsupported" else answer.get("reason", ""))
+            claimed = answer.get("verdict")
+            if not claimed:
+                continue
+            reason = str(answer.get("reason", ""))[:2000]
+            if claimed not in CANDIDATE_VERDICTS:
+                # The answer comes from the process the solution runs in: it may only say that the
+                # solution cannot be built or run here, never how the job ended.
+                raise JobEnded(Verdict.FLAGGED, f"rank {rank}: its setup answer claimed the verdict "
+                                                f"{str(claimed)[:40]!r} (a candidate may only report "
+                                                f"{' or '.join(v.value for v in CANDIDATE_VERDICTS)})")
+            raise JobEnded(Verdict(claimed), reason if claimed == Verdict.UNSUPPORTED else f"rank {rank}: {reason}")
         self._in_trials = True
 
     def _trial(self, trial: int):
@@ -200,50 +215,53 @@ class JobRun:
         self.set_bytes = max(self.set_bytes, sum(slots))
         answers = self._candidate("trial", [{"skeleton": s, "path": p, "slots": slots, "out_path": o}
                                             for s, p, o in zip(skeletons, inputs, outputs)])
-        dryrun = self.job["mode"] == "dryrun"
+        dryrun = self.job.mode == "dryrun"
         found = combine(self._judge("check", [
             {"trial": trial, "dryrun": dryrun, "candidate": {"skeleton": a.get("skeleton"), "path": o}}
             for a, o in zip(answers, outputs)]), "rank")
-        if (self.job.get("save_outputs") or dryrun) and (found or trial == self.job["trials"] - 1):
-            self._judge("save", {"slug": self.job["slug"], "dryrun": dryrun})
+        if (self.job.save_outputs or dryrun) and (found or trial == self.job.trials - 1):
+            self._judge("save", {"slug": self.job.slug, "dryrun": dryrun})
         if found:
             raise JobEnded(*found)
 
     def _timing(self):
         self._in_trials = False
         job = self.job
-        timing = {"modes": {}, "primary": job["timing_modes"][0], "crosscheck": {},
-                  "clock": "device" if self.settings.device == "cuda" else "host"}
-        mutates = self.problem.mutates
-        for index, mode in enumerate(job["timing_modes"]):
-            if mode != "latency" and mutates:
-                timing["modes"][mode] = {"unavailable": "the problem mutates its arguments: latency mode only"}
+        modes, crosscheck = {}, {}
+        for index, mode in enumerate(job.timing_modes):
+            unavailable = self._unavailable(mode)
+            if unavailable:
+                modes[mode] = ModeTiming(unavailable=unavailable)
                 continue
-            if mode == "graph" and not getattr(self.problem.module, "CUDA_GRAPH", True):
-                timing["modes"][mode] = {"unavailable": "the reference cannot be replayed from a CUDA graph "
-                                                        "(CUDA_GRAPH = False in the problem)"}
-                continue
-            if mode == "graph" and self.settings.device != "cuda":
-                timing["modes"][mode] = {"unavailable": "CUDA-graph mode needs a GPU"}
-                continue
-            budget = time_share(self.deadline - time.monotonic(), len(job["timing_modes"]) - index)
-            timing["modes"][mode] = self._time_mode(mode, timing["crosscheck"], budget)
-        primary = timing["modes"].get(timing["primary"], {})
-        timing["reference"], timing["candidate"] = primary.get("reference"), primary.get("candidate")
-        if primary.get("speedup"):
-            timing["speedup"] = primary["speedup"]
+            budget = time_share(self.deadline - time.monotonic(), len(job.timing_modes) - index)
+            modes[mode] = self._time_mode(mode, crosscheck, budget)
+        primary = job.timing_modes[0]
+        headline = modes.get(primary) or ModeTiming()
+        timing = Timing(modes=modes, primary=primary, crosscheck=crosscheck,
+                        clock="device" if self.settings.device == "cuda" else "host",
+                        reference=headline.reference, candidate=headline.candidate, speedup=headline.speedup)
         self.outcome.timing = timing
-        flags = [c["flag"] for c in timing["crosscheck"].values() if c.get("flag")]
+        flags = [c.flag for c in crosscheck.values() if c.flag]
         if flags:
-            raise JobEnded("flagged", flags[0])
-        self._physics_floor(timing)
+            raise JobEnded(Verdict.FLAGGED, flags[0])
+        timing = self.outcome.timing = self._physics_floor(timing)
         clocks = [a.get("clocks") for a in self._judge("clocks")]
         if any(clocks):
-            timing["clocks"] = clocks
-        if job.get("profile"):
-            timing["profile"] = self._profile()
+            timing = self.outcome.timing = attrs.evolve(timing, clocks=clocks)
+        if job.profile:
+            self.outcome.timing = attrs.evolve(timing, profile=self._profile())
 
-    def _time_mode(self, mode: str, crosscheck: dict, budget_s: float) -> dict:
+    def _unavailable(self, mode: str) -> str | None:
+        """Why ``mode`` cannot time this problem here, or None."""
+        if mode != "latency" and self.problem.mutates:
+            return "the problem mutates its arguments: latency mode only"
+        if mode == "graph" and not getattr(self.problem.module, "CUDA_GRAPH", True):
+            return "the reference cannot be replayed from a CUDA graph (CUDA_GRAPH = False in the problem)"
+        if mode == "graph" and self.settings.device != "cuda":
+            return "CUDA-graph mode needs a GPU"
+        return None
+
+    def _time_mode(self, mode: str, crosscheck: dict, budget_s: float) -> ModeTiming:
         """Rounds of one mode until the stopping rule says enough
         (:mod:`pkb_core.judge.stopping`): at least ``min_iters`` calls per side,
         at most ``iters``, in between until both medians are known to +-1 %, or
@@ -254,11 +272,11 @@ class JobRun:
         from pkb_core.judge.intervals import speedup
 
         job = self.job
-        cap = max(1, job["iters"])
+        cap = max(1, job.iters)
         # Each call of a batch has its own input set; a side keeps a batch's
         # inputs and outputs (about twice the inputs) in memory at once.
         calls = max(1, min(POOL_CALLS, cap, POOL_BYTES // max(1, 3 * self.set_bytes)))
-        rule = StoppingRule(min_samples=max(1, min(job.get("min_iters") or cap, cap)), max_samples=cap)
+        rule = StoppingRule(min_samples=max(1, min(job.min_iters or cap, cap)), max_samples=cap)
         times = {"reference": [], "candidate": []}
         medians = {"reference": [], "candidate": []}  # per round: the independent units of the intervals
         overheads = {"reference": [], "candidate": []}
@@ -276,10 +294,10 @@ class JobRun:
             if mode == "graph":  # capture the new round's calls (their buffers may have moved)
                 failure = self._capture()
                 if failure:
-                    return {"unavailable": failure}
-            if round_ == 0 and job["warmup"]:
-                self._judge("warm", {"count": job["warmup"]})
-                self._candidate("warm", {"count": job["warmup"]})
+                    return ModeTiming(unavailable=failure)
+            if round_ == 0 and job.warmup:
+                self._judge("warm", {"count": job.warmup})
+                self._candidate("warm", {"count": job.warmup})
             replays = calls if mode == "graph" else 0
             order = ("reference", "candidate") if round_ % 2 == 0 else ("candidate", "reference")
             for side in order:
@@ -308,11 +326,11 @@ class JobRun:
                 stopped = "time"
         crosscheck[mode] = cc.judge(overheads["reference"], overheads["candidate"], walls,
                                     device=self.settings.device, mode=mode, calls_per_batch=calls)
-        result = {side: summarize(t, medians[side]) for side, t in times.items()}
         pairs = list(zip(medians["reference"], medians["candidate"]))
-        result.update(speedup=speedup(times["reference"], times["candidate"], pairs), stopped=stopped,
-                      batches=round_, alignment=alignment)
-        return result
+        return ModeTiming(reference=summarize(times["reference"], medians["reference"]),
+                          candidate=summarize(times["candidate"], medians["candidate"]),
+                          speedup=speedup(times["reference"], times["candidate"], pairs), stopped=stopped,
+                          batches=round_, alignment=alignment)
 
     def _capture(self) -> str | None:
         failures = [a.get("failure") for a in self._judge("capture")]
@@ -330,29 +348,31 @@ class JobRun:
         if found:
             raise JobEnded(*found)
 
-    def _physics_floor(self, timing):
+    def _physics_floor(self, timing: Timing) -> Timing:
+        """``timing`` with the speed of light and the bus convention; flags a time below the floor."""
+        from pkb_core.launch.plan import ITEMSIZE
         from pkb_core.machine.roofline import below_floor, speed_of_light
 
         settings = self.settings
-        if not settings.calibration or not timing.get("candidate"):
-            return
-        from pkb_core.launch.plan import ITEMSIZE
-
-        itemsize = ITEMSIZE[self.job["dtype"]]
-        traffic = self.problem.traffic(self.job["params"], self.nproc, itemsize)
-        timing["sol"] = speed_of_light(traffic, settings.calibration)
+        if not settings.calibration or not timing.candidate:
+            return timing
+        itemsize = ITEMSIZE[self.job.dtype]
+        traffic = self.problem.traffic(self.job.params, self.nproc, itemsize)
+        timing = attrs.evolve(timing, sol=speed_of_light(traffic, settings.calibration))
         busbw = getattr(self.problem.module, "busbw", None)
         if busbw:
-            nbytes, factor = busbw(self.job["params"], self.nproc, itemsize)
-            timing["bus"] = {"bytes": nbytes, "factor": factor}
-        impossible = below_floor(timing["candidate"]["median"], timing["sol"])
+            nbytes, factor = busbw(self.job.params, self.nproc, itemsize)
+            timing = attrs.evolve(timing, bus={"bytes": nbytes, "factor": factor})
+        self.outcome.timing = timing
+        impossible = below_floor(timing.candidate.median, timing.sol)
         if impossible:
-            raise JobEnded("flagged", impossible)
+            raise JobEnded(Verdict.FLAGGED, impossible)
+        return timing
 
     def _profile(self) -> dict:
         folder = Path(self.settings.run_dir) / "profiles"
         folder.mkdir(parents=True, exist_ok=True)
-        slug = self.job["slug"]
+        slug = self.job.slug
         summary = {}
         for side, group in (("reference", self._judge), ("candidate", self._candidate)):
             answers = group("profile", [{"path": str(folder / f"{slug}-{side}-rank{r}.json")}
@@ -381,5 +401,5 @@ def _times(answer: dict, count: int) -> list[float]:
     times = answer.get("times")
     if not (isinstance(times, list) and len(times) == count and
             all(isinstance(t, (int, float)) and math.isfinite(t) and t >= 0 for t in times)):
-        raise JobEnded("flagged", f"the timed batch reported {str(times)[:80]} instead of {count} times")
+        raise JobEnded(Verdict.FLAGGED, f"the timed batch reported {str(times)[:80]} instead of {count} times")
     return [float(t) for t in times]

@@ -29,6 +29,8 @@ import dataclasses
 
 import torch
 
+from pkb_core.contracts.job import Job
+from pkb_core.contracts.verdict import Verdict
 from pkb_core.judge.check import compare, leaves
 from pkb_core.judge.parcel import UNTRUSTED, ParcelError, pack, unpack
 from pkb_core.problem.contract import RunContext, read_spec
@@ -71,21 +73,21 @@ class JudgeRank:
     def context(self, trial, full_mantissa=False) -> RunContext:
         job = self.job
         return RunContext(rank=self.rank, world_size=self.world_size, device=self.device,
-                          dtype=DTYPES[job["dtype"]], size=job["size"], params=job["params"], trial=trial,
+                          dtype=DTYPES[job.dtype], size=job.size, params=job.params, trial=trial,
                           secret=self.secret, problem_key=self.problem.spec.key, groups=self.groups,
                           full_mantissa=full_mantissa)
 
     # -- commands ---------------------------------------------------------------
-    def on_job(self, job):
-        self.job = job
-        self.problem = read_spec(job["problem_path"]).load()
+    def on_job(self, job: dict):
+        self.job = job = Job.from_json(job)
+        self.problem = read_spec(job.problem_path).load()
         self.trial_args = None
         self.pool = None
         self.timer = self.timer.renewed()
         return {}
 
     def on_inputs(self, trial, path):
-        full = full_mantissa_trial(trial, self.job["trials"])
+        full = full_mantissa_trial(trial, self.job.trials)
         ctx = self.context(trial, full)
         args = self.problem.inputs(ctx)
         self.trial_args = clone(args)
@@ -107,16 +109,16 @@ class JudgeRank:
         except Exception as exc:  # noqa: BLE001 - a reference that raises is the job's error
             from pkb_core.errors import describe
 
-            return {"verdict": "error", "reason": f"the reference raised {describe(exc)}"}
+            return {"verdict": Verdict.ERROR, "reason": f"the reference raised {describe(exc)}"}
         self.last_reference = ref_out
         received = self._receive(candidate, budget=_nbytes(ref_out) + _nbytes(ref_args))
         if isinstance(received, str):
-            return {"verdict": "fail", "reason": received}
+            return {"verdict": Verdict.FAIL, "reason": received}
         self.last_candidate = received
         tolerance = EXACT_TOLERANCE if self.trial_exact else self.problem.spec.tolerance
         problem = compare(received["out"], ref_out, tolerance) or self._arguments_after(
             received["args"], ref_args, tolerance)
-        return {"verdict": "fail" if problem else None, "reason": problem or ""}
+        return {"verdict": Verdict.FAIL if problem else None, "reason": problem or ""}
 
     def _receive(self, candidate, budget) -> dict | str:
         """The candidate's parcel as ``{"out", "args"}``, or why it cannot be read.
@@ -239,14 +241,14 @@ class JudgeRank:
         """Compare the candidate's outputs of the timed calls ``indices`` with the reference's."""
         received = self._receive(candidate, budget=_nbytes(self.timed_outputs))
         if isinstance(received, str):
-            return {"verdict": "fail", "reason": received}
+            return {"verdict": Verdict.FAIL, "reason": received}
         outputs = received["out"]
         if not isinstance(outputs, (list, tuple)) or len(outputs) != len(self.timed_outputs):
-            return {"verdict": "fail", "reason": "the solution's timed outputs could not be read back"}
+            return {"verdict": Verdict.FAIL, "reason": "the solution's timed outputs could not be read back"}
         for index in indices:
             problem = compare(outputs[index], self.timed_outputs[index], self.problem.spec.tolerance)
             if problem:
-                return {"verdict": "fail", "reason": f"timed call {index} of a batch, on fresh inputs: {problem} "
+                return {"verdict": Verdict.FAIL, "reason": f"timed call {index} of a batch, on fresh inputs: {problem} "
                                                      "(the timed calls must compute what the checked ones do)"}
         return {"verdict": None}
 

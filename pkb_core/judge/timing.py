@@ -43,6 +43,8 @@ import time
 
 import torch
 
+from pkb_core.contracts.timing import SideStats
+
 MODES = ("latency", "back-to-back", "graph")
 #: Cycles of device-side hold before a latency-mode call (about 100 us at
 #: 1.98 GHz): longer than a Python launch, so the work is queued before it starts.
@@ -220,7 +222,7 @@ def max_over_ranks(per_rank: list[list[float]]) -> list[float]:
     return [max(column) for column in zip(*per_rank)]
 
 
-def summarize(times: list[float], rounds: list[float] | None = None) -> dict:
+def summarize(times: list[float], rounds: list[float] | None = None) -> SideStats:
     """min, p10, median, p90, max, mean, stddev and the count (``rounds``: the
     number of calls, a name kept for old records) of a list of ms, and the
     median's distribution-free 95 % interval (``ci_low``, ``ci_high``;
@@ -234,18 +236,9 @@ def summarize(times: list[float], rounds: list[float] | None = None) -> dict:
     units = ordered if rounds is None else sorted(rounds)
     quantiles = statistics.quantiles(ordered, n=10, method="inclusive") if len(ordered) > 1 else ordered * 9
     interval = median_interval(units)
-    return {
-        "min": ordered[0],
-        "p10": quantiles[0],
-        "median": statistics.median(ordered),
-        "p90": quantiles[-1],
-        "max": ordered[-1],
-        "mean": statistics.fmean(ordered),
-        "stddev": statistics.pstdev(ordered),
-        "rounds": len(ordered),
-        "ci_low": interval[0] if interval else None,
-        "ci_high": interval[1] if interval else None,
-        "ci_level": LEVEL,
-        "ci_rel": relative_half_width(units),
-        "ci_units": len(units),
-    }
+    return SideStats(
+        min=ordered[0], p10=quantiles[0], median=statistics.median(ordered), p90=quantiles[-1], max=ordered[-1],
+        mean=statistics.fmean(ordered), stddev=statistics.pstdev(ordered), rounds=len(ordered),
+        ci_low=interval[0] if interval else None, ci_high=interval[1] if interval else None, ci_level=LEVEL,
+        ci_rel=relative_half_width(units), ci_units=len(units),
+    )

@@ -31,19 +31,22 @@ the engine. This module imports neither torch nor submitit at import time;
 """
 from __future__ import annotations
 
-import dataclasses
 import functools
-import json
 import math
 import os
 import time
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
+import attrs
 import click
 
+from pkb_core.contracts.batch import Batch
+from pkb_core.contracts.record import Record
+from pkb_core.contracts.verdict import Verdict
 from pkb_core.errors import PkbError
-from pkb_core.results.records import RECORDS, append_record, job_record, read_records
+from pkb_core.results.records import RECORDS, append_record, job_record, parse_record, read_records
 
 EXECUTORS = ("local", "submitit-local", "slurm")
 #: Seconds between looks at the records file and the engine's job states.
@@ -154,7 +157,7 @@ def make_shards(jobs: list[dict], jobs_per_shard: int = 0) -> list[list[dict]]:
         return [jobs[i:i + jobs_per_shard] for i in range(0, len(jobs), jobs_per_shard)]
     shards: dict = {}
     for job in jobs:
-        shards.setdefault(job["problem"], []).append(job)
+        shards.setdefault(job.problem, []).append(job)
     return list(shards.values())
 
 
@@ -218,9 +221,9 @@ def run_sharded(jobs: list[dict], settings, options: ExecutorOptions, on_record=
     """Submit the unrecorded ``jobs`` as shards, wait for all, record what the engine lost."""
     options.check_nnodes(settings.nodes.nnodes if settings.nodes else 1)
     run_dir = Path(settings.run_dir).resolve()
-    settings = dataclasses.replace(settings, run_dir=run_dir)  # the nodes may start elsewhere
-    done = {r["key"] for r in read_records(run_dir)}
-    shards = make_shards([job for job in jobs if job["key"] not in done], options.jobs_per_shard)
+    settings = attrs.evolve(settings, run_dir=run_dir)  # the nodes may start elsewhere
+    done = {r.key for r in read_records(run_dir)}
+    shards = make_shards([job for job in jobs if job.key not in done], options.jobs_per_shard)
     if not shards:
         click.echo(f"{options.name}: every job already has a record in {run_dir}; nothing to submit", err=True)
         return
@@ -234,10 +237,11 @@ def run_sharded(jobs: list[dict], settings, options: ExecutorOptions, on_record=
                                                        name=f"pkb-{run_dir.name}"))
     except (ValueError, NameError) as exc:
         raise PkbError(f"--executor {options.name}: {_first_line(exc)}") from None
-    tail = RecordTail(run_dir, {job["key"] for shard in shards for job in shard}, on_record)
+    tail = RecordTail(run_dir, {job.key for shard in shards for job in shard}, on_record)
     try:
         with executor.batch():  # one job array on SLURM
-            engine_jobs = [executor.submit(Shard(), shard, settings) for shard in shards]
+            engine_jobs = [executor.submit(Shard(), Batch(jobs=shard, settings=settings).to_json())
+                           for shard in shards]
     except Exception as exc:  # sbatch refused (partition, account, limits): nothing was submitted
         raise PkbError(f"--executor {options.name}: submission failed: {_first_line(exc)}") from None
     if options.name == "slurm":  # states from sacct, or squeue where accounting is off
@@ -276,14 +280,14 @@ def wait_for_shards(submitted: list[tuple], settings, tail: "RecordTail") -> Non
 
 def _record_lost(engine_job, shard, settings, tail: "RecordTail") -> None:
     tail.poll()  # the shard may have written after the last look
-    missing = [job for job in shard if job["key"] not in tail.announced]
+    missing = [job for job in shard if job.key not in tail.announced]
     if not missing:
         return
     error = engine_job.exception()
     why = engine_message(error) if error else "the shard finished without recording this job"
     reason = f"engine job {engine_job.job_id}: {why} (logs {engine_job.paths.stderr})"[:REASON_LIMIT]
     for job in missing:
-        record = job_record(job, settings.world_size, "error", reason)
+        record = job_record(job, settings.world_size, Verdict.ERROR, reason)
         append_record(settings.run_dir, record)
         tail.seen(record)
 
@@ -322,11 +326,11 @@ class RecordTail:
         self._offset += len(complete)
         for line in complete.decode().splitlines():
             if line.strip():
-                self.seen(json.loads(line))
+                self.seen(parse_record(line, str(self.path)))
 
-    def seen(self, record: dict) -> None:
-        if record["key"] in self.keys and record["key"] not in self.announced:
-            self.announced.add(record["key"])
+    def seen(self, record: Record) -> None:
+        if record.key in self.keys and record.key not in self.announced:
+            self.announced.add(record.key)
             if self.on_record:
                 self.on_record(record)
 

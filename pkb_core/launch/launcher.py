@@ -18,9 +18,14 @@ import json
 import os
 import secrets
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
+import attrs
+
+from pkb_core.contracts.batch import LaunchSettings
+from pkb_core.contracts.job import Built, Job
+from pkb_core.contracts.record import Record
+from pkb_core.contracts.verdict import Verdict
 from pkb_core.plugin.preload import preload_environment
 from pkb_core.results.records import append_record, job_record, read_records
 
@@ -30,43 +35,7 @@ STARTUP_TIMEOUT_S = 180.0
 JUDGE_GRACE_S = 10.0
 
 
-@dataclass(frozen=True)
-class Nodes:
-    """A job spanning several nodes: every node runs the same ``pkb run`` with its
-    own ``node_rank`` and the same rendezvous endpoint and id."""
-
-    nnodes: int
-    node_rank: int
-    endpoint: str
-    rdzv_id: str
-
-
-@dataclass
-class LaunchSettings:
-    """How to start workers: ``nproc`` ranks per node, one node unless ``nodes``."""
-
-    nproc: int
-    device: str
-    backend: str
-    run_dir: Path
-    job_timeout: float
-    options: dict = field(default_factory=dict)
-    calibration: dict | None = None
-    nodes: Nodes | None = None
-    #: Libraries the candidate's workers load before torch (``BackendInfo.preload``).
-    preload: tuple = ()
-    #: Whether the backend's solutions must move data themselves (``BackendInfo.custom_kernels``).
-    custom_kernels: bool = True
-    #: The compile phase: seconds one build may take, builds at once (None: by cores and memory).
-    build_timeout: float = 600.0
-    build_workers: int | None = None
-
-    @property
-    def world_size(self) -> int:
-        return self.nproc * (self.nodes.nnodes if self.nodes else 1)
-
-
-def run_jobs(jobs: list[dict], settings: LaunchSettings, on_record=None, on_build=None) -> list[dict]:
+def run_jobs(jobs: list[Job], settings: LaunchSettings, on_record=None, on_build=None) -> list[Record]:
     """Build (:mod:`pkb_core.build.phase`), then run, ``jobs`` (skipping keys already
     recorded) and return their records. A job whose solution failed to build
     gets its ``compile-error`` record without a launch.
@@ -75,19 +44,19 @@ def run_jobs(jobs: list[dict], settings: LaunchSettings, on_record=None, on_buil
     """
     run_dir = Path(settings.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    done = {r["key"] for r in read_records(run_dir)}
-    pending = [job for job in jobs if job["key"] not in done]
+    done = {r.key for r in read_records(run_dir)}
+    pending = [job for job in jobs if job.key not in done]
     pending = compile_phase(pending, settings, on_record, on_build)
     if pending:
         if settings.nodes:
             run_multinode(pending, settings, on_record)
         else:
             Launch(settings, on_record).run(pending)
-    by_key = {r["key"]: r for r in read_records(run_dir)}
-    return [by_key[job["key"]] for job in jobs if job["key"] in by_key]
+    by_key = {r.key: r for r in read_records(run_dir)}
+    return [by_key[job.key] for job in jobs if job.key in by_key]
 
 
-def compile_phase(jobs: list[dict], settings: LaunchSettings, on_record=None, on_build=None) -> list[dict]:
+def compile_phase(jobs: list[Job], settings: LaunchSettings, on_record=None, on_build=None) -> list[Job]:
     """Build every job's solution ahead of its launch; return the jobs that built.
 
     Each job gets ``compile`` (seconds, whether it came from the cache); the
@@ -98,17 +67,16 @@ def compile_phase(jobs: list[dict], settings: LaunchSettings, on_record=None, on
     phase = BuildPhase(backend=settings.backend, device=settings.device, run_dir=settings.run_dir,
                        options=settings.options, preload=settings.preload, workers=settings.build_workers,
                        timeout=settings.build_timeout, on_result=on_build)
-    results = phase.run([(job["solution"], job["problem_path"]) for job in jobs])
+    results = phase.run([(job.solution, job.problem_path) for job in jobs])
     built = []
     for job in jobs:
-        result = results.get(job["solution"]) if job["solution"] else None
+        result = results.get(job.solution) if job.solution else None
         if result is not None:
-            job["compile"] = result.as_record()
+            job = attrs.evolve(job, compile=Built(seconds=round(result.seconds, 3), cached=result.cached))
         if result is None or result.ok:
             built.append(job)
         elif not settings.nodes or settings.nodes.node_rank == 0:
             record = job_record(job, settings.world_size, result.verdict, result.message)
-            record["compile"] = job["compile"]
             append_record(settings.run_dir, record)
             if on_record:
                 on_record(record)
@@ -234,7 +202,7 @@ class Launch:
                 except JobEnded as ended:
                     self._stop(judges, stacks=True)
                     judges = None
-                    self._record(job, "error", f"the judge's processes did not start: {ended.reason} "
+                    self._record(job, Verdict.ERROR, f"the judge's processes did not start: {ended.reason} "
                                                f"(launch log {self.log_path})", started=time.time())
                     self._stop(candidates)
                     continue
@@ -284,9 +252,9 @@ class Launch:
                 self._ready(candidates)
                 ready_s = round(time.time() - started, 3)
             except JobEnded as ended:
-                raise JobEnded("error", f"the candidate's processes did not start: {ended.reason} "
+                raise JobEnded(Verdict.ERROR, f"the candidate's processes did not start: {ended.reason} "
                                         f"(launch log {self.log_path})") from None
-            problem = read_spec(job["problem_path"]).load()
+            problem = read_spec(job.problem_path).load()
             run = JobRun(job, problem, judges, candidates, parcels=parcels, settings=self.settings,
                          deadline=time.monotonic() + self.settings.job_timeout,
                          before_timing=lambda: self._spare_ready(spare))
@@ -295,21 +263,21 @@ class Launch:
         except JobEnded as ended:
             outcome.verdict, outcome.reason = ended.verdict, ended.reason
         except JudgeFailed as failed:
-            outcome.verdict = "error"
+            outcome.verdict = Verdict.ERROR
             outcome.reason = f"the judge's processes failed ({failed.ended.reason}); launch log {self.log_path}"
             self._stop(judges, stacks=True)
             judges = None
         finally:
             stopping = time.time()
-            healthy = outcome.verdict not in ("timeout", "crash", "error")
-            self._stop(candidates, stacks=outcome.verdict == "timeout",
+            healthy = outcome.verdict not in (Verdict.TIMEOUT, Verdict.CRASH, Verdict.ERROR)
+            self._stop(candidates, stacks=outcome.verdict == Verdict.TIMEOUT,
                        deadline=time.monotonic() + JUDGE_GRACE_S if healthy else None)
             parcels.remove()
             outcome.phases["stop"] = round(time.time() - stopping, 3)
-        if self.settings.custom_kernels and outcome.verdict in ("flagged", "fail", "error"):
+        if self.settings.custom_kernels and outcome.verdict in (Verdict.FLAGGED, Verdict.FAIL, Verdict.ERROR):
             from pkb_core.candidate.source_hints import collective_hint
 
-            hint = collective_hint(job["solution"])
+            hint = collective_hint(job.solution)
             if hint:
                 outcome.reason = f"{outcome.reason} [hint: {hint}]"
         self._record(job, outcome.verdict, outcome.reason, started=started, outcome=outcome)
@@ -319,17 +287,12 @@ class Launch:
         return judges
 
     def _record(self, job, verdict, reason, *, started, outcome=None):
-        record = job_record(job, self.settings.world_size, verdict, reason,
-                            timing=outcome.timing if outcome else None, trials=outcome.trials if outcome else 0,
-                            seconds=time.time() - started, machine=self.machine)
+        details = {}
         if outcome is not None:
-            if outcome.barriers:
-                record["barriers"] = outcome.barriers
-            if outcome.lockdown:
-                record["lockdown_gaps"] = outcome.lockdown
-            record["phase_seconds"] = outcome.phases
-        if job.get("compile"):
-            record["compile"] = job["compile"]
+            details = dict(timing=outcome.timing, trials=outcome.trials, barriers=outcome.barriers or None,
+                           lockdown_gaps=tuple(outcome.lockdown) or None, phase_seconds=outcome.phases)
+        record = job_record(job, self.settings.world_size, verdict, reason,
+                            seconds=time.time() - started, machine=self.machine, **details)
         append_record(self.run_dir, record)
         if self.on_record:
             self.on_record(record)

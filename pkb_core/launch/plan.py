@@ -19,6 +19,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from pkb_core.contracts.job import Job
 from pkb_core.errors import NothingSelected, PkbError
 
 _SOLUTION_NAME = re.compile(r"^(\d+)_")
@@ -100,8 +101,8 @@ def job_slug(problem_key: str, solution_label: str, world_size: int, size: str) 
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", f"{problem_key}-{Path(solution_label).stem}-W{world_size}-{size}")
 
 
-def make_job(request: RunRequest, spec, solution, label, params=None) -> dict:
-    """The job dict the launcher and the workers share.
+def make_job(request: RunRequest, spec, solution, label, params=None) -> Job:
+    """The job the launcher and the workers share.
 
     ``params`` overrides the size preset's parameters (sweeps); the job's
     ``size`` then names the override, e.g. ``"sweep:4194304"``.
@@ -110,13 +111,13 @@ def make_job(request: RunRequest, spec, solution, label, params=None) -> dict:
     digest = hashlib.sha1(Path(solution).read_bytes()).hexdigest()[:10] if solution else "ref"
     key = "|".join([spec.key, request.backend, label, digest, f"W{request.nproc}", request.size,
                     request.dtype, request.mode, ("perf:" + "+".join(request.timing_modes)) if request.measure_perf else "check"])
-    return {
-        "key": key, "slug": job_slug(spec.key, label, request.nproc, request.size), "problem_id": spec.id, "problem": spec.key, "category": spec.category,
-        "problem_path": str(spec.path), "backend": request.backend,
-        "solution": str(Path(solution).resolve()) if solution else None, "solution_label": label,
-        "size": request.size, "dtype": request.dtype, "trials": request.trials, "mode": request.mode,
-        "measure_perf": request.measure_perf, "warmup": request.warmup, "iters": request.iters,
-        "min_iters": min(request.min_iters or request.iters, request.iters),
-        "save_outputs": request.save_outputs, "timing_modes": list(request.timing_modes),
-        "profile": request.profile, "params": params,
-    }
+    return Job(
+        key=key, slug=job_slug(spec.key, label, request.nproc, request.size), problem_id=spec.id, problem=spec.key,
+        category=spec.category, problem_path=str(spec.path), backend=request.backend,
+        solution=str(Path(solution).resolve()) if solution else None, solution_label=label,
+        size=request.size, dtype=request.dtype, trials=request.trials, mode=request.mode,
+        measure_perf=request.measure_perf, warmup=request.warmup, iters=request.iters,
+        min_iters=min(request.min_iters or request.iters, request.iters),
+        save_outputs=request.save_outputs, timing_modes=tuple(request.timing_modes),
+        profile=request.profile, params=params,
+    )

@@ -33,6 +33,7 @@ import sys
 import time
 from pathlib import Path
 
+from pkb_core.contracts.verdict import Verdict
 from pkb_core.launch.channel import REPLY_FD_ENV, LineReader
 from pkb_core.launch.sessions import cpu_ms_during, kill_sessions, signal_sessions
 
@@ -173,18 +174,18 @@ class RankGroup:
             return [answers[w.rank] for w in self.workers]
         died = self._deaths()
         if died and "SIGSYS" in died:
-            raise JobEnded("flagged", f"{died}: it made a system call the candidate lockdown forbids (a network "
+            raise JobEnded(Verdict.FLAGGED, f"{died}: it made a system call the candidate lockdown forbids (a network "
                                       f"socket: a NCCL or gloo communicator of its own) ({self.phases()})")
         if died:
-            raise JobEnded("crash", f"{died} ({self.phases()})")
+            raise JobEnded(Verdict.CRASH, f"{died} ({self.phases()})")
         if errors:
             raise self._error(errors[0], hung=True)
-        raise JobEnded("timeout", self.phases())
+        raise JobEnded(Verdict.TIMEOUT, self.phases())
 
     def _error(self, found, hung=False) -> JobEnded:
         rank, answer = found
         text = f"{self.label} {rank}: {answer['error']}" + (" (its peers did not finish)" if hung else "")
-        return JobEnded("flagged" if answer.get("refused") else "error", text)
+        return JobEnded(Verdict.FLAGGED if answer.get("refused") else Verdict.ERROR, text)
 
     def phases(self) -> str:
         return ", ".join(f"{self.label} {w.rank}: {w.phase}" for w in self.workers)
@@ -343,7 +344,7 @@ class _Zygote:
             remaining = deadline - time.monotonic()
             if remaining <= 0 or self.reader.closed:
                 code = self.proc.poll()
-                raise JobEnded("error", "a zygote (the fork server of the candidate's processes) "
+                raise JobEnded(Verdict.ERROR, "a zygote (the fork server of the candidate's processes) "
                                         + ("did not answer" if code is None else f"exited with status {code}"))
             with selectors.DefaultSelector() as waiting:
                 waiting.register(self.sock.fileno(), selectors.EVENT_READ)

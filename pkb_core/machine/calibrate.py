@@ -25,6 +25,8 @@ from pathlib import Path
 import torch
 
 from pkb_core.cache import cache_dir
+from pkb_core.contracts.calibration import Calibration, Link
+from pkb_core.errors import PkbError
 
 
 def machine_key(device: str) -> str:
@@ -37,28 +39,35 @@ def cache_path(device: str) -> Path:
     return cache_dir() / "calibration" / f"{machine_key(device)}.json"
 
 
-def load_calibration(device: str) -> dict | None:
+def load_calibration(device: str) -> Calibration | None:
+    """This machine's cached calibration; None when there is none, or when the file
+    is not one (it is measured again)."""
     path = cache_path(device)
-    return json.loads(path.read_text()) if path.exists() else None
+    if not path.exists():
+        return None
+    try:
+        return Calibration.from_json(json.loads(path.read_text()))
+    except (ValueError, PkbError):
+        return None
 
 
-def save_calibration(device: str, result: dict) -> Path:
+def save_calibration(device: str, result: Calibration) -> Path:
     """Write ``result`` as this machine's cached calibration."""
     path = cache_path(device)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(result, indent=2))
+    path.write_text(json.dumps(result.to_json(), indent=2))
     return path
 
 
-def calibrate(device: str, force: bool = False) -> dict:
+def calibrate(device: str, force: bool = False) -> Calibration:
     """Measure (or load from the cache) this machine's ceilings."""
     if not force:
         cached = load_calibration(device)
         if cached:
             return cached
     result = _measure_cuda() if device == "cuda" else _measure_cpu()
-    result.update(machine=machine_key(device), device=device, torch=torch.__version__,
-                  datetime=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
+    result = Calibration(**result, machine=machine_key(device), device=device, torch=torch.__version__,
+                         datetime=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
     save_calibration(device, result)
     return result
 
@@ -91,7 +100,7 @@ def _measure_cuda() -> dict:
             dst_buf = torch.empty_like(buffers[dst])
             for issuer, kind in ((src, "write"), (dst, "read")):
                 seconds = _cuda_time(lambda: dst_buf.copy_(buffers[src], non_blocking=True), 10, issuer)
-                links.append({"src": src, "dst": dst, "issued_by": kind, "gbps": size / seconds / 1e9})
+                links.append(Link(src=src, dst=dst, issued_by=kind, gbps=size / seconds / 1e9))
     hbm_src = torch.empty(1 << 30, dtype=torch.uint8, device="cuda:0")
     hbm_dst = torch.empty_like(hbm_src)
     hbm_s = _cuda_time(lambda: hbm_dst.copy_(hbm_src), 10, 0)
@@ -100,7 +109,7 @@ def _measure_cuda() -> dict:
     b = torch.randn(m, m, device="cuda:0", dtype=torch.bfloat16)
     mm_s = _cuda_time(lambda: a @ b, 10, 0)
     return {
-        "link_gbps": max((link["gbps"] for link in links), default=0.0),
+        "link_gbps": max((link.gbps for link in links), default=0.0),
         "links": links,
         "hbm_gbps": 2 * hbm_src.numel() / hbm_s / 1e9,
         "matmul_tflops": 2 * m ** 3 / mm_s / 1e12,
@@ -128,7 +137,7 @@ def _measure_cpu() -> dict:
     bandwidth = 2 * src.numel() / copy_s / 1e9
     return {
         "link_gbps": bandwidth,  # shared-memory "links" are memory copies
-        "links": [],
+        "links": (),
         "hbm_gbps": bandwidth,
         "matmul_tflops": 2 * m ** 3 / mm_s / 1e12,
         "matmul_dtype": "fp32",

@@ -23,6 +23,9 @@ import datetime as _dt
 import shutil
 from pathlib import Path
 
+from pkb_core.contracts.record import Record
+from pkb_core.contracts.verdict import Verdict
+
 #: Problems timed against themselves by default (ids).
 NOISE_PROBLEMS = ("1", "2", "7")
 #: Rounds per mode at least: the fewest that give a 95 % interval over rounds (pkb_core.judge.intervals).
@@ -42,7 +45,8 @@ def measure_noise_floor(device: str, *, problems=NOISE_PROBLEMS, nproc: int | No
     """Time the reference against itself for ``problems`` in every mode; the
     condensed result (see the module docstring). ``run_dir`` receives the
     records (emptied first)."""
-    from pkb_core.launch.launcher import LaunchSettings, run_jobs
+    from pkb_core.contracts.batch import LaunchSettings
+    from pkb_core.launch.launcher import run_jobs
     from pkb_core.launch.plan import TIMING_DEFAULTS, RunRequest, make_job, pair_solutions
     from pkb_core.machine.device import device_count
     from pkb_core.plugin.manager import get_backend_info, get_plugin_manager
@@ -68,7 +72,7 @@ def measure_noise_floor(device: str, *, problems=NOISE_PROBLEMS, nproc: int | No
     jobs = []
     for spec, path, label in pair_solutions(request, registry, info):
         job = make_job(request, spec, path, label)
-        if not spec.load().world_size_error(nproc, job["params"]):
+        if not spec.load().world_size_error(nproc, job.params):
             jobs.append(job)
     run_dir = Path(run_dir)
     shutil.rmtree(run_dir, ignore_errors=True)  # a rerun would skip recorded jobs
@@ -81,24 +85,24 @@ def measure_noise_floor(device: str, *, problems=NOISE_PROBLEMS, nproc: int | No
                 method="the reference against itself (pkb run --backend reference --measure-perf), every mode")
 
 
-def condense(records: list[dict], modes) -> dict:
+def condense(records: list[Record], modes) -> dict:
     """Per mode, the entries of the records and their spread (pure; see the module docstring)."""
-    out = {"problems": [r["problem"] for r in records], "modes": {}}
+    out = {"problems": [r.problem for r in records], "modes": {}}
     for mode in modes:
         entries, missing = [], []
         for r in records:
-            stats = ((r.get("stats") or {}).get("modes") or {}).get(mode)
-            if r.get("verdict") != "pass" or not stats or not stats.get("speedup"):
-                why = (stats or {}).get("unavailable") or f"{r.get('verdict')}: {r.get('reason', '')}".strip(": ")
-                missing.append({"problem": r["problem"], "why": why})
+            stats = r.stats.modes.get(mode) if r.stats else None
+            if r.verdict != Verdict.PASS or not stats or not stats.speedup:
+                why = (stats and stats.unavailable) or f"{r.verdict.value}: {r.reason}".strip(": ")
+                missing.append({"problem": r.problem, "why": why})
                 continue
-            ratio = stats["speedup"]
+            ratio = stats.speedup
             entries.append({
-                "problem": r["problem"], "reference_ms": stats["reference"]["median"],
-                "copy_ms": stats["candidate"]["median"], "ratio": ratio["value"], "low": ratio["low"],
-                "high": ratio["high"], "difference": ratio["difference"],
-                "reference_ci_rel": stats["reference"].get("ci_rel"), "copy_ci_rel": stats["candidate"].get("ci_rel"),
-                "samples": stats["reference"]["rounds"], "stopped": stats.get("stopped"),
+                "problem": r.problem, "reference_ms": stats.reference.median,
+                "copy_ms": stats.candidate.median, "ratio": ratio.value, "low": ratio.low,
+                "high": ratio.high, "difference": ratio.difference,
+                "reference_ci_rel": stats.reference.ci_rel, "copy_ci_rel": stats.candidate.ci_rel,
+                "samples": stats.reference.rounds, "stopped": stats.stopped,
             })
         ratios = [e["ratio"] for e in entries if e["ratio"]]
         reach = [max(1.0 - e["low"], e["high"] - 1.0) for e in entries if e["low"] is not None]

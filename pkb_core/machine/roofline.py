@@ -7,25 +7,28 @@ the bound. A measured time far below it is a measurement error or cheating
 """
 from __future__ import annotations
 
+from pkb_core.contracts.calibration import Calibration
+from pkb_core.contracts.timing import Floor
+
 #: A candidate faster than this fraction of the floor is rejected.
 FLOOR_MARGIN = 0.8
 
 
-def speed_of_light(traffic: dict, calibration: dict) -> dict:
-    """``{"floor_ms", "bound", "link_ms", "hbm_ms", "compute_ms"}`` for one call."""
+def speed_of_light(traffic: dict, calibration: Calibration) -> Floor:
+    """The floor of one call, and the time each term alone would take."""
     terms = {
-        "link": traffic.get("link_bytes", 0) / (calibration["link_gbps"] * 1e9) * 1e3,
-        "memory": traffic.get("hbm_bytes", 0) / (calibration["hbm_gbps"] * 1e9) * 1e3,
-        "compute": traffic.get("flops", 0) / (calibration["matmul_tflops"] * 1e12) * 1e3,
+        "link": traffic.get("link_bytes", 0) / (calibration.link_gbps * 1e9) * 1e3,
+        "memory": traffic.get("hbm_bytes", 0) / (calibration.hbm_gbps * 1e9) * 1e3,
+        "compute": traffic.get("flops", 0) / (calibration.matmul_tflops * 1e12) * 1e3,
     }
     bound = max(terms, key=terms.get)
-    return {"floor_ms": terms[bound], "bound": bound, "link_ms": terms["link"], "hbm_ms": terms["memory"],
-            "compute_ms": terms["compute"]}
+    return Floor(floor_ms=terms[bound], bound=bound, link_ms=terms["link"], hbm_ms=terms["memory"],
+                 compute_ms=terms["compute"])
 
 
-def below_floor(median_ms: float, sol: dict) -> str | None:
+def below_floor(median_ms: float, sol: Floor) -> str | None:
     """A reason when ``median_ms`` is impossible under the floor, else None."""
-    if sol["floor_ms"] > 0 and median_ms < FLOOR_MARGIN * sol["floor_ms"]:
-        return (f"measured {median_ms:.4g} ms is below the physical floor {sol['floor_ms']:.4g} ms "
-                f"({sol['bound']}-bound at the calibrated rates)")
+    if sol.floor_ms > 0 and median_ms < FLOOR_MARGIN * sol.floor_ms:
+        return (f"measured {median_ms:.4g} ms is below the physical floor {sol.floor_ms:.4g} ms "
+                f"({sol.bound}-bound at the calibrated rates)")
     return None

@@ -126,9 +126,16 @@ def pkb_backend_init(ctx):
         local rank, device, the harness's gloo control group, the backend's
         options). The default process group is already initialised (NCCL on
         GPU, gloo on CPU).
-    :return: any object: the backend's state, passed to every later hook.
+    :return: any object: the backend's state (its heap, its caches), passed to
+        every later hook of this rank and released by :func:`pkb_backend_finalize`.
         Raise :class:`pkb_core.errors.BackendUnavailable` when the runtime is
         missing: every job of the launch gets the verdict ``unsupported``.
+
+    Helpers that solutions call (``pkb_triton.workspace``, say) are not handed
+    the state, since pkb calls a solution with its inputs only. A backend that
+    offers such helpers also registers the state it returns as its process's
+    current one, and its finalize hook forgets it (pkb_triton and pkb_nvshmem
+    do this).
 
     firstresult: the backend's answer wins over the core default, which returns
     ``ctx`` itself.

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import re
 
+from pkb_core.contracts.record import Record
+from pkb_core.contracts.verdict import Verdict
 from pkb_core.errors import PkbError
 from pkb_core.results.report import solution_name
 
@@ -26,9 +28,9 @@ DEFAULT_THRESHOLD = 0.05
 METRICS = ("median",)
 
 
-def match_key(record: dict) -> tuple:
-    return (record.get("problem"), solution_name(record), record.get("world_size"), record.get("size"),
-            record.get("dtype"))
+def match_key(record: Record) -> tuple:
+    return (record.problem, solution_name(record), record.world_size, record.size,
+            record.dtype)
 
 
 def parse_percent(text: str, what: str) -> float:
@@ -51,22 +53,20 @@ def parse_fail_on(text: str) -> tuple[str, float]:
 
 def _timing(record):
     """The solution's (p10, median, p90) in ms, or None when untimed."""
-    candidate = (record.get("stats") or {}).get("candidate")
-    if not candidate or record.get("solution_ms") is None:
+    candidate = record.stats.candidate if record.stats else None
+    if not candidate or record.solution_ms is None:
         return None
-    return candidate.get("p10", candidate["median"]), candidate["median"], candidate.get("p90", candidate["median"])
+    return candidate.p10, candidate.median, candidate.p90
 
 
-def compare_row(a: dict, b: dict, threshold: float = DEFAULT_THRESHOLD) -> dict:
+def compare_row(a: Record, b: Record, threshold: float = DEFAULT_THRESHOLD) -> dict:
     """The comparison of one matched pair of records."""
-    row = {"verdict_a": a.get("verdict"), "verdict_b": b.get("verdict"),
-           "median_a": a.get("solution_ms"), "median_b": b.get("solution_ms"),
-           "speedup_a": a.get("speedup"), "speedup_b": b.get("speedup"), "change": None}
-    if row["verdict_a"] == "pass" and row["verdict_b"] != "pass":
+    row = dict(_side(a, "a"), **_side(b, "b"), change=None)
+    if row["verdict_a"] == Verdict.PASS and row["verdict_b"] != Verdict.PASS:
         return dict(row, status="regressed", why=f"verdict pass -> {row['verdict_b']}")
-    if row["verdict_a"] != "pass" and row["verdict_b"] == "pass":
+    if row["verdict_a"] != Verdict.PASS and row["verdict_b"] == Verdict.PASS:
         return dict(row, status="improved", why=f"verdict {row['verdict_a']} -> pass")
-    if row["verdict_a"] != "pass":
+    if row["verdict_a"] != Verdict.PASS:
         return dict(row, status="unchanged",
                     why=f"not passing in either run ({row['verdict_a']} -> {row['verdict_b']})")
     ta, tb = _timing(a), _timing(b)
@@ -88,7 +88,7 @@ def compare_runs(records_a, records_b, threshold: float = DEFAULT_THRESHOLD) -> 
     """One row per matched key (and per key found in only one run), in problem order."""
     by_a = {match_key(r): r for r in records_a}
     by_b = {match_key(r): r for r in records_b}
-    ids = {match_key(r): r.get("problem_id") or 0 for r in list(records_a) + list(records_b)}
+    ids = {match_key(r): r.problem_id or 0 for r in list(records_a) + list(records_b)}
     rows = []
     for key in sorted(set(by_a) | set(by_b), key=lambda k: (ids[k], tuple(str(x) for x in k))):
         a, b = by_a.get(key), by_b.get(key)
@@ -97,11 +97,15 @@ def compare_runs(records_a, records_b, threshold: float = DEFAULT_THRESHOLD) -> 
             rows.append(dict(ident, **compare_row(a, b, threshold)))
         else:
             present = a or b
-            rows.append(dict(ident, verdict_a=a and a.get("verdict"), verdict_b=b and b.get("verdict"),
-                             median_a=a and a.get("solution_ms"), median_b=b and b.get("solution_ms"),
-                             speedup_a=a and a.get("speedup"), speedup_b=b and b.get("speedup"), change=None,
-                             status="only in A" if a else "only in B", why=f"verdict {present.get('verdict')}"))
+            rows.append(dict(ident, **_side(a, "a"), **_side(b, "b"), change=None,
+                             status="only in A" if a else "only in B", why=f"verdict {present.verdict.value}"))
     return rows
+
+
+def _side(record: Record | None, name: str) -> dict:
+    """One run's verdict, median and speedup for a row (None where the run has no such record)."""
+    return {f"verdict_{name}": record and record.verdict.value, f"median_{name}": record and record.solution_ms,
+            f"speedup_{name}": record and record.speedup}
 
 
 def failures(rows, fail_on: tuple[str, float]) -> list[dict]:

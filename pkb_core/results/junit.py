@@ -23,28 +23,30 @@ import platform
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-FAILURES = ("fail", "flagged")
-ERRORS = ("error", "compile-error", "timeout", "crash")
-SKIPPED = ("unsupported",)
+from pkb_core.contracts.verdict import Verdict
+
+FAILURES = (Verdict.FAIL, Verdict.FLAGGED)
+ERRORS = (Verdict.ERROR, Verdict.COMPILE_ERROR, Verdict.TIMEOUT, Verdict.CRASH)
+SKIPPED = (Verdict.UNSUPPORTED,)
 
 
 def testcase_name(record: dict) -> str:
-    return f"{record['solution']}[W{record['world_size']}-{record['size']}-{record['dtype']}]"
+    return f"{record.solution}[W{record.world_size}-{record.size}-{record.dtype}]"
 
 
-def junit_xml(records: list[dict], suite: str = "pkb", seconds: float | None = None) -> ET.ElementTree:
+def junit_xml(records: list[Record], suite: str = "pkb", seconds: float | None = None) -> ET.ElementTree:
     """The XML tree of ``records`` (one testsuite)."""
     counts = {"failures": 0, "errors": 0, "skipped": 0}
     cases = []
     for record in records:
-        case = ET.Element("testcase", classname=f"{record['backend']}.{record['problem']}",
-                          name=testcase_name(record), time=f"{record.get('seconds') or 0:.3f}")
-        timed = {k: record.get(k) for k in ("reference_ms", "solution_ms", "speedup") if record.get(k) is not None}
+        case = ET.Element("testcase", classname=f"{record.backend}.{record.problem}",
+                          name=testcase_name(record), time=f"{record.seconds or 0:.3f}")
+        timed = {k: getattr(record, k) for k in ("reference_ms", "solution_ms", "speedup") if getattr(record, k) is not None}
         if timed:
             props = ET.SubElement(case, "properties")
             for key, value in timed.items():
                 ET.SubElement(props, "property", name=key, value=f"{value:.6g}")
-        verdict, reason = record["verdict"], record.get("reason") or ""
+        verdict, reason = record.verdict.value, record.reason
         for tag, verdicts, count in (("failure", FAILURES, "failures"), ("error", ERRORS, "errors"),
                                      ("skipped", SKIPPED, "skipped")):
             if verdict in verdicts:
@@ -53,7 +55,7 @@ def junit_xml(records: list[dict], suite: str = "pkb", seconds: float | None = N
                     child.text = reason
                 counts[count] += 1
         cases.append(case)
-    total = sum(record.get("seconds") or 0 for record in records) if seconds is None else seconds
+    total = sum(record.seconds or 0 for record in records) if seconds is None else seconds
     root = ET.Element("testsuites")
     suite_el = ET.SubElement(root, "testsuite", name=suite, tests=str(len(cases)),
                              **{k: str(v) for k, v in counts.items()}, time=f"{total:.3f}",
@@ -63,7 +65,7 @@ def junit_xml(records: list[dict], suite: str = "pkb", seconds: float | None = N
     return ET.ElementTree(root)
 
 
-def write_junit(path, records: list[dict], suite: str = "pkb", seconds: float | None = None) -> Path:
+def write_junit(path, records: list[Record], suite: str = "pkb", seconds: float | None = None) -> Path:
     """Write the report to ``path`` (its folder is created)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -38,16 +38,16 @@ def write_plots(records, out_dir) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     figures = {}
     presets = [r for r in records if not is_sweep(r)]
-    speedup_rows = [r for r in presets if is_correct(r) and r.get("speedup")]
+    speedup_rows = [r for r in presets if is_correct(r) and r.speedup]
     if speedup_rows:
         figures["speedup"] = _speedup_figure(plt, speedup_rows)
-    sol_rows = [r for r in presets if is_correct(r) and (r.get("sol") or {}).get("solution_fraction")]
+    sol_rows = [r for r in presets if is_correct(r) and r.sol and r.sol.solution_fraction]
     if sol_rows:
         figures["sol"] = _sol_figure(plt, sol_rows)
     sweeps: dict[tuple, list[dict]] = {}
     for r in records:
-        if is_sweep(r) and r.get("stats"):
-            sweeps.setdefault((r["problem"], r.get("world_size"), r.get("dtype")), []).append(r)
+        if is_sweep(r) and r.stats:
+            sweeps.setdefault((r.problem, r.world_size, r.dtype), []).append(r)
     problems = [key[0] for key in sweeps]
     for (problem, world_size, dtype), rows in sorted(sweeps.items(), key=lambda item: tuple(map(str, item[0]))):
         # One chart per problem; runs that swept it at several world sizes or dtypes get one per combination.
@@ -69,27 +69,27 @@ def _labels(rows) -> list[str]:
     """Bar labels: the problem, plus the solution when a problem has several bars."""
     per_problem: dict[str, int] = {}
     for r in rows:
-        per_problem[r["problem"]] = per_problem.get(r["problem"], 0) + 1
-    sizes = {(r.get("size"), r.get("world_size")) for r in rows}
+        per_problem[r.problem] = per_problem.get(r.problem, 0) + 1
+    sizes = {(r.size, r.world_size) for r in rows}
     labels = []
     for r in rows:
-        label = r["problem"]
-        if per_problem[r["problem"]] > 1:
+        label = r.problem
+        if per_problem[r.problem] > 1:
             label += f"\n{solution_name(r)}"
         if len(sizes) > 1:
-            label += f"\n{r.get('size')} W{r.get('world_size')}"
+            label += f"\n{r.size} W{r.world_size}"
         labels.append(label)
     return labels
 
 
 def _ordered(rows):
-    return sorted(rows, key=lambda r: (str(r.get("category")), r.get("problem_id") or 0, solution_name(r),
-                                       str(r.get("size")), r.get("world_size") or 0))
+    return sorted(rows, key=lambda r: (str(r.category), r.problem_id or 0, solution_name(r),
+                                       str(r.size), r.world_size or 0))
 
 
 def _category_colours(plt, rows) -> dict:
     cmap = plt.get_cmap("tab10")
-    names = sorted({str(r.get("category")) for r in rows})
+    names = sorted({str(r.category) for r in rows})
     return {name: cmap(i % 10) for i, name in enumerate(names)}
 
 
@@ -107,8 +107,8 @@ def _speedup_figure(plt, rows):
     colours = _category_colours(plt, rows)
     fig, ax = _bar_axes(plt, len(rows), "Speedup over the reference (correct solutions)", "speedup (x, log scale)")
     xs = range(len(rows))
-    bars = ax.bar(xs, [r["speedup"] for r in rows], color=[colours[str(r.get("category"))] for r in rows])
-    ax.bar_label(bars, labels=[f"{r['speedup']:.2f}x" for r in rows], fontsize=7, padding=2)
+    bars = ax.bar(xs, [r.speedup for r in rows], color=[colours[str(r.category)] for r in rows])
+    ax.bar_label(bars, labels=[f"{r.speedup:.2f}x" for r in rows], fontsize=7, padding=2)
     ax.axhline(1.0, color="black", linewidth=1)
     _log_labels(ax, "{:g}x")
     _set_ticks(ax, rows)
@@ -121,11 +121,11 @@ def _sol_figure(plt, rows):
     colours = _category_colours(plt, rows)
     fig, ax = _bar_axes(plt, len(rows), "Share of the speed-of-light floor reached", "% of SOL (log scale)")
     width = 0.4
-    ref = [100 * (r["sol"].get("reference_fraction") or 0) for r in rows]
-    sol = [100 * r["sol"]["solution_fraction"] for r in rows]
+    ref = [100 * (r.sol.reference_fraction or 0) for r in rows]
+    sol = [100 * r.sol.solution_fraction for r in rows]
     ax.bar([i - width / 2 for i in range(len(rows))], ref, width, color="0.75", label="reference")
     ax.bar([i + width / 2 for i in range(len(rows))], sol, width, label="solution",
-           color=[colours[str(r.get("category"))] for r in rows])
+           color=[colours[str(r.category)] for r in rows])
     ax.axhline(100.0, color="black", linewidth=1, linestyle="--")
     ax.annotate("speed of light", (0, 100.0), xycoords=("axes fraction", "data"), xytext=(4, 3),
                 textcoords="offset points", fontsize=8)
@@ -138,7 +138,7 @@ def _sol_figure(plt, rows):
 def _set_ticks(ax, rows):
     """Problem labels under the bars, and a dotted line between categories."""
     for i in range(1, len(rows)):
-        if rows[i].get("category") != rows[i - 1].get("category"):
+        if rows[i].category != rows[i - 1].category:
             ax.axvline(i - 0.5, color="0.5", linestyle=":", linewidth=1)
     ax.set_xticks(list(range(len(rows))))
     ax.set_xticklabels(_labels(rows), rotation=45, ha="right", fontsize=8)
@@ -171,7 +171,7 @@ def _human_bytes(value, _=None) -> str:
 def _sweep_figure(plt, problem, rows):
     """Time (us) and busbw (GB/s) against per-rank message size."""
     fig, (ax_time, ax_bw) = plt.subplots(1, 2, figsize=(12, 4.8))
-    fig.suptitle(f"{problem}: message-size sweep (W={rows[0].get('world_size')}, {rows[0].get('dtype')})")
+    fig.suptitle(f"{problem}: message-size sweep (W={rows[0].world_size}, {rows[0].dtype})")
     series = _sweep_series(rows)
     palette = plt.get_cmap("tab10")
     solutions = [label for label in dict.fromkeys(label for label, _, _ in series) if label != "NCCL"]
@@ -209,13 +209,13 @@ def _sweep_series(rows):
     """
     series: dict[tuple, dict[int, list]] = {}
     for r in rows:
-        stats = r["stats"]
-        for mode, sides in (stats.get("modes") or {}).items():
+        for mode, sides in r.stats.modes.items():
             for side, label in (("candidate", solution_name(r)), ("reference", "NCCL")):
                 if side == "candidate" and not is_correct(r):
                     continue
-                if (sides or {}).get(side):
-                    series.setdefault((label, mode), {}).setdefault(sweep_bytes(r), []).append(sides[side]["median"])
+                stats = getattr(sides, side)
+                if stats:
+                    series.setdefault((label, mode), {}).setdefault(sweep_bytes(r), []).append(stats.median)
     out = []
     mode_order = list(MODE_STYLE)
     for (label, mode), by_size in sorted(series.items(), key=lambda item: (
@@ -223,7 +223,7 @@ def _sweep_series(rows):
         points = []
         for nbytes in sorted(by_size):
             ms = statistics.median(by_size[nbytes])
-            bus = next((r["stats"]["bus"] for r in rows if sweep_bytes(r) == nbytes and r["stats"].get("bus")), None)
+            bus = next((r.stats.bus for r in rows if sweep_bytes(r) == nbytes and r.stats.bus), None)
             busbw = bus["bytes"] / (ms * 1e-3) * bus["factor"] / 1e9 if bus and ms > 0 else None
             points.append((nbytes, ms, busbw))
         out.append((label, mode, points))

@@ -32,6 +32,8 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from pkb_core.contracts.record import Record
+from pkb_core.contracts.verdict import Verdict
 from pkb_core.errors import PkbError
 
 #: The p of fast_p (speedup thresholds).
@@ -45,7 +47,7 @@ THROTTLE_BITS = 0x4 | 0x8 | 0x20 | 0x40 | 0x80
 NOISY_SPREAD = 0.5
 
 
-def load_run(run_dir) -> list[dict]:
+def load_run(run_dir) -> list[Record]:
     """The records of ``run_dir``; one clear error when there are none."""
     from pkb_core.results.records import RECORDS, read_records
 
@@ -58,27 +60,27 @@ def load_run(run_dir) -> list[dict]:
     return records
 
 
-def is_correct(record: dict) -> bool:
-    return record.get("verdict") == "pass"
+def is_correct(record: Record) -> bool:
+    return record.verdict == Verdict.PASS
 
 
-def is_sweep(record: dict) -> bool:
+def is_sweep(record: Record) -> bool:
     """A record of ``pkb bench`` (size ``sweep:<bytes>``)."""
-    return str(record.get("size", "")).startswith("sweep:")
+    return str(record.size).startswith("sweep:")
 
 
-def sweep_bytes(record: dict) -> int:
-    return int(str(record["size"]).split(":", 1)[1])
+def sweep_bytes(record: Record) -> int:
+    return int(str(record.size).split(":", 1)[1])
 
 
-def solution_name(record: dict) -> str:
+def solution_name(record: Record) -> str:
     """The solution's file name (labels from ``--solutions DIR`` are full paths)."""
-    return Path(str(record.get("solution", ""))).name
+    return Path(str(record.solution)).name
 
 
 def counted(records) -> list[dict]:
     """The rows that count towards rates: everything but ``unsupported``."""
-    return [r for r in records if r.get("verdict") != "unsupported"]
+    return [r for r in records if r.verdict != Verdict.UNSUPPORTED]
 
 
 def geomean(values) -> float | None:
@@ -86,22 +88,22 @@ def geomean(values) -> float | None:
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
 
 
-def host_timed(record: dict) -> bool:
+def host_timed(record: Record) -> bool:
     """Timed on the host clock (CPU mode); older records tell by their machine."""
-    if record.get("clock"):
-        return record["clock"] == "host"
-    return bool(record.get("speedup")) and (record.get("machine") or {}).get("device") == "cpu"
+    if record.clock:
+        return record.clock == "host"
+    return bool(record.speedup) and (record.machine or {}).get("device") == "cpu"
 
 
-def difference(record: dict) -> str | None:
+def difference(record: Record) -> str | None:
     """``faster``, ``slower``, ``no measurable difference``, or None (untimed, or
     a record from before intervals)."""
-    return record.get("difference")
+    return record.difference
 
 
 def _speed_counts(record: dict, include_cpu: bool) -> bool:
     """Whether this row's speedup enters the speed aggregates."""
-    return bool(record.get("speedup")) and (include_cpu or not host_timed(record))
+    return bool(record.speedup) and (include_cpu or not host_timed(record))
 
 
 def fast_p(records, p: float, include_cpu: bool = False) -> float | None:
@@ -130,7 +132,7 @@ def _fast(record, p, include_cpu: bool = False) -> bool:
         return False
     if difference(record) and difference(record) != "faster":
         return False  # no measurable difference (or slower) is never a win
-    return record["speedup"] > p
+    return record.speedup > p
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -146,7 +148,7 @@ def sample_groups(records) -> dict[tuple, list[dict]]:
     """Counted rows grouped into problems: same problem, backend, world size, size, dtype, mode."""
     groups: dict[tuple, list[dict]] = {}
     for r in counted(records):
-        key = (r.get("backend"), r.get("problem"), r.get("world_size"), r.get("size"), r.get("dtype"), r.get("mode"))
+        key = (r.backend, r.problem, r.world_size, r.size, r.dtype, r.mode)
         groups.setdefault(key, []).append(r)
     return groups
 
@@ -185,7 +187,7 @@ def aggregates(records, include_cpu: bool = False) -> dict:
     rows = counted(records)
     verdicts: dict[str, int] = {}
     for r in records:
-        verdicts[r.get("verdict", "?")] = verdicts.get(r.get("verdict", "?"), 0) + 1
+        verdicts[r.verdict.value] = verdicts.get(r.verdict.value, 0) + 1
     timed = [r for r in rows if is_correct(r) and _speed_counts(r, include_cpu)]
     readings: dict[str, int] = {}
     for r in timed:
@@ -197,10 +199,10 @@ def aggregates(records, include_cpu: bool = False) -> dict:
         "verdicts": dict(sorted(verdicts.items())),
         "pass_rate": fast_p(rows, 0.0),
         "fast_p": {_p(p): fast_p(rows, p, include_cpu) for p in FAST_P},
-        "geomean_speedup": geomean([r["speedup"] for r in timed]),
+        "geomean_speedup": geomean([r.speedup for r in timed]),
         "timed_correct": len(timed),
         "differences": dict(sorted(readings.items())),
-        "host_timed": sum(1 for r in rows if is_correct(r) and r.get("speedup") and host_timed(r)),
+        "host_timed": sum(1 for r in rows if is_correct(r) and r.speedup and host_timed(r)),
         "include_cpu": include_cpu,
     }
 
@@ -209,7 +211,7 @@ def categories(records, include_cpu: bool = False) -> list[dict]:
     """Per category: count, pass rate, geomean speedup of correct rows, fast_1."""
     by_category: dict[str, list[dict]] = {}
     for r in records:
-        by_category.setdefault(r.get("category", "?"), []).append(r)
+        by_category.setdefault(r.category, []).append(r)
     out = []
     for name, rows in sorted(by_category.items()):
         agg = aggregates(rows, include_cpu)
@@ -218,25 +220,26 @@ def categories(records, include_cpu: bool = False) -> list[dict]:
     return out
 
 
-def bandwidth(record: dict, side: str = "solution") -> tuple[float | None, float | None]:
+def bandwidth(record: Record, side: str = "solution") -> tuple[float | None, float | None]:
     """``(algbw, busbw)`` in GB/s of one side (nccl-tests: algbw = S / t, busbw = algbw * factor)."""
-    bus = (record.get("stats") or {}).get("bus")
-    ms = record.get(f"{side}_ms")
+    bus = record.stats.bus if record.stats else None
+    ms = record.solution_ms if side == "solution" else record.reference_ms
     if not bus or not ms:
         return None, None
     algbw = bus["bytes"] / (ms * 1e-3) / 1e9
     return algbw, algbw * bus["factor"]
 
 
-def flags(record: dict) -> list[str]:
+def flags(record: Record) -> list[str]:
     """Warnings a reader of the numbers should see: noisy timing, throttled GPU clocks."""
     out = []
-    stats = record.get("stats") or {}
+    stats = record.stats
     for side in ("reference", "candidate"):
-        s = stats.get(side)
-        if s and s.get("median") and (s["p90"] - s["p10"]) > NOISY_SPREAD * s["median"]:
+        s = getattr(stats, side) if stats else None
+        if s and s.median and (s.p90 - s.p10) > NOISY_SPREAD * s.median:
             out.append(f"noisy {side}")
-    reasons = [c.get("throttle_reasons") for c in stats.get("clocks") or [] if c and c.get("throttle_reasons")]
+    clocks = (stats.clocks if stats else None) or []
+    reasons = [c.get("throttle_reasons") for c in clocks if c and c.get("throttle_reasons")]
     if any(int(str(r), 16) & THROTTLE_BITS for r in reasons):
         out.append("throttled")
     if host_timed(record):
@@ -251,38 +254,38 @@ def _half_width_pct(median, interval):
     return 100.0 * max(median - interval[0], interval[1] - median) / median
 
 
-def row(record: dict) -> dict:
+def row(record: Record) -> dict:
     """The report's row for one record."""
-    sol = record.get("sol") or {}
+    sol = record.sol
     algbw, busbw = bandwidth(record, "solution")
     _, ref_busbw = bandwidth(record, "reference")
     return {
-        "problem_id": record.get("problem_id"),
-        "problem": record.get("problem"),
-        "category": record.get("category"),
-        "backend": record.get("backend"),
+        "problem_id": record.problem_id,
+        "problem": record.problem,
+        "category": record.category,
+        "backend": record.backend,
         "solution": solution_name(record),
-        "world_size": record.get("world_size"),
-        "size": record.get("size"),
-        "dtype": record.get("dtype"),
-        "verdict": record.get("verdict"),
-        "reference_ms": record.get("reference_ms"),
-        "solution_ms": record.get("solution_ms"),
-        "reference_ci_pct": _half_width_pct(record.get("reference_ms"), record.get("reference_ci_ms")),
-        "solution_ci_pct": _half_width_pct(record.get("solution_ms"), record.get("solution_ci_ms")),
-        "speedup": record.get("speedup"),
-        "speedup_ci": record.get("speedup_ci"),
+        "world_size": record.world_size,
+        "size": record.size,
+        "dtype": record.dtype,
+        "verdict": record.verdict.value,
+        "reference_ms": record.reference_ms,
+        "solution_ms": record.solution_ms,
+        "reference_ci_pct": _half_width_pct(record.reference_ms, record.reference_ci_ms),
+        "solution_ci_pct": _half_width_pct(record.solution_ms, record.solution_ci_ms),
+        "speedup": record.speedup,
+        "speedup_ci": record.speedup_ci,
         "difference": difference(record),
-        "clock": record.get("clock") or ("host" if host_timed(record) else None),
-        "timing_mode": record.get("timing_mode"),
-        "floor_ms": sol.get("floor_ms"),
-        "bound": sol.get("bound"),
-        "reference_sol_pct": _pct(sol.get("reference_fraction")),
-        "solution_sol_pct": _pct(sol.get("solution_fraction")),
+        "clock": record.clock or ("host" if host_timed(record) else None),
+        "timing_mode": record.timing_mode,
+        "floor_ms": sol and sol.floor_ms,
+        "bound": sol and sol.bound,
+        "reference_sol_pct": _pct(sol and sol.reference_fraction),
+        "solution_sol_pct": _pct(sol and sol.solution_fraction),
         "algbw_gbps": algbw,
         "busbw_gbps": busbw,
         "reference_busbw_gbps": ref_busbw,
-        "reason": record.get("reason", ""),
+        "reason": record.reason,
         "flags": flags(record),
     }
 
@@ -290,8 +293,8 @@ def row(record: dict) -> dict:
 def summarize(records, run_dir=None, ks=None, include_cpu: bool = False) -> dict:
     """Everything ``pkb report`` shows, as one JSON-ready dict (host timings in
     the speed aggregates only with ``include_cpu``)."""
-    ordered = sorted(records, key=lambda r: (r.get("problem_id") or 0, _size_key(r), solution_name(r),
-                                             r.get("world_size") or 0, str(r.get("dtype"))))
+    ordered = sorted(records, key=lambda r: (r.problem_id or 0, _size_key(r), solution_name(r),
+                                             r.world_size or 0, str(r.dtype)))
     return {
         "run_dir": None if run_dir is None else str(run_dir),
         "rows": [row(r) for r in ordered],
@@ -299,14 +302,14 @@ def summarize(records, run_dir=None, ks=None, include_cpu: bool = False) -> dict
         "categories": categories(records, include_cpu),
         "at_k": at_k(records, ks, include_cpu),
         # Timed in CPU mode: host timings, not GPU performance (the report says so).
-        "cpu_timings": any((r.get("machine") or {}).get("device") == "cpu" and r.get("speedup") is not None
+        "cpu_timings": any((r.machine or {}).get("device") == "cpu" and r.speedup is not None
                            for r in records),
     }
 
 
 def _size_key(record):
     """Sweeps in byte order, presets by name."""
-    return (0, sweep_bytes(record), "") if is_sweep(record) else (1, 0, str(record.get("size")))
+    return (0, sweep_bytes(record), "") if is_sweep(record) else (1, 0, str(record.size))
 
 
 def _pct(fraction):

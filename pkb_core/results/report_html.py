@@ -9,7 +9,7 @@ import html
 
 from pkb_core import __version__
 from pkb_core.cli.table import format_cell
-from pkb_core.results.verdict import VERDICTS
+from pkb_core.contracts.verdict import VERDICTS
 
 _STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em; color: #222; }

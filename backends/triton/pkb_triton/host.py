@@ -131,7 +131,7 @@ def workspace(numel: int, dtype: torch.dtype, tag: str = "") -> torch.Tensor:
     key = (tag, int(numel), dtype)
     tensor = _WORKSPACES.get(key)
     if tensor is None:
-        tensor = _runtime.heap().empty((int(numel),), dtype)
+        tensor = _runtime.current().heap().empty((int(numel),), dtype)
         _WORKSPACES[key] = tensor
     return tensor
 

@@ -68,8 +68,7 @@ def pkb_backend_init(ctx):
 
     # The job's name keeps the CPU workspace heap's shared-memory files apart
     # from the harness's (and the launcher sweeps them with the job's).
-    _runtime.start(ctx, f"{ctx.run_id}-ws")
-    return ctx
+    return _runtime.start(ctx, f"{ctx.run_id}-ws")
 
 
 @hookimpl
@@ -79,7 +78,7 @@ def pkb_backend_finalize(state):
         from pkb_triton.host import _reset
 
         _reset()
-        _runtime.stop()
+        _runtime.stop(state)
     except Exception as exc:  # noqa: BLE001 - finalize must not raise
         print(f"pkb-triton: finalize: {type(exc).__name__}: {exc}", flush=True)
 

@@ -140,8 +140,8 @@ _PROBE = textwrap.dedent('''
                          f"got={out[:16 * grid].unique().tolist()}")
         pads = heap.handles[0].get_signal_pad(rank)
         lines.append(f"rank{rank} pads_nonzero={int((pads != 0).sum())}")
-        _runtime.start(SimpleNamespace(device=torch.device("cpu"), rank=rank, world_size=world,
-                                       barrier=lambda: dist.barrier()), f"tritonws{port}")
+        state = _runtime.start(SimpleNamespace(device=torch.device("cpu"), rank=rank, world_size=world,
+                                               barrier=lambda: dist.barrier()), f"tritonws{port}")
         ws = workspace(32, torch.float32, "probe")
         assert workspace(32, torch.float32, "probe") is ws
         ws.fill_(7 + rank)
@@ -152,7 +152,7 @@ _PROBE = textwrap.dedent('''
         with open(os.path.join(result_dir, f"rank{rank}.txt"), "w") as f:
             f.write("\\n".join(lines) + "\\n")
         dist.barrier()
-        _runtime.stop()
+        _runtime.stop(state)
         dist.destroy_process_group()
 
     if __name__ == "__main__":

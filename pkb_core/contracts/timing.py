@@ -1,0 +1,143 @@
+"""A job's timing, as the launcher measures it and as its record keeps it (``stats``).
+
+Built by :class:`pkb_core.judge.jobrun.JobRun` from the rounds of every timing
+mode (:mod:`pkb_core.judge.timing`, :mod:`pkb_core.judge.intervals`,
+:mod:`pkb_core.judge.crosscheck`, :mod:`pkb_core.machine.roofline`); read by
+reports, plots, ``pkb compare`` and the noise floor. Every time is in ms.
+docs/timing.md says what each number means. Read leniently (``UNKNOWN =
+"keep"``): run directories outlive pkb versions.
+"""
+from __future__ import annotations
+
+import attrs
+
+from pkb_core.contracts.serial import Contract, optional
+
+
+@attrs.frozen(kw_only=True)
+class SideStats(Contract):
+    """One side's (the reference's or the candidate's) calls in one mode, max over ranks."""
+
+    UNKNOWN = "keep"
+
+    min: float
+    p10: float
+    median: float
+    p90: float
+    max: float
+    mean: float
+    stddev: float
+    #: How many calls were timed (the name is kept for old records).
+    rounds: int
+    #: The median's distribution-free interval over the rounds' medians (None below 6 rounds).
+    ci_low: float | None = None
+    ci_high: float | None = None
+    ci_level: float | None = None
+    #: The interval's half-width relative to the median.
+    ci_rel: float | None = None
+    #: How many values the interval came from (rounds).
+    ci_units: int | None = None
+    extra: dict = attrs.field(factory=dict)
+
+
+@attrs.frozen(kw_only=True)
+class Speedup(Contract):
+    """Reference over candidate in one mode: the ratio of the medians and its interval."""
+
+    UNKNOWN = "keep"
+
+    #: Ratio of the two sides' medians over all calls (None when the candidate's median is 0).
+    value: float | None
+    #: The interval over the rounds' paired ratios (None with fewer than 6 rounds).
+    low: float | None = None
+    high: float | None = None
+    level: float | None = None
+    rounds: int = 0
+    #: ``faster``, ``slower`` or ``no measurable difference``: what reports count as a win.
+    difference: str = "no measurable difference"
+    extra: dict = attrs.field(factory=dict)
+
+
+@attrs.frozen(kw_only=True)
+class CrossCheck(Contract):
+    """One mode's reported times against the launcher's clock (:mod:`pkb_core.judge.crosscheck`)."""
+
+    UNKNOWN = "keep"
+
+    reference_overhead_ms: float
+    candidate_overhead_ms: float
+    allowance_ms: float
+    reference_overhead_median_ms: float
+    candidate_overhead_median_ms: float
+    batches: int
+    #: Why the candidate's times cannot be believed, or None.
+    flag: str | None = None
+    extra: dict = attrs.field(factory=dict)
+
+
+@attrs.frozen(kw_only=True)
+class Floor(Contract):
+    """Speed of light: the least time one call can take at the calibrated rates (:mod:`pkb_core.machine.roofline`)."""
+
+    UNKNOWN = "keep"
+
+    floor_ms: float
+    #: Which term dominates: ``link``, ``memory`` or ``compute``.
+    bound: str
+    link_ms: float
+    hbm_ms: float
+    compute_ms: float
+    #: Added by the record: the floor over each side's median.
+    reference_fraction: float | None = optional()
+    solution_fraction: float | None = optional()
+    extra: dict = attrs.field(factory=dict)
+
+
+@attrs.frozen(kw_only=True)
+class ModeTiming(Contract):
+    """One timing mode: both sides, the speedup, why sampling stopped; or why the mode could not run."""
+
+    UNKNOWN = "keep"
+
+    reference: SideStats | None = optional()
+    candidate: SideStats | None = optional()
+    speedup: Speedup | None = optional()
+    #: ``precise``, ``cap`` or ``time`` (:mod:`pkb_core.judge.stopping`).
+    stopped: str | None = optional()
+    #: Rounds timed.
+    batches: int | None = optional()
+    #: Per side: ``device barrier``, or why only the host barrier aligned the ranks.
+    alignment: dict | None = optional()
+    #: Why this mode was not timed (the problem mutates its arguments, no GPU, ...).
+    unavailable: str | None = optional()
+    extra: dict = attrs.field(factory=dict)
+
+
+@attrs.frozen(kw_only=True)
+class Timing(Contract):
+    """Every mode of one job; ``reference``, ``candidate`` and ``speedup`` repeat the headline mode's."""
+
+    UNKNOWN = "keep"
+
+    modes: dict[str, ModeTiming] = attrs.field(factory=dict)
+    #: The headline mode (the first asked for).
+    primary: str = "latency"
+    crosscheck: dict[str, CrossCheck] = attrs.field(factory=dict)
+    #: ``device`` (CUDA events) or ``host`` (CPU mode).
+    clock: str = "device"
+    reference: SideStats | None = None
+    candidate: SideStats | None = None
+    speedup: Speedup | None = optional()
+    sol: Floor | None = optional()
+    #: The problem's bus-bandwidth convention: bytes moved and the factor (nccl-tests' busbw).
+    bus: dict | None = optional()
+    #: Per rank, SM and memory clocks while timing (GPU).
+    clocks: list | None = optional()
+    #: Per side and rank, the profiler's top kernels (``pkb run --profile``).
+    profile: dict | None = optional()
+    extra: dict = attrs.field(factory=dict)
+
+    @property
+    def headline(self) -> ModeTiming | None:
+        """The headline mode's timing, if it ran."""
+        return self.modes.get(self.primary)

@@ -1,0 +1,122 @@
+"""The typed contracts between processes (pkb_core/contracts): one JSON form each, strict for
+what pkb sends itself (jobs, batches), lenient for what outlives a pkb version (records,
+calibrations), and one clear line for data that does not fit."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import attrs
+import pytest
+
+from pkb_core.contracts.batch import Batch, LaunchSettings, Nodes
+from pkb_core.contracts.calibration import Calibration, Link
+from pkb_core.contracts.job import Built, Job
+from pkb_core.contracts.record import Record
+from pkb_core.contracts.serial import ContractError
+from pkb_core.contracts.timing import ModeTiming, Speedup, Timing
+from pkb_core.contracts.verdict import Verdict
+from pkb_core.errors import PkbError
+
+
+def _job(**changes) -> Job:
+    fields = dict(key="1_allreduce|triton|a.py", slug="1_allreduce-a-W2-tiny", problem_id=1, problem="1_allreduce",
+                  category="collective", problem_path="/p/1_allreduce.py", backend="triton", solution="/s/a.py",
+                  solution_label="a.py", size="tiny", dtype="fp32", trials=3, mode="eval", measure_perf=True,
+                  warmup=3, iters=20, min_iters=10, save_outputs=False, timing_modes=("latency", "graph"),
+                  profile=False, params={"n": 4096})
+    return Job(**{**fields, **changes})
+
+
+def test_a_job_crosses_as_json_and_comes_back_equal():
+    job = _job(compile=Built(seconds=1.25, cached=False))
+    wire = json.loads(json.dumps(job.to_json()))
+    assert wire["timing_modes"] == ["latency", "graph"] and wire["compile"] == {"seconds": 1.25, "cached": False}
+    assert Job.from_json(wire) == job
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        job.trials = 1  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"trials": "3"}, "Job.trials: expected int, got str '3'"),
+    ({"measure_perf": 1}, "Job.measure_perf: expected bool, got int '1'"),
+    ({"iters": True}, "Job.iters: expected int, got bool 'True'"),
+    ({"timing_modes": "latency"}, "Job.timing_modes: expected list or tuple, got str 'latency'"),
+    ({"run_as": "root"}, "Job: unknown field 'run_as'"),
+])
+def test_a_job_that_does_not_fit_is_one_line_naming_the_field(change, message):
+    with pytest.raises(ContractError) as caught:
+        Job.from_json({**_job().to_json(), **change})
+    assert str(caught.value) == message
+
+
+def test_a_job_without_a_field_names_it():
+    data = _job().to_json()
+    del data["key"], data["params"]
+    with pytest.raises(ContractError, match=r"^Job: missing fields 'key', 'params'$"):
+        Job.from_json(data)
+
+
+def test_a_batch_carries_jobs_and_settings_as_plain_json(tmp_path):
+    calibration = Calibration(link_gbps=300.0, links=(Link(src=0, dst=1, issued_by="write", gbps=300.0),),
+                              hbm_gbps=4000.0, matmul_tflops=700.0, matmul_dtype="bf16", method="test")
+    settings = LaunchSettings(nproc=2, device="cpu", backend="triton", run_dir=str(tmp_path), job_timeout=60,
+                              calibration=calibration, preload=["/lib/a.so"],
+                              nodes=Nodes(nnodes=2, node_rank=0, endpoint="h:1", rdzv_id="x"))
+    assert settings.run_dir == tmp_path and settings.preload == ("/lib/a.so",) and settings.world_size == 4
+    batch = Batch(jobs=[_job(), _job(key="k2")], settings=settings)
+    text = json.dumps(batch.to_json())  # no pickle: what a node reads is data
+    back = Batch.from_json(json.loads(text))
+    assert back == batch and isinstance(back.settings.run_dir, Path)
+    assert back.settings.calibration.links[0].gbps == 300.0
+
+
+def test_records_keep_fields_they_do_not_know_and_refuse_unknown_verdicts():
+    record = Record(key="k", problem_id=1, problem="1_allreduce", category="collective", backend="triton",
+                    solution="a.py", world_size=2, size="tiny", dtype="fp32", mode="eval", verdict=Verdict.PASS)
+    data = record.to_json()
+    assert "reference_ms" not in data and "stats" not in data  # untimed: no timing fields at all
+    newer = dict(data, written_by_a_later_pkb={"x": 1})
+    assert Record.from_json(newer).to_json() == newer
+    with pytest.raises(ContractError, match=r"^Record.verdict: 'passed' is not one of pass, fail, "):
+        Record.from_json(dict(data, verdict="passed"))
+
+
+def test_a_timing_round_trips_with_its_modes():
+    mode = ModeTiming(speedup=Speedup(value=1.5, rounds=3), stopped="cap", batches=3)
+    timing = Timing(modes={"latency": mode, "graph": ModeTiming(unavailable="CUDA-graph mode needs a GPU")},
+                    clock="host", speedup=mode.speedup)
+    data = json.loads(json.dumps(timing.to_json()))
+    assert data["modes"]["graph"] == {"unavailable": "CUDA-graph mode needs a GPU"}
+    assert Timing.from_json(data) == timing and Timing.from_json(data).headline == mode
+
+
+def test_a_records_file_with_a_line_that_is_not_a_record_names_the_line(tmp_path):
+    from pkb_core.results.records import RECORDS, read_records
+
+    (tmp_path / RECORDS).write_text('{"key": "k"}\n')
+    with pytest.raises(PkbError, match=rf"^{tmp_path / RECORDS}:1: not a pkb record \(.*missing fields"):
+        read_records(tmp_path)
+
+
+def test_a_calibration_cache_that_is_not_one_is_measured_again(tmp_path, monkeypatch):
+    from pkb_core.machine import calibrate
+
+    monkeypatch.setattr(calibrate, "cache_path", lambda device: tmp_path / "c.json")
+    (tmp_path / "c.json").write_text('{"link_gbps": "fast"}')
+    assert calibrate.load_calibration("cpu") is None
+    measured = calibrate.calibrate("cpu")
+    assert isinstance(measured, Calibration) and measured.link_gbps > 0
+    assert calibrate.load_calibration("cpu") == measured
+
+
+def test_a_real_jobs_record_reads_back_as_the_same_contract(pkb_invoke, tmp_path):
+    out = pkb_invoke("run", "--problem", "1", "--trials", "1", "--measure-perf", "--out", tmp_path, "--json")
+    printed = json.loads(out.stdout)["results"]
+    from pkb_core.results.records import read_records
+
+    records = read_records(tmp_path)
+    assert [r.to_json() for r in records] == printed
+    (record,) = records
+    assert record.verdict is Verdict.PASS and record.stats.headline.reference.median == record.reference_ms
+    assert record.options.timing_modes == ("latency",)
