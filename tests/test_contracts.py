@@ -120,3 +120,16 @@ def test_a_real_jobs_record_reads_back_as_the_same_contract(pkb_invoke, tmp_path
     (record,) = records
     assert record.verdict is Verdict.PASS and record.stats.headline.reference.median == record.reference_ms
     assert record.options.timing_modes == ("latency",)
+
+
+def test_every_records_file_in_the_repository_reads_back_and_writes_back_unchanged():
+    # Run directories outlive pkb versions: records written by earlier pkbs (the benchmark pages'
+    # data, the report fixtures) must still read, and lose nothing when written again.
+    root = Path(__file__).resolve().parents[1]
+    files = [p for folder in ("docs/benchmarks/data", "tests/fixtures") for p in (root / folder).rglob("*.jsonl")]
+    assert len(files) > 10
+    for path in files:
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            if line.strip():
+                data = json.loads(line)
+                assert Record.from_json(data).to_json() == data, f"{path}:{number}"

@@ -24,7 +24,8 @@ class TimingOptions(Contract):
 
     warmup: int
     iters: int
-    min_iters: int
+    #: None in records written before the stopping rule (the fixed count was `iters`).
+    min_iters: int | None = optional()
     timing_modes: tuple[str, ...]
     extra: dict = attrs.field(factory=dict)
 

@@ -30,13 +30,13 @@ class SideStats(Contract):
     #: How many calls were timed (the name is kept for old records).
     rounds: int
     #: The median's distribution-free interval over the rounds' medians (None below 6 rounds).
-    ci_low: float | None = None
-    ci_high: float | None = None
-    ci_level: float | None = None
+    ci_low: float | None = optional()
+    ci_high: float | None = optional()
+    ci_level: float | None = optional()
     #: The interval's half-width relative to the median.
-    ci_rel: float | None = None
+    ci_rel: float | None = optional()
     #: How many values the interval came from (rounds).
-    ci_units: int | None = None
+    ci_units: int | None = optional()
     extra: dict = attrs.field(factory=dict)
 
 
@@ -49,9 +49,9 @@ class Speedup(Contract):
     #: Ratio of the two sides' medians over all calls (None when the candidate's median is 0).
     value: float | None
     #: The interval over the rounds' paired ratios (None with fewer than 6 rounds).
-    low: float | None = None
-    high: float | None = None
-    level: float | None = None
+    low: float | None = optional()
+    high: float | None = optional()
+    level: float | None = optional()
     rounds: int = 0
     #: ``faster``, ``slower`` or ``no measurable difference``: what reports count as a win.
     difference: str = "no measurable difference"
@@ -122,9 +122,10 @@ class Timing(Contract):
     modes: dict[str, ModeTiming] = attrs.field(factory=dict)
     #: The headline mode (the first asked for).
     primary: str = "latency"
-    crosscheck: dict[str, CrossCheck] = attrs.field(factory=dict)
-    #: ``device`` (CUDA events) or ``host`` (CPU mode).
-    clock: str = "device"
+    #: Per mode (None in records written before the cross-check).
+    crosscheck: dict[str, CrossCheck] | None = optional()
+    #: ``device`` (CUDA events) or ``host`` (CPU mode); None in records written before it was kept.
+    clock: str | None = optional()
     reference: SideStats | None = None
     candidate: SideStats | None = None
     speedup: Speedup | None = optional()
