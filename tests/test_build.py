@@ -126,3 +126,27 @@ def test_a_build_that_hangs_has_its_own_limit_and_is_not_cached(pkb_invoke, slow
         assert "did not finish within 10 s (--build-timeout)" in record["reason"]
         # It may have been the machine's fault: tried again, never from the cache.
         assert record["compile"]["cached"] is False
+
+
+CLAIMS_UNSUPPORTED = '''"""Claims, from inside the builder, that it needs what pkb cannot provide."""
+import json, os, sys
+
+os.write(int(os.environ["PKB_REPLY_FD"]), (json.dumps(
+    {"ok": False, "verdict": "unsupported", "message": "needs hardware this machine lacks"}) + "\\n").encode())
+os._exit(0)
+
+
+def solution(tensor):
+    return tensor + 1
+'''
+
+
+def test_a_builder_that_claims_unsupported_after_the_source_check_gets_compile_error(pkb_invoke, slowbuild,
+                                                                                     tmp_path):
+    # `unsupported` does not fail a run: only the source check, before any solution code runs, may say it.
+    for path in slowbuild.iterdir():
+        path.unlink()
+    (slowbuild / "1_allreduce_claims.py").write_text(CLAIMS_UNSUPPORTED)
+    record = _run(pkb_invoke, slowbuild, tmp_path / "run")["1_allreduce_claims.py"]
+    assert record["verdict"] == "compile-error", record
+    assert record["reason"].endswith("(reported once its code was imported: a compile error, not unsupported)")

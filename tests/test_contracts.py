@@ -133,3 +133,17 @@ def test_every_records_file_in_the_repository_reads_back_and_writes_back_unchang
             if line.strip():
                 data = json.loads(line)
                 assert Record.from_json(data).to_json() == data, f"{path}:{number}"
+
+
+def test_a_record_that_would_not_read_back_is_refused_before_it_is_written(tmp_path):
+    from pkb_core.results.records import RECORDS, append_record
+
+    record = Record(key="k", problem_id=1, problem="1_allreduce", category="collective", backend="triton",
+                    solution="a.py", world_size=2, size="tiny", dtype="fp32", mode="eval", verdict="pass")
+    # attrs does not check types when a record is made: a value a candidate sent could be anything.
+    for bad in (attrs.evolve(record, reason={"not": "text"}), attrs.evolve(record, seconds=float("nan"))):
+        with pytest.raises(PkbError):
+            append_record(tmp_path, bad)
+    assert not (tmp_path / RECORDS).exists()
+    append_record(tmp_path, record)
+    assert (tmp_path / RECORDS).read_text().count("\n") == 1

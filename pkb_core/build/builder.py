@@ -42,7 +42,12 @@ class BuildContext:
     world_size: int = 1
 
 
-def build(request: dict) -> dict:
+#: The builder's first line once the source check passed, written before any solution code runs:
+#: after it, the process may say a solution did not compile, never that it is unsupported.
+SOURCE_CHECKED = {"source": "checked"}
+
+
+def build(request: dict, announce=lambda message: None) -> dict:
     from pkb_core.plugin.defaults import CoreDefaults
     from pkb_core.errors import CompileError, SolutionUnsupported, describe
     from pkb_core.candidate.lockdown import lock_down, protected_caches
@@ -56,6 +61,7 @@ def build(request: dict) -> dict:
     state = BuildContext(device=request["device"], options=request.get("options", {}))
     try:
         check_source(pm, request["solution"])
+        announce(SOURCE_CHECKED)
         program = pm.hook.pkb_backend_compile(state=state, problem=problem, solution=request["solution"])
         if program is None:
             raise CompileError("the backend returned None from pkb_backend_compile")
@@ -73,10 +79,13 @@ def main() -> int:
 
     import_torch_after_preloads()
     request = json.loads(sys.stdin.read())
-    answer = build(request)
     reply = os.fdopen(int(os.environ["PKB_REPLY_FD"]), "w")
-    reply.write(json.dumps(answer) + "\n")
-    reply.flush()
+
+    def announce(message):
+        reply.write(json.dumps(message) + "\n")
+        reply.flush()
+
+    announce(build(request, announce))
     sys.stdout.flush()
     return 0
 

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pkb_core.contracts.verdict import Verdict
+from pkb_core.build.builder import SOURCE_CHECKED
 from pkb_core.launch.channel import REPLY_FD_ENV
 
 #: Environment variables that change what a build produces.
@@ -183,17 +184,23 @@ class BuildPhase:
         died or answered nothing may have met the machine's trouble, not the
         solution's)."""
         try:
-            answer = json.loads(build["data"].decode().strip().splitlines()[-1])
+            lines = build["data"].decode(errors="replace").strip().splitlines()
+            answer = json.loads(lines[-1])
             if not isinstance(answer, dict):
                 raise ValueError
-        except (ValueError, IndexError):
+        except (ValueError, IndexError, RecursionError):
             how = f"died with {signal.Signals(-code).name}" if code < 0 else f"exited with status {code}"
             return BuildResult(False, f"the build process {how} without an answer (log: {build['log'].name})",
                                seconds), False
         if answer.get("ok") is True:
             return BuildResult(True, "", seconds), True
-        return BuildResult(False, str(answer.get("message", "the build failed"))[:20000], seconds,
-                           verdict=_failure_verdict(answer.get("verdict"))), True
+        message = str(answer.get("message", "the build failed"))[:20000]
+        verdict = _failure_verdict(answer.get("verdict"))
+        if verdict == Verdict.UNSUPPORTED and lines[0] == json.dumps(SOURCE_CHECKED):
+            # Said after the solution's code ran (the source check had passed): not believed.
+            verdict = Verdict.COMPILE_ERROR
+            message += " (reported once its code was imported: a compile error, not unsupported)"
+        return BuildResult(False, message, seconds, verdict=verdict), True
 
     # -- the outcome cache ------------------------------------------------------------
     def _path(self, solution: str) -> Path:

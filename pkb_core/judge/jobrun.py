@@ -36,8 +36,6 @@ from pkb_core.judge.timing import max_over_ranks, summarize
 
 #: Calls per timed batch (each on its own input set of the round's pool).
 POOL_CALLS = 10
-#: What a candidate's setup answer may report: its solution cannot be built, or cannot run here.
-CANDIDATE_VERDICTS = (Verdict.COMPILE_ERROR, Verdict.UNSUPPORTED)
 #: Bytes of one side's pool of inputs plus outputs, per rank, beyond which batches get fewer calls.
 POOL_BYTES = 2 << 30
 #: Every timed output of a batch is checked while a rank's batch outputs stay below this;
@@ -190,21 +188,28 @@ class JobRun:
     # -- the phases --------------------------------------------------------------
     def _setup(self):
         self._in_trials = False
+        if self.candidates.unsupported:  # said when ready, before any solution code ran
+            raise JobEnded(Verdict.UNSUPPORTED, self.candidates.unsupported)
         self._judge("job", {"job": self.job.to_json()})
         answers = self._candidate("setup", {"job": self.job.to_json()})
-        self.outcome.lockdown = sorted({str(m) for a in answers for m in a.get("lockdown", [])})
+        self.outcome.lockdown = sorted({str(m)[:200] for a in answers for m in _strings(a.get("lockdown"))})
         for rank, answer in enumerate(answers):
             claimed = answer.get("verdict")
             if not claimed:
                 continue
-            reason = str(answer.get("reason", ""))[:2000]
-            if claimed not in CANDIDATE_VERDICTS:
-                # The answer comes from the process the solution runs in: it may only say that the
-                # solution cannot be built or run here, never how the job ended.
+            # The answer comes from the process the solution was just imported into: it may say
+            # that the solution did not compile, never how the job ended. Nor that the job is
+            # unsupported (not failing): only what pkb finds before any solution code runs says
+            # that (the backend's start-up above, the compile phase's source check).
+            reason = str(answer.get("reason", ""))[:4000]
+            if claimed == Verdict.UNSUPPORTED:
+                raise JobEnded(Verdict.COMPILE_ERROR, f"rank {rank}: {reason} (reported once its code was imported: "
+                                                      f"a compile error, not unsupported)")
+            if claimed != Verdict.COMPILE_ERROR:
                 raise JobEnded(Verdict.FLAGGED, f"rank {rank}: its setup answer claimed the verdict "
                                                 f"{str(claimed)[:40]!r} (a candidate may only report "
-                                                f"{' or '.join(v.value for v in CANDIDATE_VERDICTS)})")
-            raise JobEnded(Verdict(claimed), reason if claimed == Verdict.UNSUPPORTED else f"rank {rank}: {reason}")
+                                                f"{Verdict.COMPILE_ERROR.value})")
+            raise JobEnded(Verdict.COMPILE_ERROR, f"rank {rank}: {reason}")
         self._in_trials = True
 
     def _trial(self, trial: int):
@@ -335,7 +340,7 @@ class JobRun:
     def _capture(self) -> str | None:
         failures = [a.get("failure") for a in self._judge("capture")]
         failures += [a.get("failure") for a in self._candidate("capture")]
-        return next((f for f in failures if f), None)
+        return next((str(f)[:2000] for f in failures if f), None)
 
     def _check_sample(self, answers, paths, calls, out_bytes):
         if out_bytes <= CHECK_ALL_BYTES:
@@ -403,3 +408,8 @@ def _times(answer: dict, count: int) -> list[float]:
             all(isinstance(t, (int, float)) and math.isfinite(t) and t >= 0 for t in times)):
         raise JobEnded(Verdict.FLAGGED, f"the timed batch reported {str(times)[:80]} instead of {count} times")
     return [float(t) for t in times]
+
+
+def _strings(value) -> list:
+    """``value`` if it is a list (an answer's list of names), else nothing."""
+    return value if isinstance(value, list) else []

@@ -20,6 +20,11 @@ import os
 
 #: The longest message accepted (skeletons of large argument trees fit easily).
 MAX_LINE = 64 << 20
+#: Deepest nesting of lists and objects a message may have (argument trees are a few levels deep);
+#: deeper messages are malformed, so no later ``json`` call meets a recursion limit.
+MAX_DEPTH = 64
+#: Bytes a worker may have waiting at once: one command's answer is one message.
+MAX_BUFFERED = 2 * MAX_LINE
 REPLY_FD_ENV = "PKB_REPLY_FD"
 
 
@@ -75,18 +80,20 @@ class LineReader:
                 return True
             if keep:
                 self._buffer += chunk
-                if len(self._buffer) > MAX_LINE and b"\n" not in self._buffer:
+                if len(self._buffer) > MAX_BUFFERED or (len(self._buffer) > MAX_LINE and b"\n" not in self._buffer):
                     self._buffer.clear()
                     return False
 
     def read_messages(self) -> list:
         """Every complete message available now (``[]`` if none); sets :attr:`closed` at EOF.
 
-        A line that is not a JSON object, or is longer than :data:`MAX_LINE`,
-        becomes ``{"malformed": text}`` for the caller to judge.
+        A line that is not a JSON object, is longer than :data:`MAX_LINE` or nests
+        deeper than :data:`MAX_DEPTH`, or more than :data:`MAX_BUFFERED` bytes
+        waiting at once, becomes ``{"malformed": text}`` for the caller to judge.
         """
         if not self._drain(keep=True):
-            return [{"malformed": f"a message longer than {MAX_LINE} bytes"}]
+            return [{"malformed": f"a message longer than {MAX_LINE} bytes, or more than {MAX_BUFFERED} "
+                                  f"bytes written at once"}]
         messages = []
         while True:
             end = self._buffer.find(b"\n")
@@ -96,9 +103,23 @@ class LineReader:
             del self._buffer[:end + 1]
             try:
                 message = json.loads(line)
-            except ValueError:
+            except Exception:  # noqa: BLE001 - not JSON, or nested past the parser's recursion limit
                 message = {"malformed": line[:200].decode(errors="replace")}
             if not isinstance(message, dict):
                 message = {"malformed": f"a JSON {type(message).__name__}, not an object"}
+            elif _depth(message) > MAX_DEPTH:
+                message = {"malformed": f"nested deeper than {MAX_DEPTH} levels"}
             messages.append(message)
         return messages
+
+
+def _depth(value) -> int:
+    """How deeply ``value`` nests lists and objects (without recursion)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, (dict, list)):
+            deepest = max(deepest, level)
+            if level <= MAX_DEPTH:
+                stack.extend((child, level + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return deepest

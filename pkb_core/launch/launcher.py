@@ -27,7 +27,8 @@ from pkb_core.contracts.job import Built, Job
 from pkb_core.contracts.record import Record
 from pkb_core.contracts.verdict import Verdict
 from pkb_core.plugin.preload import preload_environment
-from pkb_core.results.records import append_record, job_record, read_records
+from pkb_core.errors import PkbError, describe
+from pkb_core.results.records import append_record, check_record, job_record, read_records
 
 #: Seconds a group of worker processes may take to start (imports, CUDA context, store).
 STARTUP_TIMEOUT_S = 180.0
@@ -175,6 +176,9 @@ class Launch:
         if not group.ready:
             answers = group.gather("ready", deadline=time.monotonic() + STARTUP_TIMEOUT_S)
             group.ready = True
+            # Said before any solution code ran in the group: the one source of a job's
+            # `unsupported` that a candidate may report (the backend cannot start here).
+            group.unsupported = next((str(a["unsupported"])[:2000] for a in answers if a.get("unsupported")), None)
             if group.role == "judge" and answers[0].get("machine"):
                 self.machine = answers[0]["machine"]
 
@@ -267,6 +271,11 @@ class Launch:
             outcome.reason = f"the judge's processes failed ({failed.ended.reason}); launch log {self.log_path}"
             self._stop(judges, stacks=True)
             judges = None
+        except Exception as exc:  # noqa: BLE001 - whatever went wrong, it is this job's verdict, not the run's end
+            outcome.verdict = Verdict.ERROR
+            outcome.reason = f"pkb could not conduct the job: {describe(exc)} (launch log {self.log_path})"
+            self._stop(judges, stacks=True)  # its state is unknown: the next job gets a fresh judge
+            judges = None
         finally:
             stopping = time.time()
             healthy = outcome.verdict not in (Verdict.TIMEOUT, Verdict.CRASH, Verdict.ERROR)
@@ -293,6 +302,12 @@ class Launch:
                            lockdown_gaps=tuple(outcome.lockdown) or None, phase_seconds=outcome.phases)
         record = job_record(job, self.settings.world_size, verdict, reason,
                             seconds=time.time() - started, machine=self.machine, **details)
+        try:
+            check_record(record)
+        except PkbError as exc:  # a value from the candidate's answers that no record can hold
+            record = job_record(job, self.settings.world_size, Verdict.ERROR,
+                                f"the job's record could not be written: {describe(exc)}",
+                                seconds=time.time() - started, machine=self.machine)
         append_record(self.run_dir, record)
         if self.on_record:
             self.on_record(record)

@@ -41,6 +41,8 @@ from pkb_core.launch.sessions import cpu_ms_during, kill_sessions, signal_sessio
 ERROR_GRACE_S = 10.0
 #: Seconds to wait for the rest of a group's answers after a process died.
 DEATH_GRACE_S = 1.0
+#: Characters of a rank's error text a verdict's reason keeps.
+REASON_CHARS = 4000
 
 
 class JobEnded(Exception):
@@ -95,6 +97,8 @@ class RankGroup:
         self.pids = [w.proc.pid for w in self.workers if w.proc.pid is not None]
         self.frozen = False
         self.ready = False
+        #: Why the backend cannot run in this group, as its processes said when ready (None: it can).
+        self.unsupported = None
 
     @staticmethod
     def spawn_workers(role: str, ranks, world_size: int, *, env: dict, log) -> list:
@@ -184,7 +188,8 @@ class RankGroup:
 
     def _error(self, found, hung=False) -> JobEnded:
         rank, answer = found
-        text = f"{self.label} {rank}: {answer['error']}" + (" (its peers did not finish)" if hung else "")
+        text = f"{self.label} {rank}: {str(answer['error'])[:REASON_CHARS]}" + (
+            " (its peers did not finish)" if hung else "")
         return JobEnded(Verdict.FLAGGED if answer.get("refused") else Verdict.ERROR, text)
 
     def phases(self) -> str:
@@ -333,6 +338,8 @@ class _Zygote:
         self.exits: dict = {}
         self.pending: list = []
         self.ready = False
+        #: Why the backend cannot run in this group, as its processes said when ready (None: it can).
+        self.unsupported = None
 
     def _wait_for(self, deadline: float, want) -> dict:
         """Read until a message satisfying ``want`` arrives (recording exits on the way)."""

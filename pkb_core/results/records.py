@@ -66,11 +66,25 @@ def _rigor(timing: Timing) -> dict:
     return fields
 
 
+def check_record(record: Record) -> str:
+    """``record``'s line, after checking that it reads back as the same record (attrs does
+    not check types when a record is made, and JSON has no NaN); :class:`PkbError`
+    (one line) when it does not."""
+    try:
+        line = json.dumps(record.to_json(), allow_nan=False)
+        if Record.from_json(json.loads(line)) != record:
+            raise PkbError("it does not read back as the same record")
+    except (ValueError, TypeError, RecursionError) as exc:
+        raise PkbError(describe(exc)) from None
+    return line
+
+
 def append_record(run_dir: Path, record: Record) -> None:
-    """Append one record; a single write of one line, so readers never see half of it."""
+    """Append one record (checked by :func:`check_record`); a single write of one line,
+    so readers never see half of it."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    line = json.dumps(record.to_json(), sort_keys=False) + "\n"
+    line = check_record(record) + "\n"
     fd = os.open(run_dir / RECORDS, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         os.write(fd, line.encode())

@@ -1,0 +1,28 @@
+"""The launcher's reading of a worker's reply pipe: whatever a (hostile) worker writes is a message
+or a ``malformed`` note for that worker's job, never an exception in the launcher."""
+from __future__ import annotations
+
+import os
+
+from pkb_core.launch import channel
+from pkb_core.launch.channel import LineReader
+
+
+def _reader_with(data: bytes, tmp_path) -> LineReader:
+    path = tmp_path / "reply"  # a file, not a pipe: all of it is there at once, nothing blocks
+    path.write_bytes(data)
+    return LineReader(os.open(path, os.O_RDONLY))
+
+
+def test_messages_nested_past_the_parser_or_the_depth_limit_are_malformed(tmp_path):
+    reader = _reader_with(b"[" * 100000 + b"\n" + b'{"a": ' * 100 + b"1" + b"}" * 100 + b'\n{"op": "x"}\n', tmp_path)
+    messages = reader.read_messages()
+    assert [sorted(m) for m in messages] == [["malformed"], ["malformed"], ["op"]]
+    assert "nested deeper than 64 levels" in messages[1]["malformed"]
+
+
+def test_a_flood_of_short_lines_is_cut_at_the_buffer_limit(monkeypatch, tmp_path):
+    monkeypatch.setattr(channel, "MAX_BUFFERED", 1000)
+    reader = _reader_with(b'{"event": "barrier"}\n' * 200, tmp_path)  # 4200 bytes of well-formed lines
+    (message,) = reader.read_messages()
+    assert "bytes written at once" in message["malformed"]
