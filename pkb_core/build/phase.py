@@ -29,8 +29,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from pkb_core.contracts.verdict import Verdict
 from pkb_core.build.builder import SOURCE_CHECKED
+from pkb_core.contracts.verdict import Verdict
 from pkb_core.launch.channel import REPLY_FD_ENV
 
 #: Environment variables that change what a build produces.

@@ -23,6 +23,7 @@ import platform
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+from pkb_core.contracts.record import Record
 from pkb_core.contracts.verdict import Verdict
 
 FAILURES = (Verdict.FAIL, Verdict.FLAGGED)
