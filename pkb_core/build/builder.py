@@ -23,6 +23,7 @@ import sys
 from dataclasses import dataclass, field
 
 from pkb_core.contracts.verdict import Verdict
+from pkb_core.launch.channel import SOURCE_CHECKED
 
 
 @dataclass
@@ -40,11 +41,6 @@ class BuildContext:
     ahead_of_time: bool = True
     rank: int = 0
     world_size: int = 1
-
-
-#: The builder's first line once the source check passed, written before any solution code runs:
-#: after it, the process may say a solution did not compile, never that it is unsupported.
-SOURCE_CHECKED = {"source": "checked"}
 
 
 def build(request: dict, announce=lambda message: None) -> dict:

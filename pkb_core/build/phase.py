@@ -29,9 +29,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from pkb_core.build.builder import SOURCE_CHECKED
 from pkb_core.contracts.verdict import Verdict
-from pkb_core.launch.channel import REPLY_FD_ENV
+from pkb_core.launch.channel import REPLY_FD_ENV, SOURCE_CHECKED
 
 #: Environment variables that change what a build produces.
 KEY_ENVIRONMENT = ("TORCH_CUDA_ARCH_LIST", "CUDA_HOME", "CUDAHOSTCXX", "CXX", "PKB_NVSHMEM4PY_HOME")
