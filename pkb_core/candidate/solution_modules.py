@@ -27,7 +27,11 @@ in a candidate, whose processes hold that one solution, that is harmless.
 A file that imports an unsupported name is refused before it runs:
 :func:`refuse_unsupported` reads its imports with :mod:`ast` (top level and
 inside functions alike) and raises :class:`~pkb_core.errors.SolutionUnsupported`
-with one line, which becomes the ``unsupported`` verdict.
+with one line, which becomes the ``unsupported`` verdict. An unsupported name
+reached only while the file runs (an import built from strings) is refused by
+the finder with the same line, but the job's verdict is then ``compile-error``:
+what a process says after solution code ran in it may be that code's forgery,
+and ``unsupported`` does not fail a run (docs/trust.md).
 """
 from __future__ import annotations
 
