@@ -76,13 +76,11 @@ class CandidateRank:
                             device=self.device, control_group=dist.group.WORLD, run_dir=self.run_dir,
                             options=options, store=self.store, run_id=self.run_id, barrier=self.harness_barrier)
         self.state = None
-        self.unsupported = None
         try:
             self.state = self.pm.hook.pkb_backend_init(ctx=ctx)
         except BackendUnavailable as exc:
-            self.unsupported = str(exc)
             self.on_end()
-            return {"unsupported": self.unsupported}
+            return {"unsupported": str(exc)}  # the launcher makes every job of this group unsupported
         defaults.heap = default_heap(self.device, self.harness_barrier, self.run_id, self.rank, self.world_size)
         self.core_heap = defaults.heap
         self._pay_first_uses(custom_kernels)
@@ -126,8 +124,6 @@ class CandidateRank:
         from pkb_core.candidate.lockdown import lock_down, protected_caches
         from pkb_core.candidate.solution import check_source
 
-        if self.unsupported:
-            return {"verdict": Verdict.UNSUPPORTED, "reason": self.unsupported}
         self.job = job = Job.from_json(job)
         missing = lock_down(network=not self.custom_kernels, read_only=[self.run_dir, *protected_caches()])
         self.problem = read_spec(job.problem_path).load()

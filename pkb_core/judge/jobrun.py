@@ -30,6 +30,7 @@ from pkb_core.contracts.job import Job
 from pkb_core.contracts.timing import ModeTiming, Timing
 from pkb_core.contracts.verdict import Verdict
 from pkb_core.judge.parcel import tensor_bytes
+from pkb_core.machine.roofline import below_floor
 from pkb_core.launch.ranks import JobEnded, RankGroup
 from pkb_core.judge.stopping import StoppingRule, time_share
 from pkb_core.judge.timing import max_over_ranks, summarize
@@ -250,6 +251,9 @@ class JobRun:
         if flags:
             raise JobEnded(Verdict.FLAGGED, flags[0])
         timing = self.outcome.timing = self._physics_floor(timing)
+        impossible = timing.sol and below_floor(timing.candidate.median, timing.sol)
+        if impossible:
+            raise JobEnded(Verdict.FLAGGED, impossible)
         clocks = [a.get("clocks") for a in self._judge("clocks")]
         if any(clocks):
             timing = self.outcome.timing = attrs.evolve(timing, clocks=clocks)
@@ -354,9 +358,9 @@ class JobRun:
             raise JobEnded(*found)
 
     def _physics_floor(self, timing: Timing) -> Timing:
-        """``timing`` with the speed of light and the bus convention; flags a time below the floor."""
+        """``timing`` with the speed of light and the bus convention (when calibrated)."""
         from pkb_core.launch.plan import ITEMSIZE
-        from pkb_core.machine.roofline import below_floor, speed_of_light
+        from pkb_core.machine.roofline import speed_of_light
 
         settings = self.settings
         if not settings.calibration or not timing.candidate:
@@ -368,10 +372,6 @@ class JobRun:
         if busbw:
             nbytes, factor = busbw(self.job.params, self.nproc, itemsize)
             timing = attrs.evolve(timing, bus={"bytes": nbytes, "factor": factor})
-        self.outcome.timing = timing
-        impossible = below_floor(timing.candidate.median, timing.sol)
-        if impossible:
-            raise JobEnded(Verdict.FLAGGED, impossible)
         return timing
 
     def _profile(self) -> dict:

@@ -28,7 +28,7 @@ from pkb_core.contracts.record import Record
 from pkb_core.contracts.verdict import Verdict
 from pkb_core.plugin.preload import preload_environment
 from pkb_core.errors import PkbError, describe
-from pkb_core.results.records import append_record, check_record, job_record, read_records
+from pkb_core.results.records import append_record, job_record, read_records
 
 #: Seconds a group of worker processes may take to start (imports, CUDA context, store).
 STARTUP_TIMEOUT_S = 180.0
@@ -303,12 +303,12 @@ class Launch:
         record = job_record(job, self.settings.world_size, verdict, reason,
                             seconds=time.time() - started, machine=self.machine, **details)
         try:
-            check_record(record)
+            append_record(self.run_dir, record)
         except PkbError as exc:  # a value from the candidate's answers that no record can hold
             record = job_record(job, self.settings.world_size, Verdict.ERROR,
                                 f"the job's record could not be written: {describe(exc)}",
                                 seconds=time.time() - started, machine=self.machine)
-        append_record(self.run_dir, record)
+            append_record(self.run_dir, record)
         if self.on_record:
             self.on_record(record)
 
