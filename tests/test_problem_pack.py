@@ -59,9 +59,9 @@ def _builtin_specs():
 SPECS = _builtin_specs()
 
 
-def _run_all(pkb_invoke, out, *args):
+def _run_all(pkb_invoke, out, *args, trials: int = 2):
     every = ",".join(str(s.id) for s in SPECS)
-    result = pkb_invoke("run", "--problem", every, "--trials", "2", "--out", out, "--json", "--timeout", "300", *args)
+    result = pkb_invoke("run", "--problem", every, "--trials", trials, "--out", out, "--json", "--timeout", "300", *args)
     return {r["problem"]: r for r in json.loads(result.stdout)["results"]}
 
 
@@ -70,9 +70,15 @@ def test_pack_is_complete():
     assert sorted(s.id for s in SPECS) == list(range(1, 88))
 
 
-@pytest.mark.parametrize("world_size", [2, 3, 4])
+#: Trials of the self-check per world size. Problems vary their inputs by trial (problem 85 gives
+#: odd ranks zero keys on trial 3, for one), so W=2 and W=3 run six: a degenerate input that only a
+#: later trial draws cannot slip past CI again.
+SELF_CHECK_TRIALS = {2: 6, 3: 6, 4: 2}
+
+
+@pytest.mark.parametrize("world_size", sorted(SELF_CHECK_TRIALS))
 def test_every_reference_passes_its_self_check(pkb_invoke, tmp_path, world_size):
-    records = _run_all(pkb_invoke, tmp_path, "--nproc", world_size)
+    records = _run_all(pkb_invoke, tmp_path, "--nproc", world_size, trials=SELF_CHECK_TRIALS[world_size])
     assert set(records) == {s.key for s in SPECS}
     bad = {k: (r["verdict"], r["reason"]) for k, r in records.items() if r["verdict"] not in ("pass", "unsupported")}
     assert not bad, bad

@@ -109,11 +109,14 @@ class _Writer:
         flat = value.detach().reshape(-1)
         if flat.dtype.is_complex:
             flat = torch.view_as_real(flat).reshape(-1)
-        raw = flat.contiguous().view(torch.uint8).cpu() if flat.numel() else torch.empty(0, dtype=torch.uint8)
+        if not flat.numel():
+            # No bytes, so no place in the file: offset 0 lies inside any parcel, even an
+            # empty one (an aligned offset past the last byte would not).
+            return {"k": "tensor", "dtype": dtype_name(value.dtype), "shape": list(value.shape), "at": 0, "n": 0}
+        raw = flat.contiguous().view(torch.uint8).cpu()
         at = -(-self.offset // _ALIGN) * _ALIGN
-        if raw.numel():
-            self.file.seek(at)
-            self.file.write(memoryview(raw.numpy()))
+        self.file.seek(at)
+        self.file.write(memoryview(raw.numpy()))
         self.offset = at + raw.numel()
         return {"k": "tensor", "dtype": dtype_name(value.dtype), "shape": list(value.shape), "at": at,
                 "n": raw.numel()}

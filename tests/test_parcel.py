@@ -1,0 +1,53 @@
+"""Parcels (pkb_core.judge.parcel) carry every tensor a problem or a solution can produce,
+degenerate ones included, and read back exactly what was packed."""
+import pytest
+import torch
+
+from pkb_core.judge.parcel import UNTRUSTED, ParcelError, pack, unpack
+
+_BASE = torch.arange(24, dtype=torch.float32).reshape(4, 6)
+
+DEGENERATE = {
+    "zero elements": torch.empty(0),
+    "a zero-size dimension": torch.empty(3, 0, 2, dtype=torch.int64),
+    "0-d": torch.tensor(3.5),
+    "0-d complex": torch.tensor(1 + 2j, dtype=torch.complex64),
+    "empty complex": torch.empty(0, 2, dtype=torch.complex128),
+    "a transposed view": _BASE.t(),
+    "a strided slice": _BASE[:, ::2],
+    "expanded strides": torch.tensor([1.0, 2.0]).expand(5, 2),
+    "an expanded empty tensor": torch.empty(1, 0).expand(4, 0),
+    "a bfloat16 view": _BASE.bfloat16()[1:3],
+    "empty bool": torch.empty(0, dtype=torch.bool),
+}
+
+
+@pytest.mark.parametrize("where", ["alone", "last", "first"])
+@pytest.mark.parametrize("name", sorted(DEGENERATE))
+def test_a_degenerate_tensor_reads_back_wherever_it_lies(tmp_path, name, where):
+    # "last" is the case that broke problem 85: an empty tensor after 32 bytes of data was
+    # given an aligned offset past the end of the file, and the read-back refused it.
+    value = DEGENERATE[name]
+    before = [torch.ones(8)] if where == "last" else []
+    after = [torch.ones(3, dtype=torch.int32)] if where == "first" else []
+    tree = {"out": before + [value] + after}
+    path = tmp_path / "parcel"
+    back = unpack(pack(tree, str(path)), str(path), limits=UNTRUSTED)["out"]
+    got = back[len(before)]
+    assert got.dtype == value.dtype and got.shape == value.shape
+    assert torch.equal(got, value)
+
+
+def test_an_empty_parcel_holds_only_empty_tensors(tmp_path):
+    path = tmp_path / "parcel"
+    skeleton = pack([torch.empty(0), torch.empty(2, 0)], str(path))
+    assert path.stat().st_size == 0
+    assert [t.shape for t in unpack(skeleton, str(path))] == [torch.Size([0]), torch.Size([2, 0])]
+
+
+def test_an_offset_past_the_end_is_still_refused(tmp_path):
+    path = tmp_path / "parcel"
+    skeleton = pack([torch.ones(8)], str(path))
+    skeleton["v"][0]["at"] = 64  # 32 bytes claimed beyond a 32-byte file
+    with pytest.raises(ParcelError, match="lie outside the 32-byte parcel"):
+        unpack(skeleton, str(path))
