@@ -70,6 +70,21 @@ def _run(pkb_invoke, folder, out, build_timeout=25):
     return {r["solution"].rsplit("/", 1)[-1]: r for r in json.loads(result.stdout)["results"]}
 
 
+def _processes_with(setting: str) -> list[int]:
+    """Pids of live processes whose environment holds ``setting`` (this test's, not another's)."""
+    import os
+
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if setting.encode() in f.read().split(b"\0"):
+                    found.append(int(pid))
+        except OSError:
+            pass
+    return found
+
+
 def _log(tmp_path):
     return [json.loads(line) for line in (tmp_path / "builds.jsonl").read_text().splitlines()]
 
@@ -108,11 +123,41 @@ def test_outcomes_are_cached_by_content_failures_too(pkb_invoke, slowbuild, tmp_
 def test_pkb_build_warms_the_cache_alone(pkb_invoke, slowbuild, tmp_path):
     result = pkb_invoke("build", "--backend", "slowbuild", "--solutions", slowbuild, "--problem", "1",
                         "--build-jobs", "6", "--build-timeout", "25", "--json")
-    builds = {b["solution"].rsplit("/", 1)[-1]: b for b in json.loads(result.stdout)["builds"]}
+    lines = [json.loads(line) for line in result.stdout.splitlines()]
+    builds = {b["build"]["solution"].rsplit("/", 1)[-1]: b["build"] for b in lines[:-1]}
+    assert lines[-1] == {"summary": {"built": 4, "compile_error": 1, "unsupported": 0}}
     assert result.exit_code == 1  # some did not build
     assert builds["1_allreduce_b.py"]["ok"] and not builds["1_allreduce_fails.py"]["ok"]
     records = _run(pkb_invoke, slowbuild, tmp_path / "run")
     assert records["1_allreduce_b.py"]["compile"]["cached"] is True
+
+
+def test_pkb_build_json_cut_by_a_signal_has_printed_what_finished(slowbuild, tmp_path):
+    # `timeout 60 pkb build --json` on a tree with a hanging build: the outcomes that finished
+    # before the signal are on stdout, one JSON line each, as they finished.
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    (slowbuild / "1_allreduce_hangs.py").write_text(HONEST.format(tag="BUILD_HANGS"))
+    proc = subprocess.Popen([sys.executable, "-m", "pkb_core", "build", "--backend", "slowbuild", "--solutions",
+                             str(slowbuild), "--problem", "1", "--build-jobs", "6", "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=os.environ.copy())
+    lines = []
+    deadline = time.monotonic() + 120
+    while len(lines) < 5 and time.monotonic() < deadline:
+        lines.append(json.loads(proc.stdout.readline()))  # one complete line per finished build
+    proc.send_signal(signal.SIGTERM)
+    rest = proc.stdout.read()
+    proc.wait(timeout=30)
+    names = sorted(line["build"]["solution"].rsplit("/", 1)[-1] for line in lines)
+    assert names == sorted(p.name for p in slowbuild.iterdir() if "hangs" not in p.name)
+    assert "hangs" not in rest and "summary" not in rest
+    assert proc.returncode == 128 + signal.SIGTERM
+    time.sleep(1)
+    assert not _processes_with(f"PKBTEST_BUILDS={tmp_path / 'builds.jsonl'}"), "the hanging builder outlived pkb build"
 
 
 def test_a_build_that_hangs_has_its_own_limit_and_is_not_cached(pkb_invoke, slowbuild, tmp_path):

@@ -118,17 +118,23 @@ class BuildPhase:
                 queue.append((solution, problem_path))
         running: list[tuple] = []
         workers = self.workers or default_workers(len(queue))
-        while queue or running:
-            while queue and len(running) < workers:
-                solution, problem_path = queue.pop(0)
-                running.append(self._start(solution, problem_path))
-            time.sleep(0.05)
-            for build in list(running):
-                result = self._finished(build)
-                if result is not None:
-                    running.remove(build)
-                    results[build["solution"]] = result
-                    self._report(build["solution"], result, results, len(distinct))
+        try:
+            while queue or running:
+                while queue and len(running) < workers:
+                    solution, problem_path = queue.pop(0)
+                    running.append(self._start(solution, problem_path))
+                time.sleep(0.05)
+                for build in list(running):
+                    result = self._finished(build)
+                    if result is not None:
+                        running.remove(build)
+                        results[build["solution"]] = result
+                        self._report(build["solution"], result, results, len(distinct))
+        finally:
+            # Interrupted (Ctrl-C, a signal turned into SystemExit): builders run in sessions of
+            # their own, so nothing else would stop them or the compilers they started.
+            for build in running:
+                _kill(build["proc"])
         return results
 
     # -- one build ---------------------------------------------------------------

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import json
+import signal
+import sys
 from pathlib import Path
 
 import click
@@ -19,7 +21,8 @@ from pkb_core.contracts.verdict import Verdict
 @click.option("--build-timeout", type=click.FloatRange(min=0, min_open=True), default=600.0, show_default=True,
               help="Seconds one build may take.")
 @click.option("--build-jobs", type=click.IntRange(min=1), default=None, help="Builds at once (default: by cores and memory).")
-@click.option("--json", "json_", is_flag=True, help="Print one JSON object with every outcome.")
+@click.option("--json", "json_", is_flag=True,
+              help="JSON lines: one {\"build\": ...} per outcome as it finishes, then one {\"summary\": ...}.")
 @click.pass_obj
 def build(pm, backend, solution, solutions, problems, device, build_timeout, build_jobs, json_):
     """Build solutions ahead of `pkb run` (outcomes cached by content; failures too)."""
@@ -43,26 +46,43 @@ def build(pm, backend, solution, solutions, problems, device, build_timeout, bui
                          save_outputs=False)
     pairs = pair_solutions(request, build_registry(pm), info)
     options = getattr(pm, "pkb_config", {}).get("backends", {}).get(backend, {})
+    # SIGTERM (a time limit around `pkb build`) ends the phase like Ctrl-C: running builders are
+    # killed, and every outcome that finished has been printed.
+    signal.signal(signal.SIGTERM, _exit_on_signal)
     with tempfile.TemporaryDirectory(prefix="pkb-build-") as run_dir:
         def show(path, result, done, total):
-            if not json_:
-                state = "cached" if result.cached else ("built" if result.ok else result.verdict)
-                seconds = "" if result.cached else f"  {result.seconds:.1f} s"
-                click.echo(f"[{done}/{total}] {Path(path).name}  {state}{seconds}", err=True)
+            # Each outcome is written as it finishes (and flushed), so a build cut by a
+            # time limit or a signal has printed every outcome it reached.
+            if json_:
+                click.echo(json.dumps({"build": _outcome(path, result)}))
+                sys.stdout.flush()
+                return
+            state = "cached" if result.cached else ("built" if result.ok else result.verdict)
+            seconds = "" if result.cached else f"  {result.seconds:.1f} s"
+            click.echo(f"[{done}/{total}] {Path(path).name}  {state}{seconds}", err=True)
 
         phase = BuildPhase(backend=backend, device=device, run_dir=Path(run_dir), options=options,
                            preload=tuple(info.preload()), workers=build_jobs, timeout=build_timeout, on_result=show)
         results = phase.run([(path, spec.path) for spec, path, _ in pairs])
     failed = {path: r for path, r in results.items() if not r.ok}
+    unsupported = sum(r.verdict == Verdict.UNSUPPORTED for r in failed.values())
     if json_:
-        click.echo(json.dumps({"builds": [{"solution": path, "ok": r.ok, "cached": r.cached, "seconds": r.seconds,
-                                           "message": r.message, "verdict": None if r.ok else r.verdict}
-                                          for path, r in results.items()]}, indent=2))
+        click.echo(json.dumps({"summary": {"built": len(results) - len(failed),
+                                           "compile_error": len(failed) - unsupported, "unsupported": unsupported}}))
     else:
         for path, result in failed.items():
             click.echo(f"\n{Path(path).name}: {result.message}")
-        unsupported = sum(r.verdict == Verdict.UNSUPPORTED for r in failed.values())
         tail = f", {unsupported} unsupported" if unsupported else ""
         click.echo(f"\n{len(results) - len(failed)} built, {len(failed) - unsupported} compile-error{tail}")
     if failed:
         raise SystemExit(1)
+
+
+def _outcome(path, result) -> dict:
+    """One build's JSON line."""
+    return {"solution": path, "ok": result.ok, "cached": result.cached, "seconds": result.seconds,
+            "message": result.message, "verdict": None if result.ok else result.verdict}
+
+
+def _exit_on_signal(signum, frame):
+    raise SystemExit(128 + signum)
