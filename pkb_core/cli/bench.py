@@ -66,26 +66,30 @@ def parse_sizes(text: str) -> list[int]:
 @click.option("--device", type=click.Choice(["auto", "cuda", "cpu"]), default="auto")
 @click.option("--timeout", "job_timeout", type=click.FloatRange(min=0, min_open=True), default=None,
               help="Seconds per job (default 120 CPU, 300 GPU).")
+@click.option("--build-timeout", type=click.FloatRange(min=0, min_open=True), default=600.0, show_default=True,
+              help="Seconds one solution's build may take in the compile phase before any job runs.")
+@click.option("--build-jobs", type=click.IntRange(min=1), default=None,
+              help="Builds at once in the compile phase (default: by the node's cores and memory).")
 @click.option("--out", default=None, help="Run directory (default runs/bench-<time>); a rerun skips recorded jobs.")
 @click.option("--force", is_flag=True, help="Rerun jobs that already have a record in --out, replacing their records.")
 @click.option("--baselines/--no-baselines", default=True, show_default=True,
               help="Also time torch symm_mem's all-reduce kernels (one_shot, two_shot) on GPU.")
 @click.option("--json", "json_", is_flag=True)
 @click.pass_obj
-def bench(pm, problems, backend, solutions, sizes, nproc, dtype, trials, warmup, iters, device, job_timeout, out,
-          force, baselines, json_):
+def bench(pm, problems, backend, solutions, sizes, nproc, dtype, trials, warmup, iters, device, job_timeout,
+          build_timeout, build_jobs, out, force, baselines, json_):
     """Sweep message sizes: solutions vs NCCL (eager and CUDA graph), with busbw."""
     from pkb_core.baselines import baselines_for
     from pkb_core.machine.calibrate import calibrate
     from pkb_core.machine.device import detect_device, device_count
-    from pkb_core.contracts.batch import LaunchSettings
     from pkb_core.launch.launcher import run_jobs
-    from pkb_core.launch.plan import ITEMSIZE, RunRequest, make_job, pair_solutions
+    from pkb_core.launch.plan import (ITEMSIZE, RunRequest, device_defaults, launch_settings, pair_solutions,
+                                      plan_jobs, skip_recorded)
     from pkb_core.plugin.manager import get_backend_info
     from pkb_core.problem.registry import build_registry, require_problems
-    from pkb_core.results.records import append_record, forget_records, job_record, read_records
+    from pkb_core.results.records import append_record, job_record, read_records
     from pkb_core.cli.progress import JobProgress
-    from pkb_core.cli.run import CPU_TIMING_NOTE, FAILING
+    from pkb_core.cli.run import CPU_TIMING_NOTE, FAILING, skipping_notice, writable_paths
 
     byte_sizes = parse_sizes(sizes)
     device = detect_device(device)
@@ -94,7 +98,7 @@ def bench(pm, problems, backend, solutions, sizes, nproc, dtype, trials, warmup,
     if missing:
         raise PkbError(missing)
     nproc = nproc or max(device_count(device), 1)
-    dtype = ("bf16" if device == "cuda" else "fp32") if dtype == "auto" else dtype
+    _, dtype = device_defaults(device, dtype=dtype)
     itemsize = ITEMSIZE[dtype]
     modes = ("latency", "graph") if device == "cuda" else ("latency",)
     run_dir = Path(out or Path("runs") / ("bench-" + _dt.datetime.now().strftime("%Y%m%d-%H%M%S")))
@@ -102,26 +106,21 @@ def bench(pm, problems, backend, solutions, sizes, nproc, dtype, trials, warmup,
                          trials=trials, dtype=dtype, size="default", mode="eval", measure_perf=True, warmup=warmup,
                          iters=iters, save_outputs=False, timing_modes=modes)
     registry = require_problems(build_registry(pm))
-    jobs, baseline_jobs, rejected, no_sweep = [], [], [], []
+    pairs, no_sweep = [], []
     for spec, path, label in pair_solutions(request, registry, info):
-        problem = spec.load()
-        module = problem.module
-        if not hasattr(module, "sweep"):
-            no_sweep.append(spec.key)
-            continue
-        for nbytes in byte_sizes:
-            params = module.sweep(nbytes, nproc, itemsize)
-            request.size = f"sweep:{nbytes}"
-            job = make_job(request, spec, path, label, params=params)
-            why = problem.world_size_error(nproc, params)
-            if why:
-                rejected.append((job, f"world size {nproc}: {why}"))
-                continue
-            jobs.append(job)
-            if device == "cuda" and baselines:
-                baseline_request = RunRequest(**{**request.__dict__, "backend": REFERENCE})
-                for baseline in baselines_for(spec.key):
-                    baseline_jobs.append(make_job(baseline_request, spec, baseline, baseline.stem, params=params))
+        (pairs if hasattr(spec.load().module, "sweep") else no_sweep).append((spec, path, label))
+    no_sweep = [spec.key for spec, _, _ in no_sweep]
+
+    def message_sizes(spec, problem):
+        return [(f"sweep:{nbytes}", problem.module.sweep(nbytes, nproc, itemsize)) for nbytes in byte_sizes]
+
+    jobs, rejected = plan_jobs(request, pairs, expand=message_sizes)
+    baseline_jobs = []
+    if device == "cuda" and baselines:
+        baseline_request = RunRequest(**{**request.__dict__, "backend": REFERENCE})
+        baseline_pairs = [(spec, path, path.stem) for spec in {s.key: s for s, _, _ in pairs}.values()
+                          for path in baselines_for(spec.key)]
+        baseline_jobs, _ = plan_jobs(baseline_request, baseline_pairs, expand=message_sizes)
     if no_sweep and problems != "collective":
         click.echo(f"note: skipping {', '.join(no_sweep)} (no sweep() to size it by bytes)", err=True)
     if not jobs and not rejected:
@@ -129,15 +128,11 @@ def bench(pm, problems, backend, solutions, sizes, nproc, dtype, trials, warmup,
     if device == "cpu":
         click.echo("No GPU: CPU mode (gloo, shared-memory heap, Triton interpreter): times are host timings, "
                    "not GPU performance.", err=True)
-    from pkb_core.cli.run import writable_paths
-
     writable_paths(run_dir, None)
     keys = [job.key for job, _ in rejected] + [job.key for job in jobs + baseline_jobs]
-    if force:
-        forget_records(run_dir, keys)
-    recorded = {r.key for r in read_records(run_dir)} & set(keys)
+    recorded = skip_recorded(run_dir, keys, force)
     if recorded:
-        click.echo(f"skipping {len(recorded)} recorded job(s) in {run_dir} (use --force to rerun them)", err=True)
+        click.echo(skipping_notice(recorded, run_dir), err=True)
     progress = JobProgress(len(keys) - len(recorded), quiet=json_,
                            label=lambda r: f"{r.problem}  {_human(int(r.size.split(':')[1]))}  {r.solution}")
     for job, why in rejected:
@@ -152,10 +147,9 @@ def bench(pm, problems, backend, solutions, sizes, nproc, dtype, trials, warmup,
     try:
         for batch_info, batch in ((info, pending[0]), (reference, pending[1])):
             if batch:
-                settings = LaunchSettings(nproc=nproc, device=device, backend=batch_info.name, run_dir=run_dir,
-                                          job_timeout=job_timeout or (300.0 if device == "cuda" else 120.0),
-                                          calibration=calibration, preload=tuple(batch_info.preload()),
-                                          custom_kernels=batch_info.custom_kernels)
+                settings = launch_settings(pm, batch_info, device=device, nproc=nproc, run_dir=run_dir,
+                                           job_timeout=job_timeout, calibration=calibration,
+                                           build_timeout=build_timeout, build_workers=build_jobs)
                 run_jobs(batch, settings, on_record=progress)
     finally:
         progress.close()

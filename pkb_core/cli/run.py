@@ -79,11 +79,12 @@ def run(pm, problems, backend, solution, solutions, nproc, nnodes, node_rank, rd
     Exit status (as pytest's): 0 every job passed or is unsupported here, 1 a job
     failed, 2 interrupted, 4 a bad option or configuration value, 5 nothing selected."""
     from pkb_core.machine.device import detect_device, device_count
-    from pkb_core.contracts.batch import LaunchSettings, Nodes
-    from pkb_core.launch.plan import RunRequest, make_job, pair_solutions
+    from pkb_core.contracts.batch import Nodes
+    from pkb_core.launch.plan import (RunRequest, device_defaults, launch_settings, pair_solutions, plan_jobs,
+                                      skip_recorded)
     from pkb_core.plugin.manager import get_backend_info
     from pkb_core.problem.registry import build_registry, require_problems
-    from pkb_core.results.records import forget_records, read_records
+    from pkb_core.results.records import read_records
 
     if profile and not measure_perf:
         raise click.UsageError("--profile needs --measure-perf (it profiles timed calls)")
@@ -98,8 +99,7 @@ def run(pm, problems, backend, solution, solutions, nproc, nnodes, node_rank, rd
     missing = info.unavailable_reason(device) if executor.runs_here else None
     if missing:
         raise PkbError(missing)
-    if size == "auto":
-        size = "default" if device == "cuda" else "tiny"
+    size, dtype = device_defaults(device, size, dtype)
     if device == "cpu":
         click.echo(f"No GPU: CPU mode (gloo, shared-memory heap, Triton interpreter), size {size}."
                    + (" Times are host timings, not GPU performance." if measure_perf else ""), err=True)
@@ -113,7 +113,6 @@ def run(pm, problems, backend, solution, solutions, nproc, nnodes, node_rank, rd
             raise PkbError("--nnodes > 1 needs --rdzv-endpoint host:port (the same on every node)")
         nodes = Nodes(nnodes=nnodes, node_rank=node_rank, endpoint=rdzv_endpoint, rdzv_id=rdzv_id)
     world_size = nproc * nnodes
-    dtype = ("bf16" if device == "cuda" else "fp32") if dtype == "auto" else dtype
     default_warmup, default_min, default_iters = TIMING_DEFAULTS[size]
     iters = default_iters if iters is None else iters
     if min_iters is not None and min_iters > iters:
@@ -125,41 +124,32 @@ def run(pm, problems, backend, solution, solutions, nproc, nnodes, node_rank, rd
                          save_outputs=save_outputs, timing_modes=_timing_modes(timing_modes), profile=profile)
     registry = require_problems(build_registry(pm))
     run_dir = Path(out or Path("runs") / _dt.datetime.now().strftime("%Y%m%d-%H%M%S"))
-    jobs, rejected, dropped = [], [], []
+    dropped = []
     pairs = pair_solutions(request, registry, info, dropped=dropped)
     writable_paths(run_dir, junitxml)
-    for spec, path, label in pairs:
-        job = make_job(request, spec, path, label)
-        why = spec.load().world_size_error(world_size, job.params)
-        (rejected if why else jobs).append((job, why))
+    jobs, rejected = plan_jobs(request, pairs)
     if dropped and problems:
         click.echo(dropped_notice(dropped, backend, solutions), err=True)
-    keys = {job.key for job, _ in jobs + rejected}
-    if force:
-        forget_records(run_dir, keys)
-    recorded = {r.key for r in read_records(run_dir)} & keys
+    keys = {job.key for job in jobs} | {job.key for job, _ in rejected}
+    recorded = skip_recorded(run_dir, keys, force)
     if recorded:
-        click.echo(f"skipping {len(recorded)} recorded job(s) in {run_dir} (use --force to rerun them)", err=True)
-    fresh = [job_record(job, world_size, Verdict.UNSUPPORTED, f"world size {world_size}: {why}")
-             for job, why in rejected if job.key not in recorded]
+        click.echo(skipping_notice(recorded, run_dir), err=True)
+    fresh = [job_record(job, world_size, Verdict.UNSUPPORTED, why) for job, why in rejected if job.key not in recorded]
     for record in fresh:
         append_record(run_dir, record)
     progress = JobProgress(len(keys) - len(recorded), quiet=json_)
     for record in fresh:
         progress(record)
-    backend_options = getattr(pm, "pkb_config", {}).get("backends", {}).get(backend, {})
     calibration = None
     if measure_perf and jobs and executor.runs_here:
         from pkb_core.machine.calibrate import calibrate
 
         calibration = calibrate(device)
-    settings = LaunchSettings(nproc=nproc, device=device, backend=backend, run_dir=run_dir,
-                              job_timeout=job_timeout or (300.0 if device == "cuda" else 120.0),
-                              options=backend_options, calibration=calibration, nodes=nodes,
-                              preload=tuple(info.preload()), custom_kernels=info.custom_kernels,
-                              build_timeout=build_timeout, build_workers=build_jobs)
+    settings = launch_settings(pm, info, device=device, nproc=nproc, run_dir=run_dir, job_timeout=job_timeout,
+                               calibration=calibration, nodes=nodes, build_timeout=build_timeout,
+                               build_workers=build_jobs)
     on_record = _stop_at_first_failure(progress) if exitfirst else progress
-    pending = [job for job, _ in jobs if job.key not in recorded]
+    pending = [job for job in jobs if job.key not in recorded]
     stopped = interrupted = False
     started = time.monotonic()
     progress.start()
@@ -172,7 +162,7 @@ def run(pm, problems, backend, solution, solutions, nproc, nnodes, node_rank, rd
     finally:
         progress.close()
     by_key = {r.key: r for r in read_records(run_dir)}
-    ordered = [job.key for job, _ in rejected + jobs]
+    ordered = [job.key for job, _ in rejected] + [job.key for job in jobs]
     records = [by_key[k] for k in ordered if k in by_key]
     not_run = len(ordered) - len(records)
     if junitxml:
@@ -219,6 +209,11 @@ def _stop_at_first_failure(progress):
             raise StopRun(record.key)
 
     return on_record
+
+
+def skipping_notice(recorded, run_dir) -> str:
+    """The line that says a rerun skips jobs already recorded."""
+    return f"skipping {len(recorded)} recorded job(s) in {run_dir} (use --force to rerun them)"
 
 
 def dropped_notice(dropped, backend, solutions) -> str:

@@ -11,6 +11,13 @@ Which solutions run:
 
 Problems whose world-size rule rejects ``--nproc`` get an ``unsupported``
 record without any launch.
+
+This module is the one planning path of every command that runs jobs (``pkb
+run``, ``pkb bench``, ``pkb calibrate``'s noise floor): device defaults
+(:func:`device_defaults`), pairing (:func:`pair_solutions`), jobs and their
+world-size refusals (:func:`plan_jobs`), reruns (:func:`skip_recorded`) and the
+launch's settings (:func:`launch_settings`, with the backend's ``pkb.toml``
+options and the compile phase's settings).
 """
 from __future__ import annotations
 
@@ -19,6 +26,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from pkb_core.contracts.batch import LaunchSettings
 from pkb_core.contracts.job import Job
 from pkb_core.errors import NothingSelected, PkbError
 
@@ -121,3 +129,74 @@ def make_job(request: RunRequest, spec, solution, label, params=None) -> Job:
         save_outputs=request.save_outputs, timing_modes=tuple(request.timing_modes),
         profile=request.profile, params=params,
     )
+
+
+def device_defaults(device: str, size: str = "auto", dtype: str = "auto") -> tuple[str, str]:
+    """``(size, dtype)`` with ``auto`` resolved for ``device``: the PKB size and bf16 on a
+    GPU, ``tiny`` and fp32 in CPU mode (gloo and Triton's interpreter are slow)."""
+    if size == "auto":
+        size = "default" if device == "cuda" else "tiny"
+    if dtype == "auto":
+        dtype = "bf16" if device == "cuda" else "fp32"
+    return size, dtype
+
+
+def default_job_timeout(device: str) -> float:
+    """Seconds a job may run when ``--timeout`` is not given."""
+    return 300.0 if device == "cuda" else 120.0
+
+
+def plan_jobs(request: RunRequest, pairs, expand=None) -> tuple[list[Job], list[tuple[Job, str]]]:
+    """``(jobs, rejected)``: a job per pair (per size, with ``expand``), and the jobs
+    whose problem refuses the request's world size with the reason
+    (``"world size W: ..."``, the ``unsupported`` record's reason).
+
+    :param expand: ``expand(spec, problem) -> [(size label, params)]`` for jobs at sizes
+        other than the request's preset (``pkb bench``'s message sizes); None: one job at
+        ``request.size``.
+    """
+    jobs, rejected = [], []
+    for spec, path, label in pairs:
+        problem = spec.load()
+        sizes = expand(spec, problem) if expand else [(request.size, None)]
+        for size, params in sizes:
+            job = make_job(_sized(request, size), spec, path, label, params=params)
+            why = problem.world_size_error(request.nproc, job.params)
+            if why:
+                rejected.append((job, f"world size {request.nproc}: {why}"))
+            else:
+                jobs.append(job)
+    return jobs, rejected
+
+
+def _sized(request: RunRequest, size: str) -> RunRequest:
+    if size == request.size:
+        return request
+    from dataclasses import replace
+
+    return replace(request, size=size)
+
+
+def skip_recorded(run_dir, keys, force: bool) -> set:
+    """The ``keys`` already recorded in ``run_dir`` (a rerun skips them), after
+    forgetting them when ``force`` (they run again and their records are replaced)."""
+    from pkb_core.results.records import forget_records, read_records
+
+    keys = set(keys)
+    if force:
+        forget_records(run_dir, keys)
+    return {r.key for r in read_records(run_dir)} & keys
+
+
+def launch_settings(pm, info, *, device: str, nproc: int, run_dir, job_timeout: float | None = None,
+                    calibration=None, nodes=None, build_timeout: float = 600.0,
+                    build_workers: int | None = None) -> LaunchSettings:
+    """The settings of a launch of ``info``'s backend: its options from ``pkb.toml``'s
+    ``[backends.<name>]`` table (handed to its init hook), its preloads and kind, and
+    the compile phase's settings."""
+    options = getattr(pm, "pkb_config", {}).get("backends", {}).get(info.name, {})
+    return LaunchSettings(nproc=nproc, device=device, backend=info.name, run_dir=run_dir,
+                          job_timeout=job_timeout or default_job_timeout(device), options=options,
+                          calibration=calibration, nodes=nodes, preload=tuple(info.preload()),
+                          custom_kernels=info.custom_kernels, build_timeout=build_timeout,
+                          build_workers=build_workers)

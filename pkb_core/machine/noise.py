@@ -45,9 +45,9 @@ def measure_noise_floor(device: str, *, problems=NOISE_PROBLEMS, nproc: int | No
     """Time the reference against itself for ``problems`` in every mode; the
     condensed result (see the module docstring). ``run_dir`` receives the
     records (emptied first)."""
-    from pkb_core.contracts.batch import LaunchSettings
     from pkb_core.launch.launcher import run_jobs
-    from pkb_core.launch.plan import TIMING_DEFAULTS, RunRequest, make_job, pair_solutions
+    from pkb_core.launch.plan import (TIMING_DEFAULTS, RunRequest, device_defaults, launch_settings,
+                                      pair_solutions, plan_jobs)
     from pkb_core.machine.device import device_count
     from pkb_core.plugin.manager import get_backend_info, get_plugin_manager
     from pkb_core.plugin.reference_backend import NAME as REFERENCE
@@ -55,7 +55,7 @@ def measure_noise_floor(device: str, *, problems=NOISE_PROBLEMS, nproc: int | No
 
     pm = get_plugin_manager()
     info = get_backend_info(pm, REFERENCE)
-    size = size or ("default" if device == "cuda" else "tiny")
+    size, dtype = device_defaults(device, size or "auto")
     nproc = nproc or max(device_count(device), 1)
     from pkb_core.judge.jobrun import POOL_CALLS
 
@@ -65,20 +65,13 @@ def measure_noise_floor(device: str, *, problems=NOISE_PROBLEMS, nproc: int | No
     min_iters = min_iters or max(default_min, least)
     modes = modes_for(device)
     request = RunRequest(problems=",".join(map(str, problems)), backend=REFERENCE, solution=None, solutions=None,
-                         nproc=nproc, trials=1, dtype="bf16" if device == "cuda" else "fp32", size=size,
+                         nproc=nproc, trials=1, dtype=dtype, size=size,
                          mode="eval", measure_perf=True, warmup=warmup, iters=iters,
                          min_iters=min(min_iters, iters), save_outputs=False, timing_modes=modes)
-    registry = build_registry(pm)
-    jobs = []
-    for spec, path, label in pair_solutions(request, registry, info):
-        job = make_job(request, spec, path, label)
-        if not spec.load().world_size_error(nproc, job.params):
-            jobs.append(job)
+    jobs, _ = plan_jobs(request, pair_solutions(request, build_registry(pm), info))  # refused sizes: not timed
     run_dir = Path(run_dir)
     shutil.rmtree(run_dir, ignore_errors=True)  # a rerun would skip recorded jobs
-    settings = LaunchSettings(nproc=nproc, device=device, backend=REFERENCE, run_dir=run_dir,
-                              job_timeout=job_timeout or (300.0 if device == "cuda" else 120.0),
-                              preload=tuple(info.preload()), custom_kernels=info.custom_kernels)
+    settings = launch_settings(pm, info, device=device, nproc=nproc, run_dir=run_dir, job_timeout=job_timeout)
     records = run_jobs(jobs, settings)
     return dict(condense(records, modes), size=size, nproc=nproc, iters=iters, run_dir=str(run_dir),
                 datetime=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
