@@ -9,7 +9,10 @@ need them).
 
 For backend plugins
     :func:`hookimpl` (mark hook implementations, see
-    :mod:`pkb_core.plugin.hookspecs`), :class:`BackendInfo`,
+    :mod:`pkb_core.plugin.hookspecs`), :class:`BackendInfo`, the types the
+    hooks receive (:class:`WorkerContext` for init, :class:`BuildContext` as the
+    compile hook's state in the compile phase, :class:`Problem` for compile) and
+    :class:`Verdict`,
     :class:`BackendPrompt`, :class:`PromptExample`, the errors
     :class:`BackendUnavailable`, :class:`CompileError`, :class:`PkbError` and
     :func:`describe`, :func:`load_solution` and :func:`load_module` (import a
@@ -23,7 +26,7 @@ For symmetric heaps
 For provider plugins (``pkb generate``)
     :class:`Completion`, :class:`ModelSettings`.
 For problem packs
-    :func:`matrix_for_bytes`.
+    :func:`matrix_for_bytes`, :class:`RunContext` (what ``inputs(ctx)`` receives).
 """
 
 __version__ = "0.1.0"
@@ -32,6 +35,11 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "hookimpl": "pkb_core.plugin.hookspecs",
     "BackendInfo": "pkb_core.plugin.backend",
+    "WorkerContext": "pkb_core.plugin.backend",
+    "BuildContext": "pkb_core.plugin.backend",
+    "Problem": "pkb_core.problem.contract",
+    "RunContext": "pkb_core.problem.contract",
+    "Verdict": "pkb_core.contracts.verdict",
     "BackendPrompt": "pkb_core.plugin.backend_prompt",
     "PromptExample": "pkb_core.plugin.backend_prompt",
     "BackendUnavailable": "pkb_core.errors",

@@ -20,27 +20,10 @@ from __future__ import annotations
 import json
 import os
 import sys
-from dataclasses import dataclass, field
 
 from pkb_core.contracts.verdict import Verdict
+from pkb_core.plugin.backend import BuildContext
 from pkb_core.launch.channel import SOURCE_CHECKED
-
-
-@dataclass
-class BuildContext:
-    """The ``state`` a backend's compile hook gets in the compile phase.
-
-    :ivar ahead_of_time: always ``True`` here; in a job the state is the
-        backend's own (what ``pkb_backend_init`` returned).
-    :ivar device: the device type the jobs will run on (no device is used here).
-    :ivar options: the backend's ``[backends.<name>]`` table.
-    """
-
-    device: str
-    options: dict = field(default_factory=dict)
-    ahead_of_time: bool = True
-    rank: int = 0
-    world_size: int = 1
 
 
 def build(request: dict, announce=lambda message: None) -> dict:

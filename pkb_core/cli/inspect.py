@@ -16,7 +16,7 @@ from pathlib import Path
 import click
 
 from pkb_core.errors import PkbError
-from pkb_core.launch.plan import job_slug
+from pkb_core.contracts.job import job_slug
 from pkb_core.results.records import read_records
 
 
@@ -80,7 +80,7 @@ def _rank_files(folder: Path, rank) -> list[Path]:
 
 
 def _slug(record) -> str:
-    """The outputs folder of a record (named by :func:`pkb_core.launch.plan.job_slug`)."""
+    """The outputs folder of a record (named by :func:`pkb_core.contracts.job.job_slug`)."""
     return job_slug(record.problem, str(record.solution), record.world_size, record.size)
 
 

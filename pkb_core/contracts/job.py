@@ -8,6 +8,9 @@ job from another pkb version is an error, not a guess).
 """
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import attrs
 
 from pkb_core.contracts.serial import Contract
@@ -62,3 +65,8 @@ class Built(Contract):
     seconds: float
     #: Whether the outcome came from the build cache (an earlier, identical build).
     cached: bool
+
+
+def job_slug(problem_key: str, solution_label: str, world_size: int, size: str) -> str:
+    """The folder name of a job's saved outputs and profiles (:attr:`Job.slug`; also found from a record)."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", f"{problem_key}-{Path(solution_label).stem}-W{world_size}-{size}")

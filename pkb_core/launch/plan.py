@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pkb_core.contracts.batch import LaunchSettings
-from pkb_core.contracts.job import Job
+from pkb_core.contracts.job import Job, job_slug
 from pkb_core.errors import NothingSelected, PkbError
 
 _SOLUTION_NAME = re.compile(r"^(\d+)_")
@@ -102,11 +102,6 @@ TIMING_DEFAULTS = {"tiny": (3, 10, 20), "default": (500, 100, 1000), "large": (5
 
 #: Bytes per element of the working dtypes a job may name.
 ITEMSIZE = {"fp32": 4, "bf16": 2, "fp16": 2, "fp64": 8}
-
-
-def job_slug(problem_key: str, solution_label: str, world_size: int, size: str) -> str:
-    """The folder name of a job's saved outputs and profiles (also found from a record)."""
-    return re.sub(r"[^A-Za-z0-9_.-]+", "-", f"{problem_key}-{Path(solution_label).stem}-W{world_size}-{size}")
 
 
 def make_job(request: RunRequest, spec, solution, label, params=None) -> Job:

@@ -102,3 +102,22 @@ class WorkerContext:
     store: Any = None
     run_id: str = ""
     barrier: Optional[Callable[[], None]] = None
+
+
+@dataclass
+class BuildContext:
+    """The ``state`` a backend's compile hook gets in the compile phase.
+
+    Made by the compile phase's builder (:mod:`pkb_core.build.builder`).
+
+    :ivar ahead_of_time: always ``True`` here; in a job the state is the
+        backend's own (what ``pkb_backend_init`` returned).
+    :ivar device: the device type the jobs will run on (no device is used here).
+    :ivar options: the backend's ``[backends.<name>]`` table.
+    """
+
+    device: str
+    options: dict = field(default_factory=dict)
+    ahead_of_time: bool = True
+    rank: int = 0
+    world_size: int = 1

@@ -28,7 +28,18 @@ This module imports nothing heavy (no torch): it is loaded by ``pkb --help``.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any, Callable, Optional, Union
+
 import pluggy
+
+if TYPE_CHECKING:  # the types only: importing them here would load torch for `pkb --help`
+    from pathlib import Path
+
+    import click
+    import torch
+
+    from pkb_core.plugin.backend import BackendInfo, BuildContext, WorkerContext
+    from pkb_core.problem.contract import Problem
 
 hookspec = pluggy.HookspecMarker("pkb")
 hookimpl = pluggy.HookimplMarker("pkb")
@@ -39,10 +50,10 @@ hookimpl = pluggy.HookimplMarker("pkb")
 
 
 @hookspec
-def pkb_backend_info():
+def pkb_backend_info() -> Optional[BackendInfo]:
     """Describe the backend this plugin provides.
 
-    :return: a :class:`pkb_core.plugin.backend.BackendInfo` (name, devices it runs on,
+    :return: a :class:`pkb_core.BackendInfo` (name, devices it runs on,
         a requirement check that names what is missing, where its sample
         solutions live), or ``None`` for plugins that are not backends.
 
@@ -52,14 +63,14 @@ def pkb_backend_info():
     Example::
 
         @hookimpl
-        def pkb_backend_info():
+        def pkb_backend_info() -> Optional[BackendInfo]:
             return BackendInfo(name="mybackend", devices=("cuda",),
                                requirements=lambda device: None)
     """
 
 
 @hookspec
-def pkb_register_problems(register):
+def pkb_register_problems(register: Callable[[Path], None]) -> None:
     """Add problem files to the registry.
 
     :param register: ``register(path)`` takes a problem file or a directory that
@@ -69,19 +80,19 @@ def pkb_register_problems(register):
     problems of a launch). Example::
 
         @hookimpl
-        def pkb_register_problems(register):
+        def pkb_register_problems(register: Callable[[Path], None]) -> None:
             register(pathlib.Path(__file__).parent / "problems")
     """
 
 
 @hookspec
-def pkb_register_commands(cli):
+def pkb_register_commands(cli: click.Group) -> None:
     """Add commands to the ``pkb`` click group.
 
     :param cli: the ``click.Group`` of the ``pkb`` command. Example::
 
         @hookimpl
-        def pkb_register_commands(cli):
+        def pkb_register_commands(cli: click.Group) -> None:
             @cli.command()
             def hello():
                 click.echo("hello")
@@ -89,7 +100,7 @@ def pkb_register_commands(cli):
 
 
 @hookspec
-def pkb_register_providers(register):
+def pkb_register_providers(register: Callable[[str, Callable[[dict], Any]], None]) -> None:
     """Add model providers for ``pkb generate --provider NAME``.
 
     :param register: ``register(name, factory)``. ``factory(options)`` is
@@ -108,7 +119,7 @@ def pkb_register_providers(register):
     registered twice is an error. Example::
 
         @hookimpl
-        def pkb_register_providers(register):
+        def pkb_register_providers(register: Callable[[str, Callable[[dict], Any]], None]) -> None:
             register("echo", lambda options: EchoProvider(**options))
     """
 
@@ -119,10 +130,10 @@ def pkb_register_providers(register):
 
 
 @hookspec(firstresult=True)
-def pkb_backend_init(ctx):
+def pkb_backend_init(ctx: WorkerContext) -> Any:
     """Set up the backend's runtime on this rank, once per worker launch.
 
-    :param ctx: a :class:`pkb_core.plugin.backend.WorkerContext` (rank, world size,
+    :param ctx: a :class:`pkb_core.WorkerContext` (rank, world size,
         local rank, device, the harness's gloo control group, the backend's
         options). The default process group is already initialised (NCCL on
         GPU, gloo on CPU).
@@ -143,7 +154,7 @@ def pkb_backend_init(ctx):
 
 
 @hookspec(firstresult=True)
-def pkb_backend_allocate(state, shape, dtype):
+def pkb_backend_allocate(state: Any, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
     """Allocate a symmetric tensor that every peer can reach.
 
     :param state: what :func:`pkb_backend_init` returned.
@@ -159,23 +170,34 @@ def pkb_backend_allocate(state, shape, dtype):
 
 
 @hookspec(firstresult=True)
-def pkb_backend_compile(state, problem, solution):
+def pkb_backend_compile(state: Union[Any, BuildContext], problem: Problem, solution: Optional[str]) -> Callable:
     """Turn a solution file into a program, once per job.
 
-    :param state: what :func:`pkb_backend_init` returned.
-    :param problem: the loaded :class:`pkb_core.problem.contract.Problem`.
+    :param state: what :func:`pkb_backend_init` returned; or, in the compile
+        phase, a :class:`pkb_core.BuildContext` (see below).
+    :param problem: the loaded :class:`pkb_core.Problem`.
     :param solution: path of the solution file, or ``None`` when the backend
         is asked to run the problem's own reference (the self-check).
     :return: a program (usually the file's ``solution`` callable). Raise
         :class:`pkb_core.errors.CompileError` with the compiler's message:
         it becomes the ``compile-error`` verdict.
 
-    Build once per node (other local ranks wait) and cache by content.
+    Called twice per solution. First **ahead of time**, in the compile phase
+    before any job (``pkb build``, and ``pkb run`` before its launches): in a
+    locked-down builder process with no GPU and no process group, with
+    ``state`` a :class:`pkb_core.BuildContext` (``ahead_of_time`` is True,
+    ``device`` the device type the jobs will use, ``options`` the backend's
+    ``[backends.<name>]`` table). That call builds what it can into the
+    backend's own cache, keyed by content; its program is thrown away, and a
+    ``CompileError`` there is the job's verdict without a launch. Then **in
+    the job**, on every rank, with the backend's own state: the build is found
+    in the cache, so this call loads rather than compiles. Tell the two apart
+    with ``getattr(state, "ahead_of_time", False)``.
     """
 
 
 @hookspec(firstresult=True)
-def pkb_backend_launch(state, program, inputs):
+def pkb_backend_launch(state: Any, program: Callable, inputs: tuple) -> Callable[[], Any]:
     """Bind a program to one set of inputs.
 
     :param state: what :func:`pkb_backend_init` returned.
@@ -190,7 +212,7 @@ def pkb_backend_launch(state, program, inputs):
 
 
 @hookspec
-def pkb_backend_finalize(state):
+def pkb_backend_finalize(state: Any) -> None:
     """Release the backend's runtime; always runs, also after a partial init.
 
     :param state: what :func:`pkb_backend_init` returned, or ``None`` when init

@@ -134,7 +134,7 @@ def forget_records(run_dir: Path, keys) -> int:
             kept.append(line + "\n")
     if not dropped:
         return 0
-    from pkb_core.launch.plan import job_slug
+    from pkb_core.contracts.job import job_slug
 
     for record in dropped.values():
         folder = Path(run_dir) / "outputs" / job_slug(record.problem, record.solution, record.world_size, record.size)
