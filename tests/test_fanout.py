@@ -86,7 +86,7 @@ def test_collective_pack_in_shards_lands_in_one_run_dir_and_resumes(pkb_invoke, 
     records = json.loads(result.stdout)["results"]
     assert sorted((r["problem_id"], r["verdict"]) for r in records) == [(i, "pass") for i in range(1, 9)]
     assert result.exit_code == 0
-    # Two engine jobs, one torchrun launch each, one records file.
+    # Two engine jobs, one launch each, one records file.
     assert len(list((tmp_path / "submitit").glob("*_submitted.pkl"))) == 2
     assert len(list((tmp_path / "logs").glob("launch-*.log"))) == 2
     lines = (tmp_path / "records.jsonl").read_text().splitlines()

@@ -1,4 +1,4 @@
-"""`pkb run` end to end in CPU mode: the real pipeline (torchrun, gloo, shared-memory heap)."""
+"""`pkb run` end to end in CPU mode: the real pipeline (the launcher's own ranks, gloo, shared-memory heap)."""
 import json
 
 import pytest
@@ -58,7 +58,7 @@ def test_bad_solutions_get_the_right_verdicts(pkb_invoke, tmp_path, fixtures):
         assert record["verdict"] == verdict, (name, record["reason"])
         assert text in record["reason"], (name, record["reason"])
     assert result.exit_code == 1
-    # No rank outlives its launch (torchrun starts ranks in sessions of their own).
+    # No rank outlives its launch (the launcher starts ranks in sessions of their own).
     for status in tmp_path.glob(".scratch/*/rank*.json"):
         pid = json.loads(status.read_text())["pid"]
         assert not _alive(pid), f"rank process {pid} still running ({status})"

@@ -28,7 +28,7 @@ from pkb_core.cli.table import render_table
 @click.option("--solutions", default=None, help="A directory of <id>_<name>*.py solution files.")
 @click.option("--nproc", type=click.IntRange(min=1), default=None, help="Ranks (default: every GPU; 2 in CPU mode).")
 @click.option("--nnodes", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Nodes of one job (torchrun c10d rendezvous).")
+              help="Nodes of one job (they meet at --rdzv-endpoint; docs/cluster.md).")
 @click.option("--node-rank", type=click.IntRange(min=0), default=0, show_default=True,
               help="This node's rank (with --nnodes).")
 @click.option("--rdzv-endpoint", default=None, help="host:port of the rendezvous (with --nnodes > 1).")

@@ -1,6 +1,6 @@
 """Comparing a candidate's outputs with the reference's, leaf by leaf.
 
-Rules (shared/rigor.md): the structure must match; every tensor leaf must have
+Rules (docs/trust.md, "Correctness checks"): the structure must match; every tensor leaf must have
 the reference's dtype and shape; integer and boolean leaves compare exactly;
 complex leaves compare real and imaginary parts; NaN and Inf must sit exactly
 where the reference has them; floating leaves pass when
@@ -92,7 +92,7 @@ def compare_leaf(cand, ref, tolerance=None) -> str | None:
     if cand.shape != ref.shape:
         return f"shape {tuple(cand.shape)}, expected {tuple(ref.shape)}"
     # Compare where the reference lives: on a GPU the elementwise work stays
-    # there (on the host, single-threaded under torchrun, 256 MiB outputs took
+    # there (on the host, single-threaded in a worker, 256 MiB outputs took
     # longer than a job's timeout); only the verdict's few scalars come back.
     cand, ref = cand.detach().to(ref.device), ref.detach()
     if ref.is_complex():

@@ -6,7 +6,7 @@ jobs and the run's launch settings.
 It checks that the backend can run on this node, measures the node's ceilings
 when the jobs are timed and the submitting machine could not (it is not where
 they run), and hands the jobs to :func:`~pkb_core.launch.launcher.run_jobs`, which skips
-recorded keys, starts torchrun with ``settings.nproc`` ranks, watches them and
+recorded keys, starts ``settings.nproc`` ranks per launch, watches them and
 writes one record per job into the shared run directory.
 
 A :class:`Shard` is ``submitit.helpers.Checkpointable``: when SLURM preempts
