@@ -12,7 +12,8 @@ For backend plugins
     :mod:`pkb_core.plugin.hookspecs`), :class:`BackendInfo`, the types the
     hooks receive (:class:`WorkerContext` for init, :class:`BuildContext` as the
     compile hook's state in the compile phase, :class:`Problem` for compile) and
-    :class:`Verdict`,
+    :class:`Verdict`; for observers of a run (the ``pkb_report_*`` hooks):
+    :class:`Record`, :class:`Reporter`, :class:`BuildResult`;
     :class:`BackendPrompt`, :class:`PromptExample`, the errors
     :class:`BackendUnavailable`, :class:`CompileError`, :class:`PkbError` and
     :func:`describe`, :func:`load_solution` and :func:`load_module` (import a
@@ -40,6 +41,9 @@ _EXPORTS = {
     "Problem": "pkb_core.problem.contract",
     "RunContext": "pkb_core.problem.contract",
     "Verdict": "pkb_core.contracts.verdict",
+    "Record": "pkb_core.contracts.record",
+    "Reporter": "pkb_core.results.reporter",
+    "BuildResult": "pkb_core.build.phase",
     "BackendPrompt": "pkb_core.plugin.backend_prompt",
     "PromptExample": "pkb_core.plugin.backend_prompt",
     "BackendUnavailable": "pkb_core.errors",

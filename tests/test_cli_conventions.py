@@ -307,7 +307,8 @@ def test_exitfirst_stops_after_the_first_failing_job(pkb_invoke, tmp_path):
     assert result.exit_code == 1, result.output
     assert [(Path(r["solution"]).name, r["verdict"]) for r in _records(out)] == \
         [("1_allreduce_a_good.py", "pass"), ("1_allreduce_b_wrong.py", "fail")]
-    assert "stopped after the first failing job (-x/--exitfirst); 1 job(s) not run" in result.stderr
+    assert "stopped (-x/--exitfirst: 1_allreduce " in result.stderr
+    assert "1_allreduce_b_wrong.py is fail); 1 job(s) not run" in result.stderr
     suite = ET.parse(tmp_path / "junit.xml").getroot().find("testsuite")
     assert (suite.get("tests"), suite.get("failures"), suite.get("errors")) == ("2", "1", "0")
     # The next run into the same directory goes on with the job left.

@@ -73,3 +73,40 @@ def test_plan_jobs_refuses_world_sizes_with_the_records_reason(pkb_pm):
     admitted = {job.problem for job in jobs}
     assert admitted | set(refusals) == {spec.key for spec, _, _ in pairs}
     assert all(why.startswith("world size 3: ") for why in refusals.values())
+
+
+OBSERVER = '''
+import json, os
+from pkb_core.plugin.hookspecs import hookimpl
+
+def _log(**entry):
+    with open(os.environ["PKBTEST_REPORTS"], "a") as f:
+        f.write(json.dumps(entry) + "\\n")
+
+@hookimpl
+def pkb_report_job(record, reporter):
+    _log(kind="job", problem=record.problem, verdict=record.verdict.value)
+    reporter.stop("seen one job")
+
+@hookimpl
+def pkb_report_build(solution, result, done, total):
+    _log(kind="build", solution=os.path.basename(solution), ok=result.ok, done=done, total=total)
+'''
+
+
+def test_a_third_party_observer_sees_builds_and_jobs_and_can_stop_the_run(pkb_invoke, fake_dist, tmp_path,
+                                                                         monkeypatch):
+    """The report hooks: a `pkb` plugin sees every build, then every record as it is written, and
+    `reporter.stop` ends the run between jobs (the job that ran keeps its record, the next never starts)."""
+    fake_dist("pkbtest-observer", {"pkb": {"observer": "pkbtest_observer"}}, {"pkbtest_observer": OBSERVER})
+    monkeypatch.setenv("PKBTEST_REPORTS", str(tmp_path / "reports.jsonl"))
+    monkeypatch.setenv("PKB_CACHE_DIR", str(tmp_path / "cache"))
+    result = pkb_invoke("run", "--backend", "triton", "--problem", "1,2", "--trials", "1", "--out", tmp_path / "run",
+                        "--json")
+    seen = [json.loads(line) for line in (tmp_path / "reports.jsonl").read_text().splitlines()]
+    builds = [s for s in seen if s["kind"] == "build"]
+    jobs = [s for s in seen if s["kind"] == "job"]
+    assert sorted(b["solution"] for b in builds) == ["1_allreduce.py", "2_allgather.py"]
+    assert all(b["ok"] and b["total"] == 2 for b in builds)
+    assert jobs == [{"kind": "job", "problem": "1_allreduce", "verdict": "pass"}]
+    assert [r["problem"] for r in json.loads(result.stdout)["results"]] == ["1_allreduce"]

@@ -87,7 +87,8 @@ def bench(pm, problems, backend, solutions, sizes, nproc, dtype, trials, warmup,
                                       plan_jobs, skip_recorded)
     from pkb_core.plugin.manager import get_backend_info
     from pkb_core.problem.registry import build_registry, require_problems
-    from pkb_core.results.records import append_record, job_record, read_records
+    from pkb_core.results.records import append_record, job_record
+    from pkb_core.results.reporter import Reporter
     from pkb_core.cli.progress import JobProgress
     from pkb_core.cli.run import CPU_TIMING_NOTE, FAILING, skipping_notice, writable_paths
 
@@ -130,16 +131,19 @@ def bench(pm, problems, backend, solutions, sizes, nproc, dtype, trials, warmup,
                    "not GPU performance.", err=True)
     writable_paths(run_dir, None)
     keys = [job.key for job, _ in rejected] + [job.key for job in jobs + baseline_jobs]
-    recorded = skip_recorded(run_dir, keys, force)
+    earlier = skip_recorded(run_dir, keys, force)
+    recorded = set(earlier)
     if recorded:
         click.echo(skipping_notice(recorded, run_dir), err=True)
     progress = JobProgress(len(keys) - len(recorded), quiet=json_,
                            label=lambda r: f"{r.problem}  {_human(int(r.size.split(':')[1]))}  {r.solution}")
+    pm.register(progress)
+    reporter = Reporter(pm)
     for job, why in rejected:
         if job.key not in recorded:
             record = job_record(job, nproc, Verdict.UNSUPPORTED, why)
             append_record(run_dir, record)
-            progress(record)
+            reporter.job(record)
     reference = get_backend_info(pm, REFERENCE)
     pending = [[job for job in batch if job.key not in recorded] for batch in (jobs, baseline_jobs)]
     calibration = calibrate(device) if any(pending) else None
@@ -150,10 +154,11 @@ def bench(pm, problems, backend, solutions, sizes, nproc, dtype, trials, warmup,
                 settings = launch_settings(pm, batch_info, device=device, nproc=nproc, run_dir=run_dir,
                                            job_timeout=job_timeout, calibration=calibration,
                                            build_timeout=build_timeout, build_workers=build_jobs)
-                run_jobs(batch, settings, on_record=progress)
+                run_jobs(batch, settings, reporter, skip_recorded=False)
     finally:
         progress.close()
-    by_key = {r.key: r for r in read_records(run_dir)}
+        pm.unregister(progress)
+    by_key = {**earlier, **{r.key: r for r in reporter.records}}
     records = [by_key[k] for k in keys if k in by_key]
     library = reference_library(device)
     own = {job.key for job in jobs}

@@ -12,9 +12,12 @@ import sys
 
 import click
 
+from pkb_core.plugin.hookspecs import hookimpl
+
 
 class JobProgress:
-    """Call with each finished record; the bar shows between :meth:`start` and :meth:`close`."""
+    """Call with each finished record, or register as a plugin of the run (it implements
+    ``pkb_report_job``); the bar shows between :meth:`start` and :meth:`close`."""
 
     def __init__(self, total: int, quiet: bool = False, label=None):
         """:param label: ``label(record)``, the text after ``[i/n]`` (default: problem and solution)."""
@@ -38,6 +41,10 @@ class JobProgress:
             return
         self._bar.console.print(line, highlight=False, markup=False)
         self._bar.update(self._task, completed=self.done)
+
+    @hookimpl
+    def pkb_report_job(self, record) -> None:
+        self(record)
 
     def start(self) -> None:
         """Show the live bar (only on a terminal with rich; otherwise nothing changes)."""

@@ -17,6 +17,7 @@ from pkb_core.launch.plan import TIMING_DEFAULTS
 from pkb_core.results.records import append_record, job_record
 from pkb_core.contracts.verdict import FAILING, Verdict
 from pkb_core.cli.table import render_table
+from pkb_core.plugin.hookspecs import hookimpl
 
 
 @click.command()
@@ -84,7 +85,7 @@ def run(pm, problems, backend, solution, solutions, nproc, nnodes, node_rank, rd
                                       skip_recorded)
     from pkb_core.plugin.manager import get_backend_info
     from pkb_core.problem.registry import build_registry, require_problems
-    from pkb_core.results.records import read_records
+    from pkb_core.results.reporter import Reporter
 
     if profile and not measure_perf:
         raise click.UsageError("--profile needs --measure-perf (it profiles timed calls)")
@@ -131,15 +132,26 @@ def run(pm, problems, backend, solution, solutions, nproc, nnodes, node_rank, rd
     if dropped and problems:
         click.echo(dropped_notice(dropped, backend, solutions), err=True)
     keys = {job.key for job in jobs} | {job.key for job, _ in rejected}
-    recorded = skip_recorded(run_dir, keys, force)
+    earlier = skip_recorded(run_dir, keys, force)
+    recorded = set(earlier)
     if recorded:
         click.echo(skipping_notice(recorded, run_dir), err=True)
-    fresh = [job_record(job, world_size, Verdict.UNSUPPORTED, why) for job, why in rejected if job.key not in recorded]
-    for record in fresh:
-        append_record(run_dir, record)
+    # The run's observers (pkb_report_* hooks): the progress lines, -x, --junitxml.
     progress = JobProgress(len(keys) - len(recorded), quiet=json_)
-    for record in fresh:
-        progress(record)
+    observers = [progress] + ([ExitFirst()] if exitfirst else []) + ([BuildLines()] if not json_ else [])
+    if junitxml:
+        from pkb_core.results.junit import JunitReport
+
+        junit = JunitReport(junitxml, suite=f"pkb.{backend}", earlier=list(earlier.values()))
+        observers.append(junit)
+    for observer in observers:
+        pm.register(observer)
+    reporter = Reporter(pm)
+    for job, why in rejected:
+        if job.key not in recorded:
+            record = job_record(job, world_size, Verdict.UNSUPPORTED, why)
+            append_record(run_dir, record)
+            reporter.job(record)
     calibration = None
     if measure_perf and jobs and executor.runs_here:
         from pkb_core.machine.calibrate import calibrate
@@ -148,27 +160,24 @@ def run(pm, problems, backend, solution, solutions, nproc, nnodes, node_rank, rd
     settings = launch_settings(pm, info, device=device, nproc=nproc, run_dir=run_dir, job_timeout=job_timeout,
                                calibration=calibration, nodes=nodes, build_timeout=build_timeout,
                                build_workers=build_jobs)
-    on_record = _stop_at_first_failure(progress) if exitfirst else progress
     pending = [job for job in jobs if job.key not in recorded]
-    stopped = interrupted = False
+    interrupted = False
     started = time.monotonic()
     progress.start()
     try:
-        executor.run(pending, settings, on_record=on_record, on_build=None if json_ else build_progress)
-    except StopRun:
-        stopped = True
+        executor.run(pending, settings, reporter)
     except KeyboardInterrupt:
         interrupted = True
     finally:
         progress.close()
-    by_key = {r.key: r for r in read_records(run_dir)}
+        for observer in observers:
+            pm.unregister(observer)
+    by_key = {**earlier, **{r.key: r for r in reporter.records}}
     ordered = [job.key for job, _ in rejected] + [job.key for job in jobs]
     records = [by_key[k] for k in ordered if k in by_key]
     not_run = len(ordered) - len(records)
     if junitxml:
-        from pkb_core.results.junit import write_junit
-
-        write_junit(junitxml, records, suite=f"pkb.{backend}", seconds=time.monotonic() - started)
+        junit.write(seconds=time.monotonic() - started)
     if nodes and nodes.node_rank != 0 and not records:
         click.echo(f"node {node_rank} of {nnodes}: done; records are written where global rank 0 ran", err=True)
     if json_:
@@ -183,8 +192,8 @@ def run(pm, problems, backend, solution, solutions, nproc, nnodes, node_rank, rd
             click.echo(CPU_TIMING_NOTE)
         elif not measure_perf and records and not any(r.speedup for r in records):
             click.echo("(no times or speedups: add --measure-perf to time the reference and the solutions)")
-    if stopped:
-        click.echo(f"stopped after the first failing job (-x/--exitfirst); {not_run} job(s) not run", err=True)
+    if reporter.stopped:
+        click.echo(f"stopped ({reporter.stop_reason}); {not_run} job(s) not run", err=True)
     if interrupted:
         click.echo(f"interrupted: {not_run} job(s) not run; the same command with --out {run_dir} resumes",
                    err=True)
@@ -198,17 +207,23 @@ CPU_TIMING_NOTE = ("note: CPU mode: times are host timings (gloo over shared mem
                    "not GPU performance; these speedups say nothing about a GPU.")
 
 
-class StopRun(Exception):
-    """Raised from the record callback to stop a run after a failing job (``-x``)."""
+class ExitFirst:
+    """``-x``: after the first job whose verdict fails the run, no further job starts."""
 
-
-def _stop_at_first_failure(progress):
-    def on_record(record):
-        progress(record)
+    @hookimpl
+    def pkb_report_job(self, record, reporter):
         if record.verdict in FAILING:
-            raise StopRun(record.key)
+            reporter.stop(f"-x/--exitfirst: {record.problem} {record.solution} is {record.verdict.value}")
 
-    return on_record
+
+class BuildLines:
+    """One line per finished build of the compile phase (stderr)."""
+
+    @hookimpl
+    def pkb_report_build(self, solution, result, done, total):
+        state = "cached" if result.cached else ("built" if result.ok else Verdict.COMPILE_ERROR.value)
+        seconds = "" if result.cached else f"  {result.seconds:.1f} s"
+        click.echo(f"build [{done}/{total}] {Path(solution).name}  {state}{seconds}", err=True)
 
 
 def skipping_notice(recorded, run_dir) -> str:
@@ -223,13 +238,6 @@ def dropped_notice(dropped, backend, solutions) -> str:
     where = f"no solution file in {solutions}" if solutions else f"backend {backend} has no sample for them"
     return (f"note: skipping {len(names)} selected problem(s): {shown} ({where}; "
             f"give --solution FILE or --solutions DIR to run them)")
-
-
-def build_progress(path, result, done, total) -> None:
-    """One line per finished build of the compile phase (stderr)."""
-    state = "cached" if result.cached else ("built" if result.ok else Verdict.COMPILE_ERROR.value)
-    seconds = "" if result.cached else f"  {result.seconds:.1f} s"
-    click.echo(f"build [{done}/{total}] {Path(path).name}  {state}{seconds}", err=True)
 
 
 def _timing_modes(text) -> tuple:

@@ -103,15 +103,16 @@ class ExecutorOptions:
             raise PkbError(f"--executor {self.name} runs single-node jobs; --nnodes > 1 needs one "
                            "`pkb run` per node (docs/cluster.md)")
 
-    def run(self, jobs: list[dict], settings, on_record=None, on_build=None) -> None:
+    def run(self, jobs: list, settings, reporter=None) -> list:
         """Run ``jobs`` here (``local``) or as shards through the engine (each
-        shard builds its solutions on its node)."""
+        shard builds its solutions on its node); the records they got, each
+        reported to ``reporter`` (:class:`pkb_core.results.reporter.Reporter`)
+        as it is made or read back."""
         if self.name == "local":
             from pkb_core.launch.launcher import run_jobs
 
-            run_jobs(jobs, settings, on_record=on_record, on_build=on_build)
-        else:
-            run_sharded(jobs, settings, self, on_record=on_record)
+            return run_jobs(jobs, settings, reporter, skip_recorded=False)  # planned against the records
+        return run_sharded(jobs, settings, self, reporter)
 
 
 _OPTIONS = [
@@ -217,8 +218,9 @@ def make_executor(options: ExecutorOptions, folder: Path):
         raise PkbError(f"--executor {options.name}: {exc}") from None
 
 
-def run_sharded(jobs: list[dict], settings, options: ExecutorOptions, on_record=None) -> None:
-    """Submit the unrecorded ``jobs`` as shards, wait for all, record what the engine lost."""
+def run_sharded(jobs: list, settings, options: ExecutorOptions, reporter=None) -> list:
+    """Submit the unrecorded ``jobs`` as shards, wait for all, record what the engine lost;
+    the records of the jobs, in the order they were read back."""
     options.check_nnodes(settings.nodes.nnodes if settings.nodes else 1)
     run_dir = Path(settings.run_dir).resolve()
     settings = attrs.evolve(settings, run_dir=run_dir)  # the nodes may start elsewhere
@@ -226,7 +228,7 @@ def run_sharded(jobs: list[dict], settings, options: ExecutorOptions, on_record=
     shards = make_shards([job for job in jobs if job.key not in done], options.jobs_per_shard)
     if not shards:
         click.echo(f"{options.name}: every job already has a record in {run_dir}; nothing to submit", err=True)
-        return
+        return []
     from pkb_core.launch.shard import Shard
 
     folder = run_dir / "submitit"
@@ -237,7 +239,7 @@ def run_sharded(jobs: list[dict], settings, options: ExecutorOptions, on_record=
                                                        name=f"pkb-{run_dir.name}"))
     except (ValueError, NameError) as exc:
         raise PkbError(f"--executor {options.name}: {_first_line(exc)}") from None
-    tail = RecordTail(run_dir, {job.key for shard in shards for job in shard}, on_record)
+    tail = RecordTail(run_dir, {job.key for shard in shards for job in shard}, reporter)
     try:
         with executor.batch():  # one job array on SLURM
             engine_jobs = [executor.submit(Shard(), Batch(jobs=shard, settings=settings).to_json())
@@ -251,6 +253,7 @@ def run_sharded(jobs: list[dict], settings, options: ExecutorOptions, on_record=
     click.echo(f"{options.name}: {len(shards)} shard(s) of {sum(map(len, shards))} job(s) submitted "
                f"(engine jobs {_id_range(engine_jobs)}; logs in {folder})", err=True)
     wait_for_shards(list(zip(engine_jobs, shards)), settings, tail)
+    return tail.records
 
 
 def wait_for_shards(submitted: list[tuple], settings, tail: "RecordTail") -> None:
@@ -309,11 +312,15 @@ def engine_message(error: BaseException) -> str:
 
 
 class RecordTail:
-    """Reads ``records.jsonl`` as it grows and passes the records of ``keys`` to ``on_record`` once each."""
+    """Reads ``records.jsonl`` as it grows, keeps the records of ``keys`` and reports
+    each once (``reporter``: :class:`pkb_core.results.reporter.Reporter`)."""
 
-    def __init__(self, run_dir: Path, keys: set, on_record=None):
-        self.path, self.keys, self.on_record = Path(run_dir) / RECORDS, keys, on_record
+    def __init__(self, run_dir: Path, keys: set, reporter=None):
+        from pkb_core.results.reporter import Reporter
+
+        self.path, self.keys, self.reporter = Path(run_dir) / RECORDS, keys, reporter or Reporter()
         self.announced: set = set()
+        self.records: list = []
         self._offset = self.path.stat().st_size if self.path.exists() else 0
 
     def poll(self) -> None:
@@ -331,8 +338,8 @@ class RecordTail:
     def seen(self, record: Record) -> None:
         if record.key in self.keys and record.key not in self.announced:
             self.announced.add(record.key)
-            if self.on_record:
-                self.on_record(record)
+            self.records.append(record)
+            self.reporter.job(record)
 
 
 def _first_line(exc: BaseException) -> str:

@@ -29,6 +29,7 @@ from pkb_core.contracts.verdict import Verdict
 from pkb_core.plugin.preload import preload_environment
 from pkb_core.errors import PkbError, describe
 from pkb_core.results.records import append_record, job_record, read_records
+from pkb_core.results.reporter import Reporter
 
 #: Seconds a group of worker processes may take to start (imports, CUDA context, store).
 STARTUP_TIMEOUT_S = 180.0
@@ -36,40 +37,49 @@ STARTUP_TIMEOUT_S = 180.0
 JUDGE_GRACE_S = 10.0
 
 
-def run_jobs(jobs: list[Job], settings: LaunchSettings, on_record=None, on_build=None) -> list[Record]:
-    """Build (:mod:`pkb_core.build.phase`), then run, ``jobs`` (skipping keys already
-    recorded) and return their records. A job whose solution failed to build
-    gets its ``compile-error`` record without a launch.
+def run_jobs(jobs: list[Job], settings: LaunchSettings, reporter: Reporter | None = None, *,
+             skip_recorded: bool = True) -> list[Record]:
+    """Build (:mod:`pkb_core.build.phase`), then run, ``jobs`` and return the records
+    they got, in the order they were made. A job whose solution failed to build gets
+    its ``compile-error`` record without a launch. Each record is written, then
+    reported (``reporter``, :mod:`pkb_core.results.reporter`); the run stops between
+    jobs when an observer asks.
 
-    :param on_build: ``on_build(path, result, done, total)`` as each build finishes.
+    :param skip_recorded: leave out the jobs the run directory already records (a
+        requeued SLURM shard resumes so); a caller that planned against the records
+        itself passes False and spares the read.
     """
+    reporter = reporter or Reporter()
     run_dir = Path(settings.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    done = {r.key for r in read_records(run_dir)}
-    pending = [job for job in jobs if job.key not in done]
-    pending = compile_phase(pending, settings, on_record, on_build)
-    if pending:
+    if skip_recorded:
+        done = {r.key for r in read_records(run_dir)}
+        jobs = [job for job in jobs if job.key not in done]
+    pending, records = compile_phase(jobs, settings, reporter)
+    if pending and not reporter.stopped:
         if settings.nodes:
-            run_multinode(pending, settings, on_record)
+            records += run_multinode(pending, settings, reporter)
         else:
-            Launch(settings, on_record).run(pending)
-    by_key = {r.key: r for r in read_records(run_dir)}
-    return [by_key[job.key] for job in jobs if job.key in by_key]
+            records += Launch(settings, reporter).run(pending)
+    return records
 
 
-def compile_phase(jobs: list[Job], settings: LaunchSettings, on_record=None, on_build=None) -> list[Job]:
-    """Build every job's solution ahead of its launch; return the jobs that built.
+def compile_phase(jobs: list[Job], settings: LaunchSettings,
+                  reporter: Reporter | None = None) -> tuple[list[Job], list[Record]]:
+    """Build every job's solution ahead of its launch; ``(the jobs that built, the
+    records of those that did not)``.
 
     Each job gets ``compile`` (seconds, whether it came from the cache); the
     ones that failed are recorded as ``compile-error`` (or ``unsupported``)
     here (on the node that writes records)."""
     from pkb_core.build.phase import BuildPhase
 
+    reporter = reporter or Reporter()
     phase = BuildPhase(backend=settings.backend, device=settings.device, run_dir=settings.run_dir,
                        options=settings.options, preload=settings.preload, workers=settings.build_workers,
-                       timeout=settings.build_timeout, on_result=on_build)
+                       timeout=settings.build_timeout, on_result=reporter.build)
     results = phase.run([(job.solution, job.problem_path) for job in jobs])
-    built = []
+    built, records = [], []
     for job in jobs:
         result = results.get(job.solution) if job.solution else None
         if result is not None:
@@ -79,9 +89,9 @@ def compile_phase(jobs: list[Job], settings: LaunchSettings, on_record=None, on_
         elif not settings.nodes or settings.nodes.node_rank == 0:
             record = job_record(job, settings.world_size, result.verdict, result.message)
             append_record(settings.run_dir, record)
-            if on_record:
-                on_record(record)
-    return built
+            records.append(record)
+            reporter.job(record)
+    return built, records
 
 
 class _Store:
@@ -103,7 +113,7 @@ class _Store:
 class Launch:
     """The jobs of one launch on this node (see the module docstring)."""
 
-    def __init__(self, settings: LaunchSettings, on_record=None, remote=None):
+    def __init__(self, settings: LaunchSettings, reporter: Reporter | None = None, remote=None):
         from pkb_core.candidate.lockdown import protect_from_peers
 
         protect_from_peers()  # the process that holds the secret and writes the records
@@ -113,7 +123,9 @@ class Launch:
         self.store_host = remote.host if remote is not None else "127.0.0.1"
         self.zygotes = None
         self._groups = 0
-        self.on_record = on_record
+        self.reporter = reporter or Reporter()
+        #: The records this launch made, in order.
+        self.records: list[Record] = []
         self.run_dir = Path(settings.run_dir)
         self.launch_id = secrets.token_hex(4)
         self.secret = secrets.token_hex(16)
@@ -187,12 +199,15 @@ class Launch:
             group.stop(**kwargs)
             self._stores.pop(id(group), None)
 
-    def run(self, pending: list[dict]) -> None:
+    def run(self, pending: list[Job]) -> list[Record]:
+        """Run ``pending`` in order (until an observer stops the run); the records made."""
         from pkb_core.launch.ranks import JobEnded
 
         judges = spare = None
         try:
             for index, job in enumerate(pending):
+                if self.reporter.stopped:
+                    break  # between jobs: the one that asked has its record, no other job starts
                 if spare is not None and spare.start_failed:
                     self._stop(spare)  # its failure was its own, never the job before's: start afresh
                     spare = None
@@ -222,6 +237,7 @@ class Launch:
             if self.zygotes is not None:
                 self.zygotes.stop()
             _sweep_segments(f"pkb-{self.launch_id}-judge")
+        return self.records
 
     def _job_run_id(self, index: int) -> str:
         """A job's name for its shared-memory files and heap segments. The random
@@ -309,8 +325,8 @@ class Launch:
                                 f"the job's record could not be written: {describe(exc)}",
                                 seconds=time.time() - started, machine=self.machine)
             append_record(self.run_dir, record)
-        if self.on_record:
-            self.on_record(record)
+        self.records.append(record)
+        self.reporter.job(record)
 
 
 def _sweep_segments(prefix: str) -> None:
@@ -327,19 +343,20 @@ def _sweep_segments(prefix: str) -> None:
                 pass
 
 
-def run_multinode(pending: list, settings, on_record=None) -> None:
-    """This node's part of a multi-node launch (see the module docstring)."""
+def run_multinode(pending: list, settings, reporter: Reporter | None = None) -> list[Record]:
+    """This node's part of a multi-node launch (see the module docstring); the records
+    it made (node 0's; the other nodes make none)."""
     from pkb_core.launch.nodes import Agent, Conductor
 
     nodes = settings.nodes
     if nodes.node_rank == 0:
         conductor = Conductor(nodes.endpoint, nodes.nnodes, settings.nproc, startup_s=STARTUP_TIMEOUT_S)
         try:
-            Launch(settings, on_record, remote=conductor).run(pending)
+            return Launch(settings, reporter, remote=conductor).run(pending)
         finally:
             conductor.close()
-    else:
-        launch = Launch(settings)  # for the environment of this node's workers only
-        Agent(settings, launch.node_env).serve()
+    launch = Launch(settings)  # for the environment of this node's workers only
+    Agent(settings, launch.node_env).serve()
+    return []
 
 

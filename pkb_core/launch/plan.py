@@ -172,15 +172,17 @@ def _sized(request: RunRequest, size: str) -> RunRequest:
     return replace(request, size=size)
 
 
-def skip_recorded(run_dir, keys, force: bool) -> set:
-    """The ``keys`` already recorded in ``run_dir`` (a rerun skips them), after
-    forgetting them when ``force`` (they run again and their records are replaced)."""
+def skip_recorded(run_dir, keys, force: bool) -> dict:
+    """The records of ``keys`` already in ``run_dir``, by key: a rerun skips those jobs.
+    With ``force`` they are forgotten first (the jobs run again, their records replaced)
+    and none is returned. One read of the records file."""
     from pkb_core.results.records import forget_records, read_records
 
     keys = set(keys)
     if force:
         forget_records(run_dir, keys)
-    return {r.key for r in read_records(run_dir)} & keys
+        return {}
+    return {r.key: r for r in read_records(run_dir) if r.key in keys}
 
 
 def launch_settings(pm, info, *, device: str, nproc: int, run_dir, job_timeout: float | None = None,

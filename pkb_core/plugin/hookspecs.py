@@ -38,8 +38,11 @@ if TYPE_CHECKING:  # the types only: importing them here would load torch for `p
     import click
     import torch
 
+    from pkb_core.build.phase import BuildResult
+    from pkb_core.contracts.record import Record
     from pkb_core.plugin.backend import BackendInfo, BuildContext, WorkerContext
     from pkb_core.problem.contract import Problem
+    from pkb_core.results.reporter import Reporter
 
 hookspec = pluggy.HookspecMarker("pkb")
 hookimpl = pluggy.HookimplMarker("pkb")
@@ -121,6 +124,51 @@ def pkb_register_providers(register: Callable[[str, Callable[[dict], Any]], None
         @hookimpl
         def pkb_register_providers(register: Callable[[str, Callable[[dict], Any]], None]) -> None:
             register("echo", lambda options: EchoProvider(**options))
+    """
+
+
+# ---------------------------------------------------------------------------
+# Report hooks (the process that writes records, all implementations run)
+# ---------------------------------------------------------------------------
+
+
+@hookspec
+def pkb_report_job(record: Record, reporter: Reporter) -> None:
+    """A job's record, just written to the run directory.
+
+    :param record: the :class:`pkb_core.Record` (one per job: its verdict,
+        reason, timing), exactly as ``records.jsonl`` holds it.
+    :param reporter: the run's :class:`pkb_core.Reporter`; call
+        ``reporter.stop(reason)`` to have the run start no further job (the
+        job that is running finishes and keeps its record).
+
+    Called once per job in the process that writes records (``pkb run``'s, or
+    ``pkb serve``'s), in the order jobs finish: for jobs the compile phase
+    refused, for world sizes a problem refuses, for every job a launch ran,
+    and, with ``--executor slurm``, for each record a shard writes, as the
+    submitting process reads it back. Observers only: the record is written
+    before the hook runs, and what an implementation raises ends the run.
+    The progress display, ``-x``, ``--junitxml`` and the reward service are
+    implementations. Example::
+
+        @hookimpl
+        def pkb_report_job(record, reporter):
+            if record.verdict == "flagged":
+                notify(record.problem, record.reason)
+    """
+
+
+@hookspec
+def pkb_report_build(solution: str, result: BuildResult, done: int, total: int) -> None:
+    """One solution's build in the compile phase finished.
+
+    :param solution: the solution file's path.
+    :param result: a :class:`pkb_core.BuildResult` (``ok``, ``cached``,
+        ``seconds``, ``message``, ``verdict``).
+    :param done: builds finished so far, this one included; ``total``: builds
+        of the phase.
+
+    Called in the process that runs the compile phase, before any job.
     """
 
 

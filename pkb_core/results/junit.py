@@ -24,6 +24,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from pkb_core.contracts.record import Record
+from pkb_core.plugin.hookspecs import hookimpl
 from pkb_core.contracts.verdict import Verdict
 
 FAILURES = (Verdict.FAIL, Verdict.FLAGGED)
@@ -72,3 +73,19 @@ def write_junit(path, records: list[Record], suite: str = "pkb", seconds: float 
     path.parent.mkdir(parents=True, exist_ok=True)
     junit_xml(records, suite, seconds).write(path, encoding="utf-8", xml_declaration=True)
     return path
+
+
+class JunitReport:
+    """``pkb run --junitxml``: an observer of the run (``pkb_report_job``) that collects
+    its records and writes the report at the end, after the records of the jobs an
+    earlier run recorded (``earlier``)."""
+
+    def __init__(self, path, suite: str = "pkb", earlier=()):
+        self.path, self.suite, self.records = Path(path), suite, list(earlier)
+
+    @hookimpl
+    def pkb_report_job(self, record: Record) -> None:
+        self.records.append(record)
+
+    def write(self, seconds: float | None = None) -> Path:
+        return write_junit(self.path, self.records, self.suite, seconds)
