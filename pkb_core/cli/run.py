@@ -280,7 +280,8 @@ def summary_table(records) -> str:
     rows = []
     for r in sorted(records, key=lambda r: (r.problem_id, r.solution)):
         ci = r.speedup_ci
-        times = [r.reference_ms, r.solution_ms, r.speedup,
+        # No interval, no speedup shown: a bare ratio of a few rounds means nothing.
+        times = [r.reference_ms, r.solution_ms, r.speedup if ci else None,
                  f"[{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "", r.difference or ""] if timed else []
         rows.append([r.problem, r.solution, r.world_size, r.size, r.verdict, *times,
                      _short(r.reason)])

@@ -35,7 +35,7 @@ from pathlib import Path
 
 from pkb_core.contracts.verdict import Verdict
 from pkb_core.launch.channel import REPLY_FD_ENV, LineReader
-from pkb_core.launch.sessions import cpu_ms_during, kill_sessions, signal_sessions
+from pkb_core.launch.sessions import cpu_ms_during, kill_sessions, signal_pids, signal_sessions
 
 #: Seconds to wait, after one rank reported an error, for the others to answer.
 ERROR_GRACE_S = 10.0
@@ -237,12 +237,19 @@ class RankGroup:
 
     def freeze(self) -> None:
         if not self.frozen:
-            self._signal_groups(signal.SIGSTOP)
+            # The processes stopped now are all there is until the thaw (a stopped
+            # process cannot fork): the thaw signals them without reading /proc
+            # again, so a timed command's clock holds a few kill()s, not a scan.
+            self._stopped = signal_sessions(self.pids, signal.SIGSTOP)
+            if self.remote is not None:
+                self.remote.signal(self.group_id, signal.SIGSTOP)
             self.frozen = True
 
     def thaw(self) -> None:
         if self.frozen:
-            self._signal_groups(signal.SIGCONT)
+            signal_pids(getattr(self, "_stopped", None) or [], signal.SIGCONT)
+            if self.remote is not None:
+                self.remote.signal(self.group_id, signal.SIGCONT)
             self.frozen = False
 
     def alive(self) -> bool:
