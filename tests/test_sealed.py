@@ -85,8 +85,6 @@ def test_every_class_of_attack_is_caught_and_the_honest_control_passes(pkb_invok
     for name, (verdict, text) in EXPECTED.items():
         assert by_file[name]["verdict"] == verdict, (name, by_file[name]["reason"])
         assert text in by_file[name]["reason"], (name, by_file[name]["reason"])
-    # A flag raised after every trial passed says the outputs were right (the flag is about a rule).
-    assert "its outputs were correct in all 2 checked trials" in by_file["1_allreduce_c5_hogs_the_host.py"]["reason"]
     for name in GAIN_NOTHING:
         record = by_file[name]
         assert record["difference"] != "faster" and not (record["claimed_speedup"] or 0) > 1, (name, record)
