@@ -189,9 +189,9 @@ def run(pm, problems, backend, solution, solutions, nproc, nnodes, node_rank, rd
         click.echo(summary_table(records))
         earlier = f", {len(recorded)} recorded earlier" if recorded else ""
         click.echo(f"\n{_counts(records)}{earlier}  (records in {run_dir}/records.jsonl)")
-        if device == "cpu" and any(r.speedup for r in records):
+        if device == "cpu" and any(r.reference_ms is not None for r in records):
             click.echo(CPU_TIMING_NOTE)
-        elif not measure_perf and records and not any(r.speedup for r in records):
+        elif not measure_perf and records and not any(r.reference_ms is not None for r in records):
             click.echo("(no times or speedups: add --measure-perf to time the reference and the solutions)")
     if stopped:
         click.echo(f"stopped after the first failing job (-x/--exitfirst); {not_run} job(s) not run", err=True)
