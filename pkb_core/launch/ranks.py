@@ -232,24 +232,24 @@ class RankGroup:
     # -- freezing and stopping -------------------------------------------------
     def _signal_groups(self, sig) -> None:
         signal_sessions(self.pids, sig)
+        self._signal_remote(sig)
+
+    def _signal_remote(self, sig) -> None:
         if self.remote is not None:
             self.remote.signal(self.group_id, sig)
 
     def freeze(self) -> None:
         if not self.frozen:
-            # The processes stopped now are all there is until the thaw (a stopped
-            # process cannot fork): the thaw signals them without reading /proc
-            # again, so a timed command's clock holds a few kill()s, not a scan.
+            # A stopped process cannot fork: the thaw continues exactly these, with no /proc scan
+            # inside a timed command's clock (the reference's side has none).
             self._stopped = signal_sessions(self.pids, signal.SIGSTOP)
-            if self.remote is not None:
-                self.remote.signal(self.group_id, signal.SIGSTOP)
+            self._signal_remote(signal.SIGSTOP)
             self.frozen = True
 
     def thaw(self) -> None:
         if self.frozen:
             signal_pids(getattr(self, "_stopped", None) or [], signal.SIGCONT)
-            if self.remote is not None:
-                self.remote.signal(self.group_id, signal.SIGCONT)
+            self._signal_remote(signal.SIGCONT)
             self.frozen = False
 
     def alive(self) -> bool:
