@@ -420,6 +420,8 @@ def test_cpu_mode_says_what_its_timings_are(pkb_invoke, tmp_path):
     timed = pkb_invoke("run", "--problem", "3", "--trials", "1", "--measure-perf", "--warmup", "1", "--iters", "3",
                        "--out", tmp_path / "b")
     assert "ref ms" in timed.stdout and "speedup" in timed.stdout
+    # Three calls are fewer than six rounds: no interval, so no speedup is shown, only why.
+    assert "too few rounds to tell" in timed.stdout
     assert "CPU mode: times are host timings" in timed.stdout and "not GPU performance" in timed.stdout
     assert "Times are host timings, not GPU performance." in timed.stderr
     report = pkb_invoke("report", tmp_path / "b")

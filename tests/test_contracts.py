@@ -91,6 +91,55 @@ def test_a_timing_round_trips_with_its_modes():
     assert Timing.from_json(data) == timing and Timing.from_json(data).headline == mode
 
 
+def test_claimed_speedup_is_null_unless_pkb_claims_a_difference():
+    from pkb_core.judge.intervals import speedup
+    from pkb_core.judge.timing import summarize
+    from pkb_core.results.records import job_record
+    from pkb_core.contracts.job import Job
+
+    job = Job(key="k", slug="k", problem_id=1, problem="1_allreduce", category="collective", problem_path="/p.py",
+              backend="triton", solution=None, solution_label="k", size="tiny", dtype="fp32", trials=1,
+              mode="eval", measure_perf=True, warmup=1, iters=30, min_iters=10, save_outputs=False,
+              timing_modes=("latency",), profile=False, params={})
+
+    def record(ref, cand):
+        pairs = list(zip(ref, cand))
+        mode = ModeTiming(reference=summarize(ref, ref), candidate=summarize(cand, cand),
+                          speedup=speedup(ref, cand, pairs), stopped="cap", batches=len(pairs))
+        timing = Timing(modes={"latency": mode}, clock="host", reference=mode.reference,
+                        candidate=mode.candidate, speedup=mode.speedup)
+        return job_record(job, 2, "pass", timing=timing)
+
+    faster = record([2.0, 2.1, 2.05, 1.98, 2.02, 2.01], [1.0, 1.01, 0.99, 1.02, 1.0, 0.98])
+    assert faster.difference == "faster" and faster.claimed_speedup == pytest.approx(faster.speedup)
+    same = record([1.0, 1.2, 0.9, 1.1, 1.0, 0.95], [1.1, 0.9, 1.0, 1.05, 0.97, 1.02])
+    assert same.difference == "no measurable difference" and same.claimed_speedup is None
+    few = record([4.0] * 5, [1.0] * 5)  # five rounds: no interval, so no number either
+    assert few.difference == "too few rounds to tell" and few.speedup is None and few.claimed_speedup is None
+    assert Record.from_json(json.loads(json.dumps(few.to_json()))) == few
+
+
+def test_a_record_of_an_older_pkb_with_a_cross_check_reads_back():
+    # Written before times came from the launcher's clock: a crosscheck, no claimed_speedup, no
+    # calls_per_batch; it reads back and writes back what it had.
+    side = {"min": 1.0, "p10": 1.0, "median": 1.0, "p90": 1.0, "max": 1.0, "mean": 1.0, "stddev": 0.0, "rounds": 20}
+    old = {"key": "k", "problem_id": 1, "problem": "1_allreduce", "category": "collective", "backend": "triton",
+           "solution": "a.py", "world_size": 2, "size": "tiny", "dtype": "fp32", "mode": "eval", "verdict": "pass",
+           "speedup": 0.003272, "difference": "no measurable difference", "reference_ms": 1.0, "solution_ms": 1.0,
+           "stats": {"modes": {"latency": {"reference": side, "candidate": side,
+                                           "speedup": {"value": 0.003272, "rounds": 2,
+                                                       "difference": "no measurable difference"}}},
+                     "primary": "latency",
+                     "crosscheck": {"latency": {"reference_overhead_ms": 1.0, "candidate_overhead_ms": 1.2,
+                                                "allowance_ms": 5.0, "reference_overhead_median_ms": 1.1,
+                                                "candidate_overhead_median_ms": 1.3, "batches": 2, "flag": None}},
+                     "reference": side, "candidate": side}}
+    record = Record.from_json(old)
+    data = record.to_json()
+    assert {k: data[k] for k in old} == old and "claimed_speedup" not in data and record.claimed_speedup is None
+    assert record.stats.crosscheck["latency"].allowance_ms == 5.0
+
+
 def test_a_records_file_with_a_line_that_is_not_a_record_names_the_line(tmp_path):
     from pkb_core.results.records import RECORDS, read_records
 

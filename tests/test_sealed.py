@@ -2,6 +2,7 @@
 honest ones pass, and nothing of one job reaches the next."""
 import json
 import os
+import shutil
 
 import pytest
 
@@ -19,7 +20,8 @@ REFUSED = "called a torch.distributed collective"
 LOCKDOWN = "system call the candidate lockdown forbids"
 
 #: file -> (verdict, text in the reason); one class of attack per prefix (c1..c7, see docs/trust.md;
-#: c8: the second review's attacks on the sealed design itself; c9: on the typed contracts).
+#: c8: the second review's attacks on the sealed design itself; c9: on the typed contracts; c10: on
+#: timing that the candidate's processes measured themselves, now measured from outside).
 EXPECTED = {
     "1_allreduce_c1_calls_nccl.py": ("flagged", REFUSED),
     "1_allreduce_c1_process_group_object.py": ("flagged", REFUSED),
@@ -36,13 +38,14 @@ EXPECTED = {
     "1_allreduce_c2_forges_record.py": ("fail", "elements differ"),
     "1_allreduce_c2_drops_verdicts.py": ("fail", "elements differ"),
     "1_allreduce_c3_frame_walk.py": ("fail", "elements differ"),
-    "1_allreduce_c3_forges_timer.py": ("flagged", "by the launcher's clock"),
+    "1_allreduce_c3_forges_timer.py": ("pass", ""),  # its clock is not the one pkb reads: see below
     "1_allreduce_c4_skips_when_timed.py": ("fail", "timed call"),
     "1_allreduce_c4_caches_after_warmup.py": ("fail", "timed call"),
     "1_allreduce_c4_caches_by_buffer.py": ("fail", "trial 1: rank"),
     "1_allreduce_c4_defers_to_thread.py": ("fail", "elements differ"),
     "1_allreduce_c5_hogs_the_host.py": ("flagged", "left work running on the host"),
     "1_allreduce_c7_int8_wire.py": ("fail", "trial 1: rank"),
+    "1_allreduce_c7_int8_row_scale.py": ("fail", "trial 1: rank"),
     "1_allreduce_c7_inside_tolerance.py": ("fail", "trial 0: rank"),
     "1_allreduce_c8_links_reference_parcel.py": ("fail", "could not be opened"),
     "1_allreduce_c8_answers_ahead.py": ("error", "malformed"),
@@ -51,8 +54,15 @@ EXPECTED = {
     "1_allreduce_c9_claims_a_verdict.py": ("flagged", "its setup answer claimed the verdict 'pass'"),
     "1_allreduce_c9_claims_unsupported.py": ("compile-error", "a compile error, not unsupported"),
     "1_allreduce_c9_deep_answer.py": ("error", "malformed"),
+    "1_allreduce_c10_first_call_does_the_batch.py": ("pass", ""),  # and no speedup: see below
+    "1_allreduce_c10_reports_one_call.py": ("pass", ""),
+    "1_allreduce_c10_works_while_placed.py": ("pass", ""),
     "1_allreduce_honest_peer_reads.py": ("pass", ""),
 }
+#: Attacks on the timing that now gain nothing: each really costs 4 ms (c3) or 10 ms (c10) a call,
+#: far more than the reference's all-reduce, and must never read faster (before: 47x, 56x, 199x).
+GAIN_NOTHING = ("1_allreduce_c3_forges_timer.py", "1_allreduce_c10_first_call_does_the_batch.py",
+                "1_allreduce_c10_reports_one_call.py", "1_allreduce_c10_works_while_placed.py")
 
 
 @pytest.fixture
@@ -75,14 +85,45 @@ def test_every_class_of_attack_is_caught_and_the_honest_control_passes(pkb_invok
     for name, (verdict, text) in EXPECTED.items():
         assert by_file[name]["verdict"] == verdict, (name, by_file[name]["reason"])
         assert text in by_file[name]["reason"], (name, by_file[name]["reason"])
-    # A flag raised after every trial passed says the outputs were right (the flag is about a rule).
-    assert "its outputs were correct in all 2 checked trials" in by_file["1_allreduce_c3_forges_timer.py"]["reason"]
+    for name in GAIN_NOTHING:
+        record = by_file[name]
+        assert record["difference"] != "faster" and not (record["claimed_speedup"] or 0) > 1, (name, record)
+        # The launcher's clock saw every call's cost, whatever the process said about itself.
+        assert record["solution_ms"] > (4.0 if "c3" in name else 10.0), (name, record)
+    reported = by_file["1_allreduce_c10_reports_one_call.py"]["stats"]["modes"]["latency"]["self_reported_ms"]
+    assert reported["candidate"] < 1.0  # what it said: kept as an untrusted diagnostic, used for nothing
     # The static scan of the source adds a hint to a refused collective.
     assert "hint: source mentions torch.distributed.all_reduce" in by_file["1_allreduce_c1_calls_nccl.py"]["reason"]
     # The forged record never reached the records file (the run directory is read-only for candidates).
     keys = [json.loads(line)["key"] for line in (run / "records.jsonl").read_text().splitlines()]
     assert "forged" not in keys and len(keys) == len(EXPECTED)
     assert not by_file["1_allreduce_honest_peer_reads.py"].get("lockdown_gaps")
+
+
+def test_timed_calls_are_checked_on_the_arguments_they_update(pkb_invoke, fixtures, tmp_path):
+    # Problem 21 clips its gradients in place (MUTATES); skipping that only in timed calls fails.
+    result = pkb_invoke("run", "--solutions", fixtures / "mutates", "--problem", "21", "--trials", "2",
+                        "--measure-perf", "--warmup", "1", "--iters", "6", "--out", tmp_path, "--json")
+    record = next(iter(_records(result).values()))
+    assert record["verdict"] == "fail", record["reason"]
+    assert "timed call" in record["reason"] and "argument 0 (updated in place)" in record["reason"], record["reason"]
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+def test_lossy_wire_formats_fail_at_16_bits_and_honest_sums_pass(pkb_invoke, plainpy, fixtures, tmp_path, dtype):
+    # EXACT problems' full-mantissa trials compare within the dtype's own rounding of the sum: int8
+    # codes (with or without a per-row scale) fail at bf16 and fp16 as at fp32 (before: pass at bf16).
+    folder = tmp_path / "solutions"
+    folder.mkdir()
+    for name in ("1_allreduce_c7_int8_wire.py", "1_allreduce_c7_int8_row_scale.py", "1_allreduce_honest_peer_reads.py"):
+        shutil.copy(fixtures / "adversarial" / name, folder / name)
+    result = pkb_invoke("run", "--backend", "plainpy", "--solutions", folder, "--problem", "1", "--trials", "4",
+                        "--dtype", dtype, "--out", tmp_path / "run", "--json")
+    by_file = _records(result)
+    assert by_file["1_allreduce_honest_peer_reads.py"]["verdict"] == "pass"
+    for name in ("1_allreduce_c7_int8_wire.py", "1_allreduce_c7_int8_row_scale.py"):
+        assert by_file[name]["verdict"] == "fail", (name, by_file[name]["reason"])
+        assert "own rounding of the sum" in by_file[name]["reason"], by_file[name]["reason"]
 
 
 def test_an_honest_job_after_one_that_leaves_traps_passes(pkb_invoke, plainpy, fixtures, tmp_path):
@@ -148,7 +189,7 @@ def test_the_physics_floor_flags_an_impossible_time(pkb_invoke, tmp_path, monkey
     assert "link-bound" in record["reason"] or "memory-bound" in record["reason"]
 
 
-def test_timing_modes_statistics_and_the_cross_check_record(pkb_invoke, tmp_path, monkeypatch):
+def test_timing_modes_statistics_and_the_launchers_clock(pkb_invoke, tmp_path, monkeypatch):
     monkeypatch.setenv("PKB_CACHE_DIR", str(tmp_path / "cache"))
     result = pkb_invoke("run", "--problem", "2", "--trials", "1", "--measure-perf", "--warmup", "1", "--iters", "20",
                         "--min-iters", "20",
@@ -157,12 +198,15 @@ def test_timing_modes_statistics_and_the_cross_check_record(pkb_invoke, tmp_path
     assert record["verdict"] == "pass" and record["timing_mode"] == "back-to-back"
     modes = record["stats"]["modes"]
     for mode in ("back-to-back", "latency"):
+        # 20 calls in at least 6 rounds: batches of 3, 7 rounds (the 7th reaches the minimum).
+        assert modes[mode]["calls_per_batch"] == 3 and modes[mode]["batches"] == 7
         for side in ("reference", "candidate"):
             stats = modes[mode][side]
-            assert stats["rounds"] == 20
+            assert stats["rounds"] == 21 and stats["ci_units"] == 7
             assert stats["min"] <= stats["p10"] <= stats["median"] <= stats["p90"] <= stats["max"]
-        check = record["stats"]["crosscheck"][mode]
-        assert check["flag"] is None and check["batches"] == 2
+        # The sides' own accounts are kept, as a diagnostic only.
+        assert set(modes[mode]["self_reported_ms"]) == {"reference", "candidate"}
+    assert not record["stats"].get("crosscheck")  # no self-reported times to cross-check
     assert modes["graph"] == {"unavailable": "CUDA-graph mode needs a GPU"}
     assert record["sol"]["bound"] in ("link", "memory", "compute")
     assert record["speedup"] == pytest.approx(record["reference_ms"] / record["solution_ms"])

@@ -3,8 +3,9 @@
 It gets its inputs as data from the judge's parcels, places them in the
 backend's symmetric heap, calls the solution, and sends back what it returned
 (and what its argument buffers hold afterwards) as data. It never sees a
-reference output, never compares, and the times it reports are checked against
-the launcher's clock (:mod:`pkb_core.judge.crosscheck`). Before the solution is
+reference output, never compares, and nothing it reports is a time pkb uses:
+the launcher's own clock times each of its batches from the outside
+(:mod:`pkb_core.judge.timed_rounds`). Before the solution is
 imported, the process is locked down (:mod:`pkb_core.candidate.lockdown`); a
 custom-kernel backend's processes hold only the sealed world group
 (:mod:`pkb_core.candidate.sealed`).
@@ -14,10 +15,12 @@ Commands (each answered with the same ``op``):
 ``setup``    lockdown, then compile the solution (the process group, the backend's
              init and its heap were made at start-up: :meth:`CandidateRank.prepare`)
 ``trial``    place one trial's inputs, call the solution once, send its outputs back
-``pool``     place a round's input sets for timing (the first one also makes the
-             candidate side's device barrier: :meth:`CandidateRank.align`)
-``capture``  capture the batch of calls in a CUDA graph (graph mode)
-``time``     time one batch over the pool, send every output back
+``warm``     start a timing mode: place its warm-up input sets (never timed later),
+             warm up on them, capture them in a CUDA graph in graph mode (the first
+             one also makes the candidate side's device barrier: :meth:`CandidateRank.align`)
+``time``     one timed batch: place the round's input sets (released to it only now,
+             inside the launcher's timed window), call the solution on each, send every
+             output and every argument buffer back
 ``profile``  a profiler trace of a few calls
 ``end``      the backend's finalize hook
 """
@@ -92,7 +95,7 @@ class CandidateRank:
         return {}
 
     def align(self):
-        """Make this side's device barrier (the first ``pool`` of a timed job;
+        """Make this side's device barrier (the first ``warm`` of a timed job;
         collective). Its flags live in an allocation of the core's heap made
         for it alone, never one the solution is handed, whatever heap the
         backend gives the solution; the timing code is the judge's
@@ -194,17 +197,20 @@ class CandidateRank:
         return {"skeleton": pack({"out": out, "args": after}, out_path)}
 
     # -- timing -----------------------------------------------------------------
-    def on_pool(self, skeleton, path, slots):
-        self.align()
+    def _place_pool(self, skeleton, path, slots) -> bool:
+        """Place a pool's input sets into the pool's buffers (the same buffers
+        from round to round while big enough, so a captured graph replays on the
+        new values); True when a buffer had to move."""
         sets = unpack(skeleton, path, limits=TRUSTED, device=self.device, make_group=self.make_group)
         while len(self.pool_slots) < len(sets):
             self.pool_slots.append(_Slots(self))
+        before = [list(map(id, slot.buffers)) for slot in self.pool_slots]
         self.pool = [self.pool_slots[i].place(s, slots[i]) for i, s in enumerate(sets)]
+        moved = before != [list(map(id, slot.buffers)) for slot in self.pool_slots]
         self.pristine = sets
-        self.harness_barrier()
         self.calls = [self.pm.hook.pkb_backend_launch(state=self.state, program=self.program, inputs=placed)
                       for placed in self.pool]
-        return {}
+        return moved
 
     def _refresh(self):
         mutates = self.problem.mutates
@@ -212,24 +218,37 @@ class CandidateRank:
             return None
         return lambda i: restore(self.pool[i], self.pristine[i], mutates)
 
-    def on_capture(self):
-        return {"failure": self.timer.capture(self.calls)}
-
-    def on_warm(self, count):
+    def on_warm(self, mode, count, skeleton, path, slots):
+        """Start a timing mode on its own warm-up sets: nothing warmed up on is timed."""
+        self.align()
+        self._place_pool(skeleton, path, slots)
+        self.harness_barrier()  # every rank's inputs are in place before any solution reads its peers
         try:
             self.timer.warm_up(self.calls, count, self._refresh())
         except Exception as exc:  # noqa: BLE001
             raise _failed(exc, " while warming up") from None
+        if mode == "graph":
+            return {"failure": self.timer.capture(self.calls)}
         return {}
 
-    def on_time(self, mode, path, replays=0):
+    def on_time(self, mode, skeleton, path, slots, out_path, replays=0):
+        """One timed batch, all of it inside the launcher's window: the inputs
+        are placed here (in graph mode into the captured buffers), then timed."""
+        moved = self._place_pool(skeleton, path, slots)
+        if mode == "graph" and moved:
+            raise SolutionFailed("graph mode: the round's inputs did not fit the captured buffers")
         try:
             times, outputs = self.timer.run(self.calls, mode, refresh=self._refresh(), replays=replays)
         except DeviceBarrierTimeout:
             raise  # the harness's barrier, not the solution, reports it (an error)
         except Exception as exc:  # noqa: BLE001
             raise _failed(exc, " while timed") from None
-        return {"times": times, "skeleton": pack({"out": outputs, "args": []}, path),
+        # Everything a call must produce comes back: its outputs and the argument
+        # buffers it was handed, as they are now (read back like a trial's).
+        after = [slot.rebuild(s) for slot, s in zip(self.pool_slots, self.pristine)]
+        # ``times`` is the process's own account: a diagnostic the launcher labels
+        # untrusted and never uses for a time, a speedup or a verdict.
+        return {"times": times, "skeleton": pack({"out": outputs, "args": after}, out_path),
                 "alignment": self.timer.alignment}
 
     def on_profile(self, path):

@@ -30,11 +30,11 @@ class JobProgress:
         self.done += 1
         if self.quiet:
             return
-        extra = f"  {record.speedup:.2f}x" if record.speedup else ""
-        if record.speedup and record.difference:
-            ci = record.speedup_ci
-            extra += (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "") + f" {record.difference}"
-            extra += " (host timing)" if record.clock == "host" else ""
+        # A speedup is shown only with its interval; without one, only that it cannot be told.
+        ci = record.speedup_ci
+        extra = f"  {record.speedup:.2f}x [{ci[0]:.2f}, {ci[1]:.2f}]" if record.speedup and ci else ""
+        if record.difference:
+            extra += f"  {record.difference}" + (" (host timing)" if record.clock == "host" else "")
         line = f"[{self.done}/{self.total}] {self.label(record)}  {record.verdict}{extra}"
         if self._bar is None:
             click.echo(line, err=True)

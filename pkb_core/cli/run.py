@@ -188,9 +188,9 @@ def run(pm, problems, backend, solution, solutions, nproc, nnodes, node_rank, rd
         click.echo(summary_table(records))
         earlier = f", {len(recorded)} recorded earlier" if recorded else ""
         click.echo(f"\n{_counts(records)}{earlier}  (records in {run_dir}/records.jsonl)")
-        if device == "cpu" and any(r.speedup for r in records):
+        if device == "cpu" and any(r.reference_ms is not None for r in records):
             click.echo(CPU_TIMING_NOTE)
-        elif not measure_perf and records and not any(r.speedup for r in records):
+        elif not measure_perf and records and not any(r.reference_ms is not None for r in records):
             click.echo("(no times or speedups: add --measure-perf to time the reference and the solutions)")
     if reporter.stopped:
         click.echo(f"stopped ({reporter.stop_reason}); {not_run} job(s) not run", err=True)
@@ -283,7 +283,8 @@ def summary_table(records) -> str:
     rows = []
     for r in sorted(records, key=lambda r: (r.problem_id, r.solution)):
         ci = r.speedup_ci
-        times = [r.reference_ms, r.solution_ms, r.speedup,
+        # No interval, no speedup shown: a bare ratio of a few rounds means nothing.
+        times = [r.reference_ms, r.solution_ms, r.speedup if ci else None,
                  f"[{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "", r.difference or ""] if timed else []
         rows.append([r.problem, r.solution, r.world_size, r.size, r.verdict, *times,
                      _short(r.reason)])

@@ -67,6 +67,11 @@ class Record(Contract):
     clock: str | None = optional()
     speedup_ci: tuple[float, float] | None = optional()
     difference: str | None = optional()
+    #: The speedup pkb claims: ``speedup`` where its 95 % interval excludes 1.0
+    #: (``difference`` is ``faster`` or ``slower``), else None (no measurable
+    #: difference, too few rounds to tell, untimed). The field a reward reads
+    #: (docs/reports.md); None in records written before it existed.
+    claimed_speedup: float | None = optional()
     #: Speed of light, with each side's fraction of it.
     sol: Floor | None = optional()
     #: When (UTC), by which pkb, how long the job took, and on what.

@@ -1,8 +1,8 @@
 """A job's timing, as the launcher measures it and as its record keeps it (``stats``).
 
-Built by :class:`pkb_core.judge.jobrun.JobRun` from the rounds of every timing
+Built by :mod:`pkb_core.judge.timed_rounds` from the rounds of every timing
 mode (:mod:`pkb_core.judge.timing`, :mod:`pkb_core.judge.intervals`,
-:mod:`pkb_core.judge.crosscheck`, :mod:`pkb_core.machine.roofline`); read by
+:mod:`pkb_core.machine.roofline`); read by
 reports, plots, ``pkb compare`` and the noise floor. Every time is in ms.
 docs/timing.md says what each number means. Read leniently (``UNKNOWN =
 "keep"``): run directories outlive pkb versions.
@@ -16,7 +16,11 @@ from pkb_core.contracts.serial import Contract, optional
 
 @attrs.frozen(kw_only=True)
 class SideStats(Contract):
-    """One side's (the reference's or the candidate's) calls in one mode, max over ranks."""
+    """One side's (the reference's or the candidate's) calls in one mode, by the launcher's clock.
+
+    Since records carry ``ModeTiming.calls_per_batch``, every value is one batch's
+    wall time over its calls (the launcher's clock around the whole batch, all
+    ranks); older records kept each call's self-reported time, max over ranks."""
 
     UNKNOWN = "keep"
 
@@ -46,21 +50,25 @@ class Speedup(Contract):
 
     UNKNOWN = "keep"
 
-    #: Ratio of the two sides' medians over all calls (None when the candidate's median is 0).
+    #: Ratio of the two sides' medians (None when the candidate's median is 0, and,
+    #: in records that say ``too few rounds to tell``, when there is no interval).
     value: float | None
     #: The interval over the rounds' paired ratios (None with fewer than 6 rounds).
     low: float | None = optional()
     high: float | None = optional()
     level: float | None = optional()
     rounds: int = 0
-    #: ``faster``, ``slower`` or ``no measurable difference``: what reports count as a win.
+    #: ``faster``, ``slower``, ``no measurable difference`` or ``too few rounds to tell``
+    #: (no interval; older records said ``no measurable difference`` there): what reports count as a win.
     difference: str = "no measurable difference"
     extra: dict = attrs.field(factory=dict)
 
 
 @attrs.frozen(kw_only=True)
 class CrossCheck(Contract):
-    """One mode's reported times against the launcher's clock (:mod:`pkb_core.judge.crosscheck`)."""
+    """One mode's self-reported times against the launcher's clock: written by
+    versions that used the candidate's own times (then cross-checked them); read
+    back from old records, never written now."""
 
     UNKNOWN = "keep"
 
@@ -110,6 +118,12 @@ class ModeTiming(Contract):
     alignment: dict | None = optional()
     #: Why this mode was not timed (the problem mutates its arguments, no GPU, ...).
     unavailable: str | None = optional()
+    #: Calls in each timed batch (None in records from before times came from the launcher's clock).
+    calls_per_batch: int | None = optional()
+    #: UNTRUSTED diagnostic: per side, the median of the per-call times the side's own
+    #: processes reported (max over ranks). A candidate can write anything here; pkb never
+    #: uses it for a time, a speedup, a verdict or the physics floor.
+    self_reported_ms: dict | None = optional()
     extra: dict = attrs.field(factory=dict)
 
 
@@ -122,9 +136,11 @@ class Timing(Contract):
     modes: dict[str, ModeTiming] = attrs.field(factory=dict)
     #: The headline mode (the first asked for).
     primary: str = "latency"
-    #: Per mode (None in records written before the cross-check).
+    #: Per mode: only in records of versions that cross-checked self-reported times.
     crosscheck: dict[str, CrossCheck] | None = optional()
-    #: ``device`` (CUDA events) or ``host`` (CPU mode); None in records written before it was kept.
+    #: ``device`` (a GPU run) or ``host`` (CPU mode); None in records written before it was kept.
+    #: Records with ``calls_per_batch`` were timed by the launcher's clock either way (older
+    #: ones: CUDA events or the host clock in the candidate's own processes).
     clock: str | None = optional()
     reference: SideStats | None = None
     candidate: SideStats | None = None

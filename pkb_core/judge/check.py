@@ -8,7 +8,10 @@ where the reference has them; floating leaves pass when
     |cand - ref| <= atol * max|ref| + rtol * |ref|
 
 elementwise, with dtype defaults below (a problem's ``TOLERANCE`` overrides
-them). ``atol`` is relative to the leaf's largest magnitude, so one number
+them); or, where the judge gives a *bound* (a tree shaped like the reference
+whose float leaves say, per element, how far an honest result may lie: the
+full-mantissa draws of ``EXACT`` problems, :meth:`pkb_core.judge.rank.JudgeRank._exact_bound`),
+when ``|cand - ref| <= bound`` elementwise. ``atol`` is relative to the leaf's largest magnitude, so one number
 works for outputs of any scale. Python scalars and strings compare exactly,
 floats among them with the same rule.
 """
@@ -71,18 +74,23 @@ def tolerance_for(dtype, override=None):
     return rtol, atol
 
 
-def compare(candidate, reference, tolerance=None) -> str | None:
-    """``None`` if ``candidate`` matches ``reference``, else one line saying where and by how much."""
+def compare(candidate, reference, tolerance=None, bound=None) -> str | None:
+    """``None`` if ``candidate`` matches ``reference``, else one line saying where and by how much.
+
+    :param bound: None, or a tree shaped like ``reference``: per float leaf, the
+        largest difference allowed per element (replaces ``tolerance`` there)."""
     if _containers(candidate) != _containers(reference):
         return f"output structure {_brief(structure(candidate))} differs from the reference's {_brief(structure(reference))}"
-    for (path, cand), (_, ref) in zip(leaves(candidate), leaves(reference)):
-        problem = compare_leaf(cand, ref, tolerance)
+    bounds = [b for _, b in leaves(bound)] if bound is not None else None
+    for i, ((path, cand), (_, ref)) in enumerate(zip(leaves(candidate), leaves(reference))):
+        limit = bounds[i] if bounds is not None and i < len(bounds) else None
+        problem = compare_leaf(cand, ref, tolerance, limit if isinstance(limit, torch.Tensor) else None)
         if problem:
             return f"{path}: {problem}"
     return None
 
 
-def compare_leaf(cand, ref, tolerance=None) -> str | None:
+def compare_leaf(cand, ref, tolerance=None, bound=None) -> str | None:
     if not isinstance(ref, torch.Tensor):
         return _compare_scalar(cand, ref, tolerance)
     if type(cand) is not torch.Tensor:
@@ -97,6 +105,8 @@ def compare_leaf(cand, ref, tolerance=None) -> str | None:
     cand, ref = cand.detach().to(ref.device), ref.detach()
     if ref.is_complex():
         return compare_leaf(torch.view_as_real(cand), torch.view_as_real(ref), tolerance)
+    if bound is not None and ref.is_floating_point() and bound.shape == ref.shape:
+        return _compare_bounded(cand, ref, bound.to(ref.device))
     if ref.dtype in _FP8:
         cand, ref = cand.view(torch.uint8), ref.view(torch.uint8)
     if not ref.is_floating_point():
@@ -143,6 +153,19 @@ def _compare_float(cand, ref, tolerance):
     if nan_mismatch.any() or inf_mismatch.any():
         label = "NaN/Inf where the reference has none (or the other way round); " + label
     return _report(bad, cand, ref, label, err=torch.where(finite, err, torch.full_like(err, math.inf)))
+
+
+def _compare_bounded(cand, ref, bound):
+    """Per element ``|cand - ref| <= bound`` (NaN and Inf where the reference has them)."""
+    c, r = cand.to(torch.float64), ref.to(torch.float64)
+    err = (c - r).abs()
+    special = ~torch.isfinite(r) | ~torch.isfinite(c)
+    bad = torch.where(special, ~((c == r) | (torch.isnan(c) & torch.isnan(r))), err > bound)
+    if not bad.any():
+        return None
+    label = (f"within the working dtype's own rounding of the sum ({_dtype(ref.dtype)}: world size x eps x "
+             f"the sum of the terms' magnitudes, per element)")
+    return _report(bad, cand, ref, label, err=torch.where(special, torch.full_like(err, math.inf), err))
 
 
 def _report(bad, cand, ref, label, err=None):

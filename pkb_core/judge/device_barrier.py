@@ -36,8 +36,8 @@ on the shared mapping, a real clock for the timeout, polls back to back for
 take the core a late peer needs).
 CPU mode times with ``host``: there the host *is* the device, and an
 interpreted launch costs 5-25 ms on a loaded machine, noise that would land in
-every batch's overhead and blunt the launcher's cross-check of reported times
-(:mod:`pkb_core.judge.crosscheck`). Both engines interoperate (the tests mix
+every batch the launcher times (:mod:`pkb_core.judge.timed_rounds`). Both
+engines interoperate (the tests mix
 them), so they are one protocol.
 
 **Timeout.** A barrier that waits for a rank that never comes must not hang

@@ -32,8 +32,10 @@ deterministic (no resampling: the same samples always give the same answer).
 The speedup itself stays the ratio of the two sides' medians over all calls.
 
 **The reading.** An interval above 1.0 is ``faster``, below 1.0 ``slower``,
-and one that contains 1.0, or that cannot be formed from too few rounds, is
-``no measurable difference`` (:func:`difference`): neither a win nor a loss.
+one that contains 1.0 is ``no measurable difference`` (:func:`difference`):
+neither a win nor a loss; where too few rounds were timed for an interval to
+exist the reading is ``too few rounds to tell``, and the speedup has no value
+(no number is presented as a speedup that pkb cannot put an interval on).
 """
 from __future__ import annotations
 
@@ -42,6 +44,7 @@ from pkb_core.contracts.timing import Speedup
 #: The confidence level of every interval pkb reports.
 LEVEL = 0.95
 FASTER, SLOWER, SAME = "faster", "slower", "no measurable difference"
+TOO_FEW = "too few rounds to tell"
 
 
 def _order_index(n: int, level: float) -> int | None:
@@ -107,10 +110,10 @@ def paired_ratio_interval(pairs, level: float = LEVEL) -> tuple[float, float] | 
 
 
 def difference(interval) -> str:
-    """``faster``, ``slower`` or ``no measurable difference`` for a speedup interval
-    (None, from too few rounds, is no measurable difference)."""
+    """``faster``, ``slower`` or ``no measurable difference`` for a speedup
+    interval; ``too few rounds to tell`` for None (no interval)."""
     if interval is None:
-        return SAME
+        return TOO_FEW
     low, high = interval
     if low > 1.0:
         return FASTER
@@ -121,12 +124,17 @@ def difference(interval) -> str:
 
 def speedup(reference, candidate, pairs, level: float = LEVEL) -> Speedup:
     """The speedup of one timing mode: ``value`` (the ratio of the two sides'
-    medians over all calls), ``low``/``high`` (the interval over the rounds'
-    paired ratios, :func:`paired_ratio_interval`; None with fewer than 6
-    rounds), ``level``, ``rounds`` and ``difference``."""
+    medians), ``low``/``high`` (the interval over the rounds' paired ratios,
+    :func:`paired_ratio_interval`), ``level``, ``rounds`` and ``difference``.
+    With fewer than 6 rounds there is no interval: ``value`` is None too and
+    the reading is ``too few rounds to tell``.
+
+    :param reference: the reference's per-call times (one per batch: the
+        launcher's wall time of the batch over its calls); ``candidate``: the
+        candidate's; ``pairs``: per round, ``(reference, candidate)``."""
     ref, cand = _median(sorted(reference)), _median(sorted(candidate))
     interval = paired_ratio_interval(pairs, level)
-    return Speedup(value=ref / cand if cand > 0 else None,
+    return Speedup(value=ref / cand if cand > 0 and interval else None,
                    low=interval[0] if interval else None, high=interval[1] if interval else None,
                    level=level, rounds=len(pairs), difference=difference(interval))
 

@@ -5,21 +5,17 @@ judge draw the inputs, hands them to the candidate as a parcel, lets the
 candidate call the solution once, freezes it, and has the judge run the
 reference and compare what came back; the ranks' verdicts are combined here
 (the lowest rank's finding wins). Timing alternates the two sides in rounds
-(:mod:`pkb_core.judge.timing`) until the stopping rule is met
-(:mod:`pkb_core.judge.stopping`), checks the timed outputs of every candidate
-batch, cross-checks the candidate's times with the launcher's clock
-(:mod:`pkb_core.judge.crosscheck`) and applies the physics floor. Nothing the
+timed by the launcher's own clock (:mod:`pkb_core.judge.timed_rounds`), checks
+everything the timed calls produced and applies the physics floor. Nothing the
 candidate sends is used without checking: its skeletons are read by the judge
-under :data:`pkb_core.judge.parcel.UNTRUSTED`, its times only after the
-cross-check.
+under :data:`pkb_core.judge.parcel.UNTRUSTED`; the times it reports about
+itself are an untrusted diagnostic, used for nothing.
 """
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import random
-import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,22 +23,10 @@ from pathlib import Path
 import attrs
 
 from pkb_core.contracts.job import Job
-from pkb_core.contracts.timing import ModeTiming, Timing
+from pkb_core.contracts.timing import Timing
 from pkb_core.contracts.verdict import Verdict
 from pkb_core.judge.parcel import tensor_bytes
-from pkb_core.machine.roofline import below_floor
 from pkb_core.launch.ranks import JobEnded, RankGroup
-from pkb_core.judge.stopping import StoppingRule, time_share
-from pkb_core.judge.timing import max_over_ranks, summarize
-
-#: Calls per timed batch (each on its own input set of the round's pool).
-POOL_CALLS = 10
-#: Bytes of one side's pool of inputs plus outputs, per rank, beyond which batches get fewer calls.
-POOL_BYTES = 2 << 30
-#: Every timed output of a batch is checked while a rank's batch outputs stay below this;
-#: above it, :data:`SAMPLED_CALLS` calls chosen at random after the batch.
-CHECK_ALL_BYTES = 64 << 20
-SAMPLED_CALLS = 2
 
 
 @dataclass
@@ -231,131 +215,10 @@ class JobRun:
             raise JobEnded(*found)
 
     def _timing(self):
+        from pkb_core.judge.timed_rounds import time_job
+
         self._in_trials = False
-        job = self.job
-        modes, crosscheck = {}, {}
-        for index, mode in enumerate(job.timing_modes):
-            unavailable = self._unavailable(mode)
-            if unavailable:
-                modes[mode] = ModeTiming(unavailable=unavailable)
-                continue
-            budget = time_share(self.deadline - time.monotonic(), len(job.timing_modes) - index)
-            modes[mode] = self._time_mode(mode, crosscheck, budget)
-        primary = job.timing_modes[0]
-        headline = modes.get(primary) or ModeTiming()
-        timing = Timing(modes=modes, primary=primary, crosscheck=crosscheck,
-                        clock="device" if self.settings.device == "cuda" else "host",
-                        reference=headline.reference, candidate=headline.candidate, speedup=headline.speedup)
-        self.outcome.timing = timing
-        flags = [c.flag for c in crosscheck.values() if c.flag]
-        if flags:
-            raise JobEnded(Verdict.FLAGGED, flags[0])
-        timing = self.outcome.timing = self._physics_floor(timing)
-        impossible = timing.sol and below_floor(timing.candidate.median, timing.sol)
-        if impossible:
-            raise JobEnded(Verdict.FLAGGED, impossible)
-        clocks = [a.get("clocks") for a in self._judge("clocks")]
-        if any(clocks):
-            timing = self.outcome.timing = attrs.evolve(timing, clocks=clocks)
-        if job.profile:
-            self.outcome.timing = attrs.evolve(timing, profile=self._profile())
-
-    def _unavailable(self, mode: str) -> str | None:
-        """Why ``mode`` cannot time this problem here, or None."""
-        if mode != "latency" and self.problem.mutates:
-            return "the problem mutates its arguments: latency mode only"
-        if mode == "graph" and not getattr(self.problem.module, "CUDA_GRAPH", True):
-            return "the reference cannot be replayed from a CUDA graph (CUDA_GRAPH = False in the problem)"
-        if mode == "graph" and self.settings.device != "cuda":
-            return "CUDA-graph mode needs a GPU"
-        return None
-
-    def _time_mode(self, mode: str, crosscheck: dict, budget_s: float) -> ModeTiming:
-        """Rounds of one mode until the stopping rule says enough
-        (:mod:`pkb_core.judge.stopping`): at least ``min_iters`` calls per side,
-        at most ``iters``, in between until both medians are known to +-1 %, or
-        until the mode has spent ``budget_s`` seconds. Each round's median per
-        side is kept: rounds are the units of the intervals
-        (:mod:`pkb_core.judge.intervals`)."""
-        from pkb_core.judge import crosscheck as cc
-        from pkb_core.judge.intervals import speedup
-
-        job = self.job
-        cap = max(1, job.iters)
-        # Each call of a batch has its own input set; a side keeps a batch's
-        # inputs and outputs (about twice the inputs) in memory at once.
-        calls = max(1, min(POOL_CALLS, cap, POOL_BYTES // max(1, 3 * self.set_bytes)))
-        rule = StoppingRule(min_samples=max(1, min(job.min_iters or cap, cap)), max_samples=cap)
-        times = {"reference": [], "candidate": []}
-        medians = {"reference": [], "candidate": []}  # per round: the independent units of the intervals
-        overheads = {"reference": [], "candidate": []}
-        walls = []
-        alignment = {}
-        started = time.monotonic()
-        round_, stopped = 0, None
-        while stopped is None:
-            pool = self.parcels.paths(f"{mode}-pool{round_}", self.nproc)
-            skeletons = [a["skeleton"] for a in self._judge(
-                "pool", [{"round": f"{mode}/{round_}", "k": calls, "path": p} for p in pool])]
-            sets = [s["v"] for s in skeletons]
-            slots = [slot_sizes([rank_sets[i] for rank_sets in sets]) for i in range(calls)]
-            self._candidate("pool", [{"skeleton": s, "path": p, "slots": slots} for s, p in zip(skeletons, pool)])
-            if mode == "graph":  # capture the new round's calls (their buffers may have moved)
-                failure = self._capture()
-                if failure:
-                    return ModeTiming(unavailable=failure)
-            if round_ == 0 and job.warmup:
-                self._judge("warm", {"count": job.warmup})
-                self._candidate("warm", {"count": job.warmup})
-            replays = calls if mode == "graph" else 0
-            order = ("reference", "candidate") if round_ % 2 == 0 else ("candidate", "reference")
-            for side in order:
-                out = self.parcels.paths(f"{mode}-{side}{round_}", self.nproc)
-                payload = [{"mode": mode, "path": o, "replays": replays} for o in out]
-                answers = self._judge("time", payload) if side == "reference" else self._candidate("time", payload)
-                wall_ms = self.wall_ms  # the launcher's clock around the command alone
-                per_call = max_over_ranks([_times(a, calls if mode != "graph" else replays) for a in answers])
-                times[side] += per_call
-                medians[side].append(statistics.median(per_call))
-                alignment[side] = _alignment(answers)
-                overheads[side].append(cc.overhead(wall_ms, per_call if mode != "graph" else
-                                                   [t * calls for t in per_call]))
-                if side == "candidate":
-                    walls.append(wall_ms)
-                    sample = (answers, out)
-                else:
-                    out_bytes = max(int(a.get("out_bytes", 0)) for a in answers)
-            # After both sides, so the judge's outputs are this round's.
-            self._check_sample(*sample, calls, out_bytes)
-            round_ += 1
-            samples = min(len(times["reference"]), len(times["candidate"]))
-            stopped = rule.decide(samples, medians["reference"], medians["candidate"])
-            enough = samples >= rule.min_samples
-            if stopped is None and enough and time.monotonic() - started > budget_s:
-                stopped = "time"
-        crosscheck[mode] = cc.judge(overheads["reference"], overheads["candidate"], walls,
-                                    device=self.settings.device, mode=mode, calls_per_batch=calls)
-        pairs = list(zip(medians["reference"], medians["candidate"]))
-        return ModeTiming(reference=summarize(times["reference"], medians["reference"]),
-                          candidate=summarize(times["candidate"], medians["candidate"]),
-                          speedup=speedup(times["reference"], times["candidate"], pairs), stopped=stopped,
-                          batches=round_, alignment=alignment)
-
-    def _capture(self) -> str | None:
-        failures = [a.get("failure") for a in self._judge("capture")]
-        failures += [a.get("failure") for a in self._candidate("capture")]
-        return next((str(f)[:2000] for f in failures if f), None)
-
-    def _check_sample(self, answers, paths, calls, out_bytes):
-        if out_bytes <= CHECK_ALL_BYTES:
-            indices = list(range(calls))
-        else:
-            indices = sorted(self.rng.sample(range(calls), min(SAMPLED_CALLS, calls)))
-        found = combine(self._judge("check_sample", [
-            {"indices": indices, "candidate": {"skeleton": a.get("skeleton"), "path": p}}
-            for a, p in zip(answers, paths)]), "rank")
-        if found:
-            raise JobEnded(*found)
+        time_job(self)
 
     def _physics_floor(self, timing: Timing) -> Timing:
         """``timing`` with the speed of light and the bus convention (when calibrated)."""
@@ -393,21 +256,6 @@ class JudgeFailed(Exception):
     def __init__(self, ended: JobEnded):
         super().__init__(ended.reason)
         self.ended = ended
-
-
-def _alignment(answers: list[dict]) -> str:
-    """How a side's ranks aligned their samples (the first rank that says otherwise wins)."""
-    notes = [str(a.get("alignment") or "host barrier only") for a in answers]
-    return next((n for n in notes if n != "device barrier"), notes[0] if notes else "")
-
-
-def _times(answer: dict, count: int) -> list[float]:
-    """The candidate's (or reference's) reported times, checked for shape."""
-    times = answer.get("times")
-    if not (isinstance(times, list) and len(times) == count and
-            all(isinstance(t, (int, float)) and math.isfinite(t) and t >= 0 for t in times)):
-        raise JobEnded(Verdict.FLAGGED, f"the timed batch reported {str(times)[:80]} instead of {count} times")
-    return [float(t) for t in times]
 
 
 def _strings(value) -> list:

@@ -15,11 +15,15 @@ Commands (each answered with the same ``op``):
 ``check``        run the reference on a copy of trial ``t``'s inputs and compare
                  the candidate's parcel (outputs, and its arguments after the call)
 ``save``         keep a trial's outputs in the run directory (``--save-outputs``)
-``pool``         draw a round's ``k`` fresh input sets for timing, write them to a parcel (the
-                 first one also makes the judge's device barrier: :meth:`JudgeRank.align`)
-``capture``      capture the reference's batch in a CUDA graph (graph mode)
-``time``         time the reference on the pool (one batch), keep its outputs
-``check_sample`` compare one of the candidate's timed outputs with the reference's
+``pool``         draw ``k`` fresh input sets for timing (a mode's warm-up sets or a round's),
+                 write them to a parcel; nothing runs on them yet
+``warm``         start a timing mode: warm the reference up on the warm-up sets (capture
+                 them in a CUDA graph in graph mode; the first one also makes the
+                 judge's device barrier: :meth:`JudgeRank.align`)
+``time``         one timed batch of the reference, the same harness work as the candidate's:
+                 read the round's parcel, place it, call, export outputs and arguments
+``check_sample`` compare the candidate's timed calls with the reference's: outputs and
+                 the arguments after the call
 ``clocks``       this GPU's clocks and throttle reasons
 ``profile``      a profiler trace of a few reference calls
 """
@@ -32,7 +36,7 @@ import torch
 from pkb_core.contracts.job import Job
 from pkb_core.contracts.verdict import Verdict
 from pkb_core.judge.check import compare, leaves
-from pkb_core.judge.parcel import UNTRUSTED, ParcelError, pack, unpack
+from pkb_core.judge.parcel import TRUSTED, UNTRUSTED, ParcelError, pack, unpack
 from pkb_core.problem.contract import RunContext, read_spec
 from pkb_core.judge.timing import BatchTimer
 from pkb_core.judge.trees import clone, identical, restore
@@ -91,6 +95,7 @@ class JudgeRank:
         ctx = self.context(trial, full)
         args = self.problem.inputs(ctx)
         self.trial_args = clone(args)
+        self.trial_full = full
         self.trial_exact = not full and self.problem.spec.exact
         return {"skeleton": pack(args, path, group_blocks=ctx.group_blocks)}
 
@@ -116,9 +121,44 @@ class JudgeRank:
             return {"verdict": Verdict.FAIL, "reason": received}
         self.last_candidate = received
         tolerance = EXACT_TOLERANCE if self.trial_exact else self.problem.spec.tolerance
-        problem = compare(received["out"], ref_out, tolerance) or self._arguments_after(
-            received["args"], ref_args, tolerance)
+        bound = self._exact_bound(self.trial_args) if self.trial_full and self.problem.spec.exact else None
+        problem = compare(received["out"], ref_out, tolerance, bound and bound[0]) or self._arguments_after(
+            received["args"], self.trial_args, ref_args, tolerance, bound and bound[1])
         return {"verdict": Verdict.FAIL if problem else None, "reason": problem or ""}
+
+    def _exact_bound(self, args):
+        """``(outputs, arguments)``: per element, how far an honest result may lie
+        from the reference's on a full-mantissa draw of an ``EXACT`` problem.
+
+        ``EXACT`` problems sum their inputs (with coefficients >= 0), so the
+        reference run on the inputs' magnitudes gives, per element, the sum of
+        the magnitudes ``S`` of the terms. Any order of summation in the working
+        dtype lies within ``(n - 1) * u * S`` of the true sum (``u`` = eps / 2,
+        ``n`` the terms: the world size), and so does the reference: two honest
+        results lie within ``W * eps * S`` of each other. The dtype's own
+        rounding is all the room there is: a wire format that drops bits (int8
+        codes with a per-row scale, say) errs by far more on small elements and
+        fails at bf16 as it does at fp32. (Collective: every rank runs it.)"""
+        magnitudes = clone(args)
+        for _, leaf in leaves(magnitudes):
+            if isinstance(leaf, torch.Tensor) and leaf.is_floating_point():
+                leaf.abs_()
+        out = self.problem.reference(*magnitudes)
+        self._sync()
+
+        def scaled(tree):
+            if isinstance(tree, torch.Tensor):
+                if not tree.is_floating_point():
+                    return tree
+                eps = torch.finfo(tree.dtype).eps
+                return tree.to(torch.float64) * (self.world_size * eps)
+            if isinstance(tree, (list, tuple)) and not isinstance(tree, torch.Size):
+                return [scaled(v) for v in tree]
+            if isinstance(tree, dict):
+                return {k: scaled(v) for k, v in tree.items()}
+            return tree
+
+        return scaled(out), scaled(list(magnitudes))
 
     def _receive(self, candidate, budget) -> dict | str:
         """The candidate's parcel as ``{"out", "args"}``, or why it cannot be read.
@@ -136,16 +176,17 @@ class JudgeRank:
             return "the solution's outputs could not be read: not the harness's parcel"
         return value
 
-    def _arguments_after(self, cand_args, ref_args, tolerance) -> str | None:
+    def _arguments_after(self, cand_args, before_args, ref_args, tolerance, bound=None) -> str | None:
         """The buffers the candidate was given, as they were after its call:
         arguments the problem updates in place (``MUTATES``) must match the
-        reference's; every other tensor must be unchanged."""
+        reference's (``ref_args``, after its call); every other tensor must be
+        as it was (``before_args``)."""
         mutates = self.problem.mutates
-        if not isinstance(cand_args, (list, tuple)) or len(cand_args) != len(self.trial_args):
+        if not isinstance(cand_args, (list, tuple)) or len(cand_args) != len(before_args):
             return "the solution's arguments could not be read back"
-        for i, (after, before) in enumerate(zip(cand_args, self.trial_args)):
+        for i, (after, before) in enumerate(zip(cand_args, before_args)):
             if i in mutates:
-                problem = compare(after, ref_args[i], tolerance)
+                problem = compare(after, ref_args[i], tolerance, bound and bound[i])
                 if problem:
                     return f"argument {i} (updated in place): {problem.replace('out', 'value', 1)}"
                 continue
@@ -190,25 +231,28 @@ class JudgeRank:
         self.timer.device_barrier, self.timer.alignment = barrier, note
 
     def on_pool(self, round, k, path):
-        """``k`` fresh input sets for one round; the reference's copies stay at
-        the same addresses from round to round when the shapes allow (a
-        captured graph replays on them)."""
-        self.align()
+        """``k`` fresh input sets (a mode's warm-up sets, ``round`` ``<mode>/warm``,
+        or one round's), written to a parcel and kept until ``warm`` or ``time``."""
         sets = []
         for i in range(k):
             # Every other set uses the full mantissa, so a format that is only
             # exact on the integer-valued sets cannot be kept for the timed calls.
             ctx = self.context(f"timing/{round}/{i}", full_mantissa=i % 2 == 1)
             sets.append(self.problem.inputs(ctx))
-        skeleton = pack(sets, path, group_blocks=ctx.group_blocks)
-        self.pristine = [clone(s) for s in sets]
+        self.drawn = sets
+        return {"skeleton": pack(sets, path, group_blocks=ctx.group_blocks)}
+
+    def _place(self, sets) -> bool:
+        """Copy ``sets`` into the reference's pool, at the same addresses from
+        round to round when the layout allows (a captured graph replays on
+        them); True when the pool had to move."""
+        self.pristine = sets
         if self.pool is not None and _same_layout(self.pool, sets):
             for dst, src in zip(self.pool, sets):
                 restore(dst, src, range(len(src)))
-        else:
-            self.pool = [clone(s) for s in sets]
-            self.timer = self.timer.renewed()  # a captured graph held the old buffers
-        return {"skeleton": skeleton}
+            return False
+        self.pool = [clone(s) for s in sets]
+        return True
 
     def _calls(self):
         reference = self.problem.reference
@@ -220,37 +264,63 @@ class JudgeRank:
             return None
         return lambda i: restore(self.pool[i], self.pristine[i], mutates)
 
-    def on_capture(self):
-        return {"failure": self.timer.capture(self._calls())}
-
-    def on_warm(self, count):
+    def on_warm(self, mode, count):
+        self.align()
+        self._place(self.drawn)
         self.timer.warm_up(self._calls(), count, self._refresh())
+        if mode == "graph":
+            self.timer = self.timer.renewed()
+            return {"failure": self.timer.capture(self._calls())}
         return {}
 
-    def on_time(self, mode, path, replays=0):
-        calls = self._calls()
-        times, outputs = self.timer.run(calls, mode, refresh=self._refresh(), replays=replays)
+    def on_time(self, mode, skeleton, path, replays=0):
+        """The reference's batch, with the candidate's harness work: the round's
+        parcel is read and placed inside the window (the judge's own drawn sets
+        are what it places: the same values, already the judge's)."""
+        unpack(skeleton, path, limits=TRUSTED, device=self.device, make_group=lambda *_: None)
+        moved = self._place(self.drawn)
+        if mode == "graph" and moved:
+            raise RuntimeError("graph mode: the round's inputs did not fit the captured buffers")
+        times, outputs = self.timer.run(self._calls(), mode, refresh=self._refresh(), replays=replays)
         self.timed_outputs = outputs
-        # The same export the candidate makes, so both sides' overheads match; into a
-        # file nobody else can open (the reference's answers are never where a
-        # candidate could read or link them).
-        pack(outputs, None)
-        return {"times": times, "out_bytes": _nbytes(outputs), "alignment": self.timer.alignment}
+        # The same export the candidate makes (outputs and argument buffers), so both
+        # sides' harness costs match; into a file nobody else can open (the reference's
+        # answers are never where a candidate could read or link them).
+        pack({"out": outputs, "args": self.pool}, None)
+        return {"times": times, "out_bytes": _nbytes(outputs) + _nbytes(self.pool),
+                "alignment": self.timer.alignment}
 
     def on_check_sample(self, indices, candidate):
-        """Compare the candidate's outputs of the timed calls ``indices`` with the reference's."""
-        received = self._receive(candidate, budget=_nbytes(self.timed_outputs))
+        """Compare the candidate's timed calls ``indices`` with the reference's:
+        every output, and every argument buffer after the call (``MUTATES``
+        arguments against the reference's, the others unchanged)."""
+        received = self._receive(candidate, budget=_nbytes(self.timed_outputs) + _nbytes(self.pool))
         if isinstance(received, str):
             return {"verdict": Verdict.FAIL, "reason": received}
-        outputs = received["out"]
-        if not isinstance(outputs, (list, tuple)) or len(outputs) != len(self.timed_outputs):
+        outputs, args = received["out"], received["args"]
+        count = len(self.timed_outputs)
+        if not (isinstance(outputs, (list, tuple)) and len(outputs) == count and
+                isinstance(args, (list, tuple)) and len(args) == count):
             return {"verdict": Verdict.FAIL, "reason": "the solution's timed outputs could not be read back"}
         for index in indices:
-            problem = compare(outputs[index], self.timed_outputs[index], self.problem.spec.tolerance)
+            tolerance, bound = self._timed_tolerance(index)
+            problem = compare(outputs[index], self.timed_outputs[index], tolerance, bound and bound[0]) or \
+                self._arguments_after(args[index], self.pristine[index], self.pool[index], tolerance,
+                                      bound and bound[1])
             if problem:
                 return {"verdict": Verdict.FAIL, "reason": f"timed call {index} of a batch, on fresh inputs: {problem} "
                                                      "(the timed calls must compute what the checked ones do)"}
         return {"verdict": None}
+
+    def _timed_tolerance(self, index):
+        """``(tolerance, bound)`` for timed call ``index``: as for trials, the
+        integer-valued sets of an ``EXACT`` problem compare bit for bit and its
+        full-mantissa sets within the dtype's own rounding (:func:`exact_bound`)."""
+        if not self.problem.spec.exact:
+            return self.problem.spec.tolerance, None
+        if index % 2 == 0:
+            return EXACT_TOLERANCE, None
+        return self.problem.spec.tolerance, self._exact_bound(self.pristine[index])
 
     def on_clocks(self):
         from pkb_core.machine.clocks import read_clocks

@@ -1,11 +1,16 @@
-"""Timing one side's calls in one process (shared/rigor.md rules 10-16; docs/timing.md).
+"""Running one side's batch of calls in one process (shared/rigor.md rules 10-16; docs/timing.md).
 
-The same code times the reference (in the judge's processes) and the candidate
-(in its own processes); the launcher alternates the two sides in rounds, takes
-the max over ranks of every call and summarises (:mod:`pkb_core.judge.crosscheck`
-compares what each side reports with the launcher's own clock). A *batch* is
-one side's share of a round: ``k`` calls, call ``i`` bound to input set ``i``
-of the round's fresh pool, so no input repeats within a batch. Three modes:
+The same code runs the reference's batches (in the judge's processes) and the
+candidate's (in its own processes): it aligns the ranks, makes the calls and
+ends the batch with a device-wide synchronisation. The *time* pkb reports is
+not measured here: the launcher times each whole batch with its own clock, from
+sending the ``time`` command to the last rank's answer
+(:mod:`pkb_core.judge.timed_rounds`), so nothing a process says about itself
+enters a time, a speedup or a verdict. The per-call times this module still
+takes are the process's own account, kept in the record as an untrusted
+diagnostic. A *batch* is one side's share of a round: ``k`` calls, call ``i``
+bound to input set ``i`` of the round's fresh pool, so no input repeats within
+a batch. Three modes:
 
 ``latency``
     Before every call: L2 flush (CUDA), device synchronise, the host barrier
@@ -30,11 +35,11 @@ heap) a side aligns with the host barrier and the hold alone, and says so. On
 CPU the device barrier's ``host`` engine is itself a barrier of the host, so
 there it replaces the store barrier (one synchronisation per sample, as
 before, not two: every one costs wake-ups on a host with fewer cores than
-ranks, and that noise lands in the cross-check's overheads).
+ranks, and that cost lands in every batch's wall time).
 
 Every batch ends with a device-wide synchronisation, so what the launcher's
-clock sees includes work left on other streams. Times are milliseconds: CUDA
-events on GPU (``device`` clock), the host clock on CPU (``host`` clock).
+clock sees includes work left on other streams. The diagnostic times are
+milliseconds: CUDA events on GPU, the host clock on CPU.
 """
 from __future__ import annotations
 
@@ -222,9 +227,9 @@ def max_over_ranks(per_rank: list[list[float]]) -> list[float]:
     return [max(column) for column in zip(*per_rank)]
 
 
-def summarize(times: list[float], rounds: list[float] | None = None) -> SideStats:
+def summarize(times: list[float], rounds: list[float] | None = None, calls: int | None = None) -> SideStats:
     """min, p10, median, p90, max, mean, stddev and the count (``rounds``: the
-    number of calls, a name kept for old records) of a list of ms, and the
+    number of calls, ``calls`` when given, a name kept for old records) of a list of ms, and the
     median's distribution-free 95 % interval (``ci_low``, ``ci_high``;
     :mod:`pkb_core.judge.intervals`) over ``rounds`` (per-round medians, the
     independent units; the calls themselves when not given), its relative
@@ -238,7 +243,8 @@ def summarize(times: list[float], rounds: list[float] | None = None) -> SideStat
     interval = median_interval(units)
     return SideStats(
         min=ordered[0], p10=quantiles[0], median=statistics.median(ordered), p90=quantiles[-1], max=ordered[-1],
-        mean=statistics.fmean(ordered), stddev=statistics.pstdev(ordered), rounds=len(ordered),
+        mean=statistics.fmean(ordered), stddev=statistics.pstdev(ordered),
+        rounds=len(ordered) if calls is None else calls,
         ci_low=interval[0] if interval else None, ci_high=interval[1] if interval else None, ci_level=LEVEL,
         ci_rel=relative_half_width(units), ci_units=len(units),
     )

@@ -35,7 +35,7 @@ from pathlib import Path
 
 from pkb_core.contracts.verdict import Verdict
 from pkb_core.launch.channel import REPLY_FD_ENV, LineReader
-from pkb_core.launch.sessions import cpu_ms_during, kill_sessions, signal_sessions
+from pkb_core.launch.sessions import cpu_ms_during, kill_sessions, signal_pids, signal_sessions
 
 #: Seconds to wait, after one rank reported an error, for the others to answer.
 ERROR_GRACE_S = 10.0
@@ -232,17 +232,24 @@ class RankGroup:
     # -- freezing and stopping -------------------------------------------------
     def _signal_groups(self, sig) -> None:
         signal_sessions(self.pids, sig)
+        self._signal_remote(sig)
+
+    def _signal_remote(self, sig) -> None:
         if self.remote is not None:
             self.remote.signal(self.group_id, sig)
 
     def freeze(self) -> None:
         if not self.frozen:
-            self._signal_groups(signal.SIGSTOP)
+            # A stopped process cannot fork: the thaw continues exactly these, with no /proc scan
+            # inside a timed command's clock (the reference's side has none).
+            self._stopped = signal_sessions(self.pids, signal.SIGSTOP)
+            self._signal_remote(signal.SIGSTOP)
             self.frozen = True
 
     def thaw(self) -> None:
         if self.frozen:
-            self._signal_groups(signal.SIGCONT)
+            signal_pids(getattr(self, "_stopped", None) or [], signal.SIGCONT)
+            self._signal_remote(signal.SIGCONT)
             self.frozen = False
 
     def alive(self) -> bool:

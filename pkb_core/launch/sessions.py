@@ -30,14 +30,20 @@ def members(sessions) -> dict:
     return found
 
 
-def signal_sessions(sessions, sig) -> None:
-    """Send ``sig`` to every process of every session."""
-    for pids in members(sessions).values():
-        for pid in pids:
-            try:
-                os.kill(pid, sig)
-            except (ProcessLookupError, PermissionError):
-                pass
+def signal_sessions(sessions, sig) -> list[int]:
+    """Send ``sig`` to every process of every session; the pids signalled."""
+    signalled = [pid for pids in members(sessions).values() for pid in pids]
+    signal_pids(signalled, sig)
+    return signalled
+
+
+def signal_pids(pids, sig) -> None:
+    """Send ``sig`` to each of ``pids`` (gone ones are skipped)."""
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
 #: How long :func:`kill_sessions` keeps sweeping.

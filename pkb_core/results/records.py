@@ -25,6 +25,7 @@ from pkb_core.contracts.record import Record, TimingOptions
 from pkb_core.contracts.timing import Timing
 from pkb_core.contracts.verdict import Verdict
 from pkb_core.errors import PkbError, describe
+from pkb_core.judge.intervals import FASTER, SLOWER
 
 RECORDS = "records.jsonl"
 
@@ -45,8 +46,9 @@ def job_record(job: Job, world_size: int, verdict: str, reason: str = "", *, tim
                                                           min_iters=job.min_iters, timing_modes=job.timing_modes))
         if timing.reference and timing.candidate:
             ref, cand = timing.reference.median, timing.candidate.median
-            fields.update(reference_ms=ref, solution_ms=cand, speedup=ref / cand if cand > 0 else None,
-                          timing_mode=timing.primary, **_rigor(timing))
+            value = timing.speedup.value if timing.speedup else (ref / cand if cand > 0 else None)
+            fields.update(reference_ms=ref, solution_ms=cand, speedup=value, timing_mode=timing.primary,
+                          **_rigor(timing))
             if timing.sol:
                 fields["sol"] = attrs.evolve(timing.sol, reference_fraction=timing.sol.floor_ms / ref,
                                              solution_fraction=timing.sol.floor_ms / cand if cand > 0 else None)
@@ -62,7 +64,9 @@ def _rigor(timing: Timing) -> dict:
               "clock": timing.clock}
     if timing.speedup:
         low, high = timing.speedup.low, timing.speedup.high
-        fields.update(speedup_ci=None if low is None else (low, high), difference=timing.speedup.difference)
+        claimed = timing.speedup.difference in (FASTER, SLOWER) and low is not None
+        fields.update(speedup_ci=None if low is None else (low, high), difference=timing.speedup.difference,
+                      claimed_speedup=timing.speedup.value if claimed else None)
     return fields
 
 

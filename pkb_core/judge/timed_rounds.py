@@ -1,0 +1,226 @@
+"""A job's timing, as the launcher conducts it: rounds of batches, timed from outside.
+
+Neither side times itself. Per timing mode the launcher
+
+1. has the judge draw the mode's *warm-up* sets and both sides warm up on them
+   (``warm``; in graph mode each side captures its batch there, on the buffers
+   later rounds reuse). Nothing warmed up on is ever timed;
+2. per round, has the judge draw the round's fresh input sets into a parcel
+   (``pool``: the candidate is frozen meanwhile and has never seen them), then
+   sends ``time`` to each side in alternating order. A side's ``time`` reads
+   the parcel, places the sets in its heap, makes the calls and exports every
+   output and argument buffer; the launcher's clock runs from sending the
+   command to the last rank's answer (:meth:`JobRun._candidate` keeps it as
+   ``wall_ms``). So the inputs are released only when the timed window starts
+   (nothing can be precomputed), and whatever a side does with them, on any
+   thread or stream, before its answer, is inside its time;
+3. checks the candidate's timed calls (outputs and arguments after the call:
+   :meth:`pkb_core.judge.rank.JudgeRank.on_check_sample`).
+
+A batch's per-call time is its wall time over its calls. Both sides run the
+same harness code on the same bytes, so the harness's cost (the command's
+messages, reading and placing the parcel, the barriers, exporting the
+outputs) is in both; it is what limits the resolution (docs/trust.md). To
+amortise it, a batch holds as many calls as :data:`POOL_BYTES` and the
+``--iters`` budget allow, up to :data:`MAX_CALLS`, while still leaving at
+least :data:`MIN_ROUNDS` rounds (the fewest with a 95 % interval) whenever
+``--iters`` allows 6 calls. The speedup is the ratio of the two sides' median
+per-call times with the distribution-free interval over the rounds' paired
+ratios (:mod:`pkb_core.judge.intervals`). The times the sides' processes report
+about themselves are kept as an untrusted diagnostic (``self_reported_ms``)
+and used for nothing.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+import time
+
+import attrs
+
+from pkb_core.contracts.timing import ModeTiming, Timing
+from pkb_core.contracts.verdict import Verdict
+from pkb_core.launch.ranks import JobEnded
+from pkb_core.machine.roofline import below_floor
+from pkb_core.judge.intervals import speedup
+from pkb_core.judge.stopping import StoppingRule, time_share
+from pkb_core.judge.timing import max_over_ranks, summarize
+
+#: Most calls per timed batch (each on its own input set of the round's pool).
+MAX_CALLS = 50
+#: Rounds needed for a 95 % interval (:func:`pkb_core.judge.intervals.median_interval`).
+MIN_ROUNDS = 6
+#: Bytes of one side's pool of inputs plus outputs, per rank, beyond which batches get fewer calls.
+POOL_BYTES = 2 << 30
+#: Every timed call of a batch is checked while a rank's batch outputs stay below this;
+#: above it, :data:`SAMPLED_CALLS` calls chosen at random after the batch.
+CHECK_ALL_BYTES = 64 << 20
+SAMPLED_CALLS = 2
+
+
+def batch_calls(iters: int, set_bytes: int) -> int:
+    """Calls per batch: as many as memory (:data:`POOL_BYTES`, a side keeps a
+    batch's inputs and outputs, about three times the inputs) and
+    :data:`MAX_CALLS` allow, but few enough that ``iters`` calls make
+    :data:`MIN_ROUNDS` rounds."""
+    by_bytes = POOL_BYTES // max(1, 3 * set_bytes)
+    return max(1, min(MAX_CALLS, by_bytes, iters // MIN_ROUNDS))
+
+
+def time_job(run) -> None:
+    """Every timing mode of ``run`` (a :class:`pkb_core.judge.jobrun.JobRun`);
+    sets ``run.outcome.timing``; raises :class:`JobEnded` for a flag."""
+    job = run.job
+    modes = {}
+    for index, mode in enumerate(job.timing_modes):
+        unavailable = unavailable_reason(run, mode)
+        if unavailable:
+            modes[mode] = ModeTiming(unavailable=unavailable)
+            continue
+        budget = time_share(run.deadline - time.monotonic(), len(job.timing_modes) - index)
+        modes[mode] = _time_mode(run, mode, budget)
+    primary = job.timing_modes[0]
+    headline = modes.get(primary) or ModeTiming()
+    # ``clock`` says where the calls ran (reports keep CPU runs out of fast_p); either way
+    # the times are the launcher's clock around device-synchronised batches.
+    timing = Timing(modes=modes, primary=primary, clock="device" if run.settings.device == "cuda" else "host",
+                    reference=headline.reference, candidate=headline.candidate, speedup=headline.speedup)
+    timing = run.outcome.timing = run._physics_floor(timing)
+    # On the launcher's clock: a time below the floor is the machine's calibration
+    # or the solution skipping work, never a time the candidate reported.
+    impossible = timing.sol and below_floor(timing.candidate.median, timing.sol)
+    if impossible:
+        raise JobEnded(Verdict.FLAGGED, impossible)
+    clocks = [a.get("clocks") for a in run._judge("clocks")]
+    if any(clocks):
+        timing = run.outcome.timing = attrs.evolve(timing, clocks=clocks)
+    if job.profile:
+        run.outcome.timing = attrs.evolve(timing, profile=run._profile())
+
+
+def unavailable_reason(run, mode: str) -> str | None:
+    """Why ``mode`` cannot time this problem here, or None."""
+    if mode != "latency" and run.problem.mutates:
+        return "the problem mutates its arguments: latency mode only"
+    if mode == "graph" and not getattr(run.problem.module, "CUDA_GRAPH", True):
+        return "the reference cannot be replayed from a CUDA graph (CUDA_GRAPH = False in the problem)"
+    if mode == "graph" and run.settings.device != "cuda":
+        return "CUDA-graph mode needs a GPU"
+    return None
+
+
+def _draw(run, name: str, round_: str, calls: int):
+    """Have the judge draw ``calls`` input sets into parcels named ``name``: ``(skeletons, paths, slots)``."""
+    from pkb_core.judge.jobrun import slot_sizes
+
+    paths = run.parcels.paths(name, run.nproc)
+    skeletons = [a["skeleton"] for a in run._judge("pool", [{"round": round_, "k": calls, "path": p}
+                                                             for p in paths])]
+    sets = [s["v"] for s in skeletons]
+    slots = [slot_sizes([rank_sets[i] for rank_sets in sets]) for i in range(calls)]
+    return skeletons, paths, slots
+
+
+def _time_mode(run, mode: str, budget_s: float) -> ModeTiming:
+    """Rounds of one mode until the stopping rule says enough
+    (:mod:`pkb_core.judge.stopping`): at least ``min_iters`` calls per side
+    and :data:`MIN_ROUNDS` rounds, at most ``iters`` calls, in between until
+    both medians are known to +-1 %, or until the mode has spent ``budget_s``
+    seconds."""
+    job = run.job
+    cap = max(1, job.iters)
+    calls = batch_calls(cap, run.set_bytes)
+    least = min(cap, max(job.min_iters or cap, MIN_ROUNDS * calls))
+    rule = StoppingRule(min_samples=max(1, least), max_samples=cap)
+    per_call = {"reference": [], "candidate": []}  # per round: wall / calls, the independent units
+    reported = {"reference": [], "candidate": []}
+    alignment = {}
+    replays = calls if mode == "graph" else 0
+    executed = calls * (replays or 1)  # calls a batch makes (graph: every replay runs all of them)
+
+    skeletons, paths, warm_slots = _draw(run, f"{mode}-warm", f"{mode}/warm", calls)
+    failures = [a.get("failure") for a in run._judge("warm", {"mode": mode, "count": job.warmup})]
+    failures += [a.get("failure") for a in run._candidate("warm", [
+        {"mode": mode, "count": job.warmup, "skeleton": s, "path": p, "slots": warm_slots}
+        for s, p in zip(skeletons, paths)])]
+    failure = next((str(f)[:2000] for f in failures if f), None)
+    if failure:
+        return ModeTiming(unavailable=failure)
+
+    started = time.monotonic()
+    round_, stopped = 0, None
+    while stopped is None:
+        skeletons, paths, slots = _draw(run, f"{mode}-pool{round_}", f"{mode}/{round_}", calls)
+        if mode == "graph" and any(n > w for s, ws in zip(slots, warm_slots) for n, w in zip(s, ws)):
+            return ModeTiming(unavailable="the inputs' sizes change from round to round: a captured graph "
+                                          "cannot replay on them")
+        order = ("reference", "candidate") if round_ % 2 == 0 else ("candidate", "reference")
+        for side in order:
+            if side == "reference":
+                answers = run._judge("time", [{"mode": mode, "skeleton": s, "path": p, "replays": replays}
+                                              for s, p in zip(skeletons, paths)])
+            else:
+                out = run.parcels.paths(f"{mode}-candidate{round_}", run.nproc)
+                answers = run._candidate("time", [
+                    {"mode": mode, "skeleton": s, "path": p, "slots": slots, "out_path": o, "replays": replays}
+                    for s, p, o in zip(skeletons, paths, out)])
+                sample = (answers, out)
+            # The launcher's clock around the command alone: the only time pkb uses.
+            per_call[side].append(run.wall_ms / executed)
+            reported[side].append(_reported(answers, calls if mode != "graph" else replays))
+            alignment[side] = _alignment(answers)
+            if side == "reference":
+                out_bytes = max(int(a.get("out_bytes", 0)) for a in answers)
+        # After both sides, so the judge's outputs are this round's.
+        _check_sample(run, *sample, calls, out_bytes)
+        round_ += 1
+        samples = round_ * calls
+        stopped = rule.decide(samples, per_call["reference"], per_call["candidate"])
+        if stopped is None and samples >= rule.min_samples and time.monotonic() - started > budget_s:
+            stopped = "time"
+    pairs = list(zip(per_call["reference"], per_call["candidate"]))
+    total = round_ * executed
+    return ModeTiming(reference=summarize(per_call["reference"], per_call["reference"], calls=total),
+                      candidate=summarize(per_call["candidate"], per_call["candidate"], calls=total),
+                      speedup=speedup(per_call["reference"], per_call["candidate"], pairs), stopped=stopped,
+                      batches=round_, alignment=alignment, calls_per_batch=calls,
+                      self_reported_ms={side: _median_or_none(v) for side, v in reported.items()})
+
+
+def _check_sample(run, answers, paths, calls, out_bytes):
+    from pkb_core.judge.jobrun import combine
+
+    if out_bytes <= CHECK_ALL_BYTES:
+        indices = list(range(calls))
+    else:
+        indices = sorted(run.rng.sample(range(calls), min(SAMPLED_CALLS, calls)))
+    found = combine(run._judge("check_sample", [
+        {"indices": indices, "candidate": {"skeleton": a.get("skeleton"), "path": p}}
+        for a, p in zip(answers, paths)]), "rank")
+    if found:
+        raise JobEnded(*found)
+
+
+def _alignment(answers: list[dict]) -> str:
+    """How a side's ranks aligned their samples (the first rank that says otherwise wins)."""
+    notes = [str(a.get("alignment") or "host barrier only") for a in answers]
+    return next((n for n in notes if n != "device barrier"), notes[0] if notes else "")
+
+
+def _reported(answers: list[dict], count: int) -> float | None:
+    """The median of a side's self-reported per-call times (max over ranks), or
+    None when they are not ``count`` finite numbers per rank: a diagnostic only,
+    so a malformed report is recorded as absent, never acted on."""
+    per_rank = []
+    for answer in answers:
+        times = answer.get("times")
+        if not (isinstance(times, list) and len(times) == count and
+                all(isinstance(t, (int, float)) and math.isfinite(t) and t >= 0 for t in times)):
+            return None
+        per_rank.append([float(t) for t in times])
+    return statistics.median(max_over_ranks(per_rank)) if per_rank else None
+
+
+def _median_or_none(values) -> float | None:
+    known = [v for v in values if v is not None]
+    return statistics.median(known) if len(known) == len(values) and known else None
