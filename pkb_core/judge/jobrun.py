@@ -19,6 +19,7 @@ import contextlib
 import math
 import os
 import random
+import secrets
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -61,11 +62,12 @@ class Outcome:
 
 
 class Parcels:
-    """Names of one job's parcel files (in /dev/shm), and their removal."""
+    """Names of one job's parcel files, and their removal. They live in the
+    job's own shared-memory folder (:mod:`pkb_core.launch.scratch`), which only
+    the job's candidate user and the judge can enter."""
 
-    def __init__(self, run_id: str):
-        folder = "/dev/shm" if os.path.isdir("/dev/shm") else os.environ.get("TMPDIR", "/tmp")
-        self.prefix = os.path.join(folder, f"pkb-{run_id}-")
+    def __init__(self, folder: str):
+        self.prefix = os.path.join(folder, "pkb-parcel-")
 
     def paths(self, name: str, nproc: int) -> list[str]:
         return [f"{self.prefix}{name}-r{rank}" for rank in range(nproc)]
@@ -191,7 +193,8 @@ class JobRun:
         self._in_trials = False
         if self.candidates.unsupported:  # said when ready, before any solution code ran
             raise JobEnded(Verdict.UNSUPPORTED, self.candidates.unsupported)
-        self._judge("job", {"job": self.job.to_json()})
+        # A nonce of this job's: its inputs are drawn from it and the run secret together.
+        self._judge("job", {"job": self.job.to_json(), "nonce": secrets.token_hex(16)})
         answers = self._candidate("setup", {"job": self.job.to_json()})
         self.outcome.lockdown = sorted({str(m)[:200] for a in answers for m in _strings(a.get("lockdown"))})
         for rank, answer in enumerate(answers):
