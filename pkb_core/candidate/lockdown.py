@@ -15,6 +15,9 @@ stopped by the kernel, with settings that cannot be reverted from inside:
   - ``kill``/``tgkill``/``rt_sigqueueinfo``/``rt_tgsigqueueinfo`` aimed at any
     process but this one or its own process group (signal 0 included), ``tkill`` and
     ``pidfd_send_signal``: no stopping or killing the judge's processes;
+  - ``fcntl`` ``F_SETOWN``/``F_SETOWN_EX``/``F_SETSIG`` and ``ioctl``
+    ``FIOSETOWN``/``SIOCSPGRP``: no descriptor names a process the kernel
+    would signal for it (SIGIO, or any signal ``F_SETSIG`` picks);
   - ``setsid``: every child stays in the candidate's session, so the
     launcher's stop and kill reach all of them (:mod:`pkb_core.launch.sessions`;
     process groups of their own are fine: ninja gives each compiler one);
@@ -63,15 +66,19 @@ _ARCHES = {
     "x86_64": (0xC000003E, {
         "socket": 41, "kill": 62, "tkill": 200, "tgkill": 234, "ptrace": 101, "setsid": 112,
         "process_vm_readv": 310, "process_vm_writev": 311, "rt_sigqueueinfo": 129, "rt_tgsigqueueinfo": 297,
-        "pidfd_send_signal": 424,
+        "pidfd_send_signal": 424, "fcntl": 72, "ioctl": 16,
     }),
     "aarch64": (0xC00000B7, {
         "socket": 198, "kill": 129, "tkill": 130, "tgkill": 131, "ptrace": 117, "setsid": 157,
         "process_vm_readv": 270, "process_vm_writev": 271, "rt_sigqueueinfo": 138, "rt_tgsigqueueinfo": 240,
-        "pidfd_send_signal": 424,
+        "pidfd_send_signal": 424, "fcntl": 25, "ioctl": 29,
     }),
 }
 _AF_INET, _AF_INET6, _AF_PACKET = 2, 10, 17
+#: fcntl commands and ioctls that name who receives a descriptor's signals (SIGIO, or any signal
+#: F_SETSIG picks): the kernel then signals that process for the candidate, past any kill() rule.
+_F_SETOWN, _F_SETSIG, _F_SETOWN_EX = 8, 10, 15
+_FIOSETOWN, _SIOCSPGRP = 0x8901, 0x8902
 _CAP_LAST = 63
 
 
@@ -124,6 +131,12 @@ def build_filter(machine: str, *, pid: int, pgid: int, network: bool) -> bytes:
     # tgkill(tgid, tid, sig) and rt_tgsigqueueinfo(tgid, ...): only threads of this process.
     for name in ("tgkill", "rt_tgsigqueueinfo"):
         block(name, _arg_is(0, pid) + [_allow(), _deny()])
+    # No descriptor of a candidate may name a process to signal (fcntl/ioctl owner commands).
+    for name, commands in (("fcntl", (_F_SETOWN, _F_SETSIG, _F_SETOWN_EX)), ("ioctl", (_FIOSETOWN, _SIOCSPGRP))):
+        body = []
+        for command in commands:
+            body += _arg_is(1, command) + [_deny()]
+        block(name, body + [_allow()])
     if not network:
         body = []
         for family in (_AF_INET, _AF_INET6, _AF_PACKET):

@@ -206,7 +206,7 @@ def use_scratch(folder: str) -> None:
     own scratch (everything else is read-only; shared caches are not the
     candidate's to write)."""
     sys.dont_write_bytecode = True
-    for name in ("TMPDIR", "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "XDG_CACHE_HOME", "CUDA_CACHE_PATH"):
+    for name in ("TMPDIR", "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "CUDA_CACHE_PATH"):
         os.environ[name] = folder
     import tempfile
 

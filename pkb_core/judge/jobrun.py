@@ -74,6 +74,8 @@ class Parcels:
 
     def remove(self) -> None:
         folder, stem = os.path.split(self.prefix)
+        if not os.path.isdir(folder):
+            return  # gone with the job's folder
         for entry in os.listdir(folder):
             if entry.startswith(stem):
                 try:
@@ -194,7 +196,7 @@ class JobRun:
         if self.candidates.unsupported:  # said when ready, before any solution code ran
             raise JobEnded(Verdict.UNSUPPORTED, self.candidates.unsupported)
         # A nonce of this job's: its inputs are drawn from it and the run secret together.
-        self._judge("job", {"job": self.job.to_json(), "nonce": secrets.token_hex(16)})
+        self._judge("job", {"job": self.job.to_json(), "job_key": secrets.token_hex(16)})
         answers = self._candidate("setup", {"job": self.job.to_json()})
         self.outcome.lockdown = sorted({str(m)[:200] for a in answers for m in _strings(a.get("lockdown"))})
         for rank, answer in enumerate(answers):

@@ -78,12 +78,12 @@ class JudgeRank:
                           full_mantissa=full_mantissa)
 
     # -- commands ---------------------------------------------------------------
-    def on_job(self, job: dict, nonce: str = ""):
-        """A new job. Its inputs are drawn from the run secret *and* ``nonce``
+    def on_job(self, job: dict, job_key: str = ""):
+        """A new job. Its inputs are drawn from the run secret *and* ``job_key``
         (the launcher's, fresh per job): input->output pairs one job saw answer
         no other job's inputs, even of the same problem and trial."""
         self.job = job = Job.from_json(job)
-        self.job_secret = f"{self.secret}/{nonce}"
+        self.job_secret = f"{self.secret}/{job_key}"
         self.problem = read_spec(job.problem_path).load()
         self.trial_args = None
         self.pool = None
