@@ -1,0 +1,103 @@
+"""Item 3 of issue 29: a job reaches no other process and no file that matters (docs/trust.md).
+
+A ``--solutions`` batch of attackers, each followed by an honest all-reduce that must still pass
+with its own verdict: signals through descriptor owners (SIGIO), planted bytecode for a sibling
+solution, pkb's installation and the problem pack, a ``pkb.toml`` in the working directory, the
+launch log through standard output, the judge's heap names, saved outputs, replayed input->output
+pairs (tests/fixtures/sandbox/)."""
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.test_sealed import CUSTOM_BACKEND, _records  # noqa: F401 - the plainpy backend
+
+FIXTURES = Path(__file__).parent / "fixtures" / "sandbox"
+EXPECTED = {
+    "1_allreduce_a_sigio_signals_everyone.py": ("fail", "elements differ"),
+    "1_allreduce_b_honest.py": ("pass", ""),
+    "1_allreduce_c_plants_everywhere.py": ("fail", "elements differ"),
+    "1_allreduce_d_honest.py": ("pass", ""),
+    "1_allreduce_e_reads_saved_outputs.py": ("fail", "elements differ"),
+    "1_allreduce_f_records_pairs.py": ("pass", ""),
+    "1_allreduce_g_replays_pairs.py": ("fail", "elements differ"),
+    "1_allreduce_h_honest.py": ("pass", ""),
+}
+ROOT_ONLY = pytest.mark.skipif(os.geteuid() != 0, reason="a user of its own per candidate group needs root")
+
+
+@pytest.fixture
+def plainpy(fake_dist):
+    fake_dist("pkbtest-plainpy", {"pkb.backends": {"plainpy": "pkbtest_plainpy"}}, {"pkbtest_plainpy": CUSTOM_BACKEND})
+
+
+@ROOT_ONLY
+def test_no_job_reaches_another_process_or_a_file_that_matters(pkb_invoke, plainpy, tmp_path):
+    import pkb_core.results.junit as later
+    import pkb_problems
+
+    run = tmp_path / "run"
+    planted = [Path(__import__("importlib.util").util.cache_from_source(str(p))) for p in (
+        FIXTURES / "1_allreduce_d_honest.py", Path(later.__file__),
+        Path(pkb_problems.__file__).parent / "collective" / "1_allreduce.py")]
+    before = {p: p.read_bytes() if p.exists() else None for p in planted}
+    result = pkb_invoke("run", "--backend", "plainpy", "--solutions", FIXTURES, "--problem", "1", "--trials", "2",
+                        "--measure-perf", "--warmup", "2", "--iters", "10", "--save-outputs", "--out", run,
+                        "--json", "--timeout", "60")
+    by_file = _records(result)
+    assert set(by_file) == set(EXPECTED)
+    for name, (verdict, text) in EXPECTED.items():
+        assert by_file[name]["verdict"] == verdict, (name, by_file[name]["reason"])
+        assert text in by_file[name]["reason"], (name, by_file[name]["reason"])
+        assert not by_file[name].get("lockdown_gaps"), (name, by_file[name]["lockdown_gaps"])
+    # Nothing planted where pkb, the judge or a sibling solution would load it, nor a pkb.toml.
+    assert {p: p.read_bytes() if p.exists() else None for p in planted} == before
+    assert not (Path.cwd() / "pkb.toml").exists()
+    # The attacker's standard output went to its own job's log, never the launch log.
+    logs = {p.name: p.read_text(errors="replace") for p in (run / "logs").glob("*.log")}
+    assert not any("SANDBOX-ATTACK-MARKER" in text for name, text in logs.items() if name.startswith("launch-"))
+    marker = [text for name, text in logs.items() if name.startswith("job-") and "SANDBOX-ATTACK-MARKER" in text]
+    assert marker and "wrote" not in marker[0].split("SANDBOX-ATTACK-MARKER", 1)[1].splitlines()[0]
+    # The judge's heap names were not the attacker's to take: the honest job after it was timed with
+    # the judge's device barrier.
+    assert "device barrier" in json.dumps(by_file["1_allreduce_d_honest.py"]["timing"])
+    # The same trial of two jobs of the same problem drew different inputs (inputs keyed by the job).
+    seen = [set(line.split()[1] for line in text.splitlines() if line.startswith("SANDBOX-INPUT"))
+            for name, text in logs.items() if "SANDBOX-INPUT" in text]
+    assert len(seen) == 2 and not (seen[0] & seen[1])
+    # Nothing of the launch is left in /dev/shm.
+    assert not [p for p in os.listdir("/dev/shm") if p.startswith("pkb-replay-")]
+
+
+@ROOT_ONLY
+def test_a_candidate_user_cannot_signal_root_through_a_descriptor_owner(tmp_path):
+    """The second line under the seccomp rule: with F_SETOWN allowed (no filter), a candidate's own
+    user still cannot have the kernel signal a root process (sigio_perm)."""
+    got = []
+    previous = signal.signal(signal.SIGUSR2, lambda *_: got.append(True))
+    code = f"""
+import fcntl, os, signal
+from pkb_core.candidate.sandbox import SANDBOX_UID_BASE, switch_user
+assert switch_user(SANDBOX_UID_BASE + 12345) is None
+r, w = os.pipe()
+fcntl.fcntl(r, fcntl.F_SETOWN, {os.getpid()})
+fcntl.fcntl(r, 10, signal.SIGUSR2)
+fcntl.fcntl(r, fcntl.F_SETFL, fcntl.fcntl(r, fcntl.F_GETFL) | os.O_ASYNC)
+os.write(w, b"x")
+try:
+    os.kill({os.getpid()}, signal.SIGUSR2)
+except PermissionError:
+    print("kill refused")
+"""
+    try:
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd="/")
+        import time
+        time.sleep(0.2)
+    finally:
+        signal.signal(signal.SIGUSR2, previous)
+    assert done.returncode == 0, done.stderr
+    assert "kill refused" in done.stdout and not got
