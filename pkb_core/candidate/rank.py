@@ -251,7 +251,12 @@ def _lock_down(job: Job, run_dir, *, network: bool) -> list[str]:
     keep_source(job.solution)
     scratch = os.environ.get("PKB_SHM_DIR")
     uid = os.environ.get("PKB_SANDBOX_UID")
+    from pkb_core.cache import cache_dir
+
+    # What it reads after the lockdown: its own file's folder (a solution may read files next to it),
+    # the problem's, and pkb's cache (the compile phase's builds, which a solution loads).
     readable = [os.path.dirname(os.path.abspath(p)) for p in (job.solution, job.problem_path) if p]
+    readable.append(str(cache_dir()))
     missing = lock_down(network=network, read_only=protected_caches(), hidden=[run_dir],
                         writable=[p for p in (scratch, "/dev/shm") if p], user=int(uid) if uid else None,
                         expose=readable)
