@@ -102,3 +102,20 @@ except PermissionError:
         signal.signal(signal.SIGUSR2, previous)
     assert done.returncode == 0, done.stderr
     assert "kill refused" in done.stdout and not got
+
+
+@ROOT_ONLY
+def test_without_root_the_missing_protections_are_recorded():
+    """Where the lockdown starts without root (here: a process that already left it), the mounts
+    are missing and said so; nothing fails silently."""
+    code = """
+import json
+from pkb_core.candidate import lockdown, sandbox
+assert sandbox.switch_user(sandbox.SANDBOX_UID_BASE + 4321) is None
+print(json.dumps(lockdown.lock_down(network=False, writable=["/tmp"], user=sandbox.SANDBOX_UID_BASE + 1)))
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd="/")
+    assert done.returncode == 0, done.stderr
+    gaps = json.loads(done.stdout.splitlines()[-1])
+    assert any(gap.startswith("read-only file system") for gap in gaps), gaps
+    assert any(gap.startswith("a user of its own") for gap in gaps), gaps
