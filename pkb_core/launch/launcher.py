@@ -133,7 +133,7 @@ class Launch:
         env = dict(os.environ, PYTHONUNBUFFERED="1", PKB_DEVICE_TYPE=settings.device, PKB_RUN_DIR=str(self.run_dir),
                    PKB_LOCAL_WORLD_SIZE=str(settings.nproc))  # fewer than the world: no device barrier
         env.update(forwarded)
-        if "PKB_SCRATCH" in forwarded:  # the group's own shared-memory folder, on this node
+        if forwarded.get("PKB_SCRATCH") and forwarded.get("PKB_RUN_ID"):  # the group's own shared-memory folder
             from pkb_core.launch.scratch import Scratch
 
             if self.scratch is None or self.scratch.path != forwarded["PKB_SCRATCH"]:
