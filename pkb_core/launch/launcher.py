@@ -159,6 +159,10 @@ class Launch:
             forwarded["PKB_SANDBOX_UID"] = str(uid)
         return self.node_env(role, forwarded)
 
+    def job_log(self, run_id: str) -> Path:
+        """Where a candidate group's standard output and error go (never the launch log)."""
+        return self.run_dir / "logs" / f"job-{run_id}.log"
+
     def _sandbox_uid(self) -> int | None:
         """A user of its own for a new candidate group (None where this
         process cannot give one: not root; the records then list the gap)."""
@@ -185,7 +189,7 @@ class Launch:
                 self.zygotes = Zygotes(local_ranks, settings.world_size, env=env, log_path=self.log_path,
                                        startup_s=STARTUP_TIMEOUT_S)
             workers = self.zygotes.fork_workers({k: env[k] for k in GROUP_ENV if k in env},
-                                                log_path=self.run_dir / "logs" / f"job-{run_id}.log")
+                                                log_path=self.job_log(run_id))
         self._groups += 1
         group_id = f"{role}{self._groups}"
         if self.remote is not None:
@@ -294,7 +298,7 @@ class Launch:
                 ready_s = round(time.time() - started, 3)
             except JobEnded as ended:
                 raise JobEnded(Verdict.ERROR, f"the candidate's processes did not start: {ended.reason} "
-                                        f"(launch log {self.log_path})") from None
+                                        f"(its log {self.job_log(run_id)})") from None
             problem = read_spec(job.problem_path).load()
             run = JobRun(job, problem, judges, candidates, parcels=parcels, settings=self.settings,
                          deadline=time.monotonic() + self.settings.job_timeout,
