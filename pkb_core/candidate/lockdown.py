@@ -177,7 +177,7 @@ def lock_down(*, network: bool, read_only=(), writable=(), hidden=(), user: int 
         backends); ``True`` keeps them (the reference backend's solutions may
         create NCCL communicators for subgroups).
     :param read_only: folders that stay read-only even inside a ``writable``
-        one (the run directory, :func:`protected_caches`).
+        one (:func:`protected_caches` inside a builder's cache).
     :param writable: the only folders this process (and its children) may
         still write; every other mount is remounted read-only in a private
         mount namespace (:func:`pkb_core.candidate.sandbox.seal`). Needs
