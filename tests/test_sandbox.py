@@ -119,3 +119,45 @@ print(json.dumps(lockdown.lock_down(network=False, writable=["/tmp"], user=sandb
     gaps = json.loads(done.stdout.splitlines()[-1])
     assert any(gap.startswith("read-only file system") for gap in gaps), gaps
     assert any(gap.startswith("a user of its own") for gap in gaps), gaps
+
+
+def test_a_planted_bytecode_file_never_runs_for_a_solution(tmp_path):
+    """Solutions are compiled from their text: an unchecked hash-based .pyc in __pycache__ (what
+    a sibling could plant) is never read, and none is written."""
+    import importlib.util
+    from importlib._bootstrap_external import _code_to_hash_pyc
+
+    from pkb_core.candidate.solution import load_solution
+
+    path = tmp_path / "1_allreduce_x.py"
+    path.write_text("def solution(tensor):\n    return 'honest'\n")
+    planted = Path(importlib.util.cache_from_source(str(path)))
+    planted.parent.mkdir()
+    evil = compile("def solution(tensor):\n    return 'planted'\n", str(path), "exec")
+    planted.write_bytes(_code_to_hash_pyc(evil, b"\0" * 8, checked=False))
+    assert load_solution(path)(None) == "honest"
+    assert [p.name for p in planted.parent.iterdir()] == [planted.name]
+
+
+@ROOT_ONLY
+def test_shared_memory_folders_cannot_be_planted_and_belong_to_their_group(tmp_path, monkeypatch):
+    from pkb_core.errors import PkbError
+    from pkb_core.judge.parcel import pack
+    from pkb_core.launch import scratch
+
+    monkeypatch.setattr(scratch, "shm_root", lambda: str(tmp_path))
+    (tmp_path / "pkb-planted").symlink_to(tmp_path)
+    with pytest.raises(PkbError, match="not a folder pkb made"):
+        scratch.Scratch.for_launch("planted").group("judge1")
+    launch = scratch.Scratch.for_launch("abc")
+    judge, job = launch.group("judge1"), launch.group("job1", uid=0x70000001)
+    assert os.stat(launch.path).st_mode & 0o777 == 0o711
+    assert (os.stat(judge).st_uid, os.stat(judge).st_mode & 0o777) == (0, 0o700)
+    assert (os.stat(job).st_uid, os.stat(job).st_mode & 0o777) == (0x70000001, 0o700)
+    # The judge (root) writes a job's inputs into the job's folder: they are the job user's to read.
+    import torch
+
+    pack({"x": torch.ones(3)}, os.path.join(job, "pkb-parcel-in0-r0"))
+    assert os.stat(os.path.join(job, "pkb-parcel-in0-r0")).st_uid == 0x70000001
+    launch.remove()
+    assert not os.path.exists(launch.path)
