@@ -148,10 +148,11 @@ def _traversable(st: os.stat_result, uid: int) -> bool:
 def expose(libc, paths, uid: int) -> list[str]:
     """Make ``paths`` reachable for ``uid``: every folder on the way that it may
     not traverse is covered by a tmpfs (mode 0755) into which only the next
-    entry of each path is bound back. Call inside :func:`private_mounts`."""
+    entry of each path is bound back (every entry, for a path that is such a
+    folder itself). Call inside :func:`private_mounts`."""
     missing = []
     covered: dict[str, int] = {}  # folder -> descriptor of what it was before the cover
-    for path in paths:
+    for path in _with_closed_folders_opened(paths, uid):
         parts = path.strip("/").split("/")
         for depth in range(len(parts)):
             folder = "/" + "/".join(parts[:depth])
@@ -187,6 +188,21 @@ def expose(libc, paths, uid: int) -> list[str]:
     for fd in covered.values():
         os.close(fd)
     return missing
+
+
+def _with_closed_folders_opened(paths, uid: int) -> list[str]:
+    """``paths``, each followed by its entries where it is a folder ``uid`` may
+    not traverse itself (everything in it is needed: covered, then bound back)."""
+    wanted = []
+    for path in paths:
+        wanted.append(path)
+        try:
+            st = os.stat(path)
+            if stat.S_ISDIR(st.st_mode) and not _traversable(st, uid):
+                wanted += [os.path.join(path, entry) for entry in sorted(os.listdir(path))]
+        except OSError:
+            continue
+    return wanted
 
 
 def switch_user(uid: int) -> str | None:
