@@ -10,9 +10,12 @@ from pkb_core.errors import CompileError
 from pkb_core.plugin.hookspecs import hookimpl
 from pkb_core.candidate.solution import load_solution
 
+# Opened when the plugin is imported, before any lockdown: builders and candidates write nothing
+# outside their own folders afterwards (docs/trust.md), but a descriptor they hold keeps working.
+_LOG = open(os.environ["PKBTEST_BUILDS"], "a", buffering=1)
+
 def log(**entry):
-    with open(os.environ["PKBTEST_BUILDS"], "a") as f:
-        f.write(__import__("json").dumps(entry) + "\\n")
+    _LOG.write(__import__("json").dumps(entry) + "\\n")
 
 @hookimpl
 def pkb_backend_info():

@@ -50,7 +50,7 @@ EXPECTED = {
     "1_allreduce_c8_links_reference_parcel.py": ("fail", "could not be opened"),
     "1_allreduce_c8_answers_ahead.py": ("error", "malformed"),
     "1_allreduce_c8_lossy_when_timed.py": ("fail", "timed call"),
-    "1_allreduce_c8_poisons_caches.py": ("compile-error", "Read-only file system"),
+    "1_allreduce_c8_poisons_caches.py": ("compile-error", "cache/calibration"),  # refused: read-only or not its own
     "1_allreduce_c9_claims_a_verdict.py": ("flagged", "its setup answer claimed the verdict 'pass'"),
     "1_allreduce_c9_claims_unsupported.py": ("compile-error", "a compile error, not unsupported"),
     "1_allreduce_c9_deep_answer.py": ("error", "malformed"),

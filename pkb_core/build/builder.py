@@ -36,7 +36,7 @@ def build(request: dict, announce=lambda message: None) -> dict:
 
     pm = worker_plugin_manager(request["backend"], CoreDefaults())
     problem = read_spec(request["problem_path"]).load()
-    lock_down(network=False, read_only=[request["run_dir"], *protected_caches()])
+    _lock_down(request["run_dir"], protected_caches())
     state = BuildContext(device=request["device"], options=request.get("options", {}))
     try:
         check_source(pm, request["solution"])
@@ -51,6 +51,29 @@ def build(request: dict, announce=lambda message: None) -> dict:
     except Exception as exc:  # noqa: BLE001 - a backend bug is still this solution's verdict
         return {"ok": False, "message": f"compiling raised {describe(exc)}"}
     return {"ok": True}
+
+
+def _lock_down(run_dir, protected) -> None:
+    """The builder's lockdown: the solution's code runs here, as the
+    launcher's user, so every folder is read-only but pkb's cache (what it
+    builds lands there; the calibration and the build outcomes in it stay
+    read-only) and a temporary folder of its own (compilers write there; the
+    solutions' folder and ``/tmp`` itself are not its to write). The run
+    directory is hidden."""
+    import atexit
+    import shutil
+    import tempfile
+
+    from pkb_core.cache import cache_dir
+    from pkb_core.candidate.lockdown import lock_down
+
+    scratch = tempfile.mkdtemp(prefix="pkb-build-")
+    atexit.register(shutil.rmtree, scratch, True)
+    root = cache_dir()
+    root.mkdir(parents=True, exist_ok=True)
+    lock_down(network=False, read_only=protected, writable=[scratch, str(root)], hidden=[run_dir])
+    os.environ["TMPDIR"] = scratch
+    tempfile.tempdir = None
 
 
 def main() -> int:

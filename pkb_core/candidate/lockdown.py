@@ -15,6 +15,9 @@ stopped by the kernel, with settings that cannot be reverted from inside:
   - ``kill``/``tgkill``/``rt_sigqueueinfo``/``rt_tgsigqueueinfo`` aimed at any
     process but this one or its own process group (signal 0 included), ``tkill`` and
     ``pidfd_send_signal``: no stopping or killing the judge's processes;
+  - ``fcntl`` ``F_SETOWN``/``F_SETOWN_EX``/``F_SETSIG`` and ``ioctl``
+    ``FIOSETOWN``/``SIOCSPGRP``: no descriptor names a process the kernel
+    would signal for it (SIGIO, or any signal ``F_SETSIG`` picks);
   - ``setsid``: every child stays in the candidate's session, so the
     launcher's stop and kill reach all of them (:mod:`pkb_core.launch.sessions`;
     process groups of their own are fine: ninja gives each compiler one);
@@ -28,9 +31,11 @@ stopped by the kernel, with settings that cannot be reverted from inside:
   candidate started as root cannot read the memory of the non-dumpable judge
   processes (:func:`protect_from_peers`) through ``/proc``;
 
-* the run directory read-only for it (a private mount namespace), so it cannot
-  write or change records; this needs ``CAP_SYS_ADMIN`` when the lockdown
-  starts (root in a container usually has it).
+* a user of its own and a read-only file system but for its own scratch
+  (:mod:`pkb_core.candidate.sandbox`), so it cannot signal, read or write any
+  process or file of the launcher, the judge or another job, nor pkb's
+  installation, the problem pack, the solutions' folder or the run directory;
+  this needs root (``CAP_SETUID``, ``CAP_SYS_ADMIN``) when the lockdown starts.
 
 On a kernel or architecture without seccomp the lockdown reports what it could
 not do; the launcher records that in every job's record (``lockdown``).
@@ -61,15 +66,19 @@ _ARCHES = {
     "x86_64": (0xC000003E, {
         "socket": 41, "kill": 62, "tkill": 200, "tgkill": 234, "ptrace": 101, "setsid": 112,
         "process_vm_readv": 310, "process_vm_writev": 311, "rt_sigqueueinfo": 129, "rt_tgsigqueueinfo": 297,
-        "pidfd_send_signal": 424,
+        "pidfd_send_signal": 424, "fcntl": 72, "ioctl": 16,
     }),
     "aarch64": (0xC00000B7, {
         "socket": 198, "kill": 129, "tkill": 130, "tgkill": 131, "ptrace": 117, "setsid": 157,
         "process_vm_readv": 270, "process_vm_writev": 271, "rt_sigqueueinfo": 138, "rt_tgsigqueueinfo": 240,
-        "pidfd_send_signal": 424,
+        "pidfd_send_signal": 424, "fcntl": 25, "ioctl": 29,
     }),
 }
 _AF_INET, _AF_INET6, _AF_PACKET = 2, 10, 17
+#: fcntl commands and ioctls that name who receives a descriptor's signals (SIGIO, or any signal
+#: F_SETSIG picks): the kernel then signals that process for the candidate, past any kill() rule.
+_F_SETOWN, _F_SETSIG, _F_SETOWN_EX = 8, 10, 15
+_FIOSETOWN, _SIOCSPGRP = 0x8901, 0x8902
 _CAP_LAST = 63
 
 
@@ -122,6 +131,12 @@ def build_filter(machine: str, *, pid: int, pgid: int, network: bool) -> bytes:
     # tgkill(tgid, tid, sig) and rt_tgsigqueueinfo(tgid, ...): only threads of this process.
     for name in ("tgkill", "rt_tgsigqueueinfo"):
         block(name, _arg_is(0, pid) + [_allow(), _deny()])
+    # No descriptor of a candidate may name a process to signal (fcntl/ioctl owner commands).
+    for name, commands in (("fcntl", (_F_SETOWN, _F_SETSIG, _F_SETOWN_EX)), ("ioctl", (_FIOSETOWN, _SIOCSPGRP))):
+        body = []
+        for command in commands:
+            body += _arg_is(1, command) + [_deny()]
+        block(name, body + [_allow()])
     if not network:
         body = []
         for family in (_AF_INET, _AF_INET6, _AF_PACKET):
@@ -154,25 +169,46 @@ def protected_caches() -> list[str]:
     return [str(folder) for folder in folders]
 
 
-def lock_down(*, network: bool, read_only=()) -> list[str]:
+def lock_down(*, network: bool, read_only=(), writable=(), hidden=(), user: int | None = None,
+              expose=()) -> list[str]:
     """Apply the lockdown to this process; return what could not be applied.
 
     :param network: ``False`` refuses new internet sockets (custom-kernel
         backends); ``True`` keeps them (the reference backend's solutions may
         create NCCL communicators for subgroups).
-    :param read_only: directories this process (and its children) may no
-        longer write: the run directory, where the launcher writes records,
-        and :func:`protected_caches`.
-        Needs ``CAP_SYS_ADMIN`` (a private mount namespace with read-only
-        bind mounts); without it this item is reported missing.
+    :param read_only: folders that stay read-only even inside a ``writable``
+        one (:func:`protected_caches` inside a builder's cache).
+    :param writable: the only folders this process (and its children) may
+        still write; every other mount is remounted read-only in a private
+        mount namespace (:func:`pkb_core.candidate.sandbox.seal`). Needs
+        ``CAP_SYS_ADMIN``; without it this item is reported missing.
+    :param hidden: folders this process sees empty (the run directory).
+    :param user: the uid (and gid) this process becomes
+        (:func:`pkb_core.candidate.sandbox.switch_user`; a candidate group's
+        own, from the launcher). ``None`` keeps the user (a builder).
+    :param expose: folders ``user`` must still read (the solution's, the
+        problem's); Python's installation and import paths always are.
     """
+    import sys
+
+    from pkb_core.candidate import sandbox
+
+    sys.dont_write_bytecode = True  # nothing imported from here on leaves a bytecode file
     missing = []
     libc = _libc()
-    for path in read_only:
-        problem = _read_only(libc, str(path))
+    problem = sandbox.private_mounts(libc)
+    if problem:
+        missing.append(f"read-only file system: {problem}")
+    else:
+        if user is not None:
+            missing += sandbox.expose(libc, sandbox.needed_paths(expose), user)
+        missing += sandbox.seal(libc, writable=writable, read_only=read_only, hidden=hidden)
+    for cap in range(_CAP_LAST + 1):  # the bounding set needs CAP_SETPCAP: before the user changes
+        libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)  # EINVAL past the kernel's last cap: fine
+    if user is not None:
+        problem = sandbox.switch_user(user)
         if problem:
             missing.append(problem)
-            break
     machine = platform.machine()
     if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
         missing.append(f"no_new_privs ({os.strerror(ctypes.get_errno())})")
@@ -190,32 +226,9 @@ def lock_down(*, network: bool, read_only=()) -> list[str]:
     return missing
 
 
-_CLONE_NEWNS = 0x00020000
-_MS_RDONLY, _MS_REMOUNT, _MS_BIND, _MS_REC, _MS_PRIVATE = 0x1, 0x20, 0x1000, 0x4000, 0x40000
-_namespace_made = False
-
-
-def _read_only(libc, path: str) -> str | None:
-    """Bind-mount ``path`` read-only onto itself in a private mount namespace."""
-    global _namespace_made
-    if not _namespace_made:
-        if libc.unshare(_CLONE_NEWNS) != 0:
-            return f"read-only run directory ({os.strerror(ctypes.get_errno())}: needs CAP_SYS_ADMIN)"
-        # Keep the mounts below from propagating back to the host's namespace.
-        if libc.mount(None, b"/", None, _MS_REC | _MS_PRIVATE, None) != 0:
-            return f"read-only run directory (private mounts: {os.strerror(ctypes.get_errno())})"
-        _namespace_made = True
-    target = path.encode()
-    if libc.mount(target, target, None, _MS_BIND | _MS_REC, None) != 0 or \
-            libc.mount(None, target, None, _MS_BIND | _MS_REMOUNT | _MS_RDONLY, None) != 0:
-        return f"read-only run directory ({os.strerror(ctypes.get_errno())})"
-    return None
-
-
 def _drop_capabilities(libc) -> str | None:
-    """Empty the bounding set and every capability set of this process."""
-    for cap in range(_CAP_LAST + 1):
-        libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)  # EINVAL past the kernel's last cap: fine
+    """Empty every capability set of this process (the bounding set was
+    emptied before the user changed)."""
     header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
     data = (ctypes.c_uint32 * 6)()                  # effective, permitted, inheritable x 2 words: all zero
     if libc.capset(ctypes.byref(header), ctypes.byref(data)) != 0:

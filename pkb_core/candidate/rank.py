@@ -124,12 +124,11 @@ class CandidateRank:
     def on_setup(self, job):
         """Lock the process down, then compile the job's solution (its code
         runs in this process from here on)."""
-        from pkb_core.candidate.lockdown import lock_down, protected_caches
         from pkb_core.candidate.solution import check_source
 
         self.job = job = Job.from_json(job)
-        missing = lock_down(network=not self.custom_kernels, read_only=[self.run_dir, *protected_caches()])
-        self.problem = read_spec(job.problem_path).load()
+        self.problem = read_spec(job.problem_path).load()  # the problem pack's code: before the lockdown
+        missing = _lock_down(job, self.run_dir, network=not self.custom_kernels)
         try:
             check_source(self.pm, job.solution)
             self.program = self.pm.hook.pkb_backend_compile(state=self.state, problem=self.problem,
@@ -255,6 +254,37 @@ class CandidateRank:
         from pkb_core.judge.profiling import profile_calls
 
         return {"summary": profile_calls(self.calls[0], device=self.device, calls=5, trace_path=path)}
+
+
+def _lock_down(job: Job, run_dir, *, network: bool) -> list[str]:
+    """Lock this process down for ``job`` (:mod:`pkb_core.candidate.lockdown`):
+    the group's own user and shared-memory folder come from the launcher
+    (``PKB_SANDBOX_UID``, ``PKB_SHM_DIR``); the solution's text is read first,
+    while this process may still read it. Returns the protections missing."""
+    import os
+
+    from pkb_core.candidate.lockdown import lock_down, protected_caches
+    from pkb_core.candidate.sandbox import use_scratch
+    from pkb_core.candidate.solution import keep_source
+
+    keep_source(job.solution)
+    scratch = os.environ.get("PKB_SHM_DIR")
+    uid = os.environ.get("PKB_SANDBOX_UID")
+    from pkb_core.cache import cache_dir
+
+    # What it reads after the lockdown: its own file's folder (a solution may read files next to it),
+    # the problem's, and pkb's cache (the compile phase's builds, which a solution loads).
+    readable = [os.path.dirname(os.path.abspath(p)) for p in (job.solution, job.problem_path) if p]
+    readable.append(str(cache_dir()))
+    missing = lock_down(network=network, read_only=protected_caches(), hidden=[run_dir],
+                        writable=[p for p in (scratch, "/dev/shm") if p], user=int(uid) if uid else None,
+                        expose=readable)
+    if not uid:
+        missing.append("a user of its own (the launcher is not root): other processes of your user "
+                       "and the files it can write are reachable")
+    if scratch:
+        use_scratch(scratch)
+    return missing
 
 
 def _failed(exc: BaseException, when: str = "") -> SolutionFailed:

@@ -29,6 +29,18 @@ def check_source(pm, solution) -> None:
     refuse_solution_multicast(pm, solution)
 
 
+#: Solution sources read before the lockdown (:func:`keep_source`), by resolved path.
+_SOURCES: dict = {}
+
+
+def keep_source(path) -> None:
+    """Read the solution file ``path`` now, while this process can (a candidate
+    reads it before it becomes a user of its own): :func:`load_module` compiles
+    this text, whatever the file holds or whoever may read it later."""
+    if path is not None and Path(path).is_file():
+        _SOURCES[str(Path(path).resolve())] = Path(path).read_text()
+
+
 def load_solution(path) -> callable:
     """Import ``path`` and return its ``solution`` callable."""
     module = load_module(path)
@@ -39,19 +51,24 @@ def load_solution(path) -> callable:
 
 
 def load_module(path):
-    """Import the solution file ``path`` under a private name and return the module.
+    """Run the solution file ``path`` as a module under a private name and return it.
+
+    Its text is compiled by pkb (:func:`pkb_core.problem.contract._import_file`):
+    no bytecode cache is read or written, so nothing another solution planted
+    in its folder's ``__pycache__`` runs in its place.
 
     The modules the backend provides to solution files are served to it
     (:mod:`pkb_core.candidate.solution_modules`); a file importing one the backend
     refuses raises :class:`~pkb_core.errors.SolutionUnsupported` before it runs."""
     path = Path(path)
-    if not path.is_file():
+    source = _SOURCES.get(str(path.resolve()))
+    if source is None and not path.is_file():
         raise CompileError(f"solution file {path} does not exist")
     refuse_unsupported(path)
     name = SOLUTION_MODULE_PREFIX + hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:12]
     try:
         with serving():
-            module = _import_file(path, name)
+            module = _import_file(path, name, source)
     except SyntaxError as exc:
         raise CompileError(f"{path}:{exc.lineno}: syntax error: {exc.msg}") from None
     except CompileError:

@@ -188,7 +188,7 @@ class DeviceBarrier:
 
 def create(heap_factory, device, *, store, rank: int, world_size: int, local_world_size: int,
            key: str = "pkb-device-barrier", timeout_s: float = TIMEOUT_S,
-           engine: str | None = None) -> tuple[DeviceBarrier | None, str]:
+           engine: str | None = None, required: bool = False) -> tuple[DeviceBarrier | None, str]:
     """``(barrier, "device barrier")``, or ``(None, why not)`` on every rank.
 
     Collective over the side's ranks, in two steps agreed through ``store``
@@ -201,6 +201,9 @@ def create(heap_factory, device, *, store, rank: int, world_size: int, local_wor
         all ranks are on this node).
     :param local_world_size: ranks on this node; fewer than ``world_size``
         means several nodes, whose heaps do not reach each other.
+    :param required: on one node, a barrier that cannot be made raises
+        :class:`DeviceBarrierUnavailable` (on every rank) instead of returning
+        ``None``: the judge never times silently without it.
     """
     if local_world_size < world_size:
         return None, "host barrier only: ranks on several nodes (the symmetric heap reaches this node's ranks)"
@@ -213,6 +216,8 @@ def create(heap_factory, device, *, store, rank: int, world_size: int, local_wor
     except Exception as exc:  # noqa: BLE001 - any failure means: time with the host barrier
         why = _one_line(exc)
     failed = _agree(store, f"{key}/ready", rank, world_size, why)
+    if failed and required:
+        raise DeviceBarrierUnavailable(failed)
     if failed:
         return None, failed
     barrier = None
@@ -221,9 +226,15 @@ def create(heap_factory, device, *, store, rank: int, world_size: int, local_wor
     except Exception as exc:  # noqa: BLE001
         why = _one_line(exc)
     failed = _agree(store, f"{key}/made", rank, world_size, why)
+    if failed and required:
+        raise DeviceBarrierUnavailable(failed)
     if failed:
         return None, failed
     return barrier, "device barrier"
+
+
+class DeviceBarrierUnavailable(RuntimeError):
+    """A required device barrier could not be made (the reason says on which rank and why)."""
 
 
 def _agree(store, key: str, rank: int, world_size: int, why: str) -> str:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import secrets
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,17 +46,20 @@ class Outcome:
 
 
 class Parcels:
-    """Names of one job's parcel files (in /dev/shm), and their removal."""
+    """Names of one job's parcel files, and their removal. They live in the
+    job's own shared-memory folder (:mod:`pkb_core.launch.scratch`), which only
+    the job's candidate user and the judge can enter."""
 
-    def __init__(self, run_id: str):
-        folder = "/dev/shm" if os.path.isdir("/dev/shm") else os.environ.get("TMPDIR", "/tmp")
-        self.prefix = os.path.join(folder, f"pkb-{run_id}-")
+    def __init__(self, folder: str):
+        self.prefix = os.path.join(folder, "pkb-parcel-")
 
     def paths(self, name: str, nproc: int) -> list[str]:
         return [f"{self.prefix}{name}-r{rank}" for rank in range(nproc)]
 
     def remove(self) -> None:
         folder, stem = os.path.split(self.prefix)
+        if not os.path.isdir(folder):
+            return  # gone with the job's folder
         for entry in os.listdir(folder):
             if entry.startswith(stem):
                 try:
@@ -175,7 +179,8 @@ class JobRun:
         self._in_trials = False
         if self.candidates.unsupported:  # said when ready, before any solution code ran
             raise JobEnded(Verdict.UNSUPPORTED, self.candidates.unsupported)
-        self._judge("job", {"job": self.job.to_json()})
+        # A nonce of this job's: its inputs are drawn from it and the run secret together.
+        self._judge("job", {"job": self.job.to_json(), "job_key": secrets.token_hex(16)})
         answers = self._candidate("setup", {"job": self.job.to_json()})
         self.outcome.lockdown = sorted({str(m)[:200] for a in answers for m in _strings(a.get("lockdown"))})
         for rank, answer in enumerate(answers):

@@ -89,6 +89,17 @@ def _unlinked_temp() -> int:
     return fd
 
 
+def _give_to_folder_owner(fd: int, path) -> None:
+    """A parcel belongs to the owner of its folder: the judge (root) writes a
+    candidate's inputs into the job's folder, owned by the job's own user
+    (:mod:`pkb_core.launch.scratch`), which must read them and nobody else can."""
+    if os.geteuid() != 0:
+        return
+    folder = os.stat(os.path.dirname(os.path.abspath(path)))
+    if folder.st_uid != 0:
+        os.fchown(fd, folder.st_uid, folder.st_gid)
+
+
 class _Writer:
     def __init__(self, path):
         if path is None:
@@ -99,6 +110,7 @@ class _Writer:
             except FileNotFoundError:
                 pass
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+            _give_to_folder_owner(fd, path)
         self.file = os.fdopen(fd, "wb")
         self.offset = 0
 

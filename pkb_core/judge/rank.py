@@ -78,12 +78,16 @@ class JudgeRank:
         job = self.job
         return RunContext(rank=self.rank, world_size=self.world_size, device=self.device,
                           dtype=DTYPES[job.dtype], size=job.size, params=job.params, trial=trial,
-                          secret=self.secret, problem_key=self.problem.spec.key, groups=self.groups,
+                          secret=self.job_secret, problem_key=self.problem.spec.key, groups=self.groups,
                           full_mantissa=full_mantissa)
 
     # -- commands ---------------------------------------------------------------
-    def on_job(self, job: dict):
+    def on_job(self, job: dict, job_key: str = ""):
+        """A new job. Its inputs are drawn from the run secret *and* ``job_key``
+        (the launcher's, fresh per job): input->output pairs one job saw answer
+        no other job's inputs, even of the same problem and trial."""
         self.job = job = Job.from_json(job)
+        self.job_secret = f"{self.secret}/{job_key}"
         self.problem = read_spec(job.problem_path).load()
         self.trial_args = None
         self.pool = None
@@ -209,8 +213,10 @@ class JudgeRank:
         """Make the judge's device barrier, once per judge process (collective:
         every judge rank gets its first ``pool`` together). Its flags live in an
         allocation of the core's default heap made for it alone (the judge holds
-        no other symmetric memory); where that fails the judge times with the
-        host barrier, and the records say so."""
+        no other symmetric memory) in a folder only the judge can name. On one
+        node a barrier that cannot be made is an error (the job's), never a
+        silent fall-back to the host barrier; across nodes the host barrier is
+        the one there is, and the records say so."""
         if self.aligned:
             return
         self.aligned = True
@@ -227,7 +233,7 @@ class JudgeRank:
             return
         barrier, note = device_barrier.create(heap, self.device, store=self.store, rank=self.rank,
                                               world_size=self.world_size, local_world_size=self.local_world_size,
-                                              key="pkb-judge-device-barrier")
+                                              key="pkb-judge-device-barrier", required=True)
         self.timer.device_barrier, self.timer.alignment = barrier, note
 
     def on_pool(self, round, k, path):

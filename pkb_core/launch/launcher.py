@@ -133,6 +133,9 @@ class Launch:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self.machine = {}
         self._stores = {}
+        #: This launch's shared-memory folders (:mod:`pkb_core.launch.scratch`).
+        self.scratch = None
+        self._uids: dict = {}  # candidate group -> its user (for the groups alive)
 
     def node_env(self, role: str, forwarded: dict) -> dict:
         """The environment of this node's workers of ``role``: this process's
@@ -142,6 +145,13 @@ class Launch:
         env = dict(os.environ, PYTHONUNBUFFERED="1", PKB_DEVICE_TYPE=settings.device, PKB_RUN_DIR=str(self.run_dir),
                    PKB_LOCAL_WORLD_SIZE=str(settings.nproc))  # fewer than the world: no device barrier
         env.update(forwarded)
+        if forwarded.get("PKB_SCRATCH") and forwarded.get("PKB_RUN_ID"):  # the group's own shared-memory folder
+            from pkb_core.launch.scratch import Scratch
+
+            if self.scratch is None or self.scratch.path != forwarded["PKB_SCRATCH"]:
+                self.scratch = Scratch(forwarded["PKB_SCRATCH"])
+            uid = forwarded.get("PKB_SANDBOX_UID")
+            env["PKB_SHM_DIR"] = self.scratch.group(forwarded["PKB_RUN_ID"], int(uid) if uid else None)
         if role == "candidate":
             env.update(preload_environment(settings.preload), PKB_BACKEND=settings.backend,
                        PKB_CUSTOM_KERNELS="1" if settings.custom_kernels else "0",
@@ -151,17 +161,36 @@ class Launch:
             env.setdefault("TRITON_INTERPRET", "1")
         return env
 
-    def _env(self, role: str, store: _Store, run_id: str = "") -> dict:
-        return self.node_env(role, {"PKB_STORE": store.address, "PKB_RUN_ID": run_id})
+    def _env(self, role: str, store: _Store, run_id: str = "", uid: int | None = None) -> dict:
+        from pkb_core.launch.scratch import Scratch
+
+        if self.scratch is None:
+            self.scratch = Scratch.for_launch(self.launch_id)
+        forwarded = {"PKB_STORE": store.address, "PKB_RUN_ID": run_id, "PKB_SCRATCH": self.scratch.path}
+        if uid is not None:
+            forwarded["PKB_SANDBOX_UID"] = str(uid)
+        return self.node_env(role, forwarded)
+
+    def job_log(self, run_id: str) -> Path:
+        """Where a candidate group's standard output and error go (never the launch log)."""
+        return self.run_dir / "logs" / f"job-{run_id}.log"
+
+    def _sandbox_uid(self) -> int | None:
+        """A user of its own for a new candidate group (None where this
+        process cannot give one: not root; the records then list the gap)."""
+        from pkb_core.candidate.sandbox import can_switch_user, new_sandbox_uid
+
+        return new_sandbox_uid(set(self._uids.values())) if can_switch_user() else None
 
     def _start(self, role: str, run_id: str = ""):
-        from pkb_core.launch.ranks import RankGroup, Zygotes
+        from pkb_core.launch.ranks import GROUP_ENV, RankGroup, Zygotes
 
         settings = self.settings
         store = _Store(settings.world_size, self.store_host)
         if role == "judge":  # names the judge's shared-memory heap segments (CPU), apart from any candidate's
             run_id = f"{self.launch_id}-judge{self._groups + 1}"
-        env = self._env(role, store, run_id)
+        uid = self._sandbox_uid() if role == "candidate" else None
+        env = self._env(role, store, run_id, uid)
         local_ranks = range(settings.nproc)  # this node holds ranks 0 .. nproc-1
         log = None
         if role == "judge":
@@ -171,7 +200,8 @@ class Launch:
             if self.zygotes is None:
                 self.zygotes = Zygotes(local_ranks, settings.world_size, env=env, log_path=self.log_path,
                                        startup_s=STARTUP_TIMEOUT_S)
-            workers = self.zygotes.fork_workers({k: env[k] for k in ("PKB_STORE", "PKB_RUN_ID")})
+            workers = self.zygotes.fork_workers({k: env[k] for k in GROUP_ENV if k in env},
+                                                log_path=self.job_log(run_id))
         self._groups += 1
         group_id = f"{role}{self._groups}"
         if self.remote is not None:
@@ -179,6 +209,9 @@ class Launch:
         group = RankGroup(role, workers, label="judge rank" if role == "judge" else "rank", log=log,
                           remote=self.remote, group_id=group_id)
         self._stores[id(group)] = store  # served as long as the group lives
+        group.shm_name = run_id
+        if uid is not None:
+            self._uids[id(group)] = uid
         if role == "judge":
             for worker in group.workers:
                 worker.send({"secret": self.secret})
@@ -196,8 +229,15 @@ class Launch:
 
     def _stop(self, group, **kwargs) -> None:
         if group is not None:
+            from pkb_core.launch.scratch import sweep_owned
+
             group.stop(**kwargs)
             self._stores.pop(id(group), None)
+            if self.scratch is not None:
+                self.scratch.remove_group(group.shm_name)
+            uid = self._uids.pop(id(group), None)
+            if uid is not None:
+                sweep_owned(uid)  # what its user left in /dev/shm itself
 
     def run(self, pending: list[Job]) -> list[Record]:
         """Run ``pending`` in order (until an observer stops the run); the records made."""
@@ -236,7 +276,8 @@ class Launch:
                 self._stop(judges, deadline=time.monotonic() + JUDGE_GRACE_S)
             if self.zygotes is not None:
                 self.zygotes.stop()
-            _sweep_segments(f"pkb-{self.launch_id}-judge")
+            if self.scratch is not None:
+                self.scratch.remove()
         return self.records
 
     def _job_run_id(self, index: int) -> str:
@@ -265,7 +306,7 @@ class Launch:
         from pkb_core.launch.ranks import JobEnded
 
         started = time.time()
-        parcels = Parcels(run_id)
+        parcels = Parcels(os.path.join(self.scratch.path, run_id))
         outcome = Outcome()
         try:
             try:
@@ -273,7 +314,7 @@ class Launch:
                 ready_s = round(time.time() - started, 3)
             except JobEnded as ended:
                 raise JobEnded(Verdict.ERROR, f"the candidate's processes did not start: {ended.reason} "
-                                        f"(launch log {self.log_path})") from None
+                                        f"(its log {self.job_log(run_id)})") from None
             problem = read_spec(job.problem_path).load()
             run = JobRun(job, problem, judges, candidates, parcels=parcels, settings=self.settings,
                          deadline=time.monotonic() + self.settings.job_timeout,
@@ -327,20 +368,6 @@ class Launch:
             append_record(self.run_dir, record)
         self.records.append(record)
         self.reporter.job(record)
-
-
-def _sweep_segments(prefix: str) -> None:
-    """Remove shared-memory files named ``prefix*`` (a heap's segments left by a
-    rank that died between creating and unlinking them)."""
-    folder = "/dev/shm"
-    if not os.path.isdir(folder):
-        return
-    for entry in os.listdir(folder):
-        if entry.startswith(prefix):
-            try:
-                os.unlink(os.path.join(folder, entry))
-            except OSError:
-                pass
 
 
 def run_multinode(pending: list, settings, reporter: Reporter | None = None) -> list[Record]:

@@ -20,18 +20,19 @@ from __future__ import annotations
 import json
 import os
 import selectors
+import shutil
 import signal
 import socket
 import time
 
 from pkb_core.launch.channel import LineReader
 from pkb_core.errors import PkbError
-from pkb_core.launch.ranks import RankGroup, Zygotes, _Worker
+from pkb_core.launch.ranks import GROUP_ENV, RankGroup, Zygotes, _Worker
 from pkb_core.launch.sessions import cpu_ms_during, signal_sessions
 
 #: Environment entries the conductor sends along with a group (the rest, the run directory
 #: included, is the node's own).
-FORWARDED_ENV = ("PKB_STORE", "PKB_RUN_ID")
+FORWARDED_ENV = ("PKB_STORE", "PKB_RUN_ID", "PKB_SCRATCH", "PKB_SANDBOX_UID")
 
 
 def _send(sock, message: dict) -> None:
@@ -195,6 +196,7 @@ class Agent:
         self.selector = selectors.DefaultSelector()
         self.selector.register(self.control.fileno(), selectors.EVENT_READ, ("control", None))
         self.groups: dict = {}  # group -> list of (worker, socket)
+        self.leftovers: dict = {}  # group -> (its shared-memory folder, its user, the launch's folder)
         self.zygotes = None
         logs = os.path.join(settings.run_dir, "logs")
         os.makedirs(logs, exist_ok=True)
@@ -232,6 +234,9 @@ class Agent:
                 self._stop(group)
             if self.zygotes is not None:
                 self.zygotes.stop()
+            for _folder, _uid, launch_folder in self.leftovers.values():
+                if launch_folder:
+                    shutil.rmtree(launch_folder, ignore_errors=True)
 
     def _obey(self, message):
         op = message.get("op")
@@ -260,7 +265,11 @@ class Agent:
             if self.zygotes is None:
                 self.zygotes = Zygotes(self.ranks, self.settings.world_size, env=env,
                                        log_path=self.log.name, startup_s=180)
-            workers = self.zygotes.fork_workers({k: env[k] for k in ("PKB_STORE", "PKB_RUN_ID")})
+            log = os.path.join(os.path.dirname(self.log.name),
+                               f"job-{forwarded.get('PKB_RUN_ID', group)}-node{self.settings.nodes.node_rank}.log")
+            workers = self.zygotes.fork_workers({k: env[k] for k in GROUP_ENV if k in env}, log_path=log)
+        # What the group leaves on this node: its shared-memory folder, files of its user.
+        self.leftovers[group] = (env.get("PKB_SHM_DIR"), env.get("PKB_SANDBOX_UID"), forwarded.get("PKB_SCRATCH"))
         members = []
         for worker in workers:
             sock = self._connect(time.monotonic() + 60)
@@ -322,7 +331,10 @@ class Agent:
                     _send(self.control, {"exited": True, "group": group, "rank": worker.rank, "code": code})
 
     def _stop(self, group):
+        from pkb_core.launch.scratch import sweep_owned
+
         members = self.groups.pop(group, [])
+        folder, uid, _ = self.leftovers.get(group, (None, None, None))
         for sig in (signal.SIGKILL, signal.SIGCONT):
             signal_sessions([w.proc.pid for w, _ in members], sig)
         for member in members:
@@ -334,3 +346,7 @@ class Agent:
                     close()
                 except OSError:
                     pass
+        if folder:
+            shutil.rmtree(folder, ignore_errors=True)
+        if uid:
+            sweep_owned(int(uid))

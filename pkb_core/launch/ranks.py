@@ -43,6 +43,9 @@ ERROR_GRACE_S = 10.0
 DEATH_GRACE_S = 1.0
 #: Characters of a rank's error text a verdict's reason keeps.
 REASON_CHARS = 4000
+#: The environment a zygote's child gets per group: its store, its name, its
+#: shared-memory folder and its user (:mod:`pkb_core.launch.scratch`).
+GROUP_ENV = ("PKB_STORE", "PKB_RUN_ID", "PKB_SHM_DIR", "PKB_SANDBOX_UID")
 
 
 class JobEnded(Exception):
@@ -375,11 +378,12 @@ class _Zygote:
     def read_exits(self):
         self._take(self.reader.read_messages())
 
-    def fork(self, env: dict, stdin_fd: int, reply_fd: int, deadline: float) -> int:
+    def fork(self, env: dict, fds: list, deadline: float) -> int:
+        """A new child with ``fds``: its standard input, its reply pipe, its standard output and error."""
         if not self.ready:
             self._wait_for(deadline, lambda m: "ready" in m)
             self.ready = True
-        socket.send_fds(self.sock, [json.dumps({"env": env}).encode() + b"\n"], [stdin_fd, reply_fd])
+        socket.send_fds(self.sock, [json.dumps({"env": env}).encode() + b"\n"], fds)
         return self._wait_for(deadline, lambda m: "pid" in m)["pid"]
 
 
@@ -396,19 +400,25 @@ class Zygotes:
         self.log = open(log_path, "ab")
         self.zygotes = [_Zygote(rank, local, world_size, env, self.log) for local, rank in enumerate(self.ranks)]
 
-    def fork_workers(self, env: dict) -> list:
-        """One fresh candidate process per local rank."""
+    def fork_workers(self, env: dict, log_path: Path | None = None) -> list:
+        """One fresh candidate process per local rank.
+
+        :param log_path: the group's own log, its processes' standard output
+            and error (else the launch log): a candidate writes no other
+            job's log, nor the launch's."""
         workers = []
+        log_fd = os.open(log_path or self.log.name, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
         for local, (rank, zygote) in enumerate(zip(self.ranks, self.zygotes)):
             child_stdin, stdin = os.pipe()
             reply_read, reply_write = os.pipe()
             try:
                 pid = zygote.fork(dict(env, RANK=str(rank), LOCAL_RANK=str(local), WORLD_SIZE=str(self.world_size)),
-                                  child_stdin, reply_write, time.monotonic() + self.startup_s)
+                                  [child_stdin, reply_write, log_fd], time.monotonic() + self.startup_s)
             finally:
                 os.close(child_stdin)
                 os.close(reply_write)
             workers.append(_Worker(rank, _Forked(zygote, pid), os.fdopen(stdin, "wb"), reply_read))
+        os.close(log_fd)
         return workers
 
     def stop(self) -> None:

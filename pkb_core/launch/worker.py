@@ -3,7 +3,8 @@
 The launcher starts the processes itself (no torchrun): each gets its rank,
 world size and local rank in the environment, its commands on standard input
 and a reply pipe (:mod:`pkb_core.launch.channel`); standard output and error go to the
-launch log. A worker first imports torch (after any libraries its backend
+launch log (the judge's) or the job's own log (a candidate's: ``logs/job-<run
+id>.log``). A worker first imports torch (after any libraries its backend
 preloads), picks its device, connects to the c10d store the launcher serves,
 then answers commands until told to exit. What each role does is in
 :mod:`pkb_core.judge.rank` and :mod:`pkb_core.candidate.rank`.

@@ -14,8 +14,8 @@ The zygote reaps its children and reports each exit status to the launcher,
 which needs it to name the signal a crashed candidate died of.
 
 Protocol on the zygote's control socket (a socketpair with the launcher):
-``{"env": {...}}`` with two descriptors attached (the child's stdin and its
-reply pipe) -> ``{"pid": N}``; ``{"exited": N, "code": C}`` whenever a child
+``{"env": {...}}`` with three descriptors attached (the child's stdin, its
+reply pipe and its log: standard output and error) -> ``{"pid": N}``; ``{"exited": N, "code": C}`` whenever a child
 ends (``C`` negative for a signal, as ``subprocess`` reports it).
 """
 from __future__ import annotations
@@ -61,7 +61,7 @@ def serve(sock: socket.socket, backend: str) -> int:
     while True:
         for _key, _ in selector.select(timeout=0.05):
             try:
-                data, fds, _flags, _addr = socket.recv_fds(sock, 1 << 16, 2)
+                data, fds, _flags, _addr = socket.recv_fds(sock, 1 << 16, 3)
             except OSError:
                 data, fds = b"", []
             if not data:
@@ -94,9 +94,15 @@ def _become_candidate(sock, env: dict, fds) -> None:
     try:
         sock.close()
         os.setsid()
-        stdin_fd, reply_fd = fds
+        stdin_fd, reply_fd, log_fd = fds
         os.dup2(stdin_fd, 0)
         os.close(stdin_fd)
+        # Its own log: the launch log (the zygote's output) is no candidate's to write.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(log_fd, 1)
+        os.dup2(log_fd, 2)
+        os.close(log_fd)
         os.environ.update(env)
         os.environ["PKB_REPLY_FD"] = str(reply_fd)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)

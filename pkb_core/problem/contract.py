@@ -74,9 +74,12 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import importlib.machinery
 import importlib.util
+import linecache
 import re
 import sys
+import types
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -218,13 +221,30 @@ class Problem:
         return rule(world_size, params) if rule else None
 
 
-def _import_file(path: Path, module_name: str):
-    """Import a Python file by path under a private module name."""
-    spec = importlib.util.spec_from_file_location(module_name, path)
-    module = importlib.util.module_from_spec(spec)
+def _import_file(path: Path, module_name: str, source: str | None = None):
+    """Run a Python file as a new module under a private name.
+
+    The file is read as text and compiled here, never imported through the
+    import system: no bytecode cache (``__pycache__``) is read or written, so a
+    ``.pyc`` planted next to a problem or a solution never runs, and none is
+    left behind. The source is registered in :mod:`linecache` under the
+    file's name, so tracebacks and ``inspect.getsource`` (Triton's ``@jit``)
+    work even where the file itself can no longer be read.
+
+    :param source: the file's text, read earlier (``None``: read it now).
+    """
+    path = Path(path)
+    if source is None:
+        source = path.read_text()
+    filename = str(path.resolve())
+    code = compile(source, filename, "exec", dont_inherit=True)
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    module = types.ModuleType(module_name)
+    module.__file__ = filename
+    module.__spec__ = importlib.machinery.ModuleSpec(module_name, None, origin=filename)
     sys.modules[module_name] = module
     try:
-        spec.loader.exec_module(module)
+        exec(code, module.__dict__)  # noqa: S102 - running the file is the point
     except BaseException:
         sys.modules.pop(module_name, None)
         raise

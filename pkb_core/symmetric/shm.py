@@ -1,12 +1,13 @@
 """A CPU symmetric heap built from shared-memory files that every rank maps.
 
-Each allocation is one file per rank, ``/dev/shm/pkb-<run>-<n>-<rank>``,
+Each allocation is one file per rank, ``<folder>/pkb-<run>-<n>-<rank>``,
 holding the data buffer followed by a zeroed signal pad. After a gloo barrier
 every rank maps every peer's file; the addresses differ per process (as with
 CUDA IPC) and are never exchanged. As soon as all ranks have mapped all files,
 each owner unlinks its file: the mappings stay valid and a crash can no longer
-leave anything behind in /dev/shm. The launcher also sweeps ``pkb-<run>-*``
-after every launch for the short window before the unlink.
+leave anything behind. The folder is the group's own (``PKB_SHM_DIR``, which
+the launcher makes: :mod:`pkb_core.launch.scratch`), so no other job can plant
+or open a segment's name; the launcher removes it with its group.
 
 Triton's interpreter performs atomics on raw addresses with ``std::atomic``,
 which works across processes for aligned 32/64-bit words, so barriers written
@@ -23,12 +24,14 @@ from pkb_core.symmetric.handles import register_allocation
 from pkb_core.symmetric.mapped import MappedHandle
 
 SHM_DIR = "/dev/shm"
+#: The environment variable naming the group's own folder for its segments.
+SHM_DIR_ENV = "PKB_SHM_DIR"
 PAGE = 4096
 SIGNAL_PAD_BYTES = 4096
 
 
 def segment_prefix(run_id: str) -> str:
-    return os.path.join(SHM_DIR, f"pkb-{run_id}-")
+    return os.path.join(os.environ.get(SHM_DIR_ENV, SHM_DIR), f"pkb-{run_id}-")
 
 
 class SharedMemoryHandle(MappedHandle):

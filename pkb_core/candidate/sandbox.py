@@ -1,0 +1,229 @@
+"""A candidate's own user and its own view of the file system.
+
+The seccomp filter of :mod:`pkb_core.candidate.lockdown` names system calls; the
+kernel's permission checks name *owners*. A candidate that runs as the
+launcher's user can reach everything that user owns by routes no syscall filter
+lists (a signal the kernel delivers for a descriptor it owns: ``F_SETOWN`` +
+``O_ASYNC``; a bytecode file planted where pkb or another solution is imported
+from; a name the judge will ask for). So every candidate group runs as a user
+of its own, and sees the file system read-only:
+
+* **its own uid and gid** (:data:`SANDBOX_UID_BASE` + a random offset, chosen
+  by the launcher per group, distinct for every group alive at once):
+  ``kill()``, SIGIO (``sigio_perm`` compares the descriptor owner's
+  credentials with the target's), ``/proc/<pid>`` and every file of the
+  launcher, the judge, the zygotes and other jobs' candidates are refused by
+  the kernel's own checks. Needs root (``CAP_SETUID``/``CAP_SETGID``).
+* **a read-only file system**: a private mount namespace in which every mount
+  is remounted read-only, except the paths named writable (the job's own
+  scratch folder, which holds its heap segments and parcels, and ``/dev/shm``,
+  where NCCL makes its shared-memory transport; the judge's names there live
+  in root-owned folders). Needs ``CAP_SYS_ADMIN``.
+* **reachable code**: a folder the candidate's user may not traverse on the
+  way to what it must read (Python's installation under ``/root``, a
+  solution in a private temporary folder) is covered by an empty tmpfs into
+  which only the needed entries are bound back, read-only: the candidate can
+  import what it needs and read nothing else there.
+
+Where a step is impossible (not root, no mount namespace) it is returned as a
+missing protection, which every record lists under ``lockdown_gaps``.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import secrets
+import stat
+import sys
+
+#: First uid (and gid) of candidate groups: far above any real user or a
+#: container's mapped range, and below the 32-bit ``(uid_t)-1``.
+SANDBOX_UID_BASE = 0x70000000
+#: How many uids candidate groups draw from.
+SANDBOX_UID_SPAN = 1 << 24
+
+_CLONE_NEWNS = 0x00020000
+_MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 0x1, 0x2, 0x4, 0x8
+_MS_REMOUNT, _MS_BIND, _MS_REC, _MS_PRIVATE = 0x20, 0x1000, 0x4000, 0x40000
+_FLAG_BY_OPTION = {"nosuid": _MS_NOSUID, "nodev": _MS_NODEV, "noexec": _MS_NOEXEC}
+#: Mounts left as they are: kernel interfaces whose writable files are per
+#: process or guarded by their own permission checks.
+_KEEP = ("/proc", "/sys", "/dev/pts")
+
+
+def new_sandbox_uid(in_use=()) -> int:
+    """A uid for a new candidate group, not among ``in_use``."""
+    while True:
+        uid = SANDBOX_UID_BASE + 1 + secrets.randbelow(SANDBOX_UID_SPAN - 1)
+        if uid not in in_use:
+            return uid
+
+
+def can_switch_user() -> bool:
+    return os.geteuid() == 0
+
+
+def _libc():
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def _fail(what: str) -> str:
+    return f"{what} ({os.strerror(ctypes.get_errno())})"
+
+
+def private_mounts(libc) -> str | None:
+    """Enter a mount namespace of this process's own, detached from the host's."""
+    if libc.unshare(_CLONE_NEWNS) != 0:
+        return _fail("private mount namespace: needs CAP_SYS_ADMIN")
+    if libc.mount(None, b"/", None, _MS_REC | _MS_PRIVATE, None) != 0:
+        return _fail("private mounts")
+    return None
+
+
+def _mounts() -> list[tuple[str, int]]:
+    """``(mount point, flags to keep)`` of this namespace, outermost first."""
+    found = []
+    with open("/proc/self/mountinfo") as info:
+        for line in info:
+            fields = line.split()
+            point = fields[4].encode().decode("unicode_escape")
+            if "ro" in fields[5].split(","):
+                continue  # read-only already
+            flags = 0
+            for option in fields[5].split(","):
+                flags |= _FLAG_BY_OPTION.get(option, 0)
+            found.append((point, flags))
+    return found
+
+
+def _under(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
+
+
+def seal(libc, *, writable=(), read_only=(), hidden=()) -> list[str]:
+    """Remount every mount read-only (but :data:`_KEEP` and ``writable``
+    folders, bound writable onto themselves), then bind ``read_only`` folders
+    inside a writable one read-only again, and cover ``hidden`` folders (the
+    run directory: records, logs, saved outputs) with an empty read-only
+    tmpfs. Call inside :func:`private_mounts`."""
+    missing = []
+    for path in hidden:
+        path = os.path.realpath(str(path))
+        if os.path.isdir(path) and \
+                libc.mount(b"tmpfs", path.encode(), b"tmpfs", _MS_RDONLY | _MS_NOSUID | _MS_NODEV, b"mode=0555") != 0:
+            missing.append(_fail(f"hiding {path}"))
+    writable = [os.path.realpath(p) for p in writable if os.path.isdir(p)]
+    for point, flags in _mounts():
+        if any(_under(point, keep) for keep in _KEEP) or any(_under(point, w) for w in writable):
+            continue
+        if libc.mount(None, point.encode(), None, _MS_BIND | _MS_REMOUNT | _MS_RDONLY | flags, None) != 0:
+            missing.append(_fail(f"read-only {point}"))
+    for path in writable:
+        target = path.encode()
+        if libc.mount(target, target, None, _MS_BIND | _MS_REC, None) != 0 or \
+                libc.mount(None, target, None, _MS_BIND | _MS_REMOUNT, None) != 0:
+            missing.append(_fail(f"writable {path}"))
+    for path in read_only:
+        path = os.path.realpath(str(path))
+        if any(_under(path, w) for w in writable):
+            target = path.encode()
+            if libc.mount(target, target, None, _MS_BIND | _MS_REC, None) != 0 or \
+                    libc.mount(None, target, None, _MS_BIND | _MS_REMOUNT | _MS_RDONLY, None) != 0:
+                missing.append(_fail(f"read-only {path}"))
+    return missing
+
+
+def needed_paths(extra=()) -> list[str]:
+    """What a candidate reads after it is locked down: Python's installation,
+    every import path, and ``extra`` (the solution's and problem's folders)."""
+    paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, *extra}
+    paths.update(p for p in sys.path if p)
+    return sorted(os.path.realpath(p) for p in paths if os.path.isabs(p) and os.path.exists(p))
+
+
+def _traversable(st: os.stat_result, uid: int) -> bool:
+    return bool(st.st_mode & stat.S_IXOTH) or st.st_uid == uid
+
+
+def expose(libc, paths, uid: int) -> list[str]:
+    """Make ``paths`` reachable for ``uid``: every folder on the way that it may
+    not traverse is covered by a tmpfs (mode 0755) into which only the next
+    entry of each path is bound back (every entry, for a path that is such a
+    folder itself). Call inside :func:`private_mounts`."""
+    missing = []
+    covered: dict[str, int] = {}  # folder -> descriptor of what it was before the cover
+    for path in _with_closed_folders_opened(paths, uid):
+        parts = path.strip("/").split("/")
+        for depth in range(len(parts)):
+            folder = "/" + "/".join(parts[:depth])
+            child = parts[depth]
+            if folder not in covered:
+                try:
+                    st = os.stat(folder)
+                except OSError:
+                    break
+                if _traversable(st, uid):
+                    continue
+                fd = os.open(folder, os.O_PATH | os.O_DIRECTORY)
+                if libc.mount(b"tmpfs", folder.encode(), b"tmpfs", _MS_NOSUID | _MS_NODEV, b"mode=0755") != 0:
+                    missing.append(_fail(f"reaching {path}"))
+                    os.close(fd)
+                    break
+                covered[folder] = fd
+            inside = os.path.join(folder, child)
+            if os.path.lexists(inside):
+                continue  # bound back already (another path through the same folder)
+            source = f"/proc/self/fd/{covered[folder]}/{child}"
+            try:
+                if os.path.isdir(source):
+                    os.mkdir(inside)
+                else:
+                    open(inside, "w").close()
+            except OSError as exc:
+                missing.append(f"reaching {path} ({exc.strerror})")
+                break
+            if libc.mount(source.encode(), inside.encode(), None, _MS_BIND | _MS_REC, None) != 0:
+                missing.append(_fail(f"reaching {path}"))
+                break
+    for fd in covered.values():
+        os.close(fd)
+    return missing
+
+
+def _with_closed_folders_opened(paths, uid: int) -> list[str]:
+    """``paths``, each followed by its entries where it is a folder ``uid`` may
+    not traverse itself (everything in it is needed: covered, then bound back)."""
+    wanted = []
+    for path in paths:
+        wanted.append(path)
+        try:
+            st = os.stat(path)
+            if stat.S_ISDIR(st.st_mode) and not _traversable(st, uid):
+                wanted += [os.path.join(path, entry) for entry in sorted(os.listdir(path))]
+        except OSError:
+            continue
+    return wanted
+
+
+def switch_user(uid: int) -> str | None:
+    """Become ``uid`` (and gid ``uid``, no supplementary groups) for good:
+    real, effective, saved and file-system ids alike."""
+    try:
+        os.setgroups([])
+        os.setresgid(uid, uid, uid)
+        os.setresuid(uid, uid, uid)
+    except OSError as exc:
+        return f"a user of its own ({exc.strerror}: needs root)"
+    return None
+
+
+def use_scratch(folder: str) -> None:
+    """Point the temporary and cache folders libraries write to at the job's
+    own scratch (everything else is read-only; shared caches are not the
+    candidate's to write)."""
+    sys.dont_write_bytecode = True
+    for name in ("TMPDIR", "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "CUDA_CACHE_PATH"):
+        os.environ[name] = folder
+    import tempfile
+
+    tempfile.tempdir = None  # computed again from TMPDIR

@@ -1,0 +1,163 @@
+"""Item 3 of issue 29: a job reaches no other process and no file that matters (docs/trust.md).
+
+A ``--solutions`` batch of attackers, each followed by an honest all-reduce that must still pass
+with its own verdict: signals through descriptor owners (SIGIO), planted bytecode for a sibling
+solution, pkb's installation and the problem pack, a ``pkb.toml`` in the working directory, the
+launch log through standard output, the judge's heap names, saved outputs, replayed input->output
+pairs (tests/fixtures/sandbox/)."""
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.test_sealed import CUSTOM_BACKEND, _records  # noqa: F401 - the plainpy backend
+
+FIXTURES = Path(__file__).parent / "fixtures" / "sandbox"
+EXPECTED = {
+    "1_allreduce_a_sigio_signals_everyone.py": ("fail", "elements differ"),
+    "1_allreduce_b_honest.py": ("pass", ""),
+    "1_allreduce_c_plants_everywhere.py": ("fail", "elements differ"),
+    "1_allreduce_d_honest.py": ("pass", ""),
+    "1_allreduce_e_reads_saved_outputs.py": ("fail", "elements differ"),
+    "1_allreduce_f_records_pairs.py": ("pass", ""),
+    "1_allreduce_g_replays_pairs.py": ("fail", "elements differ"),
+    "1_allreduce_h_honest.py": ("pass", ""),
+}
+ROOT_ONLY = pytest.mark.skipif(os.geteuid() != 0, reason="a user of its own per candidate group needs root")
+
+
+@pytest.fixture
+def plainpy(fake_dist):
+    fake_dist("pkbtest-plainpy", {"pkb.backends": {"plainpy": "pkbtest_plainpy"}}, {"pkbtest_plainpy": CUSTOM_BACKEND})
+
+
+@ROOT_ONLY
+def test_no_job_reaches_another_process_or_a_file_that_matters(pkb_invoke, plainpy, tmp_path):
+    import pkb_core.results.junit as later
+    import pkb_problems
+
+    run = tmp_path / "run"
+    planted = [Path(__import__("importlib.util").util.cache_from_source(str(p))) for p in (
+        FIXTURES / "1_allreduce_d_honest.py", Path(later.__file__),
+        Path(pkb_problems.__file__).parent / "collective" / "1_allreduce.py")]
+    before = {p: p.read_bytes() if p.exists() else None for p in planted}
+    result = pkb_invoke("run", "--backend", "plainpy", "--solutions", FIXTURES, "--problem", "1", "--trials", "2",
+                        "--measure-perf", "--warmup", "2", "--iters", "10", "--save-outputs", "--out", run,
+                        "--json", "--timeout", "60")
+    by_file = _records(result)
+    assert set(by_file) == set(EXPECTED)
+    for name, (verdict, text) in EXPECTED.items():
+        assert by_file[name]["verdict"] == verdict, (name, by_file[name]["reason"])
+        assert text in by_file[name]["reason"], (name, by_file[name]["reason"])
+        assert not by_file[name].get("lockdown_gaps"), (name, by_file[name]["lockdown_gaps"])
+    # Nothing planted where pkb, the judge or a sibling solution would load it, nor a pkb.toml.
+    assert {p: p.read_bytes() if p.exists() else None for p in planted} == before
+    assert not (Path.cwd() / "pkb.toml").exists()
+    # The attacker's standard output went to its own job's log, never the launch log.
+    logs = {p.name: p.read_text(errors="replace") for p in (run / "logs").glob("*.log")}
+    assert not any("SANDBOX-ATTACK-MARKER" in text for name, text in logs.items() if name.startswith("launch-"))
+    marker = [text for name, text in logs.items() if name.startswith("job-") and "SANDBOX-ATTACK-MARKER" in text]
+    assert marker and "wrote" not in marker[0].split("SANDBOX-ATTACK-MARKER", 1)[1].splitlines()[0]
+    # The judge's heap names were not the attacker's to take: the honest job after it was timed with
+    # the judge's device barrier.
+    assert '"reference": "device barrier"' in json.dumps(by_file["1_allreduce_d_honest.py"])
+    # The same trial of two jobs of the same problem drew different inputs (inputs keyed by the job).
+    seen = [set(line.split()[1] for line in text.splitlines() if line.startswith("SANDBOX-INPUT"))
+            for name, text in logs.items() if "SANDBOX-INPUT" in text]
+    assert len(seen) == 2 and not (seen[0] & seen[1])
+    # Nothing the candidates' users left in /dev/shm outlived their jobs (the names the attacker planted).
+    launch = [name for name in logs if name.startswith("launch-")][0][len("launch-"):-len(".log")]
+    assert not [p for p in os.listdir("/dev/shm") if p.startswith(("pkb-replay-", f"pkb-{launch}"))]
+
+
+@ROOT_ONLY
+def test_a_candidate_user_cannot_signal_root_through_a_descriptor_owner(tmp_path):
+    """The second line under the seccomp rule: with F_SETOWN allowed (no filter), a candidate's own
+    user still cannot have the kernel signal a root process (sigio_perm)."""
+    got = []
+    previous = signal.signal(signal.SIGUSR2, lambda *_: got.append(True))
+    code = f"""
+import fcntl, os, signal
+from pkb_core.candidate.sandbox import SANDBOX_UID_BASE, switch_user
+assert switch_user(SANDBOX_UID_BASE + 12345) is None
+r, w = os.pipe()
+fcntl.fcntl(r, fcntl.F_SETOWN, {os.getpid()})
+fcntl.fcntl(r, 10, signal.SIGUSR2)
+fcntl.fcntl(r, fcntl.F_SETFL, fcntl.fcntl(r, fcntl.F_GETFL) | os.O_ASYNC)
+os.write(w, b"x")
+try:
+    os.kill({os.getpid()}, signal.SIGUSR2)
+except PermissionError:
+    print("kill refused")
+"""
+    try:
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd="/")
+        import time
+        time.sleep(0.2)
+    finally:
+        signal.signal(signal.SIGUSR2, previous)
+    assert done.returncode == 0, done.stderr
+    assert "kill refused" in done.stdout and not got
+
+
+@ROOT_ONLY
+def test_without_root_the_missing_protections_are_recorded():
+    """Where the lockdown starts without root (here: a process that already left it), the mounts
+    are missing and said so; nothing fails silently."""
+    code = """
+import json
+from pkb_core.candidate import lockdown, sandbox
+assert sandbox.switch_user(sandbox.SANDBOX_UID_BASE + 4321) is None
+print(json.dumps(lockdown.lock_down(network=False, writable=["/tmp"], user=sandbox.SANDBOX_UID_BASE + 1)))
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd="/")
+    assert done.returncode == 0, done.stderr
+    gaps = json.loads(done.stdout.splitlines()[-1])
+    assert any(gap.startswith("read-only file system") for gap in gaps), gaps
+    assert any(gap.startswith("a user of its own") for gap in gaps), gaps
+
+
+def test_a_planted_bytecode_file_never_runs_for_a_solution(tmp_path):
+    """Solutions are compiled from their text: an unchecked hash-based .pyc in __pycache__ (what
+    a sibling could plant) is never read, and none is written."""
+    import importlib.util
+    from importlib._bootstrap_external import _code_to_hash_pyc
+
+    from pkb_core.candidate.solution import load_solution
+
+    path = tmp_path / "1_allreduce_x.py"
+    path.write_text("def solution(tensor):\n    return 'honest'\n")
+    planted = Path(importlib.util.cache_from_source(str(path)))
+    planted.parent.mkdir()
+    evil = compile("def solution(tensor):\n    return 'planted'\n", str(path), "exec")
+    planted.write_bytes(_code_to_hash_pyc(evil, b"\0" * 8, checked=False))
+    assert load_solution(path)(None) == "honest"
+    assert [p.name for p in planted.parent.iterdir()] == [planted.name]
+
+
+@ROOT_ONLY
+def test_shared_memory_folders_cannot_be_planted_and_belong_to_their_group(tmp_path, monkeypatch):
+    from pkb_core.errors import PkbError
+    from pkb_core.judge.parcel import pack
+    from pkb_core.launch import scratch
+
+    monkeypatch.setattr(scratch, "shm_root", lambda: str(tmp_path))
+    (tmp_path / "pkb-planted").symlink_to(tmp_path)
+    with pytest.raises(PkbError, match="not a folder pkb made"):
+        scratch.Scratch.for_launch("planted").group("judge1")
+    launch = scratch.Scratch.for_launch("abc")
+    judge, job = launch.group("judge1"), launch.group("job1", uid=0x70000001)
+    assert os.stat(launch.path).st_mode & 0o777 == 0o711
+    assert (os.stat(judge).st_uid, os.stat(judge).st_mode & 0o777) == (0, 0o700)
+    assert (os.stat(job).st_uid, os.stat(job).st_mode & 0o777) == (0x70000001, 0o700)
+    # The judge (root) writes a job's inputs into the job's folder: they are the job user's to read.
+    import torch
+
+    pack({"x": torch.ones(3)}, os.path.join(job, "pkb-parcel-in0-r0"))
+    assert os.stat(os.path.join(job, "pkb-parcel-in0-r0")).st_uid == 0x70000001
+    launch.remove()
+    assert not os.path.exists(launch.path)
