@@ -125,6 +125,9 @@ class CandidateRank:
         from pkb_core.candidate.solution import check_source
 
         self.job = job = Job.from_json(job)
+        seal = getattr(self.store, "seal", None)
+        if seal is not None:  # from here on the job's store serves barriers only (pkb_core.launch.keeper)
+            seal()
         missing = lock_down(network=not self.custom_kernels, read_only=[self.run_dir, *protected_caches()])
         self.problem = read_spec(job.problem_path).load()
         try:

@@ -31,7 +31,7 @@ from pkb_core.launch.sessions import cpu_ms_during, signal_sessions
 
 #: Environment entries the conductor sends along with a group (the rest, the run directory
 #: included, is the node's own).
-FORWARDED_ENV = ("PKB_STORE", "PKB_RUN_ID")
+FORWARDED_ENV = ("PKB_STORE", "PKB_RUN_ID", "PKB_STORE_TOKEN")
 
 
 def _send(sock, message: dict) -> None:
@@ -260,7 +260,7 @@ class Agent:
             if self.zygotes is None:
                 self.zygotes = Zygotes(self.ranks, self.settings.world_size, env=env,
                                        log_path=self.log.name, startup_s=180)
-            workers = self.zygotes.fork_workers({k: env[k] for k in ("PKB_STORE", "PKB_RUN_ID")})
+            workers = self.zygotes.fork_workers({k: env[k] for k in FORWARDED_ENV})
         members = []
         for worker in workers:
             sock = self._connect(time.monotonic() + 60)

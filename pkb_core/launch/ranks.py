@@ -99,6 +99,9 @@ class RankGroup:
         self.ready = False
         #: Why the backend cannot run in this group, as its processes said when ready (None: it can).
         self.unsupported = None
+        #: The read end of the store keeper's report pipe (a candidate group's; :mod:`pkb_core.launch.keeper`).
+        self.keeper_report = None
+        self._refusal = None
 
     @staticmethod
     def spawn_workers(role: str, ranks, world_size: int, *, env: dict, log) -> list:
@@ -177,6 +180,9 @@ class RankGroup:
                 raise self._error(errors[0])
             return [answers[w.rank] for w in self.workers]
         died = self._deaths()
+        refusal = self.store_refusal()
+        if refusal:
+            raise JobEnded(Verdict.FLAGGED, f"{refusal} ({self.phases()})")
         if died and "SIGSYS" in died:
             raise JobEnded(Verdict.FLAGGED, f"{died}: it made a system call the candidate lockdown forbids (a network "
                                       f"socket: a NCCL or gloo communicator of its own) ({self.phases()})")
@@ -191,6 +197,23 @@ class RankGroup:
         text = f"{self.label} {rank}: {str(answer['error'])[:REASON_CHARS]}" + (
             " (its peers did not finish)" if hung else "")
         return JobEnded(Verdict.FLAGGED if answer.get("refused") else Verdict.ERROR, text)
+
+    def store_refusal(self) -> str | None:
+        """What the group's store keeper refused (it killed the rank that asked), or None."""
+        if self._refusal is None and self.keeper_report is not None:
+            try:
+                data = os.read(self.keeper_report, 1 << 16)
+            except OSError:  # nothing written (the pipe does not block)
+                data = b""
+            for line in data.splitlines():
+                try:
+                    report = json.loads(line)
+                    self._refusal = (f"{self.label} {report['rank']} moved data through the job's store: the store "
+                                     f"keeper refused {str(report['refused'])[:300]} and killed it")
+                    break
+                except (ValueError, KeyError, TypeError):
+                    continue
+        return self._refusal
 
     def phases(self) -> str:
         return ", ".join(f"{self.label} {w.rank}: {w.phase}" for w in self.workers)
@@ -281,6 +304,9 @@ class RankGroup:
                 except OSError:
                     pass
         self.selector.close()
+        if self.keeper_report is not None:
+            os.close(self.keeper_report)
+            self.keeper_report = None
         if self.log:
             self.log.close()
 
@@ -368,11 +394,11 @@ class _Zygote:
     def read_exits(self):
         self._take(self.reader.read_messages())
 
-    def fork(self, env: dict, stdin_fd: int, reply_fd: int, deadline: float) -> int:
+    def fork(self, env: dict, stdin_fd: int, reply_fd: int, deadline: float, extra_fds=()) -> int:
         if not self.ready:
             self._wait_for(deadline, lambda m: "ready" in m)
             self.ready = True
-        socket.send_fds(self.sock, [json.dumps({"env": env}).encode() + b"\n"], [stdin_fd, reply_fd])
+        socket.send_fds(self.sock, [json.dumps({"env": env}).encode() + b"\n"], [stdin_fd, reply_fd, *extra_fds])
         return self._wait_for(deadline, lambda m: "pid" in m)["pid"]
 
 
@@ -389,15 +415,18 @@ class Zygotes:
         self.log = open(log_path, "ab")
         self.zygotes = [_Zygote(rank, local, world_size, env, self.log) for local, rank in enumerate(self.ranks)]
 
-    def fork_workers(self, env: dict) -> list:
-        """One fresh candidate process per local rank."""
+    def fork_workers(self, env: dict, keeper_fds=()) -> list:
+        """One fresh candidate process per local rank. ``keeper_fds`` (the
+        group's store keeper's listening socket and report pipe) go to global
+        rank 0, which forks the keeper (:mod:`pkb_core.launch.keeper`)."""
         workers = []
         for local, (rank, zygote) in enumerate(zip(self.ranks, self.zygotes)):
             child_stdin, stdin = os.pipe()
             reply_read, reply_write = os.pipe()
             try:
                 pid = zygote.fork(dict(env, RANK=str(rank), LOCAL_RANK=str(local), WORLD_SIZE=str(self.world_size)),
-                                  child_stdin, reply_write, time.monotonic() + self.startup_s)
+                                  child_stdin, reply_write, time.monotonic() + self.startup_s,
+                                  extra_fds=tuple(keeper_fds) if rank == 0 else ())
             finally:
                 os.close(child_stdin)
                 os.close(reply_write)

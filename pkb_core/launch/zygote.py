@@ -61,7 +61,7 @@ def serve(sock: socket.socket, backend: str) -> int:
     while True:
         for _key, _ in selector.select(timeout=0.05):
             try:
-                data, fds, _flags, _addr = socket.recv_fds(sock, 1 << 16, 2)
+                data, fds, _flags, _addr = socket.recv_fds(sock, 1 << 16, 4)
             except OSError:
                 data, fds = b"", []
             if not data:
@@ -94,10 +94,12 @@ def _become_candidate(sock, env: dict, fds) -> None:
     try:
         sock.close()
         os.setsid()
-        stdin_fd, reply_fd = fds
+        stdin_fd, reply_fd, *keeper_fds = fds  # rank 0 also gets its group's store keeper's
         os.dup2(stdin_fd, 0)
         os.close(stdin_fd)
         os.environ.update(env)
+        if keeper_fds:
+            os.environ["PKB_KEEPER_FDS"] = ",".join(map(str, keeper_fds))
         os.environ["PKB_REPLY_FD"] = str(reply_fd)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         from pkb_core.launch.worker import main
