@@ -17,6 +17,7 @@ def pkb_backend_info():
 
 REFUSED = "called a torch.distributed collective"
 LOCKDOWN = "system call the candidate lockdown forbids"
+STORE = "moved data through the job's store"
 
 #: file -> (verdict, text in the reason); one class of attack per prefix (c1..c7, see docs/trust.md;
 #: c8: the second review's attacks on the sealed design itself; c9: on the typed contracts).
@@ -29,6 +30,9 @@ EXPECTED = {
     "1_allreduce_c1_own_gloo_group.py": ("flagged", LOCKDOWN),
     "1_allreduce_c1_own_rendezvous.py": ("flagged", LOCKDOWN),
     "1_allreduce_c1_exemption_switch.py": ("flagged", REFUSED),
+    "1_allreduce_c1_io_uring_socket.py": ("flagged", LOCKDOWN),
+    "1_allreduce_c1_store_payload.py": ("flagged", STORE),
+    "1_allreduce_c1_store_flood.py": ("flagged", STORE),
     "1_allreduce_c1_send_recv.py": ("fail", "elements differ"),
     "1_allreduce_c2_rebinds_comparer.py": ("fail", "elements differ"),
     "1_allreduce_c2_widens_tolerance.py": ("fail", "elements differ"),

@@ -185,7 +185,7 @@ class RankGroup:
             raise JobEnded(Verdict.FLAGGED, f"{refusal} ({self.phases()})")
         if died and "SIGSYS" in died:
             raise JobEnded(Verdict.FLAGGED, f"{died}: it made a system call the candidate lockdown forbids (a network "
-                                      f"socket: a NCCL or gloo communicator of its own) ({self.phases()})")
+                                      f"socket or an io_uring: a NCCL or gloo communicator of its own) ({self.phases()})")
         if died:
             raise JobEnded(Verdict.CRASH, f"{died} ({self.phases()})")
         if errors:
