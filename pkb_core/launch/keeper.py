@@ -25,9 +25,12 @@ Two kinds, chosen by the backend:
     - ``vote``: a barrier that answers whether any rank said "failed" (the
       device barrier's agreement); at most :data:`VOTES` per rank and job;
     - on CUDA, take part in torch symm_mem's handle exchange
-      (``<prefix>/<seq>/<rank>``): set its own rank's entry once, at most
-      :data:`EXCHANGE_BYTES` long, read the entries of an exchange it took part
-      in; at most :data:`EXCHANGES` per rank and job.
+      (``<prefix>/<seq>/<rank>``, :meth:`CounterKeeper._sealed`): set its own
+      rank's entry once, at most :data:`EXCHANGE_BYTES` long, read the entries
+      of an exchange it took part in, pass the exchange's barrier; at most
+      :data:`EXCHANGES` per rank and job. This is the one channel a sealed
+      candidate has through its store, bounded by construction: at most
+      ``EXCHANGES * EXCHANGE_BYTES`` (128 KiB) per rank and job.
 
     Anything else (a SET of payload bytes, a GET of another key, a counter
     read, a line too long) is refused: the keeper writes the reason to the
@@ -253,30 +256,52 @@ class CounterKeeper:
                 self._send(member, {"ok": failed if vote else None})
 
     def _sealed(self, conn: _Conn, op: str, request: dict) -> None:
-        """After the seal: torch symm_mem's handle exchange on CUDA, nothing else."""
-        if not self.cuda:
-            raise Refused(f"a {op!r} of the job's store after the lockdown (moved data through the job's store)")
-        if op == "set":
-            key, value = request.get("key"), _value(request)
-            match = _EXCHANGE_KEY.match(key) if isinstance(key, str) else None
-            if match is None or int(match["rank"]) != conn.rank or key in self.values or len(value) > EXCHANGE_BYTES:
-                raise Refused(f"a SET of {str(key)[:80]!r} ({len(value)} bytes) after the lockdown "
-                              "(moved data through the job's store)")
-            conn.exchanges += 1
-            if conn.exchanges > EXCHANGES:
-                raise Refused(f"more than {EXCHANGES} handle exchanges (moved data through the job's store)")
-            conn.exchanged.add(key.rsplit("/", 1)[0])
+        """After the seal: torch symm_mem's handle exchange on CUDA, nothing else.
+
+        torch's exchange (``StoreExchange``) sets ``<prefix>/<seq>/<rank>``
+        and reads every rank's entry of the same ``<seq>``; its barrier is
+        c10d's ``Store::barrier``: add 1 to ``<prefix>/<seq>/num_members``, the
+        last rank sets ``<prefix>/<seq>/last_member``, all wait for it. Each rank
+        sets only its own entry, once, of at most :data:`EXCHANGE_BYTES`; the
+        barrier's flag is stored as ``1`` whatever was sent; reads are of
+        exchanges the rank took part in."""
+        key = request.get("key")
+        if not self.cuda or not isinstance(key, str):
+            raise Refused(f"a {str(op)[:20]!r} of the job's store after the lockdown "
+                          "(moved data through the job's store)")
+        head, _, tail = key.rpartition("/")
+        entry = _EXCHANGE_KEY.match(key)
+        if op == "set" and entry is not None and int(entry["rank"]) == conn.rank and key not in self.values:
+            value = _value(request)
+            if len(value) > EXCHANGE_BYTES:
+                raise Refused(f"a SET of {len(value)} bytes after the lockdown (moved data through the job's store)")
+            self._count_exchange(conn)
+            conn.exchanged.add(head)
             self.values[key] = value
-            self._send(conn, {"ok": None})
-            self._wake()
-        elif op == "get":
-            key = request.get("key")
-            if not isinstance(key, str) or key.rsplit("/", 1)[0] not in conn.exchanged or \
-                    not _EXCHANGE_KEY.match(key):
-                raise Refused(f"a GET of {str(key)[:80]!r} after the lockdown (moved data through the job's store)")
+        elif op == "set" and tail == "last_member" and len(_value(request)) <= 16:
+            self.values[key] = b"1"
+        elif op == "add" and tail == "num_members" and request.get("amount") == 1 and key not in conn.exchanged:
+            self._count_exchange(conn)
+            conn.exchanged.add(key)
+            now = int(self.values.get(key, b"0")) + 1
+            self.values[key] = str(now).encode()
+            self._send(conn, {"ok": now})
+            return
+        elif op == "wait" and tail == "last_member":
             self._get(conn, request)
+            return
+        elif op == "get" and entry is not None and head in conn.exchanged:
+            self._get(conn, request)
+            return
         else:
-            raise Refused(f"a {op!r} of the job's store after the lockdown (moved data through the job's store)")
+            raise Refused(f"a {str(op)[:20]!r} of {key[:80]!r} after the lockdown (moved data through the job's store)")
+        self._send(conn, {"ok": None})
+        self._wake()
+
+    def _count_exchange(self, conn: _Conn) -> None:
+        conn.exchanges += 1
+        if conn.exchanges > EXCHANGES:
+            raise Refused(f"more than {EXCHANGES} handle exchanges (moved data through the job's store)")
 
     def _setup(self, conn: _Conn, op: str, request: dict) -> None:
         """Before the seal (pkb's own code only): a bounded key-value store."""
