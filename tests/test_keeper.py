@@ -142,6 +142,7 @@ def test_cuda_handle_exchange_is_served_bounded_after_the_seal(start_keeper):
     def exchange(rank):
         store = stores[rank]
         store.set(f"0/symm/3/{rank}", bytes([rank]) * 40)
+        store.wait([f"0/symm/3/{r}" for r in (0, 1)])  # c10d's multiGet waits, then gets
         got = [store.get(f"0/symm/3/{r}") for r in (0, 1)]
         if store.add("0/symm/4/num_members", 1) == 2:
             store.set("0/symm/4/last_member", b"anything")

@@ -290,7 +290,7 @@ class CounterKeeper:
         elif op == "wait" and tail == "last_member":
             self._get(conn, request)
             return
-        elif op == "get" and entry is not None and head in conn.exchanged:
+        elif op in ("get", "wait") and entry is not None and head in conn.exchanged:
             self._get(conn, request)
             return
         else:
