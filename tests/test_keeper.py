@@ -136,6 +136,7 @@ def test_a_sealed_rank_that_asks_for_data_is_killed_and_reported(start_keeper, a
 def test_cuda_handle_exchange_is_served_bounded_after_the_seal(start_keeper):
     connect, report = start_keeper(cuda=True)
     stores = [connect(0), connect(1)]
+    _both(lambda r: stores[r].set(f"0/symm/0/{r}", b"\x07" * 40))  # the heap's first rendezvous, before the seal
     for store in stores:
         store.seal()
 
@@ -165,7 +166,14 @@ def test_cuda_handle_exchange_is_served_bounded_after_the_seal(start_keeper):
         store.set("0/symm/10/1", b"x" * (keeper.EXCHANGE_BYTES + 1))
 
     assert _in_child(oversized) == -signal.SIGKILL
-    assert [line["rank"] for line in report()] == [1, 1]
+
+    def other_size():  # entries keep the size of the prefix's first exchange
+        store = connect(1)
+        store.seal()
+        store.set("0/symm/11/1", b"x" * 41)
+
+    assert _in_child(other_size) == -signal.SIGKILL
+    assert [line["rank"] for line in report()] == [1, 1, 1]
 
 
 def test_a_connection_without_the_token_is_dropped(start_keeper):

@@ -30,7 +30,8 @@ Two kinds, chosen by the backend:
       of an exchange it took part in, pass the exchange's barrier; at most
       :data:`EXCHANGES` per rank and job. This is the one channel a sealed
       candidate has through its store, bounded by construction: at most
-      ``EXCHANGES * EXCHANGE_BYTES`` (128 KiB) per rank and job.
+      ``EXCHANGES`` entries of the sizes the heap's first (pre-seal) exchange
+      had (torch's rendezvous request: a fixed-size struct) per rank and job.
 
     Anything else (a SET of payload bytes, a GET of another key, a counter
     read, a line too long) is refused: the keeper writes the reason to the
@@ -131,6 +132,7 @@ class CounterKeeper:
         self.cuda = cuda
         self.values: dict[str, bytes] = {}
         self.held = 0
+        self.entry_sizes: dict[str, set] = {}  # exchange prefix -> its entries' sizes (seen before the seal)
         self.barriers: dict = {}   # (ns, ranks, generation) -> {rank: (conn, flag)}
         self.parked: list = []     # (conn, request) waiting for keys
         self.selector = selectors.DefaultSelector()
@@ -262,7 +264,9 @@ class CounterKeeper:
         and reads every rank's entry of the same ``<seq>``; its barrier is
         c10d's ``Store::barrier``: add 1 to ``<prefix>/<seq>/num_members``, the
         last rank sets ``<prefix>/<seq>/last_member``, all wait for it. Each rank
-        sets only its own entry, once, of at most :data:`EXCHANGE_BYTES`; the
+        sets only its own entry, once, of a size that prefix's entries had
+        before the seal (torch exchanges fixed-size structs; at most
+        :data:`EXCHANGE_BYTES`); the
         barrier's flag is stored as ``1`` whatever was sent; reads are of
         exchanges the rank took part in."""
         key = request.get("key")
@@ -273,7 +277,8 @@ class CounterKeeper:
         entry = _EXCHANGE_KEY.match(key)
         if op == "set" and entry is not None and int(entry["rank"]) == conn.rank and key not in self.values:
             value = _value(request)
-            if len(value) > EXCHANGE_BYTES:
+            sizes = self.entry_sizes.get(entry["prefix"])
+            if len(value) > EXCHANGE_BYTES or (sizes is not None and len(value) not in sizes):
                 raise Refused(f"a SET of {len(value)} bytes after the lockdown (moved data through the job's store)")
             self._count_exchange(conn)
             conn.exchanged.add(head)
@@ -281,8 +286,7 @@ class CounterKeeper:
         elif op == "set" and tail == "last_member" and len(_value(request)) <= 16:
             self.values[key] = b"1"
         elif op == "add" and tail == "num_members" and request.get("amount") == 1 and key not in conn.exchanged:
-            self._count_exchange(conn)
-            conn.exchanged.add(key)
+            conn.exchanged.add(key)  # a count of arrivals: no value of the rank's
             now = int(self.values.get(key, b"0")) + 1
             self.values[key] = str(now).encode()
             self._send(conn, {"ok": now})
@@ -314,6 +318,9 @@ class CounterKeeper:
             if self.held > SETUP_BYTES:
                 raise Refused(f"more than {SETUP_BYTES} bytes held in the job's store")
             self.values[key] = value
+            entry = _EXCHANGE_KEY.match(key)
+            if entry is not None and len(value) <= EXCHANGE_BYTES:  # the heap's first rendezvous: its entry size
+                self.entry_sizes.setdefault(entry["prefix"], set()).add(len(value))
             self._send(conn, {"ok": None})
             self._wake()
         elif op == "add":
