@@ -2,7 +2,9 @@
 
 A :class:`RankGroup` is the processes of one role, one per rank (the judge's
 for a launch, or one job's candidate), each in a session of its own, with a
-c10d store the launcher serves. :meth:`RankGroup.command` sends one command to
+c10d store of its own (the judge's served by the launcher, a candidate's by
+its keeper, :mod:`pkb_core.launch.keeper`, whose refusals end the job as
+``flagged``). :meth:`RankGroup.command` sends one command to
 every rank and waits for every answer; it is also the watchdog: no answers by
 the deadline is :class:`JobEnded` ``timeout``; an error from one rank while
 its peers hang ends after a short grace as ``error``; a process that dies is

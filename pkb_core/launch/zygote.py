@@ -15,7 +15,8 @@ which needs it to name the signal a crashed candidate died of.
 
 Protocol on the zygote's control socket (a socketpair with the launcher):
 ``{"env": {...}}`` with two descriptors attached (the child's stdin and its
-reply pipe) -> ``{"pid": N}``; ``{"exited": N, "code": C}`` whenever a child
+reply pipe; for global rank 0 also its group's store keeper's listening socket
+and report pipe, :func:`pkb_core.launch.worker.start_keeper`) -> ``{"pid": N}``; ``{"exited": N, "code": C}`` whenever a child
 ends (``C`` negative for a signal, as ``subprocess`` reports it).
 """
 from __future__ import annotations
