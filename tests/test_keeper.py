@@ -173,7 +173,14 @@ def test_cuda_handle_exchange_is_served_bounded_after_the_seal(start_keeper):
         store.set("0/symm/11/1", b"x" * 41)
 
     assert _in_child(other_size) == -signal.SIGKILL
-    assert [line["rank"] for line in report()] == [1, 1, 1]
+
+    def new_prefix():  # an "exchange" the heap never made before the seal: a payload in disguise
+        store = connect(1)
+        store.seal()
+        store.set("0/payload/1/1", b"x" * 40)
+
+    assert _in_child(new_prefix) == -signal.SIGKILL
+    assert [line["rank"] for line in report()] == [1, 1, 1, 1]
 
 
 def test_a_connection_without_the_token_is_dropped(start_keeper):

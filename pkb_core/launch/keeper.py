@@ -265,8 +265,8 @@ class CounterKeeper:
         c10d's ``Store::barrier``: add 1 to ``<prefix>/<seq>/num_members``, the
         last rank sets ``<prefix>/<seq>/last_member``, all wait for it. Each rank
         sets only its own entry, once, of a size that prefix's entries had
-        before the seal (torch exchanges fixed-size structs; at most
-        :data:`EXCHANGE_BYTES`); the
+        before the seal (torch exchanges fixed-size structs; a prefix the
+        heap's first rendezvous did not use is refused); the
         barrier's flag is stored as ``1`` whatever was sent; reads are of
         exchanges the rank took part in."""
         key = request.get("key")
@@ -278,7 +278,7 @@ class CounterKeeper:
         if op == "set" and entry is not None and int(entry["rank"]) == conn.rank and key not in self.values:
             value = _value(request)
             sizes = self.entry_sizes.get(entry["prefix"])
-            if len(value) > EXCHANGE_BYTES or (sizes is not None and len(value) not in sizes):
+            if sizes is None or len(value) not in sizes:  # an exchange the heap never made before the seal
                 raise Refused(f"a SET of {len(value)} bytes after the lockdown (moved data through the job's store)")
             self._count_exchange(conn)
             conn.exchanged.add(head)
