@@ -71,6 +71,7 @@ def _records(result):
 
 def test_every_class_of_attack_is_caught_and_the_honest_control_passes(pkb_invoke, plainpy, fixtures, tmp_path):
     run = tmp_path / "run"
+    launcher_peak = _peak_rss()  # this process is the launcher (pkb_invoke runs in-process)
     result = pkb_invoke("run", "--backend", "plainpy", "--solutions", fixtures / "adversarial", "--problem", "1",
                         "--trials", "2", "--measure-perf", "--warmup", "3", "--iters", "20", "--out", run, "--json",
                         "--timeout", "60")
@@ -87,6 +88,14 @@ def test_every_class_of_attack_is_caught_and_the_honest_control_passes(pkb_invok
     keys = [json.loads(line)["key"] for line in (run / "records.jsonl").read_text().splitlines()]
     assert "forged" not in keys and len(keys) == len(EXPECTED)
     assert not by_file["1_allreduce_honest_peer_reads.py"].get("lockdown_gaps")
+    # The store flood (3 GiB of SETs) never reached the launcher: the store is the candidate's own keeper.
+    assert _peak_rss() - launcher_peak < 1 << 30
+
+
+def _peak_rss() -> int:
+    """This process's peak resident set (bytes), from the kernel."""
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmHWM:"))
 
 
 def test_an_honest_job_after_one_that_leaves_traps_passes(pkb_invoke, plainpy, fixtures, tmp_path):
