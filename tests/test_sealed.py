@@ -18,6 +18,7 @@ def pkb_backend_info():
 
 REFUSED = "called a torch.distributed collective"
 LOCKDOWN = "system call the candidate lockdown forbids"
+STORE = "moved data through the job's store"
 
 #: file -> (verdict, text in the reason); one class of attack per prefix (c1..c7, see docs/trust.md;
 #: c8: the second review's attacks on the sealed design itself; c9: on the typed contracts; c10: on
@@ -31,6 +32,9 @@ EXPECTED = {
     "1_allreduce_c1_own_gloo_group.py": ("flagged", LOCKDOWN),
     "1_allreduce_c1_own_rendezvous.py": ("flagged", LOCKDOWN),
     "1_allreduce_c1_exemption_switch.py": ("flagged", REFUSED),
+    "1_allreduce_c1_io_uring_socket.py": ("flagged", LOCKDOWN),
+    "1_allreduce_c1_store_payload.py": ("flagged", STORE),
+    "1_allreduce_c1_store_flood.py": ("flagged", STORE),
     "1_allreduce_c1_send_recv.py": ("fail", "elements differ"),
     "1_allreduce_c2_rebinds_comparer.py": ("fail", "elements differ"),
     "1_allreduce_c2_widens_tolerance.py": ("fail", "elements differ"),
@@ -77,6 +81,7 @@ def _records(result):
 
 def test_every_class_of_attack_is_caught_and_the_honest_control_passes(pkb_invoke, plainpy, fixtures, tmp_path):
     run = tmp_path / "run"
+    launcher_peak = _peak_rss()  # this process is the launcher (pkb_invoke runs in-process)
     result = pkb_invoke("run", "--backend", "plainpy", "--solutions", fixtures / "adversarial", "--problem", "1",
                         "--trials", "2", "--measure-perf", "--warmup", "3", "--iters", "20", "--out", run, "--json",
                         "--timeout", "60")
@@ -98,6 +103,14 @@ def test_every_class_of_attack_is_caught_and_the_honest_control_passes(pkb_invok
     keys = [json.loads(line)["key"] for line in (run / "records.jsonl").read_text().splitlines()]
     assert "forged" not in keys and len(keys) == len(EXPECTED)
     assert not by_file["1_allreduce_honest_peer_reads.py"].get("lockdown_gaps")
+    # The store flood (3 GiB of SETs) never reached the launcher: the store is the candidate's own keeper.
+    assert _peak_rss() - launcher_peak < 1 << 30
+
+
+def _peak_rss() -> int:
+    """This process's peak resident set (bytes), from the kernel."""
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmHWM:"))
 
 
 def test_timed_calls_are_checked_on_the_arguments_they_update(pkb_invoke, fixtures, tmp_path):

@@ -21,11 +21,18 @@ stopped by the kernel, with settings that cannot be reverted from inside:
   - ``setsid``: every child stays in the candidate's session, so the
     launcher's stop and kill reach all of them (:mod:`pkb_core.launch.sessions`;
     process groups of their own are fine: ninja gives each compiler one);
-  - with ``network=False``, ``socket`` for ``AF_INET``/``AF_INET6``/``AF_PACKET``
-    kills the process with SIGSYS (which the launcher reports as ``flagged``):
+  - ``bpf`` and ``pidfd_getfd`` (no taking another process's descriptors);
+  - ``io_uring_setup``/``io_uring_enter``/``io_uring_register`` kill the
+    process with SIGSYS (which the launcher reports as ``flagged``): a ring
+    creates sockets and connects them (``IORING_OP_SOCKET``, ``IORING_OP_CONNECT``)
+    without the ``socket`` syscall this filter inspects;
+  - with ``network=False``, ``socket`` for any family but ``AF_UNIX`` kills the
+    process with SIGSYS (``AF_NETLINK`` is refused with ``EAFNOSUPPORT``):
     no new TCP connection, so no new NCCL or gloo communicator can be built
-    (both bootstrap over TCP). Connections made before the lockdown (the
-    job's store) keep working.
+    (both bootstrap over TCP). The one connection made before the lockdown,
+    to the job's store keeper, serves barriers only (:mod:`pkb_core.launch.keeper`);
+  - x32 system calls (x86_64's arch with bit 30 set in the number), which the
+    rules above would not recognise.
 
 * every capability dropped (effective, permitted, inheritable, bounding), so a
   candidate started as root cannot read the memory of the non-dumpable judge
@@ -66,15 +73,20 @@ _ARCHES = {
     "x86_64": (0xC000003E, {
         "socket": 41, "kill": 62, "tkill": 200, "tgkill": 234, "ptrace": 101, "setsid": 112,
         "process_vm_readv": 310, "process_vm_writev": 311, "rt_sigqueueinfo": 129, "rt_tgsigqueueinfo": 297,
-        "pidfd_send_signal": 424, "fcntl": 72, "ioctl": 16,
+        "pidfd_send_signal": 424, "fcntl": 72, "ioctl": 16, "io_uring_setup": 425, "io_uring_enter": 426,
+        "io_uring_register": 427, "bpf": 321, "pidfd_getfd": 438,
     }),
     "aarch64": (0xC00000B7, {
         "socket": 198, "kill": 129, "tkill": 130, "tgkill": 131, "ptrace": 117, "setsid": 157,
         "process_vm_readv": 270, "process_vm_writev": 271, "rt_sigqueueinfo": 138, "rt_tgsigqueueinfo": 240,
-        "pidfd_send_signal": 424, "fcntl": 25, "ioctl": 29,
+        "pidfd_send_signal": 424, "fcntl": 25, "ioctl": 29, "io_uring_setup": 425, "io_uring_enter": 426,
+        "io_uring_register": 427, "bpf": 280, "pidfd_getfd": 438,
     }),
 }
-_AF_INET, _AF_INET6, _AF_PACKET = 2, 10, 17
+_AF_UNIX, _AF_NETLINK = 1, 16
+#: x32 syscalls share x86_64's audit arch and set this bit in their number.
+_X32_SYSCALL_BIT = 0x40000000
+_JSET_K = 0x45
 #: fcntl commands and ioctls that name who receives a descriptor's signals (SIGIO, or any signal
 #: F_SETSIG picks): the kernel then signals that process for the candidate, past any kill() rule.
 _F_SETOWN, _F_SETSIG, _F_SETOWN_EX = 8, 10, 15
@@ -110,8 +122,11 @@ def build_filter(machine: str, *, pid: int, pgid: int, network: bool) -> bytes:
     prog: list[bytes] = [
         _insn(_LD_W_ABS, _ARCH),
         _insn(_JEQ_K, arch, 1, 0),
-        _deny(errno.ENOSYS),  # a foreign ABI (x32, compat): refuse rather than guess its numbers
+        _deny(errno.ENOSYS),  # a foreign ABI (i386 compat): refuse rather than guess its numbers
         _insn(_LD_W_ABS, _NR),
+        # x32 calls carry x86_64's arch with this bit set (socket would be 41 | bit): refuse them all.
+        _insn(_JSET_K, _X32_SYSCALL_BIT, 0, 1),
+        _deny(errno.ENOSYS),
     ]
 
     def block(name, body: list[bytes]):
@@ -119,8 +134,13 @@ def build_filter(machine: str, *, pid: int, pgid: int, network: bool) -> bytes:
         prog.append(_insn(_JEQ_K, nr[name], 0, len(body)))
         prog.extend(body)
 
-    for name in ("ptrace", "process_vm_readv", "process_vm_writev", "setsid", "tkill", "pidfd_send_signal"):
+    for name in ("ptrace", "process_vm_readv", "process_vm_writev", "setsid", "tkill", "pidfd_send_signal", "bpf",
+                 "pidfd_getfd"):
         block(name, [_deny()])
+    # io_uring performs socket(), connect() and I/O without the syscalls this
+    # filter inspects (IORING_OP_SOCKET made a gloo group past the socket rule).
+    for name in ("io_uring_setup", "io_uring_enter", "io_uring_register"):
+        block(name, [_insn(_RET_K, SECCOMP_RET_KILL_PROCESS)])
     # kill(pid, sig) and rt_sigqueueinfo(pid, ...): only this process, its own group or signal 0.
     for name in ("kill", "rt_sigqueueinfo"):
         body = []
@@ -138,10 +158,11 @@ def build_filter(machine: str, *, pid: int, pgid: int, network: bool) -> bytes:
             body += _arg_is(1, command) + [_deny()]
         block(name, body + [_allow()])
     if not network:
-        body = []
-        for family in (_AF_INET, _AF_INET6, _AF_PACKET):
-            body += _arg_is(0, family) + [_insn(_RET_K, SECCOMP_RET_KILL_PROCESS)]
-        body += [_allow()]
+        # Only local sockets: AF_UNIX (torch symm_mem passes CUDA handles over it);
+        # netlink is refused politely (libc asks it about interfaces); every other
+        # family (inet, inet6, packet, vsock, rds, tipc, xdp, ...) is a network.
+        body = _arg_is(0, _AF_UNIX) + [_allow()] + _arg_is(0, _AF_NETLINK) + [_deny(errno.EAFNOSUPPORT)]
+        body += [_insn(_RET_K, SECCOMP_RET_KILL_PROCESS)]
         block("socket", body)
     prog.append(_allow())
     return b"".join(prog)

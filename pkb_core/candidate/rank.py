@@ -128,6 +128,9 @@ class CandidateRank:
 
         self.job = job = Job.from_json(job)
         self.problem = read_spec(job.problem_path).load()  # the problem pack's code: before the lockdown
+        seal = getattr(self.store, "seal", None)
+        if seal is not None:  # from here on the job's store serves barriers only (pkb_core.launch.keeper)
+            seal()
         missing = _lock_down(job, self.run_dir, network=not self.custom_kernels)
         try:
             check_source(self.pm, job.solution)

@@ -11,7 +11,10 @@ class StoreBarrier:
     """A barrier among ``world_size`` ranks over ``store``.
 
     Each barrier is a generation: every rank adds 1 to the generation's
-    counter and waits until it reaches the group's size. Subgroups (a group
+    counter and waits until it reaches the group's size. A custom-kernel
+    candidate's store (:class:`pkb_core.candidate.keeper_store.KeeperStore`)
+    serves no keys after the lockdown: there the keeper counts the generations
+    itself (``arrive``, with the namespace ``prefix``). Subgroups (a group
     argument of the barrier) count under their own key. On CUDA the rank's
     device work is finished first, the ordering NCCL's barrier gives.
 
@@ -40,6 +43,13 @@ class StoreBarrier:
             return None  # dist.GroupMember.NON_GROUP_MEMBER: not a member, nothing to wait for
         else:
             name, size = "g" + "_".join(map(str, dist.get_process_group_ranks(group))), group.size()
+        arrive = getattr(self.store, "arrive", None)
+        if arrive is not None:
+            ranks = range(size) if name == "world" else dist.get_process_group_ranks(group)
+            arrive(self.prefix, ranks)
+            if self.on_call:
+                self.on_call()
+            return None
         generation = self._generations.get(name, 0) + 1
         self._generations[name] = generation
         key = f"{self.prefix}/{name}/{generation}"

@@ -238,7 +238,16 @@ class DeviceBarrierUnavailable(RuntimeError):
 
 
 def _agree(store, key: str, rank: int, world_size: int, why: str) -> str:
-    """Post this rank's outcome; ``""`` when every rank succeeded, else the first failure in words."""
+    """Post this rank's outcome; ``""`` when every rank succeeded, else the first failure in words.
+
+    A custom-kernel candidate's store exchanges no values after the lockdown:
+    there the ranks vote (any failure, not its words, reaches the others)."""
+    vote = getattr(store, "vote", None)
+    if vote is not None:
+        if vote("pkb-agree", range(world_size), bool(why)):
+            return f"host barrier only: {'this rank' if why else 'a peer'} could not make the device barrier" + (
+                f" ({why})" if why else "")
+        return ""
     store.set(f"{key}/{rank}", why or "ok")
     for r in range(world_size):
         answer = store.get(f"{key}/{r}").decode()

@@ -9,8 +9,10 @@ The next job's candidate processes start while the current job runs, so their
 start-up (Python, torch, the CUDA context) is off the critical path. The
 launcher itself conducts each job (:mod:`pkb_core.judge.jobrun`), turns hangs,
 crashes and errors into verdicts (:mod:`pkb_core.launch.ranks`) and is the only
-process that writes records. Each group of processes gets a c10d store of
-its own, served from this process.
+process that writes records. The judge's group gets a c10d store served from
+this process; a candidate group's store is served inside the candidate's own
+sandbox, by a keeper process of its rank 0 (:mod:`pkb_core.launch.keeper`), so
+nothing a candidate asks of its store costs the launcher's time or memory.
 """
 from __future__ import annotations
 
@@ -110,6 +112,32 @@ class _Store:
         self.address = f"{host}:{self.store.port}"
 
 
+class _KeeperSocket:
+    """The listening socket of a candidate group's store keeper, made here and
+    handed to the group's rank 0 (which forks the keeper), and the pipe on which
+    the keeper reports what it refused.
+
+    :param host: how the workers reach this machine (another node's workers too).
+    """
+
+    def __init__(self, host: str = "127.0.0.1"):
+        import socket
+
+        self.listen = socket.create_server((host, 0), backlog=128)
+        self.address = f"{host}:{self.listen.getsockname()[1]}"
+        self.token = secrets.token_hex(16)
+        self.report_read, self.report_write = os.pipe()
+        os.set_blocking(self.report_read, False)
+
+    def fds(self) -> tuple[int, int]:
+        return self.listen.fileno(), self.report_write
+
+    def handed_over(self) -> None:
+        """Close this process's copies: the keeper holds the socket now."""
+        self.listen.close()
+        os.close(self.report_write)
+
+
 class Launch:
     """The jobs of one launch on this node (see the module docstring)."""
 
@@ -161,12 +189,13 @@ class Launch:
             env.setdefault("TRITON_INTERPRET", "1")
         return env
 
-    def _env(self, role: str, store: _Store, run_id: str = "", uid: int | None = None) -> dict:
+    def _env(self, role: str, store, run_id: str = "", uid: int | None = None) -> dict:
         from pkb_core.launch.scratch import Scratch
 
         if self.scratch is None:
             self.scratch = Scratch.for_launch(self.launch_id)
-        forwarded = {"PKB_STORE": store.address, "PKB_RUN_ID": run_id, "PKB_SCRATCH": self.scratch.path}
+        forwarded = {"PKB_STORE": store.address, "PKB_RUN_ID": run_id, "PKB_SCRATCH": self.scratch.path,
+                     "PKB_STORE_TOKEN": getattr(store, "token", "")}
         if uid is not None:
             forwarded["PKB_SANDBOX_UID"] = str(uid)
         return self.node_env(role, forwarded)
@@ -186,7 +215,7 @@ class Launch:
         from pkb_core.launch.ranks import GROUP_ENV, RankGroup, Zygotes
 
         settings = self.settings
-        store = _Store(settings.world_size, self.store_host)
+        store = _Store(settings.world_size, self.store_host) if role == "judge" else _KeeperSocket(self.store_host)
         if role == "judge":  # names the judge's shared-memory heap segments (CPU), apart from any candidate's
             run_id = f"{self.launch_id}-judge{self._groups + 1}"
         uid = self._sandbox_uid() if role == "candidate" else None
@@ -200,18 +229,24 @@ class Launch:
             if self.zygotes is None:
                 self.zygotes = Zygotes(local_ranks, settings.world_size, env=env, log_path=self.log_path,
                                        startup_s=STARTUP_TIMEOUT_S)
-            workers = self.zygotes.fork_workers({k: env[k] for k in GROUP_ENV if k in env},
-                                                log_path=self.job_log(run_id))
+            try:
+                workers = self.zygotes.fork_workers({k: env[k] for k in GROUP_ENV if k in env},
+                                                    log_path=self.job_log(run_id), keeper_fds=store.fds())
+            finally:
+                store.handed_over()
         self._groups += 1
         group_id = f"{role}{self._groups}"
         if self.remote is not None:
             workers += self.remote.start_group(role, group_id, env, deadline=time.monotonic() + STARTUP_TIMEOUT_S)
         group = RankGroup(role, workers, label="judge rank" if role == "judge" else "rank", log=log,
                           remote=self.remote, group_id=group_id)
-        self._stores[id(group)] = store  # served as long as the group lives
         group.shm_name = run_id
         if uid is not None:
             self._uids[id(group)] = uid
+        if role == "judge":
+            self._stores[id(group)] = store  # served as long as the group lives
+        else:
+            group.keeper_report = store.report_read
         if role == "judge":
             for worker in group.workers:
                 worker.send({"secret": self.secret})

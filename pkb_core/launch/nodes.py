@@ -32,7 +32,7 @@ from pkb_core.launch.sessions import cpu_ms_during, signal_sessions
 
 #: Environment entries the conductor sends along with a group (the rest, the run directory
 #: included, is the node's own).
-FORWARDED_ENV = ("PKB_STORE", "PKB_RUN_ID", "PKB_SCRATCH", "PKB_SANDBOX_UID")
+FORWARDED_ENV = ("PKB_STORE", "PKB_RUN_ID", "PKB_SCRATCH", "PKB_SANDBOX_UID", "PKB_STORE_TOKEN")
 
 
 def _send(sock, message: dict) -> None:

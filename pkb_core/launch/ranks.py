@@ -2,7 +2,9 @@
 
 A :class:`RankGroup` is the processes of one role, one per rank (the judge's
 for a launch, or one job's candidate), each in a session of its own, with a
-c10d store the launcher serves. :meth:`RankGroup.command` sends one command to
+c10d store of its own (the judge's served by the launcher, a candidate's by
+its keeper, :mod:`pkb_core.launch.keeper`, whose refusals end the job as
+``flagged``). :meth:`RankGroup.command` sends one command to
 every rank and waits for every answer; it is also the watchdog: no answers by
 the deadline is :class:`JobEnded` ``timeout``; an error from one rank while
 its peers hang ends after a short grace as ``error``; a process that dies is
@@ -45,7 +47,7 @@ DEATH_GRACE_S = 1.0
 REASON_CHARS = 4000
 #: The environment a zygote's child gets per group: its store, its name, its
 #: shared-memory folder and its user (:mod:`pkb_core.launch.scratch`).
-GROUP_ENV = ("PKB_STORE", "PKB_RUN_ID", "PKB_SHM_DIR", "PKB_SANDBOX_UID")
+GROUP_ENV = ("PKB_STORE", "PKB_STORE_TOKEN", "PKB_RUN_ID", "PKB_SHM_DIR", "PKB_SANDBOX_UID")
 
 
 class JobEnded(Exception):
@@ -102,6 +104,9 @@ class RankGroup:
         self.ready = False
         #: Why the backend cannot run in this group, as its processes said when ready (None: it can).
         self.unsupported = None
+        #: The read end of the store keeper's report pipe (a candidate group's; :mod:`pkb_core.launch.keeper`).
+        self.keeper_report = None
+        self._refusal = None
 
     @staticmethod
     def spawn_workers(role: str, ranks, world_size: int, *, env: dict, log) -> list:
@@ -180,9 +185,12 @@ class RankGroup:
                 raise self._error(errors[0])
             return [answers[w.rank] for w in self.workers]
         died = self._deaths()
+        refusal = self.store_refusal()
+        if refusal:
+            raise JobEnded(Verdict.FLAGGED, f"{refusal} ({self.phases()})")
         if died and "SIGSYS" in died:
             raise JobEnded(Verdict.FLAGGED, f"{died}: it made a system call the candidate lockdown forbids (a network "
-                                      f"socket: a NCCL or gloo communicator of its own) ({self.phases()})")
+                                      f"socket or an io_uring: a NCCL or gloo communicator of its own) ({self.phases()})")
         if died:
             raise JobEnded(Verdict.CRASH, f"{died} ({self.phases()})")
         if errors:
@@ -194,6 +202,23 @@ class RankGroup:
         text = f"{self.label} {rank}: {str(answer['error'])[:REASON_CHARS]}" + (
             " (its peers did not finish)" if hung else "")
         return JobEnded(Verdict.FLAGGED if answer.get("refused") else Verdict.ERROR, text)
+
+    def store_refusal(self) -> str | None:
+        """What the group's store keeper refused (it killed the rank that asked), or None."""
+        if self._refusal is None and self.keeper_report is not None:
+            try:
+                data = os.read(self.keeper_report, 1 << 16)
+            except OSError:  # nothing written (the pipe does not block)
+                data = b""
+            for line in data.splitlines():
+                try:
+                    report = json.loads(line)
+                    self._refusal = (f"{self.label} {report['rank']} moved data through the job's store: the store "
+                                     f"keeper refused {str(report['refused'])[:300]} and killed it")
+                    break
+                except (ValueError, KeyError, TypeError):
+                    continue
+        return self._refusal
 
     def phases(self) -> str:
         return ", ".join(f"{self.label} {w.rank}: {w.phase}" for w in self.workers)
@@ -291,6 +316,9 @@ class RankGroup:
                 except OSError:
                     pass
         self.selector.close()
+        if self.keeper_report is not None:
+            os.close(self.keeper_report)
+            self.keeper_report = None
         if self.log:
             self.log.close()
 
@@ -379,7 +407,8 @@ class _Zygote:
         self._take(self.reader.read_messages())
 
     def fork(self, env: dict, fds: list, deadline: float) -> int:
-        """A new child with ``fds``: its standard input, its reply pipe, its standard output and error."""
+        """A new child with ``fds``: its standard input, its reply pipe, its standard output and error,
+        then (global rank 0 only) its group's store keeper's listening socket and report pipe."""
         if not self.ready:
             self._wait_for(deadline, lambda m: "ready" in m)
             self.ready = True
@@ -400,12 +429,15 @@ class Zygotes:
         self.log = open(log_path, "ab")
         self.zygotes = [_Zygote(rank, local, world_size, env, self.log) for local, rank in enumerate(self.ranks)]
 
-    def fork_workers(self, env: dict, log_path: Path | None = None) -> list:
+    def fork_workers(self, env: dict, log_path: Path | None = None, keeper_fds=()) -> list:
         """One fresh candidate process per local rank.
 
         :param log_path: the group's own log, its processes' standard output
             and error (else the launch log): a candidate writes no other
-            job's log, nor the launch's."""
+            job's log, nor the launch's.
+        :param keeper_fds: the group's store keeper's listening socket and report
+            pipe; they go to global rank 0, which forks the keeper
+            (:mod:`pkb_core.launch.keeper`)."""
         workers = []
         log_fd = os.open(log_path or self.log.name, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
         for local, (rank, zygote) in enumerate(zip(self.ranks, self.zygotes)):
@@ -413,7 +445,8 @@ class Zygotes:
             reply_read, reply_write = os.pipe()
             try:
                 pid = zygote.fork(dict(env, RANK=str(rank), LOCAL_RANK=str(local), WORLD_SIZE=str(self.world_size)),
-                                  [child_stdin, reply_write, log_fd], time.monotonic() + self.startup_s)
+                                  [child_stdin, reply_write, log_fd, *(keeper_fds if rank == 0 else ())],
+                                  time.monotonic() + self.startup_s)
             finally:
                 os.close(child_stdin)
                 os.close(reply_write)

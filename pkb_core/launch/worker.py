@@ -5,8 +5,9 @@ world size and local rank in the environment, its commands on standard input
 and a reply pipe (:mod:`pkb_core.launch.channel`); standard output and error go to the
 launch log (the judge's) or the job's own log (a candidate's: ``logs/job-<run
 id>.log``). A worker first imports torch (after any libraries its backend
-preloads), picks its device, connects to the c10d store the launcher serves,
-then answers commands until told to exit. What each role does is in
+preloads), picks its device, connects to its group's c10d store (the judge's: served by
+the launcher; a candidate group's: by the keeper its rank 0 forks first,
+:func:`start_keeper`), then answers commands until told to exit. What each role does is in
 :mod:`pkb_core.judge.rank` and :mod:`pkb_core.candidate.rank`.
 
 The launcher sends SIGUSR1 before it kills a stuck worker: the worker then
@@ -46,6 +47,50 @@ def _local_world_size(world_size: int) -> int:
     return int(os.environ.get("PKB_LOCAL_WORLD_SIZE", world_size))
 
 
+def start_keeper() -> None:
+    """Fork the group's store keeper (:mod:`pkb_core.launch.keeper`) if the
+    launcher handed this process its socket (global rank 0 of a candidate
+    group), before any job code runs here. The keeper stays in this session
+    (frozen and killed with the candidate) and keeps only its socket, its report
+    pipe and the launch log: holding this rank's command or reply pipe would
+    hide this rank's death from the launcher."""
+    fds = os.environ.pop("PKB_KEEPER_FDS", "")
+    if not fds:
+        return
+    listen_fd, report_fd = (int(fd) for fd in fds.split(","))
+    pid = os.fork()
+    if pid == 0:
+        try:
+            keep = {listen_fd, report_fd, 1, 2}
+            for fd in map(int, os.listdir("/proc/self/fd")):
+                if fd not in keep:
+                    try:
+                        os.close(fd)
+                    except OSError:
+                        pass
+            from pkb_core.launch.keeper import serve as serve_store
+
+            kind = "counter" if os.environ.get("PKB_CUSTOM_KERNELS", "1") == "1" else "tcpstore"
+            serve_store(kind, listen_fd, report_fd, int(os.environ["WORLD_SIZE"]), os.environ["PKB_STORE_TOKEN"],
+                        cuda=os.environ.get("PKB_DEVICE_TYPE") == "cuda")
+        finally:
+            os._exit(1)
+    os.close(listen_fd)
+    os.close(report_fd)
+
+
+def _candidate_store(host: str, port: int, world_size: int, timeout):
+    """A candidate's store: the keeper's counters (custom kernels) or a TCPStore client (the reference backend)."""
+    import torch.distributed as dist
+
+    if os.environ.get("PKB_CUSTOM_KERNELS", "1") == "1":
+        from pkb_core.candidate.keeper_store import KeeperStore
+
+        return KeeperStore(host, port, rank=int(os.environ["RANK"]), token=os.environ["PKB_STORE_TOKEN"],
+                           timeout=timeout)
+    return dist.TCPStore(host, port, world_size, is_master=False, timeout=timeout)
+
+
 def serve(channel, handler) -> None:
     """Answer commands until ``exit`` (or the launcher closes the pipe)."""
     from pkb_core.launch.channel import ChannelClosed
@@ -75,12 +120,16 @@ def main(argv=None) -> int:
     faulthandler.register(signal.SIGUSR1, all_threads=True)
     if role == "candidate":
         import_torch_after_preloads()  # a backend's own build of a library must load before torch's
+        start_keeper()
     from pkb_core.launch.channel import WorkerChannel
 
     channel = WorkerChannel()
     rank, world_size, local_rank, device, timeout, dist = _connect(os.environ["PKB_DEVICE_TYPE"])
     host, port = os.environ["PKB_STORE"].rsplit(":", 1)
-    store = dist.TCPStore(host, int(port), world_size, is_master=False, timeout=timeout)
+    if role == "candidate":
+        store = _candidate_store(host, int(port), world_size, timeout)
+    else:
+        store = dist.TCPStore(host, int(port), world_size, is_master=False, timeout=timeout)
     run_dir = Path(os.environ["PKB_RUN_DIR"])
     if role == "judge":
         from pkb_core.judge.barrier import StoreBarrier

@@ -15,7 +15,9 @@ which needs it to name the signal a crashed candidate died of.
 
 Protocol on the zygote's control socket (a socketpair with the launcher):
 ``{"env": {...}}`` with three descriptors attached (the child's stdin, its
-reply pipe and its log: standard output and error) -> ``{"pid": N}``; ``{"exited": N, "code": C}`` whenever a child
+reply pipe and its log: standard output and error; for global rank 0 also its
+group's store keeper's listening socket and report pipe,
+:func:`pkb_core.launch.worker.start_keeper`) -> ``{"pid": N}``; ``{"exited": N, "code": C}`` whenever a child
 ends (``C`` negative for a signal, as ``subprocess`` reports it).
 """
 from __future__ import annotations
@@ -61,7 +63,7 @@ def serve(sock: socket.socket, backend: str) -> int:
     while True:
         for _key, _ in selector.select(timeout=0.05):
             try:
-                data, fds, _flags, _addr = socket.recv_fds(sock, 1 << 16, 3)
+                data, fds, _flags, _addr = socket.recv_fds(sock, 1 << 16, 5)
             except OSError:
                 data, fds = b"", []
             if not data:
@@ -94,7 +96,7 @@ def _become_candidate(sock, env: dict, fds) -> None:
     try:
         sock.close()
         os.setsid()
-        stdin_fd, reply_fd, log_fd = fds
+        stdin_fd, reply_fd, log_fd, *keeper_fds = fds  # rank 0 also gets its group's store keeper's
         os.dup2(stdin_fd, 0)
         os.close(stdin_fd)
         # Its own log: the launch log (the zygote's output) is no candidate's to write.
@@ -104,6 +106,8 @@ def _become_candidate(sock, env: dict, fds) -> None:
         os.dup2(log_fd, 2)
         os.close(log_fd)
         os.environ.update(env)
+        if keeper_fds:
+            os.environ["PKB_KEEPER_FDS"] = ",".join(map(str, keeper_fds))
         os.environ["PKB_REPLY_FD"] = str(reply_fd)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         from pkb_core.launch.worker import main

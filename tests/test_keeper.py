@@ -1,0 +1,192 @@
+"""The store keeper of a candidate group (pkb_core.launch.keeper), run for real: a keeper process and
+clients (KeeperStore) in threads or forked children. Before the seal it is a bounded key-value store;
+after it, barriers only (and on CUDA torch symm_mem's handle exchange), and any other request kills the
+rank that made it and is reported on the launcher's pipe."""
+import json
+import os
+import signal
+import socket
+import threading
+from datetime import timedelta
+
+import pytest
+
+from pkb_core.candidate.keeper_store import KeeperStore
+from pkb_core.launch import keeper
+
+TOKEN = "t0ken"
+
+
+@pytest.fixture
+def start_keeper():
+    started = []
+
+    def start(world_size=2, cuda=False):
+        listen = socket.create_server(("127.0.0.1", 0))
+        report_read, report_write = os.pipe()
+        os.set_blocking(report_read, False)
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os.close(report_read)
+                keeper.serve("counter", listen.fileno(), report_write, world_size, TOKEN, cuda)
+            finally:
+                os._exit(1)
+        os.close(report_write)
+        started.append(pid)
+        port = listen.getsockname()[1]
+        listen.close()
+
+        def connect(rank):
+            return KeeperStore("127.0.0.1", port, rank=rank, token=TOKEN, timeout=timedelta(seconds=10))
+
+        def report():
+            try:
+                return [json.loads(line) for line in os.read(report_read, 1 << 16).splitlines()]
+            except BlockingIOError:
+                return []
+        connect.port = port
+        return connect, report
+
+    yield start
+    for pid in started:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+
+
+def _in_child(action) -> int:
+    """Run ``action`` in a forked child; its exit code or minus its signal."""
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            action()
+            code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    return -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+
+
+def _both(fn):
+    """``fn(rank)`` for ranks 0 and 1 at once; their results."""
+    results = [None, None]
+
+    def run(rank):
+        results[rank] = fn(rank)
+    threads = [threading.Thread(target=run, args=(r,)) for r in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    return results
+
+
+def test_sealed_ranks_meet_at_barriers_and_votes(start_keeper):
+    connect, report = start_keeper()
+    stores = [connect(0), connect(1)]
+    for store in stores:
+        store.seal()
+    for _ in range(3):
+        _both(lambda r: stores[r].arrive("pkb-barrier", [0, 1]))
+    _both(lambda r: stores[r].arrive("pkb-harness", [r]))  # a subgroup of one passes alone
+    assert _both(lambda r: stores[r].vote("pkb-agree", [0, 1], failed=False)) == [False, False]
+    assert _both(lambda r: stores[r].vote("pkb-agree", [0, 1], failed=r == 1)) == [True, True]
+    assert report() == []
+
+
+def test_before_the_seal_it_is_a_bounded_key_value_store(start_keeper):
+    connect, report = start_keeper()
+    a, b = connect(0), connect(1)
+    a.set("uid", b"\x00\x01id")
+    assert b.get("uid") == b"\x00\x01id"
+    assert a.add("n", 2) == 2 and b.add("n", 1) == 3
+    assert a.check(["uid"]) and not a.check(["nothing"])
+
+
+@pytest.mark.parametrize("attack", ["set", "get", "add", "flood", "foreign barrier", "votes"])
+def test_a_sealed_rank_that_asks_for_data_is_killed_and_reported(start_keeper, attack):
+    connect, report = start_keeper()
+    peer = connect(0)
+    peer.set("left-before-the-seal", b"secret")
+
+    def attacker():
+        store = connect(1)
+        store.seal()
+        if attack == "set":
+            store.set("payload/1", b"\x00" * 512)
+        elif attack == "get":
+            store.get("left-before-the-seal")
+        elif attack == "add":
+            store.add("counter", 1 << 40)
+        elif attack == "flood":
+            store._sock.sendall(b"x" * (keeper.SEALED_LINE + 10))
+            store._file.readline()
+        elif attack == "foreign barrier":
+            store.arrive("mine", [0, 1])
+        else:
+            for _ in range(keeper.VOTES + 1):
+                store.vote("pkb-agree", [1], failed=True)
+
+    assert _in_child(attacker) == -signal.SIGKILL
+    (line,) = report()
+    assert line["rank"] == 1, line
+
+
+def test_cuda_handle_exchange_is_served_bounded_after_the_seal(start_keeper):
+    connect, report = start_keeper(cuda=True)
+    stores = [connect(0), connect(1)]
+    _both(lambda r: stores[r].set(f"0/symm/0/{r}", b"\x07" * 40))  # the heap's first rendezvous, before the seal
+    for store in stores:
+        store.seal()
+
+    def exchange(rank):
+        store = stores[rank]
+        store.set(f"0/symm/3/{rank}", bytes([rank]) * 40)
+        store.wait([f"0/symm/3/{r}" for r in (0, 1)])  # c10d's multiGet waits, then gets
+        got = [store.get(f"0/symm/3/{r}") for r in (0, 1)]
+        if store.add("0/symm/4/num_members", 1) == 2:
+            store.set("0/symm/4/last_member", b"anything")
+        store.wait(["0/symm/4/last_member"])
+        return got
+
+    assert _both(exchange) == [[b"\x00" * 40, b"\x01" * 40]] * 2
+    assert report() == []
+
+    def writes_a_peers_entry():
+        store = connect(1)
+        store.seal()
+        store.set("0/symm/9/0", b"x")
+
+    assert _in_child(writes_a_peers_entry) == -signal.SIGKILL
+
+    def oversized():
+        store = connect(1)
+        store.seal()
+        store.set("0/symm/10/1", b"x" * (keeper.EXCHANGE_BYTES + 1))
+
+    assert _in_child(oversized) == -signal.SIGKILL
+
+    def other_size():  # entries keep the size of the prefix's first exchange
+        store = connect(1)
+        store.seal()
+        store.set("0/symm/11/1", b"x" * 41)
+
+    assert _in_child(other_size) == -signal.SIGKILL
+
+    def new_prefix():  # an "exchange" the heap never made before the seal: a payload in disguise
+        store = connect(1)
+        store.seal()
+        store.set("0/payload/1/1", b"x" * 40)
+
+    assert _in_child(new_prefix) == -signal.SIGKILL
+    assert [line["rank"] for line in report()] == [1, 1, 1, 1]
+
+
+def test_a_connection_without_the_token_is_dropped(start_keeper):
+    connect, report = start_keeper()
+    raw = socket.create_connection(("127.0.0.1", connect.port))
+    raw.sendall(json.dumps({"op": "hello", "rank": 0, "pid": os.getpid(), "token": "guessed"}).encode() + b"\n")
+    raw.settimeout(10)
+    assert raw.recv(100) == b""  # closed, nobody killed (no rank was ever known)
+    assert report()[0]["rank"] == "?"
