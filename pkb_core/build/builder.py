@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from pathlib import Path
 
 from pkb_core.contracts.verdict import Verdict
 from pkb_core.plugin.backend import BuildContext
@@ -36,7 +37,7 @@ def build(request: dict, announce=lambda message: None) -> dict:
 
     pm = worker_plugin_manager(request["backend"], CoreDefaults())
     problem = read_spec(request["problem_path"]).load()
-    _lock_down(request["run_dir"], protected_caches())
+    _lock_down(request["run_dir"], protected_caches(), request["solution"])
     state = BuildContext(device=request["device"], options=request.get("options", {}))
     try:
         check_source(pm, request["solution"])
@@ -53,13 +54,15 @@ def build(request: dict, announce=lambda message: None) -> dict:
     return {"ok": True}
 
 
-def _lock_down(run_dir, protected) -> None:
+def _lock_down(run_dir, protected, solution=None) -> None:
     """The builder's lockdown: the solution's code runs here, as the
     launcher's user, so every folder is read-only but pkb's cache (what it
     builds lands there; the calibration and the build outcomes in it stay
     read-only) and a temporary folder of its own (compilers write there; the
     solutions' folder and ``/tmp`` itself are not its to write). The run
-    directory is hidden."""
+    directory is hidden, unless the solution itself lies in it (the backend
+    reads the file, and what sits beside it, after the lockdown): it then
+    stays read-only like every other folder."""
     import atexit
     import shutil
     import tempfile
@@ -71,7 +74,8 @@ def _lock_down(run_dir, protected) -> None:
     atexit.register(shutil.rmtree, scratch, True)
     root = cache_dir()
     root.mkdir(parents=True, exist_ok=True)
-    lock_down(network=False, read_only=protected, writable=[scratch, str(root)], hidden=[run_dir])
+    inside = solution is not None and Path(solution).resolve().is_relative_to(Path(run_dir).resolve())
+    lock_down(network=False, read_only=protected, writable=[scratch, str(root)], hidden=[] if inside else [run_dir])
     os.environ["TMPDIR"] = scratch
     tempfile.tempdir = None
 

@@ -26,7 +26,7 @@ import attrs
 from pkb_core.contracts.job import Job
 from pkb_core.contracts.timing import Timing
 from pkb_core.contracts.verdict import Verdict
-from pkb_core.judge.parcel import tensor_bytes
+from pkb_core.judge.answers import combine, slot_sizes
 from pkb_core.launch.ranks import JobEnded, RankGroup
 
 
@@ -66,21 +66,6 @@ class Parcels:
                     os.unlink(os.path.join(folder, entry))
                 except OSError:
                     pass
-
-
-def slot_sizes(skeletons: list[dict]) -> list[int]:
-    """Per tensor leaf, the largest byte count over the ranks' skeletons."""
-    per_rank = [tensor_bytes(s) for s in skeletons]
-    count = max(len(sizes) for sizes in per_rank)
-    return [max((sizes[i] for sizes in per_rank if i < len(sizes)), default=0) for i in range(count)]
-
-
-def combine(answers: list[dict], label: str) -> tuple[str, str] | None:
-    """The first rank's ``(verdict, reason)`` among judge answers, else None."""
-    for rank, answer in enumerate(answers):
-        if answer.get("verdict"):
-            return answer["verdict"], f"{label} {rank}: {answer.get('reason', '')}"
-    return None
 
 
 class JobRun:

@@ -42,6 +42,7 @@ from pkb_core.contracts.timing import ModeTiming, Timing
 from pkb_core.contracts.verdict import Verdict
 from pkb_core.launch.ranks import JobEnded
 from pkb_core.machine.roofline import below_floor
+from pkb_core.judge.answers import combine, slot_sizes
 from pkb_core.judge.intervals import speedup
 from pkb_core.judge.stopping import StoppingRule, time_share
 from pkb_core.judge.timing import max_over_ranks, summarize
@@ -111,7 +112,6 @@ def unavailable_reason(run, mode: str) -> str | None:
 
 def _draw(run, name: str, round_: str, calls: int):
     """Have the judge draw ``calls`` input sets into parcels named ``name``: ``(skeletons, paths, slots)``."""
-    from pkb_core.judge.jobrun import slot_sizes
 
     paths = run.parcels.paths(name, run.nproc)
     skeletons = [a["skeleton"] for a in run._judge("pool", [{"round": round_, "k": calls, "path": p}
@@ -188,7 +188,6 @@ def _time_mode(run, mode: str, budget_s: float) -> ModeTiming:
 
 
 def _check_sample(run, answers, paths, calls, out_bytes):
-    from pkb_core.judge.jobrun import combine
 
     if out_bytes <= CHECK_ALL_BYTES:
         indices = list(range(calls))

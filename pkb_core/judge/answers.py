@@ -1,0 +1,20 @@
+"""What the launcher reads from a group's answers, shared by the trials and the timed rounds:
+the ranks' combined finding and the slot sizes of a tree over the ranks."""
+from __future__ import annotations
+
+from pkb_core.judge.parcel import tensor_bytes
+
+
+def slot_sizes(skeletons: list[dict]) -> list[int]:
+    """Per tensor leaf, the largest byte count over the ranks' skeletons."""
+    per_rank = [tensor_bytes(s) for s in skeletons]
+    count = max(len(sizes) for sizes in per_rank)
+    return [max((sizes[i] for sizes in per_rank if i < len(sizes)), default=0) for i in range(count)]
+
+
+def combine(answers: list[dict], label: str) -> tuple[str, str] | None:
+    """The first rank's ``(verdict, reason)`` among judge answers, else None."""
+    for rank, answer in enumerate(answers):
+        if answer.get("verdict"):
+            return answer["verdict"], f"{label} {rank}: {answer.get('reason', '')}"
+    return None
