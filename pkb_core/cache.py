@@ -2,7 +2,8 @@
 
 ``$PKB_CACHE_DIR`` when set, else ``$XDG_CACHE_HOME/pkb`` when that is set, else
 ``~/.cache/pkb`` (the XDG base-directory default). Backends put their own caches
-in a folder of it named after themselves (``cache_dir() / "cuda"``).
+in a folder of it named after themselves (``cache_dir() / "cuda"``); pkb's own folders
+are named here, once: :func:`calibration_dir` and :func:`builds_dir`.
 """
 from __future__ import annotations
 
@@ -19,3 +20,13 @@ def cache_dir() -> Path:
     if xdg and Path(xdg).is_absolute():  # the spec says to ignore a relative path
         return Path(xdg) / "pkb"
     return Path.home() / ".cache" / "pkb"
+
+
+def calibration_dir() -> Path:
+    """The machine's measured ceilings and noise floor (:mod:`pkb_core.machine.calibrate`)."""
+    return cache_dir() / "calibration"
+
+
+def builds_dir() -> Path:
+    """The compile phase's outcomes, by content (:mod:`pkb_core.build.phase`)."""
+    return cache_dir() / "builds"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 
-from pkb_core.launch import channel
-from pkb_core.launch.channel import LineReader
+from pkb_core.process import channel
+from pkb_core.process.channel import LineReader
 
 
 def _reader_with(data: bytes, tmp_path) -> LineReader:

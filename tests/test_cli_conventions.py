@@ -470,7 +470,7 @@ def test_tables_fit_columns(pkb_invoke, monkeypatch):
 
 
 def test_render_table_wraps_text_and_keeps_numbers():
-    from pkb_core.cli.table import render_table
+    from pkb_core.results.table import render_table
 
     text = render_table(["id", "name", "notes"], [[1, "q" * 30, "word " * 40], [22, "b", ""]], width=50)
     lines = text.splitlines()

@@ -92,8 +92,8 @@ def test_a_timing_round_trips_with_its_modes():
 
 
 def test_claimed_speedup_is_null_unless_pkb_claims_a_difference():
-    from pkb_core.judge.intervals import speedup
-    from pkb_core.judge.timing import summarize
+    from pkb_core.conduct.intervals import speedup
+    from pkb_core.conduct.intervals import summarize
     from pkb_core.results.records import job_record
     from pkb_core.contracts.job import Job
 

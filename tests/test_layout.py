@@ -4,6 +4,8 @@ import ast
 import re
 from pathlib import Path
 
+import pytest
+
 import pkb_core
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -80,11 +82,55 @@ def test_architecture_doc_lists_every_module():
     assert not missing, f"docs/architecture.md does not list: {missing}"
 
 
-def test_no_import_cycles():
-    modules = _modules(CORE)
+@pytest.mark.parametrize("package", [CORE, *sorted(p.parent for p in ROOT.glob("backends/*/pkb_*/__init__.py"))],
+                         ids=lambda p: p.name)
+def test_no_import_cycles(package):
+    """No module imports, through others, one that imports it: in pkb_core and in every backend.
+    A backend's package module is left out: it re-exports its modules as the backend's public
+    face, which its samples and helpers import by the package's name (pkb_core's imports nothing)."""
+    modules = _modules(package)
+    if package != CORE:
+        modules.pop(package.name)
     graph = {name: {other for other in _imports(path) if other in modules and other != name}
              for name, path in modules.items()}
     assert _cycles(graph) == []
+
+
+def _package(module: str) -> str | None:
+    """The subpackage of pkb_core a module belongs to (None for top-level modules)."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and (CORE / parts[1]).is_dir() else None
+
+
+def _package_graph() -> dict[str, set[str]]:
+    modules = _modules(CORE)
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        source = _package(name)
+        if source is None:
+            continue
+        targets = {_package(other) for other in _imports(path) if other in modules}
+        graph.setdefault(source, set()).update(t for t in targets if t not in (None, source))
+    for targets in list(graph.values()):
+        for target in targets:
+            graph.setdefault(target, set())
+    return graph
+
+
+def test_no_import_cycles_between_subpackages():
+    """The subpackages form layers (imports inside functions count too): a package that imports
+    another is never imported by it, directly or through others."""
+    assert _cycles(_package_graph()) == []
+
+
+def test_the_process_boundaries_show_in_the_imports():
+    """docs/trust.md's processes in the tree: the candidate's code imports nothing of the judge
+    (and the judge nothing of the candidate); what both sides run lives in harness/, which
+    imports neither; the launcher's conduct of a job imports neither side's rank."""
+    graph = _package_graph()
+    assert "judge" not in graph["candidate"] and "candidate" not in graph["judge"]
+    assert not graph["harness"] & {"judge", "candidate", "conduct", "launch"}
+    assert not graph["conduct"] & {"judge", "candidate", "launch"}
 
 
 def test_distributions_import_only_the_public_api():

@@ -1,9 +1,9 @@
-"""Parcels (pkb_core.judge.parcel) carry every tensor a problem or a solution can produce,
+"""Parcels (pkb_core.harness.parcel) carry every tensor a problem or a solution can produce,
 degenerate ones included, and read back exactly what was packed."""
 import pytest
 import torch
 
-from pkb_core.judge.parcel import UNTRUSTED, ParcelError, pack, unpack
+from pkb_core.harness.parcel import UNTRUSTED, ParcelError, pack, unpack
 
 _BASE = torch.arange(24, dtype=torch.float32).reshape(4, 6)
 

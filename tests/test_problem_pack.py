@@ -14,7 +14,7 @@ from pkb_core.problem.registry import build_registry
 PERTURBING_BACKEND = '''
 import torch
 from pkb_core.plugin.backend import BackendInfo
-from pkb_core.judge.check import leaves
+from pkb_core.harness.trees import leaves
 from pkb_core.plugin.hookspecs import hookimpl
 
 @hookimpl

@@ -142,7 +142,7 @@ def test_a_planted_bytecode_file_never_runs_for_a_solution(tmp_path):
 @ROOT_ONLY
 def test_shared_memory_folders_cannot_be_planted_and_belong_to_their_group(tmp_path, monkeypatch):
     from pkb_core.errors import PkbError
-    from pkb_core.judge.parcel import pack
+    from pkb_core.harness.parcel import pack
     from pkb_core.launch import scratch
 
     monkeypatch.setattr(scratch, "shm_root", lambda: str(tmp_path))

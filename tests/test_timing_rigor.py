@@ -12,10 +12,10 @@ import time
 import pytest
 import torch.multiprocessing as mp
 
-from pkb_core.judge.intervals import (FASTER, SAME, SLOWER, TOO_FEW, coverage, difference, median_interval,
+from pkb_core.conduct.intervals import (FASTER, SAME, SLOWER, TOO_FEW, coverage, difference, median_interval,
                                       paired_ratio_interval, relative_half_width, speedup)
-from pkb_core.judge.stopping import StoppingRule, time_share
-from pkb_core.judge.timing import summarize
+from pkb_core.conduct.stopping import StoppingRule, time_share
+from pkb_core.conduct.intervals import summarize
 
 
 # -- the interval arithmetic ---------------------------------------------------------------------
@@ -131,7 +131,7 @@ def test_time_share_splits_the_remaining_time_among_the_modes():
 def _timing(ref_samples, cand_samples, clock="device", per_round=5):
     import statistics
 
-    from pkb_core.judge.intervals import speedup as ratio
+    from pkb_core.conduct.intervals import speedup as ratio
 
     chunks = lambda xs: [statistics.median(xs[i:i + per_round]) for i in range(0, len(xs), per_round)]  # noqa: E731
     ref_rounds, cand_rounds = chunks(ref_samples), chunks(cand_samples)
@@ -231,7 +231,7 @@ def test_run_table_and_progress_show_the_reading(capsys):
 
 
 def test_noise_floor_condenses_records():
-    from pkb_core.machine.noise import condense, describe
+    from pkb_core.launch.noise import condense, describe
 
     records = [_record("a", _steady(1.0), _steady(1.0)), _record("b", _steady(2.0), _steady(2.02), problem="7_rs")]
     noise = condense(records, ("latency", "graph"))
@@ -257,9 +257,9 @@ def _barrier_worker(rank, world_size, port, run_id, results):
     import torch
     import torch.distributed as dist
 
-    from pkb_core.judge import device_barrier
-    from pkb_core.judge.barrier import StoreBarrier
-    from pkb_core.judge.timing import DeviceBarrierTimeout
+    from pkb_core.harness import device_barrier
+    from pkb_core.harness.barrier import StoreBarrier
+    from pkb_core.harness.timing import DeviceBarrierTimeout
     from pkb_core.symmetric.shm import SharedMemoryHeap
 
     store = dist.TCPStore("127.0.0.1", port, world_size, is_master=rank == 0, timeout=timedelta(seconds=120))
@@ -413,7 +413,7 @@ def test_every_timed_call_gets_its_own_fresh_input_set(tmp_path):
     import torch
 
     from pkb_core.judge.rank import JudgeRank
-    from pkb_core.judge.trees import clone
+    from pkb_core.harness.trees import clone
     from pkb_core.launch.plan import RunRequest, make_job
     from pkb_core.plugin.manager import get_plugin_manager
     from pkb_core.problem.registry import build_registry
@@ -444,7 +444,7 @@ def test_one_l2_policy_for_both_sides():
 
     import pkb_core.candidate.rank as candidate
     import pkb_core.judge.rank as judge
-    from pkb_core.judge.timing import BatchTimer
+    from pkb_core.harness.timing import BatchTimer
 
     assert candidate.BatchTimer is BatchTimer and judge.BatchTimer is BatchTimer  # the same timing code
     timer = BatchTimer(torch.device("cpu"), lambda: None)
@@ -464,7 +464,7 @@ def test_the_barrier_kernel_compiles_for_a_gpu_without_one():
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    from pkb_core.judge.barrier_kernel import kernel
+    from pkb_core.harness.barrier_kernel import kernel
 
     source = ASTSource(fn=kernel(interpreted=False),
                        signature={"pads": "i64", "counter": "*i32", "status": "*i32", "rank": "i32", "limit": "i64",

@@ -26,11 +26,12 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 from pkb_core.contracts.verdict import Verdict
-from pkb_core.launch.channel import REPLY_FD_ENV, SOURCE_CHECKED
+from pkb_core.cache import builds_dir
+from pkb_core.contracts.build import BuildResult
+from pkb_core.process.channel import REPLY_FD_ENV, SOURCE_CHECKED
 
 #: Environment variables that change what a build produces.
 KEY_ENVIRONMENT = ("TORCH_CUDA_ARCH_LIST", "CUDA_HOME", "CUDAHOSTCXX", "CXX", "PKB_NVSHMEM4PY_HOME")
@@ -38,25 +39,6 @@ KEY_ENVIRONMENT = ("TORCH_CUDA_ARCH_LIST", "CUDA_HOME", "CUDAHOSTCXX", "CXX", "P
 BUILD_TIMEOUT_S = 600.0
 #: Memory one build may need (nvcc on torch's headers peaks near 1.5 GiB).
 BUILD_MEMORY_BYTES = 2 << 30
-
-
-@dataclass(frozen=True)
-class BuildResult:
-    """One solution's outcome in the compile phase (``message``: the compile
-    error; ``verdict``: the failed job's verdict, ``unsupported`` when the
-    solution needs what pkb cannot provide)."""
-
-    ok: bool
-    message: str = ""
-    seconds: float = 0.0
-    cached: bool = False
-    verdict: Verdict = Verdict.COMPILE_ERROR
-
-
-def cache_dir() -> Path:
-    from pkb_core.cache import cache_dir as root
-
-    return root() / "builds"
 
 
 def outcome_key(backend: str, solution: Path, device: str) -> str:
@@ -209,7 +191,7 @@ class BuildPhase:
 
     # -- the outcome cache ------------------------------------------------------------
     def _path(self, solution: str) -> Path:
-        return cache_dir() / f"{outcome_key(self.backend, Path(solution), self.device)}.json"
+        return builds_dir() / f"{outcome_key(self.backend, Path(solution), self.device)}.json"
 
     def _cached(self, solution: str) -> BuildResult | None:
         try:
@@ -237,7 +219,7 @@ def _failure_verdict(verdict) -> str:
 
 
 def _kill(proc) -> None:
-    from pkb_core.launch.sessions import kill_sessions
+    from pkb_core.process.sessions import kill_sessions
 
     kill_sessions([proc.pid])  # the compilers it started too
     proc.wait()

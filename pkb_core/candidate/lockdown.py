@@ -19,7 +19,7 @@ stopped by the kernel, with settings that cannot be reverted from inside:
     ``FIOSETOWN``/``SIOCSPGRP``: no descriptor names a process the kernel
     would signal for it (SIGIO, or any signal ``F_SETSIG`` picks);
   - ``setsid``: every child stays in the candidate's session, so the
-    launcher's stop and kill reach all of them (:mod:`pkb_core.launch.sessions`;
+    launcher's stop and kill reach all of them (:mod:`pkb_core.process.sessions`;
     process groups of their own are fine: ninja gives each compiler one);
   - ``bpf`` and ``pidfd_getfd`` (no taking another process's descriptors);
   - ``io_uring_setup``/``io_uring_enter``/``io_uring_register`` kill the
@@ -181,10 +181,9 @@ def protected_caches() -> list[str]:
     calibration (the physics floor) and the compile phase's outcomes. Made
     read-only with the run directory, so no candidate can poison a later run's
     floor or another solution's build outcome."""
-    from pkb_core.build.phase import cache_dir as builds
-    from pkb_core.machine.calibrate import cache_dir
+    from pkb_core.cache import builds_dir, calibration_dir
 
-    folders = [cache_dir() / "calibration", builds()]
+    folders = [calibration_dir(), builds_dir()]
     for folder in folders:
         folder.mkdir(parents=True, exist_ok=True)
     return [str(folder) for folder in folders]

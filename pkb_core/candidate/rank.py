@@ -5,7 +5,7 @@ backend's symmetric heap, calls the solution, and sends back what it returned
 (and what its argument buffers hold afterwards) as data. It never sees a
 reference output, never compares, and nothing it reports is a time pkb uses:
 the launcher's own clock times each of its batches from the outside
-(:mod:`pkb_core.judge.timed_rounds`). Before the solution is
+(:mod:`pkb_core.conduct.timed_rounds`). Before the solution is
 imported, the process is locked down (:mod:`pkb_core.candidate.lockdown`); a
 custom-kernel backend's processes hold only the sealed world group
 (:mod:`pkb_core.candidate.sealed`).
@@ -31,13 +31,13 @@ import torch.distributed as dist
 
 from pkb_core.contracts.job import Job
 from pkb_core.contracts.verdict import Verdict
-from pkb_core.judge.barrier import StoreBarrier
+from pkb_core.harness.barrier import StoreBarrier
 from pkb_core.errors import BackendUnavailable, CompileError, SolutionFailed, SolutionUnsupported, describe
-from pkb_core.judge.parcel import TRUSTED, pack, unpack
+from pkb_core.harness.parcel import TRUSTED, pack, unpack
 from pkb_core.problem.contract import read_spec
 from pkb_core.candidate.sealed import is_refusal
-from pkb_core.judge.timing import BatchTimer, DeviceBarrierTimeout
-from pkb_core.judge.trees import restore
+from pkb_core.harness.timing import BatchTimer, DeviceBarrierTimeout
+from pkb_core.harness.trees import restore
 
 
 class CandidateRank:
@@ -65,8 +65,8 @@ class CandidateRank:
         the ``ready`` message carries (``unsupported``: why the backend cannot
         run)."""
         from pkb_core.plugin.backend import WorkerContext
-        from pkb_core.plugin.defaults import CoreDefaults
-        from pkb_core.plugin.manager import worker_plugin_manager
+        from pkb_core.candidate.defaults import CoreDefaults
+        from pkb_core.candidate.plugin_manager import worker_plugin_manager
         from pkb_core.symmetric import default_heap
 
         self.custom_kernels = custom_kernels
@@ -74,7 +74,7 @@ class CandidateRank:
         if self.device.type == "cuda":
             torch.empty(1, device=self.device)  # the context and the allocator, now rather than in a job
         self.pm = worker_plugin_manager(backend, CoreDefaults())
-        defaults = self.pm.get_plugin("pkb_core.plugin.defaults")
+        defaults = self.pm.get_plugin("pkb_core.candidate.defaults")
         ctx = WorkerContext(rank=self.rank, world_size=self.world_size, local_rank=self.local_rank,
                             device=self.device, control_group=dist.group.WORLD, run_dir=self.run_dir,
                             options=options, store=self.store, run_id=self.run_id, barrier=self.harness_barrier)
@@ -99,11 +99,11 @@ class CandidateRank:
         collective). Its flags live in an allocation of the core's heap made
         for it alone, never one the solution is handed, whatever heap the
         backend gives the solution; the timing code is the judge's
-        (:mod:`pkb_core.judge.timing`), so both sides align the same way."""
+        (:mod:`pkb_core.harness.timing`), so both sides align the same way."""
         if self.aligned:
             return
         self.aligned = True
-        from pkb_core.judge import device_barrier
+        from pkb_core.harness import device_barrier
 
         barrier, note = device_barrier.create(lambda: self.core_heap, self.device, store=self.store, rank=self.rank,
                                               world_size=self.world_size, local_world_size=self.local_world_size)
@@ -254,7 +254,7 @@ class CandidateRank:
                 "alignment": self.timer.alignment}
 
     def on_profile(self, path):
-        from pkb_core.judge.profiling import profile_calls
+        from pkb_core.harness.profiling import profile_calls
 
         return {"summary": profile_calls(self.calls[0], device=self.device, calls=5, trace_path=path)}
 

@@ -12,7 +12,7 @@ NCCL or gloo communicator to reach, and after :func:`pkb_core.candidate.lockdown
 no new one can be built (both need new TCP connections).
 
 ``dist.barrier()`` keeps working: :func:`install_barrier` replaces it with
-a :class:`pkb_core.judge.barrier.StoreBarrier`, a host barrier counted by the group's store keeper
+a :class:`pkb_core.harness.barrier.StoreBarrier`, a host barrier counted by the group's store keeper
 (:mod:`pkb_core.launch.keeper`: barriers are all it serves after the lockdown) that first waits
 for this rank's device work (the ordering NCCL's barrier gives) and reports
 each call to the launcher, which counts them in the record. That is a service
@@ -49,7 +49,7 @@ def register_backend() -> None:
 
 
 def install_barrier(barrier) -> None:
-    """Make ``torch.distributed.barrier`` ``barrier`` (a :class:`pkb_core.judge.barrier.StoreBarrier`)
+    """Make ``torch.distributed.barrier`` ``barrier`` (a :class:`pkb_core.harness.barrier.StoreBarrier`)
     in this process."""
     import torch.distributed as dist
     import torch.distributed.distributed_c10d as c10d

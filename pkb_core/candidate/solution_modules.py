@@ -6,7 +6,7 @@ compile_cuda_extension``). A backend declares, as data on its
 :class:`~pkb_core.plugin.backend.BackendInfo`, which such names it serves and from
 which of its own modules (``solution_modules``), and which names it knows but
 cannot serve, with the reason (``unsupported_modules``). Nothing is installed
-into site-packages: in a worker process (:func:`pkb_core.plugin.manager.worker_plugin_manager`)
+into site-packages: in a worker process (:func:`pkb_core.candidate.plugin_manager.worker_plugin_manager`)
 the backend's declarations are handed to :func:`provide`, which puts one
 finder on ``sys.meta_path``. The finder answers only imports made while a
 solution's code is on the stack (a frame of a module loaded by

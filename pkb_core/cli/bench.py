@@ -25,7 +25,7 @@ import click
 from pkb_core.contracts.verdict import Verdict
 from pkb_core.errors import NothingSelected, PkbError
 from pkb_core.plugin.reference_backend import NAME as REFERENCE
-from pkb_core.cli.table import render_table
+from pkb_core.results.table import render_table
 
 DEFAULT_SIZES = "4K,64K,256K,1M,8M,64M,256M"
 _UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
@@ -83,12 +83,13 @@ def bench(pm, problems, backend, solutions, sizes, nproc, dtype, trials, warmup,
     from pkb_core.machine.calibrate import calibrate
     from pkb_core.machine.device import detect_device, device_count
     from pkb_core.launch.launcher import run_jobs
-    from pkb_core.launch.plan import (ITEMSIZE, RunRequest, device_defaults, launch_settings, pair_solutions,
-                                      plan_jobs, skip_recorded)
+    from pkb_core.contracts.dtypes import ITEMSIZE
+    from pkb_core.launch.plan import (RunRequest, device_defaults, launch_settings, pair_solutions, plan_jobs,
+                                      skip_recorded)
     from pkb_core.plugin.manager import get_backend_info
     from pkb_core.problem.registry import build_registry, require_problems
     from pkb_core.results.records import append_record, job_record
-    from pkb_core.results.reporter import Reporter
+    from pkb_core.plugin.reporter import Reporter
     from pkb_core.cli.progress import JobProgress
     from pkb_core.cli.run import CPU_TIMING_NOTE, FAILING, skipping_notice, writable_paths
 

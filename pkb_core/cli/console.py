@@ -1,6 +1,6 @@
 """Terminal output of titled tables: ``rich`` on a terminal, plain text otherwise.
 
-Plain text (:func:`pkb_core.cli.table.render_table`) is used whenever stdout is not
+Plain text (:func:`pkb_core.results.table.render_table`) is used whenever stdout is not
 a TTY, ``rich`` is not installed, or ``PKB_PLAIN`` is set, so pipes, files and
 tests always see the same stable text. Both forms show the same cells, and
 neither is wider than the terminal (or ``$COLUMNS`` when set): long cells wrap.
@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import click
 
-from pkb_core.cli.table import AUTO, format_cell, numeric_column, render_table
+from pkb_core.results.table import AUTO, format_cell, numeric_column, render_table
 from pkb_core.contracts.verdict import Verdict
 
 #: Verdict colours in rich tables.

@@ -96,7 +96,8 @@ def _tolerance(pm, problem_key):
 
 def describe_payload(payload: dict, tolerance=None, n_values: int = 6) -> list[str]:
     """Lines describing one rank's saved outputs and their differences."""
-    from pkb_core.judge.check import compare, leaves
+    from pkb_core.harness.trees import leaves
+    from pkb_core.judge.check import compare
 
     lines = []
     for part in ("candidate", "reference", "inputs"):

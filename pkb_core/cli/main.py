@@ -18,7 +18,7 @@ from pkb_core.cli.config import add_option_envvars, command_defaults, default_ma
 from pkb_core.errors import PkbError
 from pkb_core.plugin.manager import backend_infos, get_plugin_manager
 from pkb_core.problem.registry import build_registry
-from pkb_core.cli.table import render_table
+from pkb_core.results.table import render_table
 
 
 #: Commands that live in modules of their own ("module:attribute"), imported
@@ -219,10 +219,10 @@ def build_cli(pm) -> click.Group:
         """Measure this machine's link, memory and matmul rates and its timing noise floor (cached per machine)."""
         import attrs
 
-        from pkb_core.machine.calibrate import cache_dir, cache_path, calibrate as measure, machine_key, \
-            save_calibration
+        from pkb_core.cache import calibration_dir
+        from pkb_core.machine.calibrate import cache_path, calibrate as measure, machine_key, save_calibration
         from pkb_core.machine.device import detect_device
-        from pkb_core.machine.noise import describe, measure_noise_floor
+        from pkb_core.launch.noise import describe, measure_noise_floor
 
         device = detect_device(device)
         result = measure(device, force=force)
@@ -230,7 +230,7 @@ def build_cli(pm) -> click.Group:
             problems = tuple(p.strip() for p in noise_problems.split(",") if p.strip())
             result = attrs.evolve(result, noise_floor=measure_noise_floor(
                 device, problems=problems, nproc=nproc, iters=noise_iters,
-                run_dir=cache_dir() / "calibration" / f"{machine_key(device)}-noise"))
+                run_dir=calibration_dir() / f"{machine_key(device)}-noise"))
             save_calibration(device, result)
         if json_:
             click.echo(json.dumps(result.to_json(), indent=2))

@@ -6,7 +6,7 @@ import json
 import click
 
 from pkb_core.machine.hardware import hardware_choices
-from pkb_core.problem.describe import PRECISIONS
+from pkb_core.contracts.dtypes import PRECISIONS
 
 
 def prompt_options(command):

@@ -16,7 +16,7 @@ from pkb_core.cli.progress import JobProgress
 from pkb_core.launch.plan import TIMING_DEFAULTS
 from pkb_core.results.records import append_record, job_record
 from pkb_core.contracts.verdict import FAILING, Verdict
-from pkb_core.cli.table import render_table
+from pkb_core.results.table import render_table
 from pkb_core.plugin.hookspecs import hookimpl
 
 
@@ -85,7 +85,7 @@ def run(pm, problems, backend, solution, solutions, nproc, nnodes, node_rank, rd
                                       skip_recorded)
     from pkb_core.plugin.manager import get_backend_info
     from pkb_core.problem.registry import build_registry, require_problems
-    from pkb_core.results.reporter import Reporter
+    from pkb_core.plugin.reporter import Reporter
 
     if profile and not measure_perf:
         raise click.UsageError("--profile needs --measure-perf (it profiles timed calls)")
@@ -241,7 +241,7 @@ def dropped_notice(dropped, backend, solutions) -> str:
 
 
 def _timing_modes(text) -> tuple:
-    from pkb_core.judge.timing import MODES
+    from pkb_core.harness.timing import MODES
 
     if isinstance(text, (list, tuple)):  # a TOML array
         text = ",".join(map(str, text))

@@ -43,6 +43,6 @@ class Calibration(Contract):
     device: str = ""
     torch: str = ""
     datetime: str = ""
-    #: The reference timed against itself (:mod:`pkb_core.machine.noise`), once measured.
+    #: The reference timed against itself (:mod:`pkb_core.launch.noise`), once measured.
     noise_floor: dict | None = optional()
     extra: dict = attrs.field(factory=dict)

@@ -1,7 +1,7 @@
 """A job's timing, as the launcher measures it and as its record keeps it (``stats``).
 
-Built by :mod:`pkb_core.judge.timed_rounds` from the rounds of every timing
-mode (:mod:`pkb_core.judge.timing`, :mod:`pkb_core.judge.intervals`,
+Built by :mod:`pkb_core.conduct.timed_rounds` from the rounds of every timing
+mode (:mod:`pkb_core.harness.timing`, :mod:`pkb_core.conduct.intervals`,
 :mod:`pkb_core.machine.roofline`); read by
 reports, plots, ``pkb compare`` and the noise floor. Every time is in ms.
 docs/timing.md says what each number means. Read leniently (``UNKNOWN =
@@ -42,6 +42,11 @@ class SideStats(Contract):
     #: How many values the interval came from (rounds).
     ci_units: int | None = optional()
     extra: dict = attrs.field(factory=dict)
+
+
+#: What a speedup reads as (:attr:`Speedup.difference`): its 95 % interval lies above 1.0, below it,
+#: or contains it (pkb_core.conduct.intervals decides).
+FASTER, SLOWER, SAME = "faster", "slower", "no measurable difference"
 
 
 @attrs.frozen(kw_only=True)
@@ -110,7 +115,7 @@ class ModeTiming(Contract):
     reference: SideStats | None = optional()
     candidate: SideStats | None = optional()
     speedup: Speedup | None = optional()
-    #: ``precise``, ``cap`` or ``time`` (:mod:`pkb_core.judge.stopping`).
+    #: ``precise``, ``cap`` or ``time`` (:mod:`pkb_core.conduct.stopping`).
     stopped: str | None = optional()
     #: Rounds timed.
     batches: int | None = optional()

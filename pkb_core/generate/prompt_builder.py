@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from pkb_core.plugin.backend_prompt import BackendPrompt
 from pkb_core.errors import PkbError
 from pkb_core.machine.hardware import resolve_hardware
-from pkb_core.problem.describe import PRECISIONS, describe_inputs
+from pkb_core.contracts.dtypes import PRECISIONS
+from pkb_core.problem.describe import describe_inputs
 from pkb_core.plugin.manager import get_backend_info
 from pkb_core.generate.prompt_template import PromptTemplate, load_template
 

@@ -1,1 +1,3 @@
-"""The judge: reference runs, output comparison, timing from the launcher's clock and the conduct of one job between the judge and candidate rank groups."""
+"""The judge: the ranks that hold the run's secret, draw every input, run the problem's
+reference with a real process group and compare a candidate's outputs, read as data. It never
+imports candidate code, and a candidate's processes import nothing of it."""

@@ -21,6 +21,8 @@ import math
 
 import torch
 
+from pkb_core.harness.trees import leaves
+
 #: Default tolerances per floating dtype: (rtol, atol as a fraction of max|ref|).
 DEFAULT_TOLERANCE = {
     torch.float64: (1e-9, 1e-12),
@@ -29,18 +31,6 @@ DEFAULT_TOLERANCE = {
     torch.bfloat16: (2e-2, 1e-2),
 }
 _FP8 = {getattr(torch, n) for n in ("float8_e4m3fn", "float8_e5m2") if hasattr(torch, n)}
-
-
-def leaves(value, path="out"):
-    """Yield ``(path, leaf)`` of a nested tuple/list/dict structure (dicts in key order)."""
-    if isinstance(value, (list, tuple)) and not isinstance(value, torch.Size):
-        for i, item in enumerate(value):
-            yield from leaves(item, f"{path}[{i}]")
-    elif isinstance(value, dict):
-        for key in sorted(value, key=repr):
-            yield from leaves(value[key], f"{path}[{key!r}]")
-    else:
-        yield path, value
 
 
 def structure(value):

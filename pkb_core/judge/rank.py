@@ -4,7 +4,7 @@ One judge process per rank serves a whole launch (every job of one backend and
 world size). It never imports candidate code and nothing in it is patched: it
 holds the run secret, draws every input, runs the problem's reference with a
 real process group (NCCL on GPU, gloo on CPU), reads what a candidate sent back
-as data (:mod:`pkb_core.judge.parcel`), compares it and times the reference. Its
+as data (:mod:`pkb_core.harness.parcel`), compares it and times the reference. Its
 answers go to the launcher, which combines the ranks' verdicts and writes the
 record. See docs/trust.md for why it is built this way.
 
@@ -35,13 +35,14 @@ import torch
 
 from pkb_core.contracts.job import Job
 from pkb_core.contracts.verdict import Verdict
-from pkb_core.judge.check import compare, leaves
-from pkb_core.judge.parcel import TRUSTED, UNTRUSTED, ParcelError, pack, unpack
+from pkb_core.contracts.dtypes import torch_dtype
+from pkb_core.judge.check import compare
+from pkb_core.harness.trees import leaves
+from pkb_core.harness.parcel import TRUSTED, UNTRUSTED, ParcelError, pack, unpack
 from pkb_core.problem.contract import RunContext, read_spec
-from pkb_core.judge.timing import BatchTimer
-from pkb_core.judge.trees import clone, identical, restore
+from pkb_core.harness.timing import BatchTimer
+from pkb_core.harness.trees import clone, identical, restore
 
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16, "fp64": torch.float64}
 #: Trials whose ``ctx.exact()`` draws use every mantissa bit: odd ones, or the
 #: only one (see :meth:`pkb_core.problem.contract.RunContext.exact`).
 EXACT_TOLERANCE = {"rtol": 0.0, "atol": 0.0}
@@ -77,7 +78,7 @@ class JudgeRank:
     def context(self, trial, full_mantissa=False) -> RunContext:
         job = self.job
         return RunContext(rank=self.rank, world_size=self.world_size, device=self.device,
-                          dtype=DTYPES[job.dtype], size=job.size, params=job.params, trial=trial,
+                          dtype=torch_dtype(job.dtype), size=job.size, params=job.params, trial=trial,
                           secret=self.job_secret, problem_key=self.problem.spec.key, groups=self.groups,
                           full_mantissa=full_mantissa)
 
@@ -220,8 +221,8 @@ class JudgeRank:
         if self.aligned:
             return
         self.aligned = True
-        from pkb_core.judge import device_barrier
-        from pkb_core.judge.barrier import StoreBarrier
+        from pkb_core.harness import device_barrier
+        from pkb_core.harness.barrier import StoreBarrier
         from pkb_core.symmetric import default_heap
 
         def heap():
@@ -334,7 +335,7 @@ class JudgeRank:
         return {"clocks": read_clocks(self.device)}
 
     def on_profile(self, path):
-        from pkb_core.judge.profiling import profile_calls
+        from pkb_core.harness.profiling import profile_calls
 
         calls = self._calls()
         return {"summary": profile_calls(calls[0], device=self.device, calls=5, trace_path=path)}

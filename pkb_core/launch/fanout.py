@@ -106,7 +106,7 @@ class ExecutorOptions:
     def run(self, jobs: list, settings, reporter=None) -> list:
         """Run ``jobs`` here (``local``) or as shards through the engine (each
         shard builds its solutions on its node); the records they got, each
-        reported to ``reporter`` (:class:`pkb_core.results.reporter.Reporter`)
+        reported to ``reporter`` (:class:`pkb_core.plugin.reporter.Reporter`)
         as it is made or read back."""
         if self.name == "local":
             from pkb_core.launch.launcher import run_jobs
@@ -313,10 +313,10 @@ def engine_message(error: BaseException) -> str:
 
 class RecordTail:
     """Reads ``records.jsonl`` as it grows, keeps the records of ``keys`` and reports
-    each once (``reporter``: :class:`pkb_core.results.reporter.Reporter`)."""
+    each once (``reporter``: :class:`pkb_core.plugin.reporter.Reporter`)."""
 
     def __init__(self, run_dir: Path, keys: set, reporter=None):
-        from pkb_core.results.reporter import Reporter
+        from pkb_core.plugin.reporter import Reporter
 
         self.path, self.keys, self.reporter = Path(run_dir) / RECORDS, keys, reporter or Reporter()
         self.announced: set = set()

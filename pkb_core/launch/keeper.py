@@ -67,7 +67,7 @@ EXCHANGES = 512
 VOTES = 8
 #: Barriers that may wait open at once (a rank running ahead of its peers).
 OPEN_BARRIERS = 4096
-#: The barrier namespaces of the harness (:class:`pkb_core.judge.barrier.StoreBarrier` prefixes).
+#: The barrier namespaces of the harness (:class:`pkb_core.harness.barrier.StoreBarrier` prefixes).
 NAMESPACES = ("pkb-harness", "pkb-timing", "pkb-barrier", "pkb-agree")
 #: Extra address space the keeper may use beyond what it holds when it starts.
 MEMORY_HEADROOM = 256 << 20

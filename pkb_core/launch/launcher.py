@@ -7,7 +7,7 @@ processes that is thrown away with the job: nothing a candidate leaves in its
 processes reaches another job, and a sticky CUDA error ends only its own job.
 The next job's candidate processes start while the current job runs, so their
 start-up (Python, torch, the CUDA context) is off the critical path. The
-launcher itself conducts each job (:mod:`pkb_core.judge.jobrun`), turns hangs,
+launcher itself conducts each job (:mod:`pkb_core.conduct.jobrun`), turns hangs,
 crashes and errors into verdicts (:mod:`pkb_core.launch.ranks`) and is the only
 process that writes records. The judge's group gets a c10d store served from
 this process; a candidate group's store is served inside the candidate's own
@@ -31,7 +31,7 @@ from pkb_core.contracts.verdict import Verdict
 from pkb_core.plugin.preload import preload_environment
 from pkb_core.errors import PkbError, describe
 from pkb_core.results.records import append_record, job_record, read_records
-from pkb_core.results.reporter import Reporter
+from pkb_core.plugin.reporter import Reporter
 
 #: Seconds a group of worker processes may take to start (imports, CUDA context, store).
 STARTUP_TIMEOUT_S = 180.0
@@ -44,7 +44,7 @@ def run_jobs(jobs: list[Job], settings: LaunchSettings, reporter: Reporter | Non
     """Build (:mod:`pkb_core.build.phase`), then run, ``jobs`` and return the records
     they got, in the order they were made. A job whose solution failed to build gets
     its ``compile-error`` record without a launch. Each record is written, then
-    reported (``reporter``, :mod:`pkb_core.results.reporter`); the run stops between
+    reported (``reporter``, :mod:`pkb_core.plugin.reporter`); the run stops between
     jobs when an observer asks.
 
     :param skip_recorded: leave out the jobs the run directory already records (a
@@ -94,48 +94,6 @@ def compile_phase(jobs: list[Job], settings: LaunchSettings,
             records.append(record)
             reporter.job(record)
     return built, records
-
-
-class _Store:
-    """A c10d store served by this process for one group of workers.
-
-    :param host: how the workers reach this machine (another node's workers too).
-    """
-
-    def __init__(self, world_size: int, host: str = "127.0.0.1"):
-        from datetime import timedelta
-
-        import torch.distributed as dist
-
-        self.store = dist.TCPStore(host, 0, world_size, is_master=True, wait_for_workers=False,
-                                   timeout=timedelta(seconds=STARTUP_TIMEOUT_S))
-        self.address = f"{host}:{self.store.port}"
-
-
-class _KeeperSocket:
-    """The listening socket of a candidate group's store keeper, made here and
-    handed to the group's rank 0 (which forks the keeper), and the pipe on which
-    the keeper reports what it refused.
-
-    :param host: how the workers reach this machine (another node's workers too).
-    """
-
-    def __init__(self, host: str = "127.0.0.1"):
-        import socket
-
-        self.listen = socket.create_server((host, 0), backlog=128)
-        self.address = f"{host}:{self.listen.getsockname()[1]}"
-        self.token = secrets.token_hex(16)
-        self.report_read, self.report_write = os.pipe()
-        os.set_blocking(self.report_read, False)
-
-    def fds(self) -> tuple[int, int]:
-        return self.listen.fileno(), self.report_write
-
-    def handed_over(self) -> None:
-        """Close this process's copies: the keeper holds the socket now."""
-        self.listen.close()
-        os.close(self.report_write)
 
 
 class Launch:
@@ -212,10 +170,13 @@ class Launch:
         return new_sandbox_uid(set(self._uids.values())) if can_switch_user() else None
 
     def _start(self, role: str, run_id: str = ""):
-        from pkb_core.launch.ranks import GROUP_ENV, RankGroup, Zygotes
+        from pkb_core.launch.ranks import RankGroup
+        from pkb_core.launch.stores import JudgeStore, KeeperSocket
+        from pkb_core.launch.zygotes import GROUP_ENV, Zygotes
 
         settings = self.settings
-        store = _Store(settings.world_size, self.store_host) if role == "judge" else _KeeperSocket(self.store_host)
+        store = (JudgeStore(settings.world_size, self.store_host, STARTUP_TIMEOUT_S) if role == "judge"
+                 else KeeperSocket(self.store_host))
         if role == "judge":  # names the judge's shared-memory heap segments (CPU), apart from any candidate's
             run_id = f"{self.launch_id}-judge{self._groups + 1}"
         uid = self._sandbox_uid() if role == "candidate" else None
@@ -276,7 +237,7 @@ class Launch:
 
     def run(self, pending: list[Job]) -> list[Record]:
         """Run ``pending`` in order (until an observer stops the run); the records made."""
-        from pkb_core.launch.ranks import JobEnded
+        from pkb_core.contracts.outcome import JobEnded
 
         judges = spare = None
         try:
@@ -325,7 +286,7 @@ class Launch:
         """Wait for the next job's candidate group before timing starts (so its
         start does not disturb the timed rounds). Its failure is the next job's,
         not this one's: noted, and that job starts a fresh group."""
-        from pkb_core.launch.ranks import JobEnded
+        from pkb_core.contracts.outcome import JobEnded
 
         if spare is None or spare.start_failed:
             return
@@ -336,9 +297,9 @@ class Launch:
 
     def _run_one(self, job, index, run_id, judges, candidates, spare):
         """One job; returns the judge group to go on with (a new one if it failed)."""
-        from pkb_core.judge.jobrun import JobRun, JudgeFailed, Outcome, Parcels
+        from pkb_core.conduct.jobrun import JobRun, JudgeFailed, Parcels
+        from pkb_core.contracts.outcome import JobEnded, Outcome
         from pkb_core.problem.contract import read_spec
-        from pkb_core.launch.ranks import JobEnded
 
         started = time.time()
         parcels = Parcels(os.path.join(self.scratch.path, run_id))

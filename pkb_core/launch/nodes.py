@@ -25,10 +25,11 @@ import signal
 import socket
 import time
 
-from pkb_core.launch.channel import LineReader
+from pkb_core.process.channel import LineReader
 from pkb_core.errors import PkbError
-from pkb_core.launch.ranks import GROUP_ENV, RankGroup, Zygotes, _Worker
-from pkb_core.launch.sessions import cpu_ms_during, signal_sessions
+from pkb_core.launch.ranks import RankGroup, _Worker
+from pkb_core.launch.zygotes import GROUP_ENV, Zygotes
+from pkb_core.process.sessions import cpu_ms_during, signal_sessions
 
 #: Environment entries the conductor sends along with a group (the rest, the run directory
 #: included, is the node's own).

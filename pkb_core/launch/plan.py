@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pkb_core.contracts.batch import LaunchSettings
+from pkb_core.contracts.dtypes import ITEMSIZE  # noqa: F401 - planning names it with the sizes
 from pkb_core.contracts.job import Job, job_slug
 from pkb_core.errors import NothingSelected, PkbError
 
@@ -97,11 +98,9 @@ def pair_solutions(request: RunRequest, registry, info, dropped: list | None = N
 
 
 #: Per size, when not given: warm-up calls, then the least and the most timed calls per side and
-#: mode (``--min-iters``, ``--iters``); the stopping rule picks in between (pkb_core/judge/stopping.py).
+#: mode (``--min-iters``, ``--iters``); the stopping rule picks in between (pkb_core/conduct/stopping.py).
 TIMING_DEFAULTS = {"tiny": (3, 10, 20), "default": (500, 100, 1000), "large": (50, 50, 200)}
 
-#: Bytes per element of the working dtypes a job may name.
-ITEMSIZE = {"fp32": 4, "bf16": 2, "fp16": 2, "fp64": 8}
 
 
 def make_job(request: RunRequest, spec, solution, label, params=None) -> Job:

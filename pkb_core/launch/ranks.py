@@ -15,11 +15,11 @@ its peers hang ends after a short grace as ``error``; a process that dies is
 process of every rank's session with SIGSTOP/SIGCONT. The launcher freezes a
 candidate whenever it is not its turn, so nothing it left running on the host
 (a thread, a child) can run while the judge works or the reference is timed.
-A candidate cannot leave its session (:mod:`pkb_core.launch.sessions`).
+A candidate cannot leave its session (:mod:`pkb_core.process.sessions`).
 
 Where the processes come from: the judge's are spawned (``python -m
 pkb_core.launch.worker judge``); a candidate's are forked by the launch's
-:class:`Zygotes` (:mod:`pkb_core.launch.zygote`); ranks on other nodes are reached
+:class:`pkb_core.launch.zygotes.Zygotes` (:mod:`pkb_core.launch.zygote`); ranks on other nodes are reached
 through :class:`pkb_core.launch.nodes.Conductor`.
 """
 from __future__ import annotations
@@ -29,15 +29,14 @@ import os
 import secrets
 import selectors
 import signal
-import socket
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 from pkb_core.contracts.verdict import Verdict
-from pkb_core.launch.channel import REPLY_FD_ENV, LineReader
-from pkb_core.launch.sessions import cpu_ms_during, kill_sessions, signal_pids, signal_sessions
+from pkb_core.contracts.outcome import JobEnded
+from pkb_core.process.channel import REPLY_FD_ENV, LineReader
+from pkb_core.process.sessions import cpu_ms_during, kill_sessions, signal_pids, signal_sessions
 
 #: Seconds to wait, after one rank reported an error, for the others to answer.
 ERROR_GRACE_S = 10.0
@@ -45,18 +44,6 @@ ERROR_GRACE_S = 10.0
 DEATH_GRACE_S = 1.0
 #: Characters of a rank's error text a verdict's reason keeps.
 REASON_CHARS = 4000
-#: The environment a zygote's child gets per group: its store, its name, its
-#: shared-memory folder and its user (:mod:`pkb_core.launch.scratch`).
-GROUP_ENV = ("PKB_STORE", "PKB_STORE_TOKEN", "PKB_RUN_ID", "PKB_SHM_DIR", "PKB_SANDBOX_UID")
-
-
-class JobEnded(Exception):
-    """The job cannot go on: ``verdict`` and ``reason`` are its record's."""
-
-    def __init__(self, verdict: str, reason: str):
-        super().__init__(f"{verdict}: {reason}")
-        self.verdict = verdict
-        self.reason = reason
 
 
 class _Worker:
@@ -338,128 +325,3 @@ class _Popen:
             return self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             return None
-
-
-class _Forked:
-    """A zygote's child: its exit status comes from the zygote, which reaped it."""
-
-    def __init__(self, zygote: "_Zygote", pid: int):
-        self.zygote = zygote
-        self.pid = pid
-
-    def poll(self):
-        self.zygote.read_exits()
-        return self.zygote.exits.get(self.pid)
-
-    def wait(self, timeout):
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
-            code = self.poll()
-            if code is not None:
-                return code
-            time.sleep(0.01)
-        return None
-
-
-class _Zygote:
-    """One rank's fork server process (:mod:`pkb_core.launch.zygote`) and its control socket."""
-
-    def __init__(self, rank: int, local: int, world_size: int, env: dict, log):
-        self.sock, child = socket.socketpair()
-        env = dict(env, RANK=str(rank), LOCAL_RANK=str(local), WORLD_SIZE=str(world_size),
-                   PKB_ZYGOTE_FD=str(child.fileno()))
-        self.proc = subprocess.Popen([sys.executable, "-m", "pkb_core.launch.zygote"], stdout=log,
-                                     stderr=subprocess.STDOUT, env=env, pass_fds=(child.fileno(),),
-                                     start_new_session=True)
-        child.close()
-        self.reader = LineReader(self.sock.fileno())
-        self.exits: dict = {}
-        self.pending: list = []
-        self.ready = False
-        #: Why the backend cannot run in this group, as its processes said when ready (None: it can).
-        self.unsupported = None
-
-    def _wait_for(self, deadline: float, want) -> dict:
-        """Read until a message satisfying ``want`` arrives (recording exits on the way)."""
-        while True:
-            for message in self.pending:
-                if want(message):
-                    self.pending.remove(message)
-                    return message
-            remaining = deadline - time.monotonic()
-            if remaining <= 0 or self.reader.closed:
-                code = self.proc.poll()
-                raise JobEnded(Verdict.ERROR, "a zygote (the fork server of the candidate's processes) "
-                                        + ("did not answer" if code is None else f"exited with status {code}"))
-            with selectors.DefaultSelector() as waiting:
-                waiting.register(self.sock.fileno(), selectors.EVENT_READ)
-                waiting.select(timeout=min(remaining, 1.0))
-            self._take(self.reader.read_messages())
-
-    def _take(self, messages):
-        for message in messages:
-            if "exited" in message:
-                self.exits[message["exited"]] = message["code"]
-            else:
-                self.pending.append(message)
-
-    def read_exits(self):
-        self._take(self.reader.read_messages())
-
-    def fork(self, env: dict, fds: list, deadline: float) -> int:
-        """A new child with ``fds``: its standard input, its reply pipe, its standard output and error,
-        then (global rank 0 only) its group's store keeper's listening socket and report pipe."""
-        if not self.ready:
-            self._wait_for(deadline, lambda m: "ready" in m)
-            self.ready = True
-        socket.send_fds(self.sock, [json.dumps({"env": env}).encode() + b"\n"], fds)
-        return self._wait_for(deadline, lambda m: "pid" in m)["pid"]
-
-
-class Zygotes:
-    """The fork servers of one launch on this node, one per local rank (see :mod:`pkb_core.launch.zygote`).
-
-    :param ranks: this node's global ranks, in local-rank order.
-    """
-
-    def __init__(self, ranks, world_size: int, *, env: dict, log_path: Path, startup_s: float):
-        self.ranks = list(ranks)
-        self.world_size = world_size
-        self.startup_s = startup_s
-        self.log = open(log_path, "ab")
-        self.zygotes = [_Zygote(rank, local, world_size, env, self.log) for local, rank in enumerate(self.ranks)]
-
-    def fork_workers(self, env: dict, log_path: Path | None = None, keeper_fds=()) -> list:
-        """One fresh candidate process per local rank.
-
-        :param log_path: the group's own log, its processes' standard output
-            and error (else the launch log): a candidate writes no other
-            job's log, nor the launch's.
-        :param keeper_fds: the group's store keeper's listening socket and report
-            pipe; they go to global rank 0, which forks the keeper
-            (:mod:`pkb_core.launch.keeper`)."""
-        workers = []
-        log_fd = os.open(log_path or self.log.name, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
-        for local, (rank, zygote) in enumerate(zip(self.ranks, self.zygotes)):
-            child_stdin, stdin = os.pipe()
-            reply_read, reply_write = os.pipe()
-            try:
-                pid = zygote.fork(dict(env, RANK=str(rank), LOCAL_RANK=str(local), WORLD_SIZE=str(self.world_size)),
-                                  [child_stdin, reply_write, log_fd, *(keeper_fds if rank == 0 else ())],
-                                  time.monotonic() + self.startup_s)
-            finally:
-                os.close(child_stdin)
-                os.close(reply_write)
-            workers.append(_Worker(rank, _Forked(zygote, pid), os.fdopen(stdin, "wb"), reply_read))
-        os.close(log_fd)
-        return workers
-
-    def stop(self) -> None:
-        for zygote in self.zygotes:
-            zygote.sock.close()
-            try:
-                os.killpg(zygote.proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-            zygote.proc.wait()
-        self.log.close()

@@ -2,7 +2,7 @@
 
 The launcher starts the processes itself (no torchrun): each gets its rank,
 world size and local rank in the environment, its commands on standard input
-and a reply pipe (:mod:`pkb_core.launch.channel`); standard output and error go to the
+and a reply pipe (:mod:`pkb_core.process.channel`); standard output and error go to the
 launch log (the judge's) or the job's own log (a candidate's: ``logs/job-<run
 id>.log``). A worker first imports torch (after any libraries its backend
 preloads), picks its device, connects to its group's c10d store (the judge's: served by
@@ -93,7 +93,7 @@ def _candidate_store(host: str, port: int, world_size: int, timeout):
 
 def serve(channel, handler) -> None:
     """Answer commands until ``exit`` (or the launcher closes the pipe)."""
-    from pkb_core.launch.channel import ChannelClosed
+    from pkb_core.process.channel import ChannelClosed
     from pkb_core.errors import SolutionFailed, describe
 
     while True:
@@ -121,7 +121,7 @@ def main(argv=None) -> int:
     if role == "candidate":
         import_torch_after_preloads()  # a backend's own build of a library must load before torch's
         start_keeper()
-    from pkb_core.launch.channel import WorkerChannel
+    from pkb_core.process.channel import WorkerChannel
 
     channel = WorkerChannel()
     rank, world_size, local_rank, device, timeout, dist = _connect(os.environ["PKB_DEVICE_TYPE"])
@@ -132,7 +132,7 @@ def main(argv=None) -> int:
         store = dist.TCPStore(host, int(port), world_size, is_master=False, timeout=timeout)
     run_dir = Path(os.environ["PKB_RUN_DIR"])
     if role == "judge":
-        from pkb_core.judge.barrier import StoreBarrier
+        from pkb_core.harness.barrier import StoreBarrier
         from pkb_core.judge.rank import JudgeRank
         from pkb_core.candidate.lockdown import protect_from_peers
 

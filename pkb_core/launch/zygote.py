@@ -43,7 +43,7 @@ def _warm_imports(backend: str) -> None:
     try:
         import triton  # noqa: F401 - most backends' solutions use it; importing initialises no device
 
-        import pkb_core.judge.barrier_kernel  # noqa: F401 - every timed candidate makes a device barrier
+        import pkb_core.harness.barrier_kernel  # noqa: F401 - every timed candidate makes a device barrier
     except Exception:  # noqa: BLE001
         pass
 

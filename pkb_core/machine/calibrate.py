@@ -9,7 +9,7 @@ the shared-memory "links" run at) and the fp32 matmul rate.
 Results are cached per machine in ``<cache>/calibration/`` (the cache is
 ``$PKB_CACHE_DIR``, else ``$XDG_CACHE_HOME/pkb``, else ``~/.cache/pkb``: :mod:`pkb_core.cache`) and reused by the physics floor and speed-of-light figures;
 nothing here is a datasheet constant. ``pkb calibrate`` also measures the
-*noise floor* (:mod:`pkb_core.machine.noise`: the reference timed against
+*noise floor* (:mod:`pkb_core.launch.noise`: the reference timed against
 itself) and caches it in the same file under ``noise_floor``.
 """
 from __future__ import annotations
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from pkb_core.cache import cache_dir
+from pkb_core.cache import calibration_dir
 from pkb_core.contracts.calibration import Calibration, Link
 from pkb_core.errors import PkbError
 
@@ -35,7 +35,7 @@ def machine_key(device: str) -> str:
 
 
 def cache_path(device: str) -> Path:
-    return cache_dir() / "calibration" / f"{machine_key(device)}.json"
+    return calibration_dir() / f"{machine_key(device)}.json"
 
 
 def load_calibration(device: str) -> Calibration | None:

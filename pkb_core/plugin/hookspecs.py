@@ -14,7 +14,7 @@ Two kinds of hooks exist:
   loaded plugin (backends, problem packs and ``pkb`` plugins alike).
 * **Lifecycle hooks** run on every rank of a worker launch. Exactly one backend
   plugin is registered in a worker process, so each ``firstresult`` lifecycle
-  hook has one answer. Core defaults (``pkb_core.plugin.defaults``) are registered
+  hook has one answer. Core defaults (``pkb_core.candidate.defaults``) are registered
   ``trylast`` and stand in where a backend implements nothing.
 
 No hook runs inside a timed loop: :func:`pkb_backend_launch` returns a
@@ -38,11 +38,11 @@ if TYPE_CHECKING:  # the types only: importing them here would load torch for `p
     import click
     import torch
 
-    from pkb_core.build.phase import BuildResult
+    from pkb_core.contracts.build import BuildResult
     from pkb_core.contracts.record import Record
     from pkb_core.plugin.backend import BackendInfo, BuildContext, WorkerContext
     from pkb_core.problem.contract import Problem
-    from pkb_core.results.reporter import Reporter
+    from pkb_core.plugin.reporter import Reporter
 
 hookspec = pluggy.HookspecMarker("pkb")
 hookimpl = pluggy.HookimplMarker("pkb")

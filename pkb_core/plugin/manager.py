@@ -142,18 +142,3 @@ def get_backend_info(pm, name: str):
         choices = ", ".join(sorted(infos)) or "none installed"
         raise PkbError(f"unknown backend {name!r} (choose one of: {choices})")
     return infos[name]
-
-
-def worker_plugin_manager(backend: str, defaults):
-    """A candidate process's manager: exactly the one backend, plus the core
-    defaults (``defaults``, registered as ``pkb_core.plugin.defaults``). The modules
-    the backend serves to solution files are declared for this process."""
-    from pkb_core.candidate.solution_modules import provide
-
-    pm = get_plugin_manager(backend=backend)
-    infos = backend_infos(pm)
-    if set(infos) != {backend}:
-        raise PkbError(f"worker expected backend {backend!r}, loaded {sorted(infos) or 'none'}")
-    provide(infos[backend].solution_modules, infos[backend].unsupported_modules)
-    pm.register(defaults, name="pkb_core.plugin.defaults")
-    return pm

@@ -20,9 +20,9 @@ import inspect
 from dataclasses import dataclass
 
 from pkb_core.problem.contract import RunContext
+from pkb_core.contracts.dtypes import torch_dtype
 
 #: Precision names and the torch dtype attribute each stands for.
-PRECISIONS = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 #: Fixed seed material: prompts are reproducible.
 PROMPT_SECRET = "pkb-prompt"
 
@@ -58,7 +58,7 @@ def describe_inputs(problem, *, size: str, world_size: int, precision: str) -> I
 
     spec = problem.spec
     params = spec.params(size)
-    dtype = getattr(torch, PRECISIONS[precision])
+    dtype = torch_dtype(precision)
 
     def build(rank, trial):
         ctx = OfflineContext(rank=rank, world_size=world_size, device="cpu", dtype=dtype, size=size,

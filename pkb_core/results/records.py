@@ -25,7 +25,7 @@ from pkb_core.contracts.record import Record, TimingOptions
 from pkb_core.contracts.timing import Timing
 from pkb_core.contracts.verdict import Verdict
 from pkb_core.errors import PkbError, describe
-from pkb_core.judge.intervals import FASTER, SLOWER
+from pkb_core.contracts.timing import FASTER, SLOWER
 
 RECORDS = "records.jsonl"
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import html
 
 from pkb_core import __version__
-from pkb_core.cli.table import format_cell
+from pkb_core.results.table import format_cell
 from pkb_core.contracts.verdict import VERDICTS
 
 _STYLE = """

@@ -46,10 +46,8 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
+from pkb_cuda.spec import BARRIER_CUH, DEFAULT_CFLAGS, DEFAULT_CUDA_CFLAGS  # noqa: E402
 from pkb_cuda.build import (  # noqa: E402
-    BARRIER_CUH,
-    DEFAULT_CFLAGS,
-    DEFAULT_CUDA_CFLAGS,
     cache_dir,
     cache_key,
     compile,

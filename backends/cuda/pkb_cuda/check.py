@@ -22,7 +22,7 @@ from pathlib import Path
 from pkb_core import CompileError
 
 from pkb_cuda import toolchain
-from pkb_cuda.build import BuildSpec, trim_compiler_output
+from pkb_cuda.spec import BuildSpec, trim_compiler_output
 
 # torch.utils.cpp_extension.COMMON_NVCC_FLAGS (copied so a torch without it still works).
 _TORCH_NVCC_FLAGS = ["-D__CUDA_NO_HALF_OPERATORS__", "-D__CUDA_NO_HALF_CONVERSIONS__",

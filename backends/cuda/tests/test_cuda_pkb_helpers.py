@@ -22,10 +22,11 @@ import pytest
 pytest.importorskip("pkb_cuda")
 
 from pkb_core.candidate import solution_modules  # noqa: E402
-from pkb_core.build.builder import BuildContext  # noqa: E402
+from pkb_core import BuildContext  # noqa: E402
 from pkb_core.errors import CompileError, SolutionUnsupported  # noqa: E402
 from pkb_core.candidate.solution import load_module  # noqa: E402
 
+import pkb_cuda  # noqa: E402
 from pkb_cuda import build, pkb_helpers, plugin  # noqa: E402
 
 # A PKB-style CUDA solution (written for these tests): one source with its own
@@ -161,7 +162,7 @@ def test_pkb_style_file_loads_and_builds_through_pkbs_cache(served, torch_load_i
     # PKB's load_inline call: one CUDA source with its own bindings, -O3 first.
     assert call["functions"] is None
     assert "PYBIND11_MODULE(TORCH_EXTENSION_NAME, m)" in call["cuda_sources"][0]
-    assert build.BARRIER_CUH not in call["cuda_sources"][0]  # no pkb prelude
+    assert pkb_cuda.BARRIER_CUH not in call["cuda_sources"][0]  # no pkb prelude
     assert "torch::Tensor copy" not in call["cpp_sources"][0]  # no declarations, no generated bindings
     assert call["extra_cuda_cflags"] == ["-O3", "--use_fast_math", "-lineinfo"]
     assert call["extra_include_paths"] == [str(include)]
@@ -277,8 +278,8 @@ def test_parallelkittens_files_are_unsupported_before_the_multicast_rule(tmp_pat
 
 
 def test_worker_plugin_manager_declares_the_backends_modules():
-    code = ("from pkb_core.plugin.defaults import CoreDefaults\n"
-            "from pkb_core.plugin.manager import worker_plugin_manager\n"
+    code = ("from pkb_core.candidate.defaults import CoreDefaults\n"
+            "from pkb_core.candidate.plugin_manager import worker_plugin_manager\n"
             "from pkb_core.candidate import solution_modules\n"
             "worker_plugin_manager('cuda', CoreDefaults())\n"
             "assert solution_modules.provided() == {'utils.cuda_helpers': 'pkb_cuda.pkb_helpers'}\n")

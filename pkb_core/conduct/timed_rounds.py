@@ -26,7 +26,7 @@ amortise it, a batch holds as many calls as :data:`POOL_BYTES` and the
 least :data:`MIN_ROUNDS` rounds (the fewest with a 95 % interval) whenever
 ``--iters`` allows 6 calls. The speedup is the ratio of the two sides' median
 per-call times with the distribution-free interval over the rounds' paired
-ratios (:mod:`pkb_core.judge.intervals`). The times the sides' processes report
+ratios (:mod:`pkb_core.conduct.intervals`). The times the sides' processes report
 about themselves are kept as an untrusted diagnostic (``self_reported_ms``)
 and used for nothing.
 """
@@ -40,16 +40,16 @@ import attrs
 
 from pkb_core.contracts.timing import ModeTiming, Timing
 from pkb_core.contracts.verdict import Verdict
-from pkb_core.launch.ranks import JobEnded
+from pkb_core.contracts.outcome import JobEnded
 from pkb_core.machine.roofline import below_floor
-from pkb_core.judge.answers import combine, slot_sizes
-from pkb_core.judge.intervals import speedup
-from pkb_core.judge.stopping import StoppingRule, time_share
-from pkb_core.judge.timing import max_over_ranks, summarize
+from pkb_core.conduct.answers import combine, slot_sizes
+from pkb_core.conduct.intervals import speedup
+from pkb_core.conduct.stopping import StoppingRule, time_share
+from pkb_core.conduct.intervals import max_over_ranks, summarize
 
 #: Most calls per timed batch (each on its own input set of the round's pool).
 MAX_CALLS = 50
-#: Rounds needed for a 95 % interval (:func:`pkb_core.judge.intervals.median_interval`).
+#: Rounds needed for a 95 % interval (:func:`pkb_core.conduct.intervals.median_interval`).
 MIN_ROUNDS = 6
 #: Bytes of one side's pool of inputs plus outputs, per rank, beyond which batches get fewer calls.
 POOL_BYTES = 2 << 30
@@ -69,7 +69,7 @@ def batch_calls(iters: int, set_bytes: int) -> int:
 
 
 def time_job(run) -> None:
-    """Every timing mode of ``run`` (a :class:`pkb_core.judge.jobrun.JobRun`);
+    """Every timing mode of ``run`` (a :class:`pkb_core.conduct.jobrun.JobRun`);
     sets ``run.outcome.timing``; raises :class:`JobEnded` for a flag."""
     job = run.job
     modes = {}
@@ -123,7 +123,7 @@ def _draw(run, name: str, round_: str, calls: int):
 
 def _time_mode(run, mode: str, budget_s: float) -> ModeTiming:
     """Rounds of one mode until the stopping rule says enough
-    (:mod:`pkb_core.judge.stopping`): at least ``min_iters`` calls per side
+    (:mod:`pkb_core.conduct.stopping`): at least ``min_iters`` calls per side
     and :data:`MIN_ROUNDS` rounds, at most ``iters`` calls, in between until
     both medians are known to +-1 %, or until the mode has spent ``budget_s``
     seconds."""

@@ -1,6 +1,6 @@
 """A host barrier through a c10d store, the same code for the judge's ranks and a candidate's.
 
-Both sides of a timed round align their calls with it (:mod:`pkb_core.judge.timing`),
+Both sides of a timed round align their calls with it (:mod:`pkb_core.harness.timing`),
 so neither side's numbers carry a different barrier's cost; a custom-kernel
 candidate's ``dist.barrier()`` is one too (:mod:`pkb_core.candidate.sealed`).
 """

@@ -3,7 +3,7 @@
 The reference timed against itself (the reference backend's self-check: the
 same code on both sides, in the judge's processes and in a candidate's) must
 read 1.00; how far its ratios stray, and how wide their 95 % intervals are
-(:mod:`pkb_core.judge.intervals`), is the smallest speedup this machine can
+(:mod:`pkb_core.conduct.intervals`), is the smallest speedup this machine can
 tell from noise. :func:`measure_noise_floor` runs a few problems (1, 2, 7 by
 default: all-reduce, all-gather, reduce-scatter) through the normal pipeline
 (``pkb run --backend reference --measure-perf`` in every timing mode the
@@ -28,13 +28,13 @@ from pkb_core.contracts.verdict import Verdict
 
 #: Problems timed against themselves by default (ids).
 NOISE_PROBLEMS = ("1", "2", "7")
-#: Rounds per mode at least: the fewest that give a 95 % interval over rounds (pkb_core.judge.intervals).
+#: Rounds per mode at least: the fewest that give a 95 % interval over rounds (pkb_core.conduct.intervals).
 MIN_ROUNDS = 6
 
 
 def modes_for(device: str) -> tuple:
     """Every timing mode the device has (graph needs a GPU)."""
-    from pkb_core.judge.timing import MODES
+    from pkb_core.harness.timing import MODES
 
     return MODES if device == "cuda" else tuple(m for m in MODES if m != "graph")
 

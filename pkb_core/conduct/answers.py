@@ -2,7 +2,7 @@
 the ranks' combined finding and the slot sizes of a tree over the ranks."""
 from __future__ import annotations
 
-from pkb_core.judge.parcel import tensor_bytes
+from pkb_core.harness.parcel import tensor_bytes
 
 
 def slot_sizes(skeletons: list[dict]) -> list[int]:

@@ -5,7 +5,7 @@ candidate's (in its own processes): it aligns the ranks, makes the calls and
 ends the batch with a device-wide synchronisation. The *time* pkb reports is
 not measured here: the launcher times each whole batch with its own clock, from
 sending the ``time`` command to the last rank's answer
-(:mod:`pkb_core.judge.timed_rounds`), so nothing a process says about itself
+(:mod:`pkb_core.conduct.timed_rounds`), so nothing a process says about itself
 enters a time, a speedup or a verdict. The per-call times this module still
 takes are the process's own account, kept in the record as an untrusted
 diagnostic. A *batch* is one side's share of a round: ``k`` calls, call ``i``
@@ -16,7 +16,7 @@ a batch. Three modes:
     Before every call: L2 flush (CUDA), device synchronise, the host barrier
     across ranks (pacing), a short device-side hold (``torch.cuda._sleep``,
     so the launches below queue before the work begins) and the *device
-    barrier* (:mod:`pkb_core.judge.device_barrier`): every rank's timed region
+    barrier* (:mod:`pkb_core.harness.device_barrier`): every rank's timed region
     starts within a flag's trip over the link of the others'.
 ``back-to-back``
     One host barrier, hold and device barrier, then the ``k`` calls queued
@@ -43,12 +43,10 @@ milliseconds: CUDA events on GPU, the host clock on CPU.
 """
 from __future__ import annotations
 
-import statistics
 import time
 
 import torch
 
-from pkb_core.contracts.timing import SideStats
 
 MODES = ("latency", "back-to-back", "graph")
 #: Cycles of device-side hold before a latency-mode call (about 100 us at
@@ -57,7 +55,7 @@ HOLD_CYCLES = 200_000
 
 
 class DeviceBarrierTimeout(RuntimeError):
-    """A rank waited at the device barrier (:mod:`pkb_core.judge.device_barrier`)
+    """A rank waited at the device barrier (:mod:`pkb_core.harness.device_barrier`)
     longer than its timeout for a peer: the batch is an error, not a time."""
 
 
@@ -89,7 +87,7 @@ class BatchTimer:
 
     :param device: this rank's device.
     :param barrier: a zero-argument barrier across this side's ranks (host; pacing).
-    :param device_barrier: a :class:`pkb_core.judge.device_barrier.DeviceBarrier`
+    :param device_barrier: a :class:`pkb_core.harness.device_barrier.DeviceBarrier`
         of this side's ranks, or None (host barrier and hold only).
     :param alignment: how samples are aligned, in words (goes into the record).
     """
@@ -220,31 +218,3 @@ class BatchTimer:
             end.synchronize()
             times.append(start.elapsed_time(end) / len(calls))
         return times, list(self._graph_outputs)
-
-
-def max_over_ranks(per_rank: list[list[float]]) -> list[float]:
-    """Per call, the slowest rank's time (the collective's time)."""
-    return [max(column) for column in zip(*per_rank)]
-
-
-def summarize(times: list[float], rounds: list[float] | None = None, calls: int | None = None) -> SideStats:
-    """min, p10, median, p90, max, mean, stddev and the count (``rounds``: the
-    number of calls, ``calls`` when given, a name kept for old records) of a list of ms, and the
-    median's distribution-free 95 % interval (``ci_low``, ``ci_high``;
-    :mod:`pkb_core.judge.intervals`) over ``rounds`` (per-round medians, the
-    independent units; the calls themselves when not given), its relative
-    half-width ``ci_rel`` and ``ci_units`` (how many values it came from; no
-    interval below 6)."""
-    from pkb_core.judge.intervals import LEVEL, median_interval, relative_half_width
-
-    ordered = sorted(times)
-    units = ordered if rounds is None else sorted(rounds)
-    quantiles = statistics.quantiles(ordered, n=10, method="inclusive") if len(ordered) > 1 else ordered * 9
-    interval = median_interval(units)
-    return SideStats(
-        min=ordered[0], p10=quantiles[0], median=statistics.median(ordered), p90=quantiles[-1], max=ordered[-1],
-        mean=statistics.fmean(ordered), stddev=statistics.pstdev(ordered),
-        rounds=len(ordered) if calls is None else calls,
-        ci_low=interval[0] if interval else None, ci_high=interval[1] if interval else None, ci_level=LEVEL,
-        ci_rel=relative_half_width(units), ci_units=len(units),
-    )

@@ -5,10 +5,10 @@ judge draw the inputs, hands them to the candidate as a parcel, lets the
 candidate call the solution once, freezes it, and has the judge run the
 reference and compare what came back; the ranks' verdicts are combined here
 (the lowest rank's finding wins). Timing alternates the two sides in rounds
-timed by the launcher's own clock (:mod:`pkb_core.judge.timed_rounds`), checks
+timed by the launcher's own clock (:mod:`pkb_core.conduct.timed_rounds`), checks
 everything the timed calls produced and applies the physics floor. Nothing the
 candidate sends is used without checking: its skeletons are read by the judge
-under :data:`pkb_core.judge.parcel.UNTRUSTED`; the times it reports about
+under :data:`pkb_core.harness.parcel.UNTRUSTED`; the times it reports about
 itself are an untrusted diagnostic, used for nothing.
 """
 from __future__ import annotations
@@ -18,7 +18,6 @@ import os
 import random
 import secrets
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import attrs
@@ -26,23 +25,8 @@ import attrs
 from pkb_core.contracts.job import Job
 from pkb_core.contracts.timing import Timing
 from pkb_core.contracts.verdict import Verdict
-from pkb_core.judge.answers import combine, slot_sizes
-from pkb_core.launch.ranks import JobEnded, RankGroup
-
-
-@dataclass
-class Outcome:
-    """What a job concluded, before it becomes a record."""
-
-    verdict: Verdict = Verdict.PASS
-    reason: str = ""
-    trials: int = 0
-    timing: Timing | None = None
-    barriers: int = 0
-    lockdown: list = field(default_factory=list)
-    #: Wall seconds of each phase (``ready``, ``setup``, ``trials``, ``timing``, ``stop``), and
-    #: under ``commands`` of each command to either side.
-    phases: dict = field(default_factory=dict)
+from pkb_core.conduct.answers import combine, slot_sizes
+from pkb_core.contracts.outcome import JobEnded, Outcome
 
 
 class Parcels:
@@ -74,7 +58,7 @@ class JobRun:
     :param deadline: ``time.monotonic()`` by which the job must be done.
     """
 
-    def __init__(self, job: Job, problem, judges: RankGroup, candidates: RankGroup, *, parcels: Parcels,
+    def __init__(self, job: Job, problem, judges, candidates, *, parcels: Parcels,
                  deadline: float, settings, before_timing=None):
         self.job = job
         self.before_timing = before_timing
@@ -205,14 +189,14 @@ class JobRun:
             raise JobEnded(*found)
 
     def _timing(self):
-        from pkb_core.judge.timed_rounds import time_job
+        from pkb_core.conduct.timed_rounds import time_job
 
         self._in_trials = False
         time_job(self)
 
     def _physics_floor(self, timing: Timing) -> Timing:
         """``timing`` with the speed of light and the bus convention (when calibrated)."""
-        from pkb_core.launch.plan import ITEMSIZE
+        from pkb_core.contracts.dtypes import ITEMSIZE
         from pkb_core.machine.roofline import speed_of_light
 
         settings = self.settings

@@ -6,7 +6,7 @@ statistics alone, with no assumption about the distribution's shape.
 
 **The unit is the round, not the call.** The launcher times in rounds, each
 one batch of calls per side, the sides back to back in alternating order
-(:mod:`pkb_core.judge.jobrun`). Calls of one batch share their conditions
+(:mod:`pkb_core.conduct.jobrun`). Calls of one batch share their conditions
 (clocks, caches, what else the host is doing), so they are not independent
 draws: on a loaded CPU whole batches run several times slower than others, and
 intervals that treated every call as independent came out far too narrow (the
@@ -39,11 +39,12 @@ exist the reading is ``too few rounds to tell``, and the speedup has no value
 """
 from __future__ import annotations
 
-from pkb_core.contracts.timing import Speedup
+import statistics
+
+from pkb_core.contracts.timing import FASTER, SAME, SLOWER, SideStats, Speedup
 
 #: The confidence level of every interval pkb reports.
 LEVEL = 0.95
-FASTER, SLOWER, SAME = "faster", "slower", "no measurable difference"
 TOO_FEW = "too few rounds to tell"
 
 
@@ -142,3 +143,29 @@ def speedup(reference, candidate, pairs, level: float = LEVEL) -> Speedup:
 def _median(ordered) -> float:
     n = len(ordered)
     return ordered[n // 2] if n % 2 else (ordered[n // 2 - 1] + ordered[n // 2]) / 2
+
+
+def max_over_ranks(per_rank: list[list[float]]) -> list[float]:
+    """Per call, the slowest rank's time (the collective's time)."""
+    return [max(column) for column in zip(*per_rank)]
+
+
+def summarize(times: list[float], rounds: list[float] | None = None, calls: int | None = None) -> SideStats:
+    """min, p10, median, p90, max, mean, stddev and the count (``rounds``: the
+    number of calls, ``calls`` when given, a name kept for old records) of a list of ms, and the
+    median's distribution-free 95 % interval (``ci_low``, ``ci_high``;
+    :mod:`pkb_core.conduct.intervals`) over ``rounds`` (per-round medians, the
+    independent units; the calls themselves when not given), its relative
+    half-width ``ci_rel`` and ``ci_units`` (how many values it came from; no
+    interval below 6)."""
+    ordered = sorted(times)
+    units = ordered if rounds is None else sorted(rounds)
+    quantiles = statistics.quantiles(ordered, n=10, method="inclusive") if len(ordered) > 1 else ordered * 9
+    interval = median_interval(units)
+    return SideStats(
+        min=ordered[0], p10=quantiles[0], median=statistics.median(ordered), p90=quantiles[-1], max=ordered[-1],
+        mean=statistics.fmean(ordered), stddev=statistics.pstdev(ordered),
+        rounds=len(ordered) if calls is None else calls,
+        ci_low=interval[0] if interval else None, ci_high=interval[1] if interval else None, ci_level=LEVEL,
+        ci_rel=relative_half_width(units), ci_units=len(units),
+    )

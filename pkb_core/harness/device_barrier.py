@@ -4,7 +4,7 @@ A host barrier releases the ranks within tens of microseconds of each other,
 and each then sleeps on its own device: the timed regions of a collective of a
 few microseconds start at different moments, and the earliest rank's time
 includes the wait for the latest. So before every timed sample (each latency
-call, each graph replay, each back-to-back batch) :class:`pkb_core.judge.timing.BatchTimer`
+call, each graph replay, each back-to-back batch) :class:`pkb_core.harness.timing.BatchTimer`
 runs this barrier on the rank's timing stream, right after the host barrier
 (kept for pacing) and the short hold (which lets the barrier, the start event
 and the call queue up behind it).
@@ -23,7 +23,7 @@ small collective allocation per process, never handed to a solution), its pad
 zeroed by the heap.
 
 **Engines.** ``kernel``: a one-program Triton kernel
-(:mod:`pkb_core.judge.barrier_kernel`, the core's only route to device code)
+(:mod:`pkb_core.harness.barrier_kernel`, the core's only route to device code)
 queued on the current stream; its epoch is a local int32 on the device, so the
 launch's arguments never change. All ranks leave within a flag's trip over the
 link (about a microsecond over NVLink) and the start events behind it are
@@ -36,7 +36,7 @@ on the shared mapping, a real clock for the timeout, polls back to back for
 take the core a late peer needs).
 CPU mode times with ``host``: there the host *is* the device, and an
 interpreted launch costs 5-25 ms on a loaded machine, noise that would land in
-every batch the launcher times (:mod:`pkb_core.judge.timed_rounds`). Both
+every batch the launcher times (:mod:`pkb_core.conduct.timed_rounds`). Both
 engines interoperate (the tests mix
 them), so they are one protocol.
 
@@ -45,7 +45,7 @@ the judge: each wait is bounded (:data:`TIMEOUT_S`: the GPU's global timer,
 the host's clock, or in the interpreter a count of spins,
 :data:`CPU_SPINS_PER_S` per second, so only roughly), after which the rank
 gives up and leaves a mark; :meth:`DeviceBarrier.check` (called after every
-batch) raises :class:`pkb_core.judge.timing.DeviceBarrierTimeout`. The
+batch) raises :class:`pkb_core.harness.timing.DeviceBarrierTimeout`. The
 launcher's watchdog remains the last line for anything else.
 
 **Who has one.** Each side makes its own barrier from its own heap (the
@@ -62,7 +62,7 @@ import time
 
 import torch
 
-from pkb_core.judge.timing import DeviceBarrierTimeout
+from pkb_core.harness.timing import DeviceBarrierTimeout
 
 #: Seconds a rank waits at the barrier for its peers before it gives up.
 TIMEOUT_S = 20.0
@@ -119,7 +119,7 @@ class DeviceBarrier:
 
     # -- the kernel engine ------------------------------------------------------------------
     def _setup_kernel(self, handle):
-        from pkb_core.judge.barrier_kernel import kernel
+        from pkb_core.harness.barrier_kernel import kernel
 
         cuda = self.device.type == "cuda"
         self._pads = handle.signal_pad_ptrs_dev
@@ -212,7 +212,7 @@ def create(heap_factory, device, *, store, rank: int, world_size: int, local_wor
     try:
         heap = heap_factory()
         if engine == "kernel":
-            import pkb_core.judge.barrier_kernel  # noqa: F401 - Triton must be there
+            import pkb_core.harness.barrier_kernel  # noqa: F401 - Triton must be there
     except Exception as exc:  # noqa: BLE001 - any failure means: time with the host barrier
         why = _one_line(exc)
     failed = _agree(store, f"{key}/ready", rank, world_size, why)

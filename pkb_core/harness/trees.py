@@ -5,7 +5,6 @@ import copy
 
 import torch
 
-from pkb_core.judge.check import leaves
 
 
 def clone(value):
@@ -45,3 +44,15 @@ def identical(a: torch.Tensor, b: torch.Tensor) -> bool:
 def tensors(value) -> list:
     """The tensor leaves of a tree, in order."""
     return [leaf for _, leaf in leaves(value) if isinstance(leaf, torch.Tensor)]
+
+
+def leaves(value, path="out"):
+    """Yield ``(path, leaf)`` of a nested tuple/list/dict structure (dicts in key order)."""
+    if isinstance(value, (list, tuple)) and not isinstance(value, torch.Size):
+        for i, item in enumerate(value):
+            yield from leaves(item, f"{path}[{i}]")
+    elif isinstance(value, dict):
+        for key in sorted(value, key=repr):
+            yield from leaves(value[key], f"{path}[{key!r}]")
+    else:
+        yield path, value

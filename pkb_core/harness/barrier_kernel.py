@@ -1,4 +1,4 @@
-"""The device barrier's kernel, in Triton (:mod:`pkb_core.judge.device_barrier` says how it is used).
+"""The device barrier's kernel, in Triton (:mod:`pkb_core.harness.device_barrier` says how it is used).
 
 One program, one thread doing the work: it bumps a local epoch counter, writes
 the epoch into its slot of every rank's signal pad (release, system scope),

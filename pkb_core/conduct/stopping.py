@@ -1,13 +1,13 @@
 """When a timing mode has enough samples: the stopping rule, chosen by the data.
 
 The launcher times a mode in rounds (one batch of each side per round, in
-alternating order: :mod:`pkb_core.judge.jobrun`). After every round it asks
+alternating order: :mod:`pkb_core.conduct.jobrun`). After every round it asks
 :meth:`StoppingRule.decide` whether to go on:
 
 * never before ``min_samples`` per side (``--min-iters``): the first rounds
   also settle clocks and caches, and a tiny sample can look steady by luck;
 * ``"precise"`` as soon as, for **both** sides, the 95 % interval of the median
-  over the side's round medians (:func:`pkb_core.judge.intervals.median_interval`:
+  over the side's round medians (:func:`pkb_core.conduct.intervals.median_interval`:
   rounds are the independent units) lies within ``+-precision`` (1 %) of their
   median; that needs at least 6 rounds;
 * ``"cap"`` at ``max_samples`` per side (``--iters``) however wide the intervals
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pkb_core.judge.intervals import LEVEL, relative_half_width
+from pkb_core.conduct.intervals import LEVEL, relative_half_width
 
 #: The median's interval must lie within +-PRECISION of the median for sampling to stop early.
 PRECISION = 0.01

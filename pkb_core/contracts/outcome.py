@@ -1,0 +1,33 @@
+"""How a job ends, as the launcher's conduct of it concludes: :class:`JobEnded` (raised
+where the job cannot go on, with its verdict and reason) and :class:`Outcome` (what a
+job concluded, before :func:`pkb_core.results.records.job_record` makes it a record)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from pkb_core.contracts.timing import Timing
+from pkb_core.contracts.verdict import Verdict
+
+
+class JobEnded(Exception):
+    """The job cannot go on: ``verdict`` and ``reason`` are its record's."""
+
+    def __init__(self, verdict: str, reason: str):
+        super().__init__(f"{verdict}: {reason}")
+        self.verdict = verdict
+        self.reason = reason
+
+
+@dataclass
+class Outcome:
+    """What a job concluded, before it becomes a record."""
+
+    verdict: Verdict = Verdict.PASS
+    reason: str = ""
+    trials: int = 0
+    timing: Timing | None = None
+    barriers: int = 0
+    lockdown: list = field(default_factory=list)
+    #: Wall seconds of each phase (``ready``, ``setup``, ``trials``, ``timing``, ``stop``), and
+    #: under ``commands`` of each command to either side.
+    phases: dict = field(default_factory=dict)

@@ -1,0 +1,51 @@
+"""Where a group of workers finds its c10d store: the judge's, served by the launcher
+(:class:`JudgeStore`); a candidate group's, served by a keeper process of its own
+(:class:`KeeperSocket`: the listening socket and report pipe the launcher makes and hands
+to the group's rank 0, :mod:`pkb_core.launch.keeper`)."""
+from __future__ import annotations
+
+import os
+import secrets
+
+
+class JudgeStore:
+    """The judge's c10d store, served by the launcher (the judge's ranks never run
+    candidate code; a candidate group's store is its keeper's, :class:`KeeperSocket`).
+
+    :param host: how the workers reach this machine (another node's workers too).
+    """
+
+    def __init__(self, world_size: int, host: str = "127.0.0.1", startup_s: float = 180.0):
+        from datetime import timedelta
+
+        import torch.distributed as dist
+
+        self.store = dist.TCPStore(host, 0, world_size, is_master=True, wait_for_workers=False,
+                                   timeout=timedelta(seconds=startup_s))
+        self.address = f"{host}:{self.store.port}"
+
+
+class KeeperSocket:
+    """The listening socket of a candidate group's store keeper, made here and
+    handed to the group's rank 0 (which forks the keeper), and the pipe on which
+    the keeper reports what it refused.
+
+    :param host: how the workers reach this machine (another node's workers too).
+    """
+
+    def __init__(self, host: str = "127.0.0.1"):
+        import socket
+
+        self.listen = socket.create_server((host, 0), backlog=128)
+        self.address = f"{host}:{self.listen.getsockname()[1]}"
+        self.token = secrets.token_hex(16)
+        self.report_read, self.report_write = os.pipe()
+        os.set_blocking(self.report_read, False)
+
+    def fds(self) -> tuple[int, int]:
+        return self.listen.fileno(), self.report_write
+
+    def handed_over(self) -> None:
+        """Close this process's copies: the keeper holds the socket now."""
+        self.listen.close()
+        os.close(self.report_write)
