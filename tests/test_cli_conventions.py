@@ -485,13 +485,13 @@ def test_render_table_wraps_text_and_keeps_numbers():
 
 def test_cache_dir_honours_pkb_cache_dir_then_xdg(monkeypatch, tmp_path):
     from pkb_core import cache_dir
-    from pkb_core.build import phase
+    from pkb_core.cache import builds_dir
 
     monkeypatch.setenv("PKB_CACHE_DIR", str(tmp_path / "own"))
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    assert cache_dir() == tmp_path / "own" and phase.cache_dir() == tmp_path / "own" / "builds"
+    assert cache_dir() == tmp_path / "own" and builds_dir() == tmp_path / "own" / "builds"
     monkeypatch.delenv("PKB_CACHE_DIR")
-    assert cache_dir() == tmp_path / "xdg" / "pkb" and phase.cache_dir() == tmp_path / "xdg" / "pkb" / "builds"
+    assert cache_dir() == tmp_path / "xdg" / "pkb" and builds_dir() == tmp_path / "xdg" / "pkb" / "builds"
     monkeypatch.setenv("XDG_CACHE_HOME", "relative/path")  # the XDG spec: ignored
     assert cache_dir() == Path.home() / ".cache" / "pkb"
     monkeypatch.delenv("XDG_CACHE_HOME")

@@ -30,7 +30,7 @@ from pkb_core.process.channel import SOURCE_CHECKED
 def build(request: dict, announce=lambda message: None) -> dict:
     from pkb_core.candidate.defaults import CoreDefaults
     from pkb_core.errors import CompileError, SolutionUnsupported, describe
-    from pkb_core.candidate.lockdown import lock_down, protected_caches
+    from pkb_core.candidate.lockdown import protected_caches
     from pkb_core.candidate.plugin_manager import worker_plugin_manager
     from pkb_core.candidate.solution import check_source
     from pkb_core.problem.contract import read_spec

@@ -85,10 +85,9 @@ def bench(pm, problems, backend, solutions, sizes, nproc, dtype, trials, warmup,
     from pkb_core.launch.launcher import run_jobs
     from pkb_core.contracts.dtypes import ITEMSIZE
     from pkb_core.launch.plan import (RunRequest, device_defaults, launch_settings, pair_solutions, plan_jobs,
-                                      skip_recorded)
+                                      record_refusals, skip_recorded)
     from pkb_core.plugin.manager import get_backend_info
     from pkb_core.problem.registry import build_registry, require_problems
-    from pkb_core.results.records import append_record, job_record
     from pkb_core.plugin.reporter import Reporter
     from pkb_core.cli.progress import JobProgress
     from pkb_core.cli.run import CPU_TIMING_NOTE, FAILING, skipping_notice, writable_paths
@@ -140,11 +139,7 @@ def bench(pm, problems, backend, solutions, sizes, nproc, dtype, trials, warmup,
                            label=lambda r: f"{r.problem}  {_human(int(r.size.split(':')[1]))}  {r.solution}")
     pm.register(progress)
     reporter = Reporter(pm)
-    for job, why in rejected:
-        if job.key not in recorded:
-            record = job_record(job, nproc, Verdict.UNSUPPORTED, why)
-            append_record(run_dir, record)
-            reporter.job(record)
+    record_refusals(run_dir, rejected, recorded, nproc, reporter)
     reference = get_backend_info(pm, REFERENCE)
     pending = [[job for job in batch if job.key not in recorded] for batch in (jobs, baseline_jobs)]
     calibration = calibrate(device) if any(pending) else None

@@ -14,7 +14,6 @@ from pkb_core.plugin.reference_backend import NAME as REFERENCE
 from pkb_core.launch.fanout import executor_options
 from pkb_core.cli.progress import JobProgress
 from pkb_core.launch.plan import TIMING_DEFAULTS
-from pkb_core.results.records import append_record, job_record
 from pkb_core.contracts.verdict import FAILING, Verdict
 from pkb_core.results.table import render_table
 from pkb_core.plugin.hookspecs import hookimpl
@@ -82,7 +81,7 @@ def run(pm, problems, backend, solution, solutions, nproc, nnodes, node_rank, rd
     from pkb_core.machine.device import detect_device, device_count
     from pkb_core.contracts.batch import Nodes
     from pkb_core.launch.plan import (RunRequest, device_defaults, launch_settings, pair_solutions, plan_jobs,
-                                      skip_recorded)
+                                      record_refusals, skip_recorded)
     from pkb_core.plugin.manager import get_backend_info
     from pkb_core.problem.registry import build_registry, require_problems
     from pkb_core.plugin.reporter import Reporter
@@ -147,11 +146,7 @@ def run(pm, problems, backend, solution, solutions, nproc, nnodes, node_rank, rd
     for observer in observers:
         pm.register(observer)
     reporter = Reporter(pm)
-    for job, why in rejected:
-        if job.key not in recorded:
-            record = job_record(job, world_size, Verdict.UNSUPPORTED, why)
-            append_record(run_dir, record)
-            reporter.job(record)
+    record_refusals(run_dir, rejected, recorded, world_size, reporter)
     calibration = None
     if measure_perf and jobs and executor.runs_here:
         from pkb_core.machine.calibrate import calibrate

@@ -27,7 +27,7 @@ import time
 
 from pkb_core.process.channel import LineReader
 from pkb_core.errors import PkbError
-from pkb_core.launch.ranks import RankGroup, _Worker
+from pkb_core.launch.ranks import RankGroup, _Worker, wait_for_exit
 from pkb_core.launch.zygotes import GROUP_ENV, Zygotes
 from pkb_core.process.sessions import cpu_ms_during, signal_sessions
 
@@ -66,13 +66,7 @@ class _RemoteProc:
         return self.conductor.exits.get((self.group, self.rank))
 
     def wait(self, timeout):
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
-            code = self.poll()
-            if code is not None:
-                return code
-            time.sleep(0.01)
-        return None
+        return wait_for_exit(self.poll, timeout)
 
 
 class _SocketWriter:

@@ -27,7 +27,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pkb_core.contracts.batch import LaunchSettings
-from pkb_core.contracts.dtypes import ITEMSIZE  # noqa: F401 - planning names it with the sizes
 from pkb_core.contracts.job import Job, job_slug
 from pkb_core.errors import NothingSelected, PkbError
 
@@ -196,3 +195,17 @@ def launch_settings(pm, info, *, device: str, nproc: int, run_dir, job_timeout: 
                           calibration=calibration, nodes=nodes, preload=tuple(info.preload()),
                           custom_kernels=info.custom_kernels, build_timeout=build_timeout,
                           build_workers=build_workers)
+
+
+def record_refusals(run_dir, rejected, recorded, world_size: int, reporter) -> None:
+    """Write and report an ``unsupported`` record for each refused job not recorded yet
+    (``rejected``: :func:`plan_jobs`' second list; ``reporter``:
+    :class:`pkb_core.plugin.reporter.Reporter`)."""
+    from pkb_core.contracts.verdict import Verdict
+    from pkb_core.results.records import append_record, job_record
+
+    for job, why in rejected:
+        if job.key not in recorded:
+            record = job_record(job, world_size, Verdict.UNSUPPORTED, why)
+            append_record(run_dir, record)
+            reporter.job(record)

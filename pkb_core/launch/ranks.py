@@ -46,6 +46,18 @@ DEATH_GRACE_S = 1.0
 REASON_CHARS = 4000
 
 
+def wait_for_exit(poll, timeout: float):
+    """Call ``poll()`` until it gives an exit status or ``timeout`` seconds pass (then None):
+    the wait of a process this one cannot ``waitpid`` (a zygote's child, a rank on another node)."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        code = poll()
+        if code is not None:
+            return code
+        time.sleep(0.01)
+    return None
+
+
 class _Worker:
     """One rank's process as the launcher sees it: a command stream, a reply stream."""
 

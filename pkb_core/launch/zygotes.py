@@ -16,7 +16,7 @@ from pathlib import Path
 
 from pkb_core.contracts.outcome import JobEnded
 from pkb_core.contracts.verdict import Verdict
-from pkb_core.launch.ranks import _Worker
+from pkb_core.launch.ranks import _Worker, wait_for_exit
 from pkb_core.process.channel import LineReader
 
 #: The environment a zygote's child gets per group: its store, its name, its
@@ -36,13 +36,7 @@ class _Forked:
         return self.zygote.exits.get(self.pid)
 
     def wait(self, timeout):
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
-            code = self.poll()
-            if code is not None:
-                return code
-            time.sleep(0.01)
-        return None
+        return wait_for_exit(self.poll, timeout)
 
 
 class _Zygote:

@@ -73,7 +73,7 @@ def full_source(source: str, prelude: bool = True) -> str:
     """The text NVRTC compiles: pkb's helpers (made NVRTC-safe) and ``source``."""
     if not prelude:
         return source
-    from pkb_cuda.build import BARRIER_CUH
+    from pkb_cuda.spec import BARRIER_CUH
 
     helpers = BARRIER_CUH.replace("#include <cstdint>\n", "").replace("#include <cuda_runtime.h>\n", "")
     return f"{_RTC_TYPES}{helpers}\n{source}"
