@@ -21,31 +21,32 @@ TOKEN = "t0ken"
 def start_keeper():
     started = []
 
-    def start(world_size=2, cuda=False):
-        listen = socket.create_server(("127.0.0.1", 0))
-        report_read, report_write = os.pipe()
-        os.set_blocking(report_read, False)
+    def start(world_size=2, cuda=False, peer_uid=None):
+        # As the launcher makes it on one node (pkb_core.launch.stores.KeeperSocket): an abstract Unix socket.
+        from pkb_core.launch.stores import KeeperSocket
+
+        made = KeeperSocket(unix=True)
+        listen, report_read, report_write = made.listen, made.report_read, made.report_write
         pid = os.fork()
         if pid == 0:
             try:
                 os.close(report_read)
-                keeper.serve("counter", listen.fileno(), report_write, world_size, TOKEN, cuda)
+                keeper.serve("counter", listen.fileno(), report_write, world_size, TOKEN, cuda, peer_uid=peer_uid)
             finally:
                 os._exit(1)
         os.close(report_write)
         started.append(pid)
-        port = listen.getsockname()[1]
         listen.close()
 
         def connect(rank):
-            return KeeperStore("127.0.0.1", port, rank=rank, token=TOKEN, timeout=timedelta(seconds=10))
+            return KeeperStore(made.address, rank=rank, token=TOKEN, timeout=timedelta(seconds=10))
 
         def report():
             try:
                 return [json.loads(line) for line in os.read(report_read, 1 << 16).splitlines()]
             except BlockingIOError:
                 return []
-        connect.port = port
+        connect.address = made.address
         return connect, report
 
     yield start
@@ -183,10 +184,91 @@ def test_cuda_handle_exchange_is_served_bounded_after_the_seal(start_keeper):
     assert [line["rank"] for line in report()] == [1, 1, 1, 1]
 
 
-def test_a_connection_without_the_token_is_dropped(start_keeper):
-    connect, report = start_keeper()
-    raw = socket.create_connection(("127.0.0.1", connect.port))
-    raw.sendall(json.dumps({"op": "hello", "rank": 0, "pid": os.getpid(), "token": "guessed"}).encode() + b"\n")
+def _raw(connect):
+    """A plain connection to the keeper, as any process could open one."""
+    raw = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    raw.connect("\0" + connect.address[len("unix:"):])
     raw.settimeout(10)
-    assert raw.recv(100) == b""  # closed, nobody killed (no rank was ever known)
-    assert report()[0]["rank"] == "?"
+    return raw
+
+
+def test_a_connection_without_the_token_is_dropped_unreported(start_keeper):
+    """A process that is not one of the group's ranks (another job's, say) proves nothing about the
+    group: it is closed, nobody is killed, nothing is reported against the group."""
+    connect, report = start_keeper()
+    raw = _raw(connect)
+    raw.sendall(json.dumps({"op": "hello", "rank": 0, "pid": os.getpid(), "token": "guessed"}).encode() + b"\n")
+    assert raw.recv(100) == b""
+    assert report() == []
+
+
+def test_a_flood_of_strangers_never_stalls_the_keeper(start_keeper):
+    """Hundreds of connections that say nothing valid (each once filled the report pipe, and a keeper
+    blocked on it served the honest next job nothing): the group's ranks still meet."""
+    connect, report = start_keeper()
+    for _ in range(1000):
+        raw = _raw(connect)
+        raw.sendall(b"not pkb's protocol\n")
+        raw.recv(10)
+        raw.close()
+    assert _both(lambda rank: connect(rank).add("met", 1)) in ([1, 2], [2, 1])
+    assert report() == []
+
+
+def test_the_keeper_kills_the_peer_the_kernel_names_never_a_claimed_pid(start_keeper):
+    """A refused request kills the process that sent it, by the pid SO_PEERCRED gives, whatever pid
+    its greeting claimed (a claimed pid once let a candidate have the keeper kill the launcher)."""
+    connect, report = start_keeper()
+    bystander = os.fork()
+    if bystander == 0:
+        signal.pause()
+        os._exit(0)
+
+    def attacker():
+        raw = _raw(connect)
+        raw.sendall(json.dumps({"op": "hello", "rank": 1, "pid": bystander, "token": TOKEN}).encode() + b"\n")
+        raw.recv(100)
+        raw.sendall(b"not pkb's protocol\n")
+        raw.recv(100)
+
+    try:
+        assert _in_child(attacker) == -signal.SIGKILL
+        assert os.waitpid(bystander, os.WNOHANG) == (0, 0)  # alive
+    finally:
+        os.kill(bystander, signal.SIGKILL)
+        os.waitpid(bystander, 0)
+    assert [line["rank"] for line in report()] == [1]
+
+
+def test_a_second_greeting_for_a_rank_is_refused(start_keeper):
+    """Each rank connects once: a new connection would start unsealed, a way around the seal
+    (reconnect, greet again, move payloads through SET/GET)."""
+    connect, report = start_keeper()
+    first = connect(1)
+    first.seal()
+
+    def again():
+        store = connect(1)
+        store.set("payload", b"\x00" * 64)
+
+    assert _in_child(again) == -signal.SIGKILL
+    assert "second greeting for rank 1" in report()[0]["refused"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to connect as another user")
+def test_another_users_connection_is_closed_unanswered(start_keeper):
+    """Only the group's own user (its sandbox uid) is served: another job's candidates are other users."""
+    connect, report = start_keeper(peer_uid=0x70000001)
+
+    def stranger():
+        os.setgid(0x70000002)
+        os.setuid(0x70000002)
+        raw = _raw(connect)
+        try:
+            raw.sendall(json.dumps({"op": "hello", "rank": 0, "pid": os.getpid(), "token": TOKEN}).encode() + b"\n")
+            assert raw.recv(100) == b""
+        except ConnectionResetError:
+            pass  # closed before it read the greeting
+
+    assert _in_child(stranger) == 0
+    assert report() == []

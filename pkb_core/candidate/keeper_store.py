@@ -30,9 +30,16 @@ class StoreRefused(RuntimeError):
 class KeeperStore(dist.Store):
     """One rank's connection to its group's keeper at ``host:port``."""
 
-    def __init__(self, host: str, port: int, *, rank: int, token: str, timeout: timedelta):
+    def __init__(self, address: str, *, rank: int, token: str, timeout: timedelta):
+        """:param address: ``unix:NAME`` (the keeper's abstract Unix socket, one node) or ``host:port``."""
         super().__init__()
-        self._sock = socket.create_connection((host, port), timeout=timeout.total_seconds())
+        if address.startswith("unix:"):
+            self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            self._sock.settimeout(timeout.total_seconds())
+            self._sock.connect("\0" + address[len("unix:"):])
+        else:
+            host, port = address.rsplit(":", 1)
+            self._sock = socket.create_connection((host, int(port)), timeout=timeout.total_seconds())
         self._sock.settimeout(None)  # a barrier waits as long as the launcher's watchdog lets it
         self._file = self._sock.makefile("rb")
         self._lock = threading.Lock()

@@ -124,8 +124,12 @@ class CounterKeeper:
     :param cuda: whether symm_mem's handle exchange is served after the seal.
     """
 
-    def __init__(self, listen: socket.socket, world_size: int, report_fd: int, token: str, cuda: bool):
+    def __init__(self, listen: socket.socket, world_size: int, report_fd: int, token: str, cuda: bool,
+                 peer_uid: int | None = None):
         self.listen = listen
+        self.peer_uid = peer_uid
+        self.greeted: set = set()  # ranks that said hello: one connection each, ever
+        os.set_blocking(report_fd, False)  # a full pipe drops reports, never stalls the keeper
         self.world_size = world_size
         self.report_fd = report_fd
         self.token = token
@@ -147,12 +151,33 @@ class CounterKeeper:
                         sock, _ = self.listen.accept()
                     except OSError:
                         continue
+                    conn = _Conn(sock)
+                    if not self._admit(conn):
+                        sock.close()  # not one of the group's processes: nothing of it is the group's doing
+                        continue
                     sock.setblocking(True)
-                    self.selector.register(sock, selectors.EVENT_READ, _Conn(sock))
+                    self.selector.register(sock, selectors.EVENT_READ, conn)
                 else:
                     self._read(key.data)
 
     # -- connections ---------------------------------------------------------------
+    def _admit(self, conn: _Conn) -> bool:
+        """On a Unix socket the kernel names the peer (``SO_PEERCRED``): its pid is the
+        one a refusal kills (never a pid the peer claims), and only the group's own
+        user is served. Over TCP (ranks on other nodes) nobody is killed."""
+        if conn.sock.family != socket.AF_UNIX:
+            return True
+        import struct
+
+        pid, uid, _gid = struct.unpack("3i", conn.sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
+                                                                  struct.calcsize("3i")))
+        # The group's ranks connect at start-up, still as the launcher's user, and become the
+        # group's own user at their lockdown; any other user is another job's candidate.
+        if self.peer_uid is not None and uid not in (self.peer_uid, os.getuid()):
+            return False
+        conn.pid = pid
+        return True
+
     def _read(self, conn: _Conn) -> None:
         try:
             data = conn.sock.recv(1 << 16)
@@ -199,12 +224,16 @@ class CounterKeeper:
             self._drop(conn)
 
     def _refuse(self, conn: _Conn, what: str) -> None:
-        """Report ``what`` to the launcher and kill the rank that asked it."""
-        rank = "?" if conn.rank is None else conn.rank
-        line = json.dumps({"rank": rank, "refused": what[:300]}).encode()[:4000] + b"\n"
+        """Report ``what`` to the launcher and kill the process that asked it (its pid as
+        the kernel gave it, :meth:`_admit`). A connection that never greeted with the
+        group's token is dropped unreported: it proves nothing about the group."""
+        if conn.rank is None:
+            self._drop(conn)
+            return
+        line = json.dumps({"rank": conn.rank, "refused": what[:300]}).encode()[:4000] + b"\n"
         try:
             os.write(self.report_fd, line)
-        except OSError:
+        except OSError:  # a full pipe: the first reports are there already
             pass
         if conn.pid is not None:
             try:
@@ -218,10 +247,13 @@ class CounterKeeper:
         if conn.rank is None:
             if op != "hello" or request.get("token") != self.token:
                 raise Refused("a store connection without pkb's greeting")
-            rank, pid = request.get("rank"), request.get("pid")
-            if not (isinstance(rank, int) and 0 <= rank < self.world_size and isinstance(pid, int)):
+            rank = request.get("rank")
+            if not (isinstance(rank, int) and 0 <= rank < self.world_size):
                 raise Refused("a greeting with no valid rank")
-            conn.rank, conn.pid = rank, pid
+            conn.rank = rank
+            if rank in self.greeted:  # a second connection would start unsealed: a way around the seal
+                raise Refused(f"a second greeting for rank {rank} (each rank connects once)")
+            self.greeted.add(rank)
             self._send(conn, {"ok": None})
             return
         if op == "seal":
@@ -361,8 +393,13 @@ def _value(request: dict) -> bytes:
         raise Refused("a store SET without a valid value") from None
 
 
-def serve(kind: str, listen_fd: int, report_fd: int, world_size: int, token: str, cuda: bool) -> None:
-    """The keeper's whole life (never returns): the memory cap, then the server."""
+def serve(kind: str, listen_fd: int, report_fd: int, world_size: int, token: str, cuda: bool,
+          peer_uid: int | None = None) -> None:
+    """The keeper's whole life (never returns): the memory cap, then the server.
+
+    :param peer_uid: the group's own user (its sandbox uid): on a Unix socket, a
+        connection from any user but it and the launcher's (the ranks connect before
+        their lockdown) is closed unanswered and unreported."""
     from pkb_core.candidate.lockdown import protect_from_peers
 
     protect_from_peers()
@@ -371,4 +408,4 @@ def serve(kind: str, listen_fd: int, report_fd: int, world_size: int, token: str
         serve_tcpstore(listen_fd, world_size)
     else:
         listen = socket.socket(fileno=listen_fd)
-        CounterKeeper(listen, world_size, report_fd, token, cuda).serve()
+        CounterKeeper(listen, world_size, report_fd, token, cuda, peer_uid).serve()

@@ -176,7 +176,7 @@ class Launch:
 
         settings = self.settings
         store = (JudgeStore(settings.world_size, self.store_host, STARTUP_TIMEOUT_S) if role == "judge"
-                 else KeeperSocket(self.store_host))
+                 else KeeperSocket(self.store_host, unix=self.remote is None and settings.custom_kernels))
         if role == "judge":  # names the judge's shared-memory heap segments (CPU), apart from any candidate's
             run_id = f"{self.launch_id}-judge{self._groups + 1}"
         uid = self._sandbox_uid() if role == "candidate" else None

@@ -71,24 +71,26 @@ def start_keeper() -> None:
             from pkb_core.launch.keeper import serve as serve_store
 
             kind = "counter" if os.environ.get("PKB_CUSTOM_KERNELS", "1") == "1" else "tcpstore"
+            uid = os.environ.get("PKB_SANDBOX_UID")
             serve_store(kind, listen_fd, report_fd, int(os.environ["WORLD_SIZE"]), os.environ["PKB_STORE_TOKEN"],
-                        cuda=os.environ.get("PKB_DEVICE_TYPE") == "cuda")
+                        cuda=os.environ.get("PKB_DEVICE_TYPE") == "cuda", peer_uid=int(uid) if uid else None)
         finally:
             os._exit(1)
     os.close(listen_fd)
     os.close(report_fd)
 
 
-def _candidate_store(host: str, port: int, world_size: int, timeout):
+def _candidate_store(address: str, world_size: int, timeout):
     """A candidate's store: the keeper's counters (custom kernels) or a TCPStore client (the reference backend)."""
     import torch.distributed as dist
 
     if os.environ.get("PKB_CUSTOM_KERNELS", "1") == "1":
         from pkb_core.candidate.keeper_store import KeeperStore
 
-        return KeeperStore(host, port, rank=int(os.environ["RANK"]), token=os.environ["PKB_STORE_TOKEN"],
+        return KeeperStore(address, rank=int(os.environ["RANK"]), token=os.environ["PKB_STORE_TOKEN"],
                            timeout=timeout)
-    return dist.TCPStore(host, port, world_size, is_master=False, timeout=timeout)
+    host, port = address.rsplit(":", 1)
+    return dist.TCPStore(host, int(port), world_size, is_master=False, timeout=timeout)
 
 
 def serve(channel, handler) -> None:
@@ -125,10 +127,10 @@ def main(argv=None) -> int:
 
     channel = WorkerChannel()
     rank, world_size, local_rank, device, timeout, dist = _connect(os.environ["PKB_DEVICE_TYPE"])
-    host, port = os.environ["PKB_STORE"].rsplit(":", 1)
     if role == "candidate":
-        store = _candidate_store(host, int(port), world_size, timeout)
+        store = _candidate_store(os.environ["PKB_STORE"], world_size, timeout)
     else:
+        host, port = os.environ["PKB_STORE"].rsplit(":", 1)
         store = dist.TCPStore(host, int(port), world_size, is_master=False, timeout=timeout)
     run_dir = Path(os.environ["PKB_RUN_DIR"])
     if role == "judge":
