@@ -272,3 +272,28 @@ def test_another_users_connection_is_closed_unanswered(start_keeper):
 
     assert _in_child(stranger) == 0
     assert report() == []
+
+
+def test_the_judges_store_takes_no_connection_once_its_door_is_closed():
+    """The launcher closes the judge's store to new connections once the judge's ranks are in:
+    they go on, a later process (a reference-backend candidate) cannot get in, and the server
+    does not spin."""
+    import resource
+    import time
+
+    import torch.distributed as dist
+
+    from pkb_core.launch.stores import JudgeStore
+
+    judge_store = JudgeStore(2, startup_s=5)
+    host, port = judge_store.address.rsplit(":", 1)
+    rank = dist.TCPStore(host, int(port), 2, is_master=False, timeout=timedelta(seconds=5))
+    rank.set("before", b"1")
+    judge_store.close_door()
+    used = resource.getrusage(resource.RUSAGE_SELF)
+    time.sleep(0.5)
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    assert (after.ru_utime + after.ru_stime) - (used.ru_utime + used.ru_stime) < 0.1
+    assert rank.add("still", 1) == 1 and rank.get("before") == b"1"
+    with pytest.raises(OSError):
+        socket.create_connection((host, int(port)), timeout=1.0)

@@ -161,3 +161,20 @@ def test_shared_memory_folders_cannot_be_planted_and_belong_to_their_group(tmp_p
     assert os.stat(os.path.join(job, "pkb-parcel-in0-r0")).st_uid == 0x70000001
     launch.remove()
     assert not os.path.exists(launch.path)
+
+
+def test_no_candidate_reaches_the_judges_store_or_another_groups(pkb_invoke, tmp_path):
+    """A reference-backend candidate keeps its network, so it can open TCP connections: the
+    judge's store (served by the launcher) and the next job's keeper stop accepting new ones as
+    soon as their own ranks are connected. The fixture tries every 127.0.0.1 listener as a c10d
+    store, poisons the judge's barrier keys and stores data wherever it gets in; it reaches none,
+    and the honest all-reduce after it is timed and passes."""
+    folder = Path(__file__).parent / "fixtures" / "sandbox_network"
+    run = tmp_path / "run"
+    result = pkb_invoke("run", "--solutions", folder, "--problem", "1", "--trials", "2", "--measure-perf",
+                        "--out", run, "--json")
+    verdicts = {Path(r["solution"]).name: r["verdict"] for r in json.loads(result.stdout)["results"]}
+    assert verdicts == {"1_allreduce_a_poisons_every_store.py": "fail", "1_allreduce_b_honest.py": "pass"}
+    said = [line for log in (run / "logs").glob("job-*.log") for line in log.read_text().splitlines()
+            if line.startswith("ATTACK reached")]
+    assert said == ["ATTACK reached stores on ports []"]

@@ -1,4 +1,4 @@
-"""Running one side's batch of calls in one process (shared/rigor.md rules 10-16; docs/timing.md).
+"""Running one side's batch of calls in one process (docs/timing.md).
 
 The same code runs the reference's batches (in the judge's processes) and the
 candidate's (in its own processes): it aligns the ranks, makes the calls and

@@ -91,14 +91,27 @@ def cap_memory(headroom: int = MEMORY_HEADROOM) -> None:
     resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
 
 
+#: Seconds a reference group's ranks have to connect to their keeper's TCPStore.
+CONNECT_S = 180.0
+
+
 def serve_tcpstore(listen_fd: int, world_size: int) -> None:
-    """Serve torch's TCPStore on ``listen_fd`` until killed (the reference backend)."""
+    """Serve torch's TCPStore on ``listen_fd`` until killed (the reference backend).
+
+    Once every rank has connected, the listening socket is shut: the group's ranks keep
+    their connections, and nobody else can open one (the reference backend's candidates keep
+    their network, so another job's could otherwise reach this group's store)."""
     from datetime import timedelta
 
     import torch.distributed as dist
 
-    store = dist.TCPStore("127.0.0.1", 0, world_size, is_master=True, wait_for_workers=False,
-                          master_listen_fd=listen_fd, timeout=timedelta(hours=24))
+    from pkb_core.launch.stores import close_door
+
+    door = socket.socket(fileno=os.dup(listen_fd))
+    # world_size ranks and this process's own client (torch counts the master's too).
+    store = dist.TCPStore("127.0.0.1", 0, world_size + 1, is_master=True, wait_for_workers=True,
+                          master_listen_fd=listen_fd, timeout=timedelta(seconds=CONNECT_S))
+    close_door(door)
     while store is not None:
         signal.pause()
 

@@ -222,6 +222,8 @@ class Launch:
             group.unsupported = next((str(a["unsupported"])[:2000] for a in answers if a.get("unsupported")), None)
             if group.role == "judge" and answers[0].get("machine"):
                 self.machine = answers[0]["machine"]
+            if group.role == "judge":
+                self._stores[id(group)].close_door()  # every judge rank is connected: nobody else may
 
     def _stop(self, group, **kwargs) -> None:
         if group is not None:

@@ -4,13 +4,35 @@
 to the group's rank 0, :mod:`pkb_core.launch.keeper`)."""
 from __future__ import annotations
 
+import ctypes
 import os
 import secrets
+import socket
+import struct
+
+#: setsockopt option that attaches a classic BPF program to a socket (linux/socket.h).
+_SO_ATTACH_FILTER = 26
+
+
+def close_door(listen: socket.socket) -> None:
+    """Let nobody new connect to ``listen``, while the connections it accepted go on.
+
+    A one-instruction socket filter (``ret #0``) drops every packet that reaches the
+    listening socket, so a new peer's handshake never completes; the accepted
+    connections are sockets of their own and are untouched. (Shutting the listening
+    socket instead makes torch's store server spin on failed accepts.)"""
+    program = ctypes.create_string_buffer(struct.pack("HBBI", 0x06, 0, 0, 0))  # BPF_RET | BPF_K, 0
+    fprog = struct.pack("HL", 1, ctypes.addressof(program))
+    listen.setsockopt(socket.SOL_SOCKET, _SO_ATTACH_FILTER, fprog)
 
 
 class JudgeStore:
     """The judge's c10d store, served by the launcher (the judge's ranks never run
     candidate code; a candidate group's store is its keeper's, :class:`KeeperSocket`).
+
+    :meth:`close_door` shuts its listening socket once the judge's ranks have connected:
+    they keep their connections, and no later process (a reference-backend candidate keeps
+    its network) can open one, to stall the judge's barriers or fill the launcher's memory.
 
     :param host: how the workers reach this machine (another node's workers too).
     """
@@ -20,9 +42,16 @@ class JudgeStore:
 
         import torch.distributed as dist
 
-        self.store = dist.TCPStore(host, 0, world_size, is_master=True, wait_for_workers=False,
+        self.listen = socket.create_server((host, 0), backlog=128)
+        port = self.listen.getsockname()[1]
+        self.store = dist.TCPStore(host, port, world_size, is_master=True, wait_for_workers=False,
+                                   master_listen_fd=os.dup(self.listen.fileno()),
                                    timeout=timedelta(seconds=startup_s))
-        self.address = f"{host}:{self.store.port}"
+        self.address = f"{host}:{port}"
+
+    def close_door(self) -> None:
+        """No new connection from now on (the ones made stay)."""
+        close_door(self.listen)
 
 
 class KeeperSocket:
@@ -42,8 +71,6 @@ class KeeperSocket:
     """
 
     def __init__(self, host: str = "127.0.0.1", unix: bool = False):
-        import socket
-
         self.token = secrets.token_hex(16)
         if unix:
             name = f"pkb-keeper-{secrets.token_hex(12)}"
