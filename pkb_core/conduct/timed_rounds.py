@@ -38,14 +38,13 @@ import time
 
 import attrs
 
+from pkb_core.conduct.answers import combine, slot_sizes
+from pkb_core.conduct.intervals import max_over_ranks, speedup, summarize
+from pkb_core.conduct.stopping import StoppingRule, time_share
+from pkb_core.contracts.outcome import JobEnded
 from pkb_core.contracts.timing import ModeTiming, Timing
 from pkb_core.contracts.verdict import Verdict
-from pkb_core.contracts.outcome import JobEnded
 from pkb_core.machine.roofline import below_floor
-from pkb_core.conduct.answers import combine, slot_sizes
-from pkb_core.conduct.intervals import speedup
-from pkb_core.conduct.stopping import StoppingRule, time_share
-from pkb_core.conduct.intervals import max_over_ranks, summarize
 
 #: Most calls per timed batch (each on its own input set of the round's pool).
 MAX_CALLS = 50
@@ -112,7 +111,6 @@ def unavailable_reason(run, mode: str) -> str | None:
 
 def _draw(run, name: str, round_: str, calls: int):
     """Have the judge draw ``calls`` input sets into parcels named ``name``: ``(skeletons, paths, slots)``."""
-
     paths = run.parcels.paths(name, run.nproc)
     skeletons = [a["skeleton"] for a in run._judge("pool", [{"round": round_, "k": calls, "path": p}
                                                              for p in paths])]
@@ -188,7 +186,8 @@ def _time_mode(run, mode: str, budget_s: float) -> ModeTiming:
 
 
 def _check_sample(run, answers, paths, calls, out_bytes):
-
+    """Have the judge check the candidate's timed calls: all of them while a batch's outputs
+    are small (:data:`CHECK_ALL_BYTES`), else :data:`SAMPLED_CALLS` chosen after the batch."""
     if out_bytes <= CHECK_ALL_BYTES:
         indices = list(range(calls))
     else:

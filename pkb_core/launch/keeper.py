@@ -3,7 +3,7 @@
 Every candidate group needs a rendezvous: its ranks find each other, and the
 harness's barriers (and a solution's ``dist.barrier()``) count arrivals. That
 service is a process of the group's own, the *keeper*, forked by the group's
-rank 0 before any job code runs (:func:`pkb_core.launch.worker.start_keeper`).
+rank 0 before any job code runs (:func:`pkb_core.launch.worker.start_keeper`, :mod:`pkb_core.launch.keeper_process`).
 It lives in rank 0's session, so the launcher's freeze and kill of the
 candidate reach it, it is non-dumpable, and its memory is capped
 (``RLIMIT_DATA``): whatever a candidate asks of its store costs the candidate's
@@ -48,7 +48,6 @@ import base64
 import json
 import os
 import re
-import resource
 import selectors
 import signal
 import socket
@@ -77,43 +76,6 @@ _EXCHANGE_KEY = re.compile(r"^(?P<prefix>[\w./:-]{1,160})/(?P<seq>\d{1,9})/(?P<r
 
 class Refused(Exception):
     """A sealed connection asked for something the keeper does not serve."""
-
-
-def cap_memory(headroom: int = MEMORY_HEADROOM) -> None:
-    """Cap this process's data segment (heap and private mappings) at what it
-    holds now plus ``headroom``."""
-    try:
-        with open("/proc/self/status") as status:
-            held = next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmData:"))
-    except (OSError, StopIteration, ValueError):
-        return
-    limit = held + headroom
-    resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
-
-
-#: Seconds a reference group's ranks have to connect to their keeper's TCPStore.
-CONNECT_S = 180.0
-
-
-def serve_tcpstore(listen_fd: int, world_size: int) -> None:
-    """Serve torch's TCPStore on ``listen_fd`` until killed (the reference backend).
-
-    Once every rank has connected, the listening socket is shut: the group's ranks keep
-    their connections, and nobody else can open one (the reference backend's candidates keep
-    their network, so another job's could otherwise reach this group's store)."""
-    from datetime import timedelta
-
-    import torch.distributed as dist
-
-    from pkb_core.launch.stores import close_door
-
-    door = socket.socket(fileno=os.dup(listen_fd))
-    # world_size ranks and this process's own client (torch counts the master's too).
-    store = dist.TCPStore("127.0.0.1", 0, world_size + 1, is_master=True, wait_for_workers=True,
-                          master_listen_fd=listen_fd, timeout=timedelta(seconds=CONNECT_S))
-    close_door(door)
-    while store is not None:
-        signal.pause()
 
 
 class _Conn:
@@ -404,21 +366,3 @@ def _value(request: dict) -> bytes:
         return base64.b64decode(request["value"], validate=True)
     except (KeyError, TypeError, ValueError):
         raise Refused("a store SET without a valid value") from None
-
-
-def serve(kind: str, listen_fd: int, report_fd: int, world_size: int, token: str, cuda: bool,
-          peer_uid: int | None = None) -> None:
-    """The keeper's whole life (never returns): the memory cap, then the server.
-
-    :param peer_uid: the group's own user (its sandbox uid): on a Unix socket, a
-        connection from any user but it and the launcher's (the ranks connect before
-        their lockdown) is closed unanswered and unreported."""
-    from pkb_core.candidate.lockdown import protect_from_peers
-
-    protect_from_peers()
-    cap_memory()
-    if kind == "tcpstore":
-        serve_tcpstore(listen_fd, world_size)
-    else:
-        listen = socket.socket(fileno=listen_fd)
-        CounterKeeper(listen, world_size, report_fd, token, cuda, peer_uid).serve()

@@ -68,7 +68,7 @@ def start_keeper() -> None:
                         os.close(fd)
                     except OSError:
                         pass
-            from pkb_core.launch.keeper import serve as serve_store
+            from pkb_core.launch.keeper_process import serve as serve_store
 
             kind = "counter" if os.environ.get("PKB_CUSTOM_KERNELS", "1") == "1" else "tcpstore"
             uid = os.environ.get("PKB_SANDBOX_UID")
