@@ -121,12 +121,14 @@ class JudgeRank:
 
             return {"verdict": Verdict.ERROR, "reason": f"the reference raised {describe(exc)}"}
         self.last_reference = ref_out
+        # Collective (the reference on the magnitudes): every rank, before any rank can
+        # return early on what its candidate sent, or its peers would wait for it.
+        bound = self._exact_bound(self.trial_args) if self.trial_full and self.problem.spec.exact else None
         received = self._receive(candidate, budget=_nbytes(ref_out) + _nbytes(ref_args))
         if isinstance(received, str):
             return {"verdict": Verdict.FAIL, "reason": received}
         self.last_candidate = received
         tolerance = EXACT_TOLERANCE if self.trial_exact else self.problem.spec.tolerance
-        bound = self._exact_bound(self.trial_args) if self.trial_full and self.problem.spec.exact else None
         problem = compare(received["out"], ref_out, tolerance, bound and bound[0]) or self._arguments_after(
             received["args"], self.trial_args, ref_args, tolerance, bound and bound[1])
         return {"verdict": Verdict.FAIL if problem else None, "reason": problem or ""}
@@ -301,6 +303,9 @@ class JudgeRank:
         """Compare the candidate's timed calls ``indices`` with the reference's:
         every output, and every argument buffer after the call (``MUTATES``
         arguments against the reference's, the others unchanged)."""
+        # Collective (the reference on the magnitudes), so every rank takes every index's
+        # tolerance before any rank can return early on what its candidate sent.
+        tolerances = {index: self._timed_tolerance(index) for index in indices}
         received = self._receive(candidate, budget=_nbytes(self.timed_outputs) + _nbytes(self.pool))
         if isinstance(received, str):
             return {"verdict": Verdict.FAIL, "reason": received}
@@ -310,7 +315,7 @@ class JudgeRank:
                 isinstance(args, (list, tuple)) and len(args) == count):
             return {"verdict": Verdict.FAIL, "reason": "the solution's timed outputs could not be read back"}
         for index in indices:
-            tolerance, bound = self._timed_tolerance(index)
+            tolerance, bound = tolerances[index]
             problem = compare(outputs[index], self.timed_outputs[index], tolerance, bound and bound[0]) or \
                 self._arguments_after(args[index], self.pristine[index], self.pool[index], tolerance,
                                       bound and bound[1])
@@ -322,7 +327,7 @@ class JudgeRank:
     def _timed_tolerance(self, index):
         """``(tolerance, bound)`` for timed call ``index``: as for trials, the
         integer-valued sets of an ``EXACT`` problem compare bit for bit and its
-        full-mantissa sets within the dtype's own rounding (:func:`exact_bound`)."""
+        full-mantissa sets within the dtype's own rounding (:meth:`_exact_bound`)."""
         if not self.problem.spec.exact:
             return self.problem.spec.tolerance, None
         if index % 2 == 0:

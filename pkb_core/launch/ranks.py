@@ -106,6 +106,8 @@ class RankGroup:
         #: The read end of the store keeper's report pipe (a candidate group's; :mod:`pkb_core.launch.keeper`).
         self.keeper_report = None
         self._refusal = None
+        #: The processes the last freeze stopped (the thaw continues exactly these).
+        self._stopped: list = []
 
     @staticmethod
     def spawn_workers(role: str, ranks, world_size: int, *, env: dict, log) -> list:
@@ -275,7 +277,7 @@ class RankGroup:
 
     def thaw(self) -> None:
         if self.frozen:
-            signal_pids(getattr(self, "_stopped", None) or [], signal.SIGCONT)
+            signal_pids(self._stopped, signal.SIGCONT)
             self._signal_remote(signal.SIGCONT)
             self.frozen = False
 
