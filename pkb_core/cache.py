@@ -3,7 +3,7 @@
 ``$PKB_CACHE_DIR`` when set, else ``$XDG_CACHE_HOME/pkb`` when that is set, else
 ``~/.cache/pkb`` (the XDG base-directory default). Backends put their own caches
 in a folder of it named after themselves (``cache_dir() / "cuda"``); pkb's own folders
-are named here, once: :func:`calibration_dir` and :func:`builds_dir`.
+are named here, once: :func:`calibration_dir`, :func:`builds_dir` and :func:`pch_dir`.
 """
 from __future__ import annotations
 
@@ -30,3 +30,8 @@ def calibration_dir() -> Path:
 def builds_dir() -> Path:
     """The compile phase's outcomes, by content (:mod:`pkb_core.build.phase`)."""
     return cache_dir() / "builds"
+
+
+def pch_dir() -> Path:
+    """Precompiled headers, by compiler, flags and header (:mod:`pkb_core.build.pch`)."""
+    return cache_dir() / "pch"
