@@ -4,7 +4,8 @@ built once per node, compiler errors turned into :class:`CompileError`.
 Layout of the cache (``cache_dir()``, default ``~/.cache/pkb/cuda``; see :func:`pkb_core.cache_dir`)::
 
     <key>/             one build: load_inline's build directory
-        main.cpp, cuda.cu, build.ninja, *.o   written by load_inline
+        main.cpp, cuda.cu   written by pkb (:mod:`pkb_cuda.sources`: only the headers they use)
+        build.ninja, *.o    written by load_inline
         <module>.so    the extension
         pkb.lock       the file lock held while building
         pkb-ok.json    written last, after the module loaded: the build is complete
@@ -15,6 +16,12 @@ sources. The first to take ``pkb.lock`` (``fcntl.flock``) builds; the others
 block on the lock and then load the finished ``.so`` (or re-raise the failure
 it recorded). No collective is involved, so it works before or after the
 process group exists.
+
+What one build costs is what its content needs: the files carry torch's
+headers only where they name torch (:mod:`pkb_cuda.sources`), ``main.cpp``
+loads pkb's precompiled ``torch/extension.h`` (:mod:`pkb_cuda.torch_pch`),
+and ninja compiles ``cuda.cu`` and ``main.cpp`` at once (``MAX_JOBS``; the
+compile phase gives each build 2).
 """
 from __future__ import annotations
 
@@ -60,9 +67,12 @@ def compile(name, cuda_source, cpp_source="", functions=(), *, extra_cuda_cflags
     :param name: a C identifier naming the extension (used in error messages
         and file names: the CUDA source is reported as ``<name>.cu``).
     :param cuda_source: CUDA C++ with the kernels and the host functions that
-        launch them. load_inline puts ``#include <torch/types.h>``,
-        ``<cuda.h>`` and ``<cuda_runtime.h>`` in front; with ``prelude`` the
-        device helpers of :data:`BARRIER_CUH` (namespace ``pkb``) come first.
+        launch them. ``<cuda.h>`` and ``<cuda_runtime.h>`` are put in front,
+        and ``<torch/types.h>`` too when the source names anything of torch's
+        (``torch::``, ``at::``, ``c10::``, ``TORCH_CHECK``...; see
+        :mod:`pkb_cuda.sources`): a source that names none builds in seconds.
+        With ``prelude`` the device helpers of :data:`BARRIER_CUH` (namespace
+        ``pkb``) come first.
     :param cpp_source: C++ declarations of the host functions to bind, e.g.
         ``"torch::Tensor allreduce(torch::Tensor x, int64_t buffers);"``.
     :param functions: names of the functions to expose to Python.
@@ -80,9 +90,13 @@ def compile(name, cuda_source, cpp_source="", functions=(), *, extra_cuda_cflags
         the module did not load; the message holds the compiler's error lines.
 
     The build directory is ``cache_dir() / cache_key(...)``. A cached build
-    loads in well under a second; a cold one takes about 45 s on the GPU
-    machine (torch's headers), once per node: the other local ranks wait on a
-    file lock and then load it. Within a process the module is memoised.
+    loads in well under a second. A cold one is as slow as its headers: a
+    ``.cu`` with torch's headers takes 40-80 s on the GPU machine, one without
+    about 2 s; ``main.cpp`` (``torch/extension.h`` and the bindings) loads
+    pkb's precompiled header (:mod:`pkb_cuda.torch_pch`, built once per
+    machine) and the two compile at once. It is built once per node: the
+    other local ranks wait on a file lock and then load it. Within a process
+    the module is memoised.
     """
     spec = BuildSpec.make(name, cuda_source, cpp_source, functions, extra_cuda_cflags=extra_cuda_cflags,
                           extra_cflags=extra_cflags, extra_ldflags=extra_ldflags,
@@ -181,21 +195,61 @@ def _build(spec: BuildSpec, build_dir: Path, verbose: bool):
 
 
 def _load_inline(spec: BuildSpec, build_dir: Path, verbose: bool):
+    """Build with load_inline from the lightest files that compute the same
+    (:mod:`pkb_cuda.sources`); a failure that the lighter files could have
+    caused is redone with load_inline's own, so the verdict is always its."""
+    from pkb_core.build.pch import notice
+
+    from pkb_cuda import sources
+
+    how = sources.plan(spec) if _takes_no_implicit_headers() else sources.PLAIN
+    try:
+        return _load_inline_as(spec, build_dir, verbose, how)
+    except Exception as exc:  # noqa: BLE001 - decided below: retried or re-raised
+        light_cu = not how.torch_headers
+        if how.plain or not (light_cu or "pkb_pch" in str(exc)):
+            raise
+        first = compile_message(spec.name, exc).splitlines()
+    module = _load_inline_as(spec, build_dir, verbose, sources.PLAIN)
+    notice(f"{spec.name}: built only as load_inline writes it (the lighter build failed: "
+           f"{(first[1:] or first)[0].strip()[:160]})")
+    return module
+
+
+def _load_inline_as(spec: BuildSpec, build_dir: Path, verbose: bool, how):
     from torch.utils.cpp_extension import load_inline
 
+    from pkb_cuda import sources
+
+    extra_cflags = list(spec.extra_cflags)
+    if how.pch:
+        from pkb_cuda.torch_pch import pch_cflags
+
+        extra_cflags += pch_cflags(spec.extra_cflags, spec.extra_include_paths)
+    options = {"no_implicit_headers": True} if _takes_no_implicit_headers() else {}
     return load_inline(
         name=spec.module_name,
-        cpp_sources=[spec.cpp_source],
-        cuda_sources=[spec.cuda_source],
+        cpp_sources=[sources.main_cpp(spec, how) if options else spec.cpp_source],
+        cuda_sources=[sources.cuda_cu(spec, how) if options else spec.cuda_source],
         functions=list(spec.functions) or None,
-        extra_cflags=list(spec.extra_cflags),
+        extra_cflags=extra_cflags,
         extra_cuda_cflags=list(spec.extra_cuda_cflags),
         extra_ldflags=list(spec.extra_ldflags),
         extra_include_paths=list(spec.extra_include_paths),
         build_directory=str(build_dir),
         verbose=verbose,
         with_cuda=True,
+        **options,
     )
+
+
+def _takes_no_implicit_headers() -> bool:
+    """Whether this torch's load_inline lets pkb write the headers itself."""
+    import inspect
+
+    from torch.utils.cpp_extension import load_inline
+
+    return "no_implicit_headers" in inspect.signature(load_inline).parameters
 
 
 class _Unbuilt:

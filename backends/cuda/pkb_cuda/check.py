@@ -118,15 +118,13 @@ def cxx_command(spec: BuildSpec, source: str, obj: str, cuda_home: Path, work: P
     return cmd + extra
 
 
-def generated_sources(spec: BuildSpec) -> tuple[str, str]:
-    """``(main.cpp, cuda.cu)`` as load_inline writes them."""
-    main = ["#include <torch/extension.h>", spec.cpp_source]
-    if spec.functions:
-        main.append("PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {")
-        main += [f'm.def("{f}", torch::wrap_pybind_function({f}), "{f}");' for f in spec.functions]
-        main.append("}")
-    cuda = ["#include <torch/types.h>", "#include <cuda.h>", "#include <cuda_runtime.h>", spec.cuda_source]
-    return "\n".join(main), "\n".join(cuda)
+def generated_sources(spec: BuildSpec, how=None) -> tuple[str, str]:
+    """``(main.cpp, cuda.cu)`` as pkb has load_inline compile them (``how``:
+    a :class:`pkb_cuda.sources.Plan`, default the build's own)."""
+    from pkb_cuda import sources
+
+    how = how or sources.plan(spec)
+    return "\n".join([sources.main_cpp(spec, how)] + sources.bindings(spec)), sources.cuda_cu(spec, how)
 
 
 _PTXAS_FUNC = re.compile(r"Compiling entry function '(\w+)'|Function properties for (\w+)")
@@ -194,12 +192,18 @@ def check_spec(spec: BuildSpec, workdir=None, bindings: bool = True, ptxas_info:
     started = time.time()
     work = Path(workdir or tempfile.mkdtemp(prefix="pkb-cuda-check-")) / spec.module_name
     work.mkdir(parents=True, exist_ok=True)
-    main_src, cuda_src = generated_sources(spec)
+    from pkb_cuda.sources import PLAIN, plan
+
+    how = plan(spec)
+    main_src, cuda_src = generated_sources(spec, how)
     (work / "main.cpp").write_text(main_src)
     (work / "cuda.cu").write_text(cuda_src)
     cmd = nvcc_command(spec, "cuda.cu", "cuda.cuda.o", cuda_home, work, ptxas_info)
     (work / "nvcc.cmd").write_text(shlex.join(cmd) + "\n")
     code, log = _run(cmd, work)
+    if code and not how.torch_headers:  # as the build does: the verdict is that of load_inline's headers
+        (work / "cuda.cu").write_text(generated_sources(spec, PLAIN)[1])
+        code, log = _run(cmd, work)
     (work / "nvcc.log").write_text(log)
     if code:
         raise CompileError(f"building the CUDA extension {spec.name!r} failed:\n{trim_compiler_output(log)}")
