@@ -32,7 +32,7 @@ def pkb_backend_compile(state, problem, solution):
         if "BUILD_FAILS" in source:
             raise CompileError("nvcc: error: expected a ';'")
     log(file=os.path.basename(solution), ahead=getattr(state, "ahead_of_time", False), pid=os.getpid(),
-        start=started, end=time.time())
+        start=started, end=time.time(), max_jobs=os.environ.get("MAX_JOBS"))
     return load_solution(solution)
 '''
 
@@ -128,7 +128,13 @@ def test_pkb_build_warms_the_cache_alone(pkb_invoke, slowbuild, tmp_path):
                         "--build-jobs", "6", "--build-timeout", "25", "--json")
     lines = [json.loads(line) for line in result.stdout.splitlines()]
     builds = {b["build"]["solution"].rsplit("/", 1)[-1]: b["build"] for b in lines[:-1]}
+    phase = lines[-1]["summary"].pop("phase")
     assert lines[-1] == {"summary": {"built": 4, "compile_error": 1, "unsupported": 0}}
+    # Throughput: 5 builds made (the failure too) by 5 builders, in the wall time of the slowest (5 s).
+    assert phase["built"] == 5 and phase["failed"] == 1 and phase["cached"] == 0 and phase["workers"] == 5
+    assert 5 <= phase["wall_s"] < 25 and abs(phase["builds_per_hour"] - 5 * 3600 / phase["wall_s"]) < 20
+    # Each builder's ninja runs its two compiles at once.
+    assert {entry["max_jobs"] for entry in _log(tmp_path) if entry["ahead"]} == {"2"}
     assert result.exit_code == 1  # some did not build
     assert builds["1_allreduce_b.py"]["ok"] and not builds["1_allreduce_fails.py"]["ok"]
     records = _run(pkb_invoke, slowbuild, tmp_path / "run")

@@ -4,8 +4,10 @@ Building is the slow part of evaluating model-generated CUDA (tens of seconds pe
 file with torch's headers), and it needs CPUs, not GPUs. So :func:`run_jobs
 <pkb_core.launch.launcher.run_jobs>` first hands every distinct solution of its jobs to
 :class:`BuildPhase`: a pool of builder processes (:mod:`pkb_core.build.builder`), as
-many as the node's cores and memory allow, each running the backend's compile
-hook on one solution ahead of time. What they build lands in the backend's
+many as the node's cores and memory allow (:func:`default_workers`), each running
+the backend's compile hook on one solution ahead of time, with its compiles
+(the cuda backend's ``.cu`` and ``main.cpp``) two at a time
+(:func:`build_environment`). What they build lands in the backend's
 content-addressed cache; the jobs' candidates then load it in milliseconds, so
 a job's timeout no longer pays for compiling.
 
@@ -15,7 +17,9 @@ of :data:`KEY_ENVIRONMENT`): a solution built before is not built again, and
 one that failed gets its ``compile-error`` again from the cache, with the
 compiler's message, without rebuilding. A build that exceeds its own limit
 (``--build-timeout``) or whose process dies is ``compile-error`` with the
-reason and is not cached (it may be the machine's fault).
+reason and is not cached (it may be the machine's fault). The phase's
+throughput, builds per hour of wall time, is in :attr:`BuildPhase.summary`
+(``pkb build`` prints it).
 """
 from __future__ import annotations
 
@@ -37,8 +41,11 @@ from pkb_core.process.channel import REPLY_FD_ENV, SOURCE_CHECKED
 KEY_ENVIRONMENT = ("TORCH_CUDA_ARCH_LIST", "CUDA_HOME", "CUDAHOSTCXX", "CXX", "PKB_NVSHMEM4PY_HOME")
 #: Seconds one build may take unless told otherwise.
 BUILD_TIMEOUT_S = 600.0
-#: Memory one build may need (nvcc on torch's headers peaks near 1.5 GiB).
-BUILD_MEMORY_BYTES = 2 << 30
+#: Memory one build may need: its two compiles at once (nvcc on torch's headers
+#: peaks near 2 GiB, g++ on main.cpp with the precompiled header near 1.5 GiB).
+BUILD_MEMORY_BYTES = 7 << 29
+#: Compiles one build runs at once (ninja's ``MAX_JOBS``): its ``.cu`` and its ``main.cpp``.
+BUILD_JOBS = 2
 
 
 def outcome_key(backend: str, solution: Path, device: str) -> str:
@@ -56,7 +63,14 @@ def outcome_key(backend: str, solution: Path, device: str) -> str:
 
 
 def default_workers(builds: int) -> int:
-    """Builds at once: one per core, as far as memory allows, at most ``builds``."""
+    """Builds at once: one per core, as far as memory allows, at most ``builds``.
+
+    Each build runs its two compiles at once (:data:`BUILD_JOBS`), yet the
+    pool still counts one build per core rather than two: the two are rarely
+    both long (``main.cpp`` loads a precompiled header or is empty, the
+    ``.cu`` is the long one, or the reverse for a header-light ``.cu``), so
+    one build per core keeps every core busy, and the brief overlap costs less
+    than half the cores waiting on short compiles."""
     cores = os.cpu_count() or 1
     try:
         with open("/proc/meminfo") as meminfo:
@@ -67,10 +81,21 @@ def default_workers(builds: int) -> int:
     return max(1, min(cores, builds))
 
 
+def build_environment() -> dict:
+    """What a builder's environment adds: ninja runs the build's two compiles
+    at once (``MAX_JOBS``, unless the caller set it: torch's default is a job
+    per core for every build, which oversubscribes a pool of builds)."""
+    return {} if os.environ.get("MAX_JOBS") else {"MAX_JOBS": str(BUILD_JOBS)}
+
+
 class BuildPhase:
     """Builds solutions for one backend in parallel (see the module docstring).
 
     :param on_result: called as each solution finishes: ``on_result(path, result, done, total)``.
+
+    After :meth:`run`, :attr:`summary` says what it did: builds made (not
+    from the cache), of them failed, from the cache, builders, wall seconds
+    and builds per hour of wall time (the compile phase's throughput).
     """
 
     def __init__(self, *, backend: str, device: str, run_dir: Path, options: dict | None = None, preload=(),
@@ -83,6 +108,7 @@ class BuildPhase:
         self.workers = workers
         self.timeout = timeout
         self.on_result = on_result
+        self.summary: dict = {}
 
     def run(self, requests: list[tuple]) -> dict:
         """``requests``: ``(solution path, problem path)`` pairs; returns ``{solution path: BuildResult}``."""
@@ -100,6 +126,7 @@ class BuildPhase:
                 queue.append((solution, problem_path))
         running: list[tuple] = []
         workers = self.workers or default_workers(len(queue))
+        started, made = time.monotonic(), len(queue)
         try:
             while queue or running:
                 while queue and len(running) < workers:
@@ -117,6 +144,11 @@ class BuildPhase:
             # their own, so nothing else would stop them or the compilers they started.
             for build in running:
                 _kill(build["proc"])
+        wall = time.monotonic() - started
+        fresh = [result for result in results.values() if not result.cached]
+        self.summary = {"built": len(fresh), "failed": sum(not r.ok for r in fresh), "cached": len(results) - len(fresh),
+                        "workers": min(workers, made) if made else 0, "wall_s": round(wall, 1),
+                        "builds_per_hour": round(len(fresh) * 3600 / wall) if fresh and wall > 0 else None}
         return results
 
     # -- one build ---------------------------------------------------------------
@@ -128,7 +160,7 @@ class BuildPhase:
         log = open(logs / f"{Path(solution).stem}-{hashlib.sha1(solution.encode()).hexdigest()[:6]}.log", "wb")
         read_fd, write_fd = os.pipe()
         env = dict(os.environ, PYTHONUNBUFFERED="1", **{REPLY_FD_ENV: str(write_fd)},
-                   **preload_environment(self.preload))
+                   **preload_environment(self.preload), **build_environment())
         request = {"backend": self.backend, "solution": solution, "problem_path": problem_path,
                    "device": self.device, "options": self.options, "run_dir": str(self.run_dir)}
         proc = subprocess.Popen([sys.executable, "-m", "pkb_core.build.builder"], stdin=subprocess.PIPE, stdout=log,

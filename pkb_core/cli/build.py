@@ -68,12 +68,14 @@ def build(pm, backend, solution, solutions, problems, device, build_timeout, bui
     unsupported = sum(r.verdict == Verdict.UNSUPPORTED for r in failed.values())
     if json_:
         click.echo(json.dumps({"summary": {"built": len(results) - len(failed),
-                                           "compile_error": len(failed) - unsupported, "unsupported": unsupported}}))
+                                           "compile_error": len(failed) - unsupported, "unsupported": unsupported,
+                                           "phase": phase.summary}}))
     else:
         for path, result in failed.items():
             click.echo(f"\n{Path(path).name}: {result.message}")
         tail = f", {unsupported} unsupported" if unsupported else ""
-        click.echo(f"\n{len(results) - len(failed)} built, {len(failed) - unsupported} compile-error{tail}")
+        click.echo(f"\n{len(results) - len(failed)} built, {len(failed) - unsupported} compile-error{tail}"
+                   f"{_throughput(phase.summary)}")
     if failed:
         raise SystemExit(1)
 
@@ -82,6 +84,14 @@ def _outcome(path, result) -> dict:
     """One build's JSON line."""
     return {"solution": path, "ok": result.ok, "cached": result.cached, "seconds": result.seconds,
             "message": result.message, "verdict": None if result.ok else result.verdict}
+
+
+def _throughput(summary: dict) -> str:
+    """``" (3 compiled in 41.2 s by 3 builders: 262 builds/hour)"``, or '' when all came from the cache."""
+    if not summary.get("built"):
+        return ""
+    return (f" ({summary['built']} compiled in {summary['wall_s']} s by {summary['workers']} builders: "
+            f"{summary['builds_per_hour']} builds/hour)")
 
 
 def _exit_on_signal(signum, frame):
