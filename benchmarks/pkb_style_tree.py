@@ -1,6 +1,6 @@
 """Write a tree of distinct PKB-style CUDA solutions, for measuring evaluation throughput.
 
-    python3 benchmarks/pkb_style_tree.py OUT_DIR [--count 80]
+    python3 benchmarks/pkb_style_tree.py OUT_DIR [--count 80] [--helper]
 
 Each file is written the way ParallelKernelBench's generated CUDA solutions are:
 torch's ``load_inline`` with ``<torch/extension.h>`` and a pybind module of its
@@ -11,6 +11,11 @@ cycle through problems 1 (all-reduce), 2 (all-gather), 3 (broadcast) and
 7 (reduce-scatter); each has its own threads-per-block and loop unrolling, so
 every file is a distinct build (the worst case for a compile cache). Every one
 passes its problem.
+
+With ``--helper`` the files build as PKB's published files do, through
+``from utils.cuda_helpers import compile_cuda_extension`` (which pkb serves:
+its cache, its lock, its light ``main.cpp``) instead of calling torch's
+``load_inline`` themselves; same sources otherwise.
 
 Used by docs/benchmarks/2026-11-23-h200x2.md (issue 19's tree target).
 """
@@ -192,7 +197,15 @@ THREADS = (128, 256, 512, 1024)
 UNROLLS = (1, 2, 3, 4, 5)
 
 
-def write_tree(out: Path, count: int) -> list[Path]:
+#: What --helper puts in place of the direct load_inline (PKB's helper adds -O3 itself).
+HELPER_IMPORT = ("from torch.utils.cpp_extension import load_inline",
+                 "from utils.cuda_helpers import compile_cuda_extension")
+HELPER_CALL = ("load_inline(name=\"pkbgen_{tag}_{index}\", cpp_sources=\"\", cuda_sources=CUDA_SRC,\n"
+               "                           extra_cuda_cflags=[\"-O3\"], verbose=False)",
+               "compile_cuda_extension(\"pkbgen_{tag}_{index}\", CUDA_SRC)")
+
+
+def write_tree(out: Path, count: int, helper: bool = False) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     written = []
     for index in range(count):
@@ -200,7 +213,12 @@ def write_tree(out: Path, count: int) -> list[Path]:
         variant = index // len(PROBLEMS)
         threads, unroll = THREADS[variant % len(THREADS)], UNROLLS[(variant // len(THREADS)) % len(UNROLLS)]
         what, kernel, solution = KERNELS[tag]
-        text = HEADER.format(what=what, index=index, threads=threads, unroll=unroll, tag=tag,
+        header = HEADER
+        if helper:
+            for old, new in (HELPER_IMPORT, HELPER_CALL):
+                assert old in header, old
+                header = header.replace(old, new)
+        text = header.format(what=what, index=index, threads=threads, unroll=unroll, tag=tag,
                              kernel=kernel.format(threads=threads, unroll=unroll).strip())
         path = out / f"{key}_gen{index:03d}.py"
         path.write_text(text + solution)
@@ -212,8 +230,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path)
     parser.add_argument("--count", type=int, default=80)
+    parser.add_argument("--helper", action="store_true", help="build through utils.cuda_helpers, as PKB's files do")
     args = parser.parse_args()
-    print(f"{len(write_tree(args.out, args.count))} files in {args.out}")
+    print(f"{len(write_tree(args.out, args.count, args.helper))} files in {args.out}")
 
 
 if __name__ == "__main__":

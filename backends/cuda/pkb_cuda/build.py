@@ -21,7 +21,9 @@ What one build costs is what its content needs: the files carry torch's
 headers only where they name torch (:mod:`pkb_cuda.sources`), ``main.cpp``
 loads pkb's precompiled ``torch/extension.h`` (:mod:`pkb_cuda.torch_pch`),
 and ninja compiles ``cuda.cu`` and ``main.cpp`` at once (``MAX_JOBS``; the
-compile phase gives each build 2).
+compile phase gives each build 2). ``PKB_CUDA_PLAIN_BUILD=1`` builds exactly
+as load_inline writes the files (its headers, no PCH): the same modules, for
+comparing build times and for ruling pkb's files out when a build misbehaves.
 """
 from __future__ import annotations
 
@@ -202,7 +204,8 @@ def _load_inline(spec: BuildSpec, build_dir: Path, verbose: bool):
 
     from pkb_cuda import sources
 
-    how = sources.plan(spec) if _takes_no_implicit_headers() else sources.PLAIN
+    light = _takes_no_implicit_headers() and os.environ.get("PKB_CUDA_PLAIN_BUILD", "") in ("", "0")
+    how = sources.plan(spec) if light else sources.PLAIN
     try:
         return _load_inline_as(spec, build_dir, verbose, how)
     except Exception as exc:  # noqa: BLE001 - decided below: retried or re-raised

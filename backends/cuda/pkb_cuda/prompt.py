@@ -1,6 +1,8 @@
 """The CUDA backend's part of generation prompts (``BackendInfo.prompt``).
 
-The instructions are the rules of docs/backends/cuda.md in short, then the
+The instructions are the rules of docs/backends/cuda.md in short, fastest
+build first (NVRTC kernels, then a header-light ``.cu``, then torch in the
+``.cu`` as PKB's files have it: see ``RULES`` for why), then the
 helper API's own reference: the docstring of :mod:`pkb_cuda`, the fields of
 :class:`pkb_cuda.Peers` and the device header that ``compile`` prepends
 (``BARRIER_CUH``), so the prompt never drifts from the code. The examples are
@@ -16,7 +18,7 @@ from pkb_core import BackendPrompt, PromptExample
 
 SAMPLES = Path(__file__).parent / "samples"
 #: Samples shown as examples, best first (never the one for the problem asked).
-EXAMPLE_SAMPLES = ("1_allreduce", "2_allgather_nvrtc", "7_reducescatter", "1_allreduce_nvrtc")
+EXAMPLE_SAMPLES = ("1_allreduce_nvrtc", "2_allgather_nvrtc", "7_reducescatter_nvrtc", "1_allreduce")
 
 RULES = """
 A `cuda` solution is a Python file that defines `solution(...)` with the reference's exact signature and
@@ -25,36 +27,46 @@ torch.distributed). Every tensor argument is in the symmetric heap (torch symm_m
 `pkb_cuda.peers(tensor)` gives, as ints, a device table of every rank's buffer, a table of signal pads, the
 tensor's offset in the buffers and more.
 
-How a solution is written:
+Every candidate is built before it runs, and the build costs what its headers cost: kernels alone compile in
+well under a second, torch's C++ headers take 20-80 s per file. So write the fastest form that is still real
+CUDA, in this order:
 
-1. A string of CUDA C++ with the kernels and a host function that allocates the output (a NEW tensor:
-   `torch::empty_like(...)`), picks the grid, dispatches on the dtype and launches on
-   `c10::cuda::getCurrentCUDAStream()`, followed by `C10_CUDA_KERNEL_LAUNCH_CHECK()`.
-2. A string of C++ declarations of the host functions to bind, and at import:
-   `ext = pkb_cuda.compile(name, cuda_source, cpp_source, functions=[...])` (built once per node, cached).
-3. `solution(...)`: `return ext.fn(tensor, *pkb_cuda.peers(tensor))`, the seven `Peers` ints declared as
-   `int64_t buffers, int64_t pads, int64_t offset, int64_t rank, int64_t world, int64_t max_blocks,
+A. Kernels only, compiled with NVRTC (`pkb_cuda.nvrtc`, through CuPy: 0.1-0.3 s, no host C++, no torch
+   headers) and launched from Python on torch's current stream. Keep only the kernels in the CUDA string
+   (`<cuda_bf16.h>` and `<cuda_fp16.h>` are fine; the `pkb::` helpers are prepended), declare every integer
+   parameter `long long`, allocate the output in Python (`torch.empty(...)`, a NEW tensor) and launch:
+   `nvrtc.kernel(SOURCE, "name<__nv_bfloat16>")(blocks, threads, out, p.buffer_table, p.signal_table, ...)`
+   (tensors pass their address, Python ints 64-bit integers). Use it whenever a few lines of Python can pick
+   the grid and launch.
+B. When the host side needs C++: `ext = pkb_cuda.compile(name, cuda_source, cpp_source, functions=[...])` at
+   import (built once per node, cached). Keep the `.cu` header-light: kernels plus a launcher that takes raw
+   pointers, `int64_t`s and a `cudaStream_t`, with no `torch::`, `at::` or `c10::` name in it; then pkb adds no
+   torch header to it and it compiles in about 2 s. Put the torch side (allocate the output with
+   `torch::empty_like(...)`, dispatch on the dtype, get `c10::cuda::getCurrentCUDAStream()` from
+   `<c10/cuda/CUDAStream.h>`, call the launcher, `C10_CUDA_KERNEL_LAUNCH_CHECK()` from
+   `<c10/cuda/CUDAException.h>`) in `cpp_source` after a declaration of the launcher: it is compiled with a
+   precompiled `torch/extension.h`, in parallel with the `.cu`.
+C. Still accepted, but slow (40-80 s a build): torch types in the `.cu` (the host function in the CUDA
+   string, as in PKB's files), or PKB's style, `load_inline` / `compile_cuda_extension` with
+   `PYBIND11_MODULE` in the `.cu`.
+
+In every form:
+
+1. `solution(...)` returns new tensors, never writes an input, never calls `torch.distributed`; with
+   `compile`, bind the host functions and call `ext.fn(tensor, *pkb_cuda.peers(tensor))`, the seven `Peers` ints
+   declared as `int64_t buffers, int64_t pads, int64_t offset, int64_t rank, int64_t world, int64_t max_blocks,
    int64_t align`.
-4. The pull model: `pkb::barrier_block(pads, rank, world, blockIdx.x)` at the start of the kernel (every peer's
+2. The pull model: `pkb::barrier_block(pads, rank, world, blockIdx.x)` at the start of the kernel (every peer's
    input is in place), read peers through `pkb::peer_ptr<T>(buffers, p, offset)`, write only this rank's own
    output, and `pkb::barrier_block(...)` again at the end (nobody returns while a peer still reads its input).
-5. The same grid on every rank, computed from values all ranks share (the problem size, the SM count,
+3. The same grid on every rank, computed from values all ranks share (the problem size, the SM count,
    `max_blocks`), never from something local such as an output pointer's alignment; grid <= `max_blocks`; all
    blocks co-resident (the samples use 512 threads, `__launch_bounds__(512, 2)`, at most 2 x SMs blocks);
    every rank launches, also ranks with nothing to read.
-6. Includes: `<c10/cuda/CUDAStream.h>`, `<c10/cuda/CUDAGuard.h>`, `<c10/cuda/CUDAException.h>`,
-   `<cuda_bf16.h>`, `<cuda_fp16.h>`; not `<ATen/cuda/CUDAContext.h>`. torch compiles with
-   `-D__CUDA_NO_BFLOAT16_CONVERSIONS__`: convert with `__bfloat162float` / `__float2bfloat16`. Accumulate in
-   fp32; use 16-byte vector loads only when `align >= 16`.
-
-Kernels only, without host C++ (`pkb_cuda.nvrtc`, NVRTC through CuPy: about a second to build instead of
-tens): keep only the kernels in the CUDA string (no torch headers; `<cuda_bf16.h>` and `<cuda_fp16.h>` are
-fine; the `pkb::` helpers are prepended as with `compile`), declare every integer parameter `long long`, and
-launch from Python on torch's current stream:
-`nvrtc.kernel(SOURCE, "name<__nv_bfloat16>")(blocks, threads, out, p.buffer_table, p.signal_table, ...)`
-(tensors pass their address, Python ints 64-bit integers). The output is allocated in Python
-(`torch.empty(...)`). Prefer it when a few lines of Python can pick the grid and launch; use `compile` when
-the host side needs C++.
+4. Includes with torch: `<c10/cuda/CUDAStream.h>`, `<c10/cuda/CUDAGuard.h>`, `<c10/cuda/CUDAException.h>`;
+   not `<ATen/cuda/CUDAContext.h>` (heavy). torch compiles `.cu` files with `-D__CUDA_NO_BFLOAT16_CONVERSIONS__`:
+   convert with `__bfloat162float` / `__float2bfloat16`. Accumulate in fp32; use 16-byte vector loads only when
+   `align >= 16`.
 """
 
 

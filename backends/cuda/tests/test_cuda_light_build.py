@@ -9,7 +9,6 @@ flags torch would give main.cpp. The full torch/extension.h PCH (30 s and
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 
 import pytest
@@ -98,6 +97,25 @@ def test_a_real_error_in_a_torch_cu_is_not_built_twice(monkeypatch, tmp_path):
     assert len(tried) == 1
 
 
+def test_plain_build_on_request(monkeypatch, tmp_path):
+    tried = _fake_builds(monkeypatch, fail_when=lambda how: False)
+    monkeypatch.setenv("PKB_CUDA_PLAIN_BUILD", "1")
+    build._load_inline(spec(KERNEL_ONLY), tmp_path, False)
+    assert [how.plain for how in tried] == [True]
+
+
+def test_the_prompt_leads_with_the_fastest_real_cuda_and_still_accepts_pkb_style():
+    from pkb_cuda.prompt import backend_prompt
+
+    prompt = backend_prompt()
+    text = prompt.instructions
+    assert text.index("A. Kernels only, compiled with NVRTC") < text.index("B. When the host side needs C++") \
+        < text.index("C. Still accepted")
+    assert "torch's C++ headers take 20-80 s per file" in text  # why
+    assert "`load_inline` / `compile_cuda_extension`" in text
+    assert "nvrtc.kernel(" in prompt.examples[0].solution
+
+
 def test_main_cpp_flags_are_torchs_own_less_the_module_name():
     from pkb_cuda.torch_pch import main_cpp_flags
 
@@ -126,22 +144,29 @@ def test_a_torch_free_cu_compiles_without_torch_headers(tmp_path, monkeypatch):
 @pytest.mark.skipif(os.environ.get("PKB_CUDA_COMPILE_CHECK", "") in ("", "0"),
                     reason="slow (builds the torch/extension.h PCH): set PKB_CUDA_COMPILE_CHECK=1")
 def test_main_cpp_with_the_pch_is_the_same_object_and_loads(tmp_path, monkeypatch):
-    """A real load_inline build (host-only: the CPU wheel has no CUDA libraries) with and
-    without pkb's PCH: the same main.o, byte for byte, and the module works."""
+    """A real load_inline build (host-only: the CPU wheel has no CUDA libraries) with pkb's
+    PCH loads and works, and its main.o is byte for byte the one the same compile
+    without the PCH makes."""
+    import shlex
+    import subprocess
+
     from torch.utils.cpp_extension import load_inline
 
     from pkb_cuda.torch_pch import pch_cflags
 
     monkeypatch.setenv("PKB_CACHE_DIR", str(tmp_path / "cache"))
-    code = "int64_t add(int64_t a, int64_t b) { return a + b; }"
-    objects = {}
-    for label, extra in (("plain", []), ("pch", pch_cflags(("-O3",), (), with_cuda=False))):
-        started = time.time()
-        (tmp_path / label).mkdir()
-        module = load_inline("pkb_pch_same", [code], functions=["add"], extra_cflags=["-O3", *extra],
-                             build_directory=str(tmp_path / label))
-        assert module.add(2, 3) == 5
-        objects[label] = (tmp_path / label / "main.o").read_bytes()
-        print(label, round(time.time() - started, 1), "s")
-    assert "-include" in extra
-    assert objects["pch"] == objects["plain"]
+    extra = pch_cflags(("-O3",), (), with_cuda=False)
+    assert extra[:1] == ["-include"]
+    folder = tmp_path / "build"
+    folder.mkdir()
+    module = load_inline("pkb_pch_same", ["int64_t add(int64_t a, int64_t b) { return a + b; }"], functions=["add"],
+                         extra_cflags=["-O3", *extra], build_directory=str(folder))
+    assert module.add(2, 3) == 5
+    ninja = (folder / "build.ninja").read_text()
+    compiler = shlex.split(ninja.split("\ncxx = ", 1)[1].splitlines()[0])
+    cflags = shlex.split(ninja.split("\ncflags = ", 1)[1].splitlines()[0])
+    assert cflags[-len(extra):] == extra
+    with_pch = (folder / "main.o").read_bytes()
+    subprocess.run([*compiler, *cflags[:-len(extra)], "-c", str(folder / "main.cpp"), "-o", str(folder / "main.o")],
+                   check=True)
+    assert (folder / "main.o").read_bytes() == with_pch
