@@ -1,6 +1,6 @@
 """What one CUDA candidate's build costs, piece by piece (issue 33's numbers).
 
-    python benchmarks/compile_cost.py [--repeat 1] [--json OUT] [--nvrtc]
+    python benchmarks/compile_cost.py [--repeat 1] [--json OUT] [--nvrtc | --nvrtc-only]
 
 Each line is one compile, run as pkb runs it, timed from outside (wall
 seconds, the best of ``--repeat``); everything goes to a scratch folder and a
@@ -11,19 +11,22 @@ scratch pkb cache, nothing to the user's:
 - ``main.cpp plain`` / ``main.cpp pch``: the bindings file of the all-reduce
   sample (its declarations and pybind11 module) without and with that PCH;
 - ``main.cpp empty``: what a PKB file's ``main.cpp`` is now (it binds in its ``.cu``);
-- ``.cu torch-free`` / ``.cu +torch/types.h``: the same kernels (the NVRTC
-  all-reduce sample's, with pkb's device header) through nvcc, without and
-  with the header load_inline used to put in front;
+- ``.cu torch-free`` / ``.cu +torch/types.h``: the all-reduce sample's CUDA
+  source (kernel and raw-pointer launcher, with pkb's device header) through
+  nvcc, without and with the header load_inline used to put in front;
 - ``nvrtc`` (``--nvrtc``, needs a GPU and CuPy): from source to a loaded
   kernel through :func:`pkb_cuda.nvrtc.kernel`, in a fresh process with an
   empty CuPy cache, without and with importing torch and CuPy.
 
 On a CPU-only torch the main.cpp flags are those of a host-only extension
-(``include_paths("cpu")``: no CUDA include folder), the rest is the same.
+(``include_paths("cpu")``) plus the toolkit's include folder and the stub
+``c10/cuda/impl/cuda_cmake_macros.h`` the CPU wheel lacks (as the compile-only
+check adds them), the rest is the same.
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import subprocess
@@ -48,6 +51,14 @@ def _timed(cmd, repeat: int, env=None) -> float:
     return round(best, 2)
 
 
+class _Shown(dict):
+    """Results printed as they come (a long run cut short has shown what it measured)."""
+
+    def __setitem__(self, name, value):
+        super().__setitem__(name, value)
+        print(f"{name:32s} {value}", flush=True)
+
+
 def _sample(stem: str) -> dict:
     namespace: dict = {}
     text = (SAMPLES / f"{stem}.py").read_text()
@@ -56,7 +67,7 @@ def _sample(stem: str) -> dict:
     return namespace
 
 
-def measure(work: Path, repeat: int, nvrtc: bool) -> dict:
+def measure(work: Path, repeat: int, nvrtc: bool, host: bool = True) -> dict:
     import torch
 
     from pkb_core.build import pch
@@ -65,19 +76,34 @@ def measure(work: Path, repeat: int, nvrtc: bool) -> dict:
 
     os.environ["PKB_CACHE_DIR"] = str(work / "cache")
     os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "9.0")
-    results: dict = {"machine": f"{os.cpu_count()} cores, torch {torch.__version__}",
-                     "cuda": torch.version.cuda or "none (CPU build)"}
+    results = _Shown()
+    results["machine"] = f"{os.cpu_count()} cores, torch {torch.__version__}"
+    results["cuda"] = torch.version.cuda or "none (CPU build)"
     with_cuda = bool(torch.version.cuda)
+    if not host:
+        for name, value in _nvrtc(work).items():
+            results[name] = value
+        return results
 
     allreduce = _sample("1_allreduce")
     native = BuildSpec.make("allreduce", allreduce["CUDA_SOURCE"], allreduce["CPP_SOURCE"], ["allreduce"])
+    kernels = BuildSpec.make("kernels", allreduce["CUDA_SOURCE"])
+    cuda_home = check.toolchain.find_cuda_home()
+    for label, how in ((".cu torch-free", sources.plan(kernels)), (".cu +torch/types.h", sources.PLAIN)):
+        cu = work / f"{'light' if how.torch_headers is False else 'plain'}.cu"
+        cu.write_text(sources.cuda_cu(kernels, how))
+        cmd = check.nvcc_command(kernels, str(cu), str(cu.with_suffix(".o")), cuda_home, work, ptxas_info=False)
+        results[label] = _timed(cmd, repeat)
     compiler, flags = torch_pch.main_cpp_flags(native.extra_cflags, (), with_cuda)
+    if not with_cuda:  # the CPU wheel: add the toolkit's headers and the c10/cuda stub that torch's CUDA build has
+        shim = check._shim_dir(work)
+        flags = (*flags, "-isystem", str(cuda_home / "include"), *(("-isystem", str(shim)) if shim else ()))
     main = work / "main.cpp"
     main.write_text("\n".join([sources.main_cpp(native, sources.PLAIN)] + sources.bindings(native)))
     define = [f"-DTORCH_EXTENSION_NAME={native.module_name}"]
     results["main.cpp plain"] = _timed([*compiler, *define, *flags, "-c", str(main), "-o", str(work / "a.o")], repeat)
 
-    header = torch_pch.extension_header(native.extra_cflags, (), with_cuda)
+    header = dataclasses.replace(torch_pch.extension_header(native.extra_cflags, (), with_cuda), flags=flags)
     started = time.perf_counter()
     path = pch.ensure(header)
     results["pch"] = round(time.perf_counter() - started, 2)
@@ -92,15 +118,9 @@ def measure(work: Path, repeat: int, nvrtc: bool) -> dict:
     results["main.cpp empty"] = _timed([*compiler, *define, *flags, "-c", str(empty), "-o", str(work / "c.o")],
                                        repeat)
 
-    kernels = BuildSpec.make("kernels", _sample("1_allreduce_nvrtc")["SOURCE"])
-    cuda_home = check.toolchain.find_cuda_home()
-    for label, how in ((".cu torch-free", sources.plan(kernels)), (".cu +torch/types.h", sources.PLAIN)):
-        cu = work / f"{'light' if how.torch_headers is False else 'plain'}.cu"
-        cu.write_text(sources.cuda_cu(kernels, how))
-        cmd = check.nvcc_command(kernels, str(cu), str(cu.with_suffix(".o")), cuda_home, work, ptxas_info=False)
-        results[label] = _timed(cmd, repeat)
     if nvrtc:
-        results.update(_nvrtc(work))
+        for name, value in _nvrtc(work).items():
+            results[name] = value
     return results
 
 
@@ -135,11 +155,10 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--nvrtc", action="store_true", help="also time NVRTC (GPU and CuPy needed)")
+    parser.add_argument("--nvrtc-only", action="store_true", help="time only NVRTC")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="pkb-compile-cost-") as scratch:
-        results = measure(Path(scratch), args.repeat, args.nvrtc)
-    for name, value in results.items():
-        print(f"{name:32s} {value}")
+        results = measure(Path(scratch), args.repeat, args.nvrtc or args.nvrtc_only, host=not args.nvrtc_only)
     if args.json:
         args.json.write_text(json.dumps(results, indent=1) + "\n")
 

@@ -1,7 +1,9 @@
 """Compile-only checks: what load_inline would compile, without a GPU.
 
-:func:`check_spec` writes the same ``cuda.cu`` and ``main.cpp`` that
-``load_inline`` generates, compiles them to objects with nvcc and the host
+:func:`check_spec` writes the same ``cuda.cu`` and ``main.cpp`` that pkb has
+``load_inline`` compile (:mod:`pkb_cuda.sources`: only the headers they use;
+a ``.cu`` that fails without torch's header is tried again with it, as the
+build does), compiles them to objects with nvcc and the host
 compiler using torch's flags (no link step: that needs ``-lcuda`` and a CUDA
 build of torch), then checks that every bound function is defined by the
 CUDA object with the signature the bindings call. Used through
