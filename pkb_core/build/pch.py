@@ -35,7 +35,6 @@ what a compile produces: with the same flags GCC writes the same object file
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import functools
 import hashlib
 import json
@@ -46,6 +45,8 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from pkb_core.build.files import file_lock, write_atomic
 
 #: The header's file name inside its folder (``-include <folder>/pkb_pch.h``).
 HEADER_NAME = "pkb_pch.h"
@@ -137,7 +138,7 @@ def ensure(header: Header, root: Path | None = None) -> Path | None:
         _READY[key] = folder / HEADER_NAME
         return _READY[key]
     root.mkdir(parents=True, exist_ok=True)
-    with _locked(root / f"{key}.lock"):
+    with file_lock(root / f"{key}.lock"):
         problem = _problem(folder)  # another process may have built it while we waited
         if problem is None:
             _READY[key] = folder / HEADER_NAME
@@ -155,7 +156,7 @@ def ensure(header: Header, root: Path | None = None) -> Path | None:
             return None
         message = _build(header, root, folder)
         if message is not None:
-            _write_atomic(failed, message + "\n")
+            write_atomic(failed, message + "\n")
             notice(f"precompiled header {key} could not be built ({message.splitlines()[0]}); "
                    "compiling without it")
             return None
@@ -261,19 +262,3 @@ def _set_aside(folder: Path) -> None:
     with contextlib.suppress(OSError):
         os.rename(folder, aside)
         shutil.rmtree(aside, ignore_errors=True)
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
-@contextlib.contextmanager
-def _locked(path: Path):
-    fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)  # closing releases the lock

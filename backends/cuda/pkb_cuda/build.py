@@ -28,7 +28,6 @@ comparing build times and for ruling pkb's files out when a build misbehaves.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import re
@@ -37,6 +36,7 @@ import time
 from pathlib import Path
 
 from pkb_core import CompileError
+from pkb_core.build.files import file_lock, write_atomic
 from pkb_core import cache_dir as pkb_cache_dir
 
 from pkb_cuda.spec import BuildSpec, trim_compiler_output
@@ -125,26 +125,6 @@ def compile(name, cuda_source, cpp_source="", functions=(), *, extra_cuda_cflags
 # building and loading
 # ---------------------------------------------------------------------------
 
-@contextlib.contextmanager
-def file_lock(path: Path):
-    """Hold an exclusive ``flock`` on ``path`` (created if missing)."""
-    fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-        finally:
-            os.close(fd)
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
 def _load_finished(spec: BuildSpec, build_dir: Path):
     """The module of a complete build (``pkb-ok.json`` present), else ``None``."""
     marker = build_dir / "pkb-ok.json"
@@ -184,11 +164,11 @@ def _build(spec: BuildSpec, build_dir: Path, verbose: bool):
             module = _load_inline(spec, build_dir, verbose)
         except Exception as exc:  # noqa: BLE001 - every build failure is the solution's verdict
             message = compile_message(spec.name, exc)
-            _atomic_write(failed, message)
+            write_atomic(failed, message)
             raise CompileError(message) from None
         with contextlib.suppress(FileNotFoundError):
             failed.unlink()
-        _atomic_write(build_dir / "pkb-ok.json", json.dumps({
+        write_atomic(build_dir / "pkb-ok.json", json.dumps({
             "key": spec.key, "name": spec.name, "module": spec.module_name, "functions": list(spec.functions),
             "toolchain": spec.toolchain, "build_seconds": round(time.time() - started, 1),
             "built_at": time.strftime("%Y-%m-%dT%H:%M:%S"), "pid": os.getpid(),

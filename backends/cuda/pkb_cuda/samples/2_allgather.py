@@ -7,13 +7,15 @@ address and the block size allow it, element-sized words otherwise. A pairwise
 CAS barrier per block comes before (peers' inputs are in place) and after
 (nobody returns while a peer still reads its input). Each rank starts with a
 different peer, so the links are busy at once.
+
+Built as 1_allreduce.py is: a torch-free CUDA source (the kernel, and a
+launcher on raw pointers that picks the grid) and the torch side in
+CPP_SOURCE.
 """
 import pkb_cuda
 
 CUDA_SOURCE = r"""
-#include <c10/cuda/CUDAException.h>
-#include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
+#include <algorithm>
 
 namespace {
 
@@ -59,17 +61,52 @@ allgather_kernel(const uint64_t* __restrict__ buffers, uint32_t* const* pads, in
   pkb::barrier_block(pads, rank, world, blockIdx.x);
 }
 
-int sm_count() {
-  static int count = [] {
+int sm_count() {  // 0 when the device cannot be asked
+  static const int count = [] {
     int device = 0, value = 0;
-    C10_CUDA_CHECK(cudaGetDevice(&device));
-    C10_CUDA_CHECK(cudaDeviceGetAttribute(&value, cudaDevAttrMultiProcessorCount, device));
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&value, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
+      return 0;
     return value;
   }();
   return count;
 }
 
 }  // namespace
+
+cudaError_t allgather_launch(int64_t element_size, void* out, int64_t chunk, int64_t buffers, int64_t pads,
+                             int64_t offset, int64_t rank, int64_t world, int64_t max_blocks, int64_t align,
+                             cudaStream_t stream) {
+  const int sms = sm_count();
+  if (sms == 0) return cudaErrorInvalidDevice;
+  // Same grid on every rank (it pairs the barrier's blocks): from shared values only.
+  const int64_t per_block = int64_t(kThreads) * kUnroll * 16;
+  const int64_t cap = std::min<int64_t>(2 * sms, max_blocks);
+  const int blocks = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>((chunk * world + per_block - 1) / per_block, cap)));
+  const bool vec = align >= 16 && chunk % 16 == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0;
+  auto table = reinterpret_cast<const uint64_t*>(buffers);
+  auto pad_table = reinterpret_cast<uint32_t* const*>(pads);
+  char* dst = static_cast<char*>(out);
+  const int r = static_cast<int>(rank), w = static_cast<int>(world);
+  switch (element_size) {
+    case 1: allgather_kernel<uint8_t><<<blocks, kThreads, 0, stream>>>(table, pad_table, offset, dst, chunk, r, w, vec); break;
+    case 2: allgather_kernel<uint16_t><<<blocks, kThreads, 0, stream>>>(table, pad_table, offset, dst, chunk, r, w, vec); break;
+    case 4: allgather_kernel<uint32_t><<<blocks, kThreads, 0, stream>>>(table, pad_table, offset, dst, chunk, r, w, vec); break;
+    case 8: allgather_kernel<uint64_t><<<blocks, kThreads, 0, stream>>>(table, pad_table, offset, dst, chunk, r, w, vec); break;
+    default: return cudaErrorInvalidValue;
+  }
+  return cudaGetLastError();
+}
+"""
+
+CPP_SOURCE = """
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+cudaError_t allgather_launch(int64_t element_size, void* out, int64_t chunk, int64_t buffers, int64_t pads,
+                             int64_t offset, int64_t rank, int64_t world, int64_t max_blocks, int64_t align,
+                             cudaStream_t stream);
 
 torch::Tensor allgather(torch::Tensor x, int64_t buffers, int64_t pads, int64_t offset, int64_t rank,
                         int64_t world, int64_t max_blocks, int64_t align) {
@@ -81,31 +118,12 @@ torch::Tensor allgather(torch::Tensor x, int64_t buffers, int64_t pads, int64_t 
   auto out = torch::empty(shape, x.options());
   const int64_t chunk = x.numel() * x.element_size();
   if (chunk == 0) return out;
-  // Same grid on every rank (it pairs the barrier's blocks): from shared values only.
-  const int64_t per_block = int64_t(kThreads) * kUnroll * 16;
-  const int64_t cap = std::min<int64_t>(2 * sm_count(), max_blocks);
-  const int blocks = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>((chunk * world + per_block - 1) / per_block, cap)));
-  const bool vec = align >= 16 && chunk % 16 == 0 && reinterpret_cast<uintptr_t>(out.data_ptr()) % 16 == 0;
-  auto stream = c10::cuda::getCurrentCUDAStream();
-  auto table = reinterpret_cast<const uint64_t*>(buffers);
-  auto pad_table = reinterpret_cast<uint32_t* const*>(pads);
-  char* dst = static_cast<char*>(out.data_ptr());
-  const int r = static_cast<int>(rank), w = static_cast<int>(world);
-  switch (x.element_size()) {
-    case 1: allgather_kernel<uint8_t><<<blocks, kThreads, 0, stream>>>(table, pad_table, offset, dst, chunk, r, w, vec); break;
-    case 2: allgather_kernel<uint16_t><<<blocks, kThreads, 0, stream>>>(table, pad_table, offset, dst, chunk, r, w, vec); break;
-    case 4: allgather_kernel<uint32_t><<<blocks, kThreads, 0, stream>>>(table, pad_table, offset, dst, chunk, r, w, vec); break;
-    case 8: allgather_kernel<uint64_t><<<blocks, kThreads, 0, stream>>>(table, pad_table, offset, dst, chunk, r, w, vec); break;
-    default: TORCH_CHECK(false, "allgather: unsupported element size ", x.element_size());
-  }
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  const int64_t size = x.element_size();
+  TORCH_CHECK(size == 1 || size == 2 || size == 4 || size == 8, "allgather: unsupported element size ", size);
+  C10_CUDA_CHECK(allgather_launch(size, out.data_ptr(), chunk, buffers, pads, offset, rank, world, max_blocks, align,
+                                  c10::cuda::getCurrentCUDAStream()));
   return out;
 }
-"""
-
-CPP_SOURCE = """
-torch::Tensor allgather(torch::Tensor x, int64_t buffers, int64_t pads, int64_t offset, int64_t rank,
-                        int64_t world, int64_t max_blocks, int64_t align);
 """
 
 _ext = pkb_cuda.compile("allgather", CUDA_SOURCE, CPP_SOURCE, functions=["allgather"])

@@ -5,13 +5,15 @@ pairwise CAS barriers): on dst it sums ranks 0..W-1 (read over NVLink with
 16-byte loads, scalar tail), elsewhere it "sums" just the rank's own input,
 which is a copy (bf16/fp16 -> fp32 -> back is exact). The second barrier keeps
 the other ranks from returning while dst still reads their inputs.
+
+Built as 1_allreduce.py is: a torch-free CUDA source (the kernel, and a
+launcher on raw pointers that picks the grid) and the torch side in
+CPP_SOURCE.
 """
 import pkb_cuda
 
 CUDA_SOURCE = r"""
-#include <c10/cuda/CUDAException.h>
-#include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
+#include <algorithm>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -87,61 +89,81 @@ reduce_kernel(const uint64_t* __restrict__ buffers, uint32_t* const* pads, int64
   pkb::barrier_block(pads, rank, world, blockIdx.x);
 }
 
-int sm_count() {
-  static int count = [] {
+int sm_count() {  // 0 when the device cannot be asked
+  static const int count = [] {
     int device = 0, value = 0;
-    C10_CUDA_CHECK(cudaGetDevice(&device));
-    C10_CUDA_CHECK(cudaDeviceGetAttribute(&value, cudaDevAttrMultiProcessorCount, device));
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&value, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
+      return 0;
     return value;
   }();
   return count;
 }
 
 template <typename T>
-void launch(const torch::Tensor& x, torch::Tensor& out, int64_t dst, int64_t buffers, int64_t pads, int64_t offset,
-            int64_t rank, int64_t world, int64_t max_blocks, int64_t align) {
-  const int64_t n = x.numel();
+cudaError_t launch(void* out, int64_t n, int64_t dst, int64_t buffers, int64_t pads, int64_t offset,
+                   int64_t rank, int64_t world, int64_t max_blocks, int64_t align, cudaStream_t stream) {
   const int64_t bytes = n * static_cast<int64_t>(sizeof(T));
+  const int sms = sm_count();
+  if (sms == 0) return cudaErrorInvalidDevice;
   // The grid depends only on values every rank shares (size, SM count, pad
   // size): each block's barrier partner is the same block index on each peer.
   const int64_t per_block = int64_t(kThreads) * kUnroll * 16;
-  const int64_t cap = std::min<int64_t>(2 * sm_count(), max_blocks);
+  const int64_t cap = std::min<int64_t>(2 * sms, max_blocks);
   const int blocks = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>((bytes + per_block - 1) / per_block, cap)));
-  const bool vec = align >= 16 && reinterpret_cast<uintptr_t>(out.data_ptr()) % 16 == 0;
+  const bool vec = align >= 16 && reinterpret_cast<uintptr_t>(out) % 16 == 0;
   // dst sums ranks [0, world); every other rank "sums" [rank, rank + 1): a copy.
   const bool root = rank == dst;
   const int first = root ? 0 : static_cast<int>(rank), count = root ? static_cast<int>(world) : 1;
-  auto stream = c10::cuda::getCurrentCUDAStream();
   reduce_kernel<T><<<blocks, kThreads, 0, stream>>>(
       reinterpret_cast<const uint64_t*>(buffers), reinterpret_cast<uint32_t* const*>(pads), offset,
-      static_cast<T*>(out.data_ptr()), n, first, count, static_cast<int>(rank), static_cast<int>(world), vec);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+      static_cast<T*>(out), n, first, count, static_cast<int>(rank), static_cast<int>(world), vec);
+  return cudaGetLastError();
 }
 
 }  // namespace
 
+// dtype: 0 float, 1 bfloat16, 2 half, 3 double (CPP_SOURCE maps torch's dtypes).
+cudaError_t reduce_launch(int dtype, void* out, int64_t n, int64_t dst, int64_t buffers, int64_t pads, int64_t offset,
+                          int64_t rank, int64_t world, int64_t max_blocks, int64_t align, cudaStream_t stream) {
+  switch (dtype) {
+    case 0: return launch<float>(out, n, dst, buffers, pads, offset, rank, world, max_blocks, align, stream);
+    case 1: return launch<__nv_bfloat16>(out, n, dst, buffers, pads, offset, rank, world, max_blocks, align, stream);
+    case 2: return launch<__half>(out, n, dst, buffers, pads, offset, rank, world, max_blocks, align, stream);
+    case 3: return launch<double>(out, n, dst, buffers, pads, offset, rank, world, max_blocks, align, stream);
+    default: return cudaErrorInvalidValue;
+  }
+}
+"""
+
+CPP_SOURCE = """
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+cudaError_t reduce_launch(int dtype, void* out, int64_t n, int64_t dst, int64_t buffers, int64_t pads, int64_t offset,
+                          int64_t rank, int64_t world, int64_t max_blocks, int64_t align, cudaStream_t stream);
+
 torch::Tensor reduce(torch::Tensor x, int64_t dst, int64_t buffers, int64_t pads, int64_t offset, int64_t rank,
-                        int64_t world, int64_t max_blocks, int64_t align) {
+                     int64_t world, int64_t max_blocks, int64_t align) {
   TORCH_CHECK(x.is_cuda() && x.is_contiguous(), "reduce: expected a contiguous CUDA tensor");
   TORCH_CHECK(0 <= dst && dst < world, "reduce: dst ", dst, " is not a rank of ", world);
   TORCH_CHECK(max_blocks >= 1, "reduce: the signal pad has no room for ", world, " ranks");
   c10::cuda::CUDAGuard guard(x.device());
   auto out = torch::empty_like(x, at::MemoryFormat::Contiguous);
   if (x.numel() == 0) return out;
+  int dtype = -1;
   switch (x.scalar_type()) {
-    case at::kFloat: launch<float>(x, out, dst, buffers, pads, offset, rank, world, max_blocks, align); break;
-    case at::kBFloat16: launch<__nv_bfloat16>(x, out, dst, buffers, pads, offset, rank, world, max_blocks, align); break;
-    case at::kHalf: launch<__half>(x, out, dst, buffers, pads, offset, rank, world, max_blocks, align); break;
-    case at::kDouble: launch<double>(x, out, dst, buffers, pads, offset, rank, world, max_blocks, align); break;
+    case at::kFloat: dtype = 0; break;
+    case at::kBFloat16: dtype = 1; break;
+    case at::kHalf: dtype = 2; break;
+    case at::kDouble: dtype = 3; break;
     default: TORCH_CHECK(false, "reduce: unsupported dtype ", x.scalar_type());
   }
+  C10_CUDA_CHECK(reduce_launch(dtype, out.data_ptr(), x.numel(), dst, buffers, pads, offset, rank, world, max_blocks,
+                               align, c10::cuda::getCurrentCUDAStream()));
   return out;
 }
-"""
-
-CPP_SOURCE = """
-torch::Tensor reduce(torch::Tensor x, int64_t dst, int64_t buffers, int64_t pads, int64_t offset, int64_t rank,
-                        int64_t world, int64_t max_blocks, int64_t align);
 """
 
 _ext = pkb_cuda.compile("reduce", CUDA_SOURCE, CPP_SOURCE, functions=["reduce"])

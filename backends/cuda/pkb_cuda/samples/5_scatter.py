@@ -7,13 +7,15 @@ element-sized words otherwise) between two pairwise CAS barriers: the first
 makes sure src's input is in place, the second keeps src from returning
 while peers still read it. The grid depends only on the block size, which
 every rank shares, so the barrier's blocks pair up.
+
+Built as 1_allreduce.py is: a torch-free CUDA source (the kernel, and a
+launcher on raw pointers that picks the grid) and the torch side in
+CPP_SOURCE.
 """
 import pkb_cuda
 
 CUDA_SOURCE = r"""
-#include <c10/cuda/CUDAException.h>
-#include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
+#include <algorithm>
 
 namespace {
 
@@ -54,17 +56,50 @@ copy_from_kernel(const uint64_t* __restrict__ buffers, uint32_t* const* pads, in
   pkb::barrier_block(pads, rank, world, blockIdx.x);
 }
 
-int sm_count() {
-  static int count = [] {
+int sm_count() {  // 0 when the device cannot be asked
+  static const int count = [] {
     int device = 0, value = 0;
-    C10_CUDA_CHECK(cudaGetDevice(&device));
-    C10_CUDA_CHECK(cudaDeviceGetAttribute(&value, cudaDevAttrMultiProcessorCount, device));
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&value, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
+      return 0;
     return value;
   }();
   return count;
 }
 
 }  // namespace
+
+cudaError_t scatter_launch(int64_t element_size, void* out, int64_t bytes, int64_t src, int64_t buffers,
+                           int64_t pads, int64_t slot_offset, int64_t rank, int64_t world, int64_t max_blocks,
+                           bool vec, cudaStream_t stream) {
+  const int sms = sm_count();
+  if (sms == 0) return cudaErrorInvalidDevice;
+  const int64_t per_block = int64_t(kThreads) * kUnroll * 16;
+  const int64_t cap = std::min<int64_t>(2 * sms, max_blocks);
+  const int blocks = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>((bytes + per_block - 1) / per_block, cap)));
+  auto table = reinterpret_cast<const uint64_t*>(buffers);
+  auto pad_table = reinterpret_cast<uint32_t* const*>(pads);
+  char* dst = static_cast<char*>(out);
+  const int s = static_cast<int>(src), r = static_cast<int>(rank), w = static_cast<int>(world);
+  switch (element_size) {
+    case 1: copy_from_kernel<uint8_t><<<blocks, kThreads, 0, stream>>>(table, pad_table, slot_offset, s, dst, bytes, r, w, vec); break;
+    case 2: copy_from_kernel<uint16_t><<<blocks, kThreads, 0, stream>>>(table, pad_table, slot_offset, s, dst, bytes, r, w, vec); break;
+    case 4: copy_from_kernel<uint32_t><<<blocks, kThreads, 0, stream>>>(table, pad_table, slot_offset, s, dst, bytes, r, w, vec); break;
+    case 8: copy_from_kernel<uint64_t><<<blocks, kThreads, 0, stream>>>(table, pad_table, slot_offset, s, dst, bytes, r, w, vec); break;
+    default: return cudaErrorInvalidValue;
+  }
+  return cudaGetLastError();
+}
+"""
+
+CPP_SOURCE = """
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+cudaError_t scatter_launch(int64_t element_size, void* out, int64_t bytes, int64_t src, int64_t buffers,
+                           int64_t pads, int64_t slot_offset, int64_t rank, int64_t world, int64_t max_blocks,
+                           bool vec, cudaStream_t stream);
 
 torch::Tensor scatter(torch::Tensor x, int64_t src, int64_t buffers, int64_t pads, int64_t offset, int64_t rank,
                       int64_t world, int64_t max_blocks, int64_t align) {
@@ -80,31 +115,14 @@ torch::Tensor scatter(torch::Tensor x, int64_t src, int64_t buffers, int64_t pad
   auto out = torch::empty(shape, x.options());
   const int64_t bytes = out.numel() * out.element_size();  // one slot; the same on every rank
   if (bytes == 0) return out;
-  const int64_t per_block = int64_t(kThreads) * kUnroll * 16;
-  const int64_t cap = std::min<int64_t>(2 * sm_count(), max_blocks);
-  const int blocks = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>((bytes + per_block - 1) / per_block, cap)));
+  const int64_t size = x.element_size();
+  TORCH_CHECK(size == 1 || size == 2 || size == 4 || size == 8, "scatter: unsupported element size ", size);
   const int64_t slot_offset = offset + rank * bytes;  // slot `rank` of src's tensor
   const bool vec = align >= 16 && (rank * bytes) % 16 == 0 && reinterpret_cast<uintptr_t>(out.data_ptr()) % 16 == 0;
-  auto stream = c10::cuda::getCurrentCUDAStream();
-  auto table = reinterpret_cast<const uint64_t*>(buffers);
-  auto pad_table = reinterpret_cast<uint32_t* const*>(pads);
-  char* dst = static_cast<char*>(out.data_ptr());
-  const int s = static_cast<int>(src), r = static_cast<int>(rank), w = static_cast<int>(world);
-  switch (x.element_size()) {
-    case 1: copy_from_kernel<uint8_t><<<blocks, kThreads, 0, stream>>>(table, pad_table, slot_offset, s, dst, bytes, r, w, vec); break;
-    case 2: copy_from_kernel<uint16_t><<<blocks, kThreads, 0, stream>>>(table, pad_table, slot_offset, s, dst, bytes, r, w, vec); break;
-    case 4: copy_from_kernel<uint32_t><<<blocks, kThreads, 0, stream>>>(table, pad_table, slot_offset, s, dst, bytes, r, w, vec); break;
-    case 8: copy_from_kernel<uint64_t><<<blocks, kThreads, 0, stream>>>(table, pad_table, slot_offset, s, dst, bytes, r, w, vec); break;
-    default: TORCH_CHECK(false, "scatter: unsupported element size ", x.element_size());
-  }
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  C10_CUDA_CHECK(scatter_launch(size, out.data_ptr(), bytes, src, buffers, pads, slot_offset, rank, world, max_blocks,
+                                vec, c10::cuda::getCurrentCUDAStream()));
   return out;
 }
-"""
-
-CPP_SOURCE = """
-torch::Tensor scatter(torch::Tensor x, int64_t src, int64_t buffers, int64_t pads, int64_t offset, int64_t rank,
-                      int64_t world, int64_t max_blocks, int64_t align);
 """
 
 _ext = pkb_cuda.compile("scatter", CUDA_SOURCE, CPP_SOURCE, functions=["scatter"])

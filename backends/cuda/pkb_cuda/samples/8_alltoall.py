@@ -6,13 +6,15 @@ for the tail): 16-byte vectors when every address and the slot size allow it,
 element-sized words otherwise. Each rank starts with a different peer so the
 links are busy at once. Pairwise CAS barriers per block before (inputs in
 place) and after (nobody returns while a peer still reads its input).
+
+Built as 1_allreduce.py is: a torch-free CUDA source (the kernel, and a
+launcher on raw pointers that picks the grid) and the torch side in
+CPP_SOURCE.
 """
 import pkb_cuda
 
 CUDA_SOURCE = r"""
-#include <c10/cuda/CUDAException.h>
-#include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
+#include <algorithm>
 
 namespace {
 
@@ -58,17 +60,51 @@ alltoall_kernel(const uint64_t* __restrict__ buffers, uint32_t* const* pads, int
   pkb::barrier_block(pads, rank, world, blockIdx.x);
 }
 
-int sm_count() {
-  static int count = [] {
+int sm_count() {  // 0 when the device cannot be asked
+  static const int count = [] {
     int device = 0, value = 0;
-    C10_CUDA_CHECK(cudaGetDevice(&device));
-    C10_CUDA_CHECK(cudaDeviceGetAttribute(&value, cudaDevAttrMultiProcessorCount, device));
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&value, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
+      return 0;
     return value;
   }();
   return count;
 }
 
 }  // namespace
+
+cudaError_t alltoall_launch(int64_t element_size, void* out, int64_t chunk, int64_t buffers, int64_t pads,
+                            int64_t slot_offset, int64_t rank, int64_t world, int64_t max_blocks, bool vec,
+                            cudaStream_t stream) {
+  const int sms = sm_count();
+  if (sms == 0) return cudaErrorInvalidDevice;
+  // Same grid on every rank (it pairs the barrier's blocks): from shared values only.
+  const int64_t per_block = int64_t(kThreads) * kUnroll * 16;
+  const int64_t cap = std::min<int64_t>(2 * sms, max_blocks);
+  const int blocks = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>((chunk * world + per_block - 1) / per_block, cap)));
+  auto table = reinterpret_cast<const uint64_t*>(buffers);
+  auto pad_table = reinterpret_cast<uint32_t* const*>(pads);
+  char* dst = static_cast<char*>(out);
+  const int r = static_cast<int>(rank), w = static_cast<int>(world);
+  switch (element_size) {
+    case 1: alltoall_kernel<uint8_t><<<blocks, kThreads, 0, stream>>>(table, pad_table, slot_offset, dst, chunk, r, w, vec); break;
+    case 2: alltoall_kernel<uint16_t><<<blocks, kThreads, 0, stream>>>(table, pad_table, slot_offset, dst, chunk, r, w, vec); break;
+    case 4: alltoall_kernel<uint32_t><<<blocks, kThreads, 0, stream>>>(table, pad_table, slot_offset, dst, chunk, r, w, vec); break;
+    case 8: alltoall_kernel<uint64_t><<<blocks, kThreads, 0, stream>>>(table, pad_table, slot_offset, dst, chunk, r, w, vec); break;
+    default: return cudaErrorInvalidValue;
+  }
+  return cudaGetLastError();
+}
+"""
+
+CPP_SOURCE = """
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+cudaError_t alltoall_launch(int64_t element_size, void* out, int64_t chunk, int64_t buffers, int64_t pads,
+                            int64_t slot_offset, int64_t rank, int64_t world, int64_t max_blocks, bool vec,
+                            cudaStream_t stream);
 
 torch::Tensor alltoall(torch::Tensor x, int64_t buffers, int64_t pads, int64_t offset, int64_t rank,
                        int64_t world, int64_t max_blocks, int64_t align) {
@@ -79,32 +115,14 @@ torch::Tensor alltoall(torch::Tensor x, int64_t buffers, int64_t pads, int64_t o
   auto out = torch::empty_like(x, at::MemoryFormat::Contiguous);
   const int64_t chunk = x.numel() / world * x.element_size();  // one slot
   if (chunk == 0) return out;
-  // Same grid on every rank (it pairs the barrier's blocks): from shared values only.
-  const int64_t per_block = int64_t(kThreads) * kUnroll * 16;
-  const int64_t cap = std::min<int64_t>(2 * sm_count(), max_blocks);
-  const int blocks = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>((chunk * world + per_block - 1) / per_block, cap)));
+  const int64_t size = x.element_size();
+  TORCH_CHECK(size == 1 || size == 2 || size == 4 || size == 8, "alltoall: unsupported element size ", size);
   const bool vec = align >= 16 && chunk % 16 == 0 && reinterpret_cast<uintptr_t>(out.data_ptr()) % 16 == 0;
   const int64_t slot_offset = offset + rank * chunk;  // every peer's slot for this rank
-  auto stream = c10::cuda::getCurrentCUDAStream();
-  auto table = reinterpret_cast<const uint64_t*>(buffers);
-  auto pad_table = reinterpret_cast<uint32_t* const*>(pads);
-  char* dst = static_cast<char*>(out.data_ptr());
-  const int r = static_cast<int>(rank), w = static_cast<int>(world);
-  switch (x.element_size()) {
-    case 1: alltoall_kernel<uint8_t><<<blocks, kThreads, 0, stream>>>(table, pad_table, slot_offset, dst, chunk, r, w, vec); break;
-    case 2: alltoall_kernel<uint16_t><<<blocks, kThreads, 0, stream>>>(table, pad_table, slot_offset, dst, chunk, r, w, vec); break;
-    case 4: alltoall_kernel<uint32_t><<<blocks, kThreads, 0, stream>>>(table, pad_table, slot_offset, dst, chunk, r, w, vec); break;
-    case 8: alltoall_kernel<uint64_t><<<blocks, kThreads, 0, stream>>>(table, pad_table, slot_offset, dst, chunk, r, w, vec); break;
-    default: TORCH_CHECK(false, "alltoall: unsupported element size ", x.element_size());
-  }
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  C10_CUDA_CHECK(alltoall_launch(size, out.data_ptr(), chunk, buffers, pads, slot_offset, rank, world, max_blocks,
+                                 vec, c10::cuda::getCurrentCUDAStream()));
   return out;
 }
-"""
-
-CPP_SOURCE = """
-torch::Tensor alltoall(torch::Tensor x, int64_t buffers, int64_t pads, int64_t offset, int64_t rank,
-                       int64_t world, int64_t max_blocks, int64_t align);
 """
 
 _ext = pkb_cuda.compile("alltoall", CUDA_SOURCE, CPP_SOURCE, functions=["alltoall"])
