@@ -170,11 +170,15 @@ def _symbols(obj: str, defined: bool) -> set[str]:
 
 
 def check_bindings(spec: BuildSpec, main_obj: str, cuda_obj: str) -> None:
-    """Every bound function that ``main.o`` calls must be defined, with the same
-    mangled name (so the same signature), by ``cuda.o`` or ``main.o``."""
+    """Every bound function that ``main.o`` calls, and every other function at
+    global scope it calls (a launcher ``cpp_source`` declares for the ``.cu``
+    to define), must be defined with the same mangled name (so the same
+    signature) by ``cuda.o`` or ``main.o``. torch's and pybind11's functions
+    are in namespaces (``_ZN...``), C functions are not mangled: neither is asked."""
     needed = _symbols(main_obj, defined=False)
     have = _symbols(cuda_obj, defined=True) | _symbols(main_obj, defined=True)
-    for function in spec.functions:
+    global_calls = {m.group(2)[:int(m.group(1))] for m in map(re.compile(r"^_Z(\d+)(\w+)").match, needed) if m}
+    for function in dict.fromkeys([*spec.functions, *sorted(global_calls)]):
         pattern = re.compile(rf"^_Z{len(function)}{function}")  # length-prefixed: exact name
         wanted = [s for s in needed if pattern.match(s)]
         missing = [s for s in wanted if s not in have]

@@ -170,3 +170,24 @@ def test_main_cpp_with_the_pch_is_the_same_object_and_loads(tmp_path, monkeypatc
     subprocess.run([*compiler, *cflags[:-len(extra)], "-c", str(folder / "main.cpp"), "-o", str(folder / "main.o")],
                    check=True)
     assert (folder / "main.o").read_bytes() == with_pch
+
+
+@pytest.mark.skipif(__import__("shutil").which("c++") is None, reason="no host compiler")
+def test_a_launcher_declared_in_cpp_source_must_match_the_cu(tmp_path):
+    """The compile-only check catches a launcher whose declaration in cpp_source and
+    definition in the .cu differ (the link would fail only on the GPU machine)."""
+    import subprocess
+
+    from pkb_core.errors import CompileError
+    from pkb_cuda.check import check_bindings
+
+    def obj(name, text):
+        (tmp_path / f"{name}.cpp").write_text(text)
+        subprocess.run(["c++", "-c", str(tmp_path / f"{name}.cpp"), "-o", str(tmp_path / f"{name}.o")], check=True)
+        return str(tmp_path / f"{name}.o")
+
+    main = obj("main", "long scale_launch(long n, void* out);\nlong run(long n) { return scale_launch(n, nullptr); }\n")
+    s = spec(KERNEL_ONLY, "", ["run"])
+    check_bindings(s, main, obj("good", "long scale_launch(long n, void*) { return n; }\n"))
+    with pytest.raises(CompileError, match=r"scale_launch\(long, void\*\) is declared in cpp_source"):
+        check_bindings(s, main, obj("bad", "long scale_launch(int n, void*) { return n; }\n"))
