@@ -122,3 +122,15 @@ def test_concurrent_builders_share_one_pch(tmp_path):
     assert sorted(folders) == sorted([key, f"{key}.lock"])  # no scratch folders or second copies left
     record = json.loads((root / key / "pch.json").read_text())
     assert record["size"] == (root / key / "pkb_pch.h.gch").stat().st_size
+
+
+def test_a_cache_it_cannot_write_means_no_pch_and_a_notice(tmp_path, monkeypatch, capfd):
+    import errno
+
+    def read_only(path):
+        raise OSError(errno.EROFS, "Read-only file system", str(path))
+
+    monkeypatch.setattr(pch, "file_lock", read_only)  # as in a candidate's lockdown
+    assert pch.ensure(header(), root=tmp_path / "pch") is None
+    err = capfd.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "Read-only file system" in err[0] and "compiling without it" in err[0]

@@ -137,6 +137,15 @@ def ensure(header: Header, root: Path | None = None) -> Path | None:
     if problem is None:
         _READY[key] = folder / HEADER_NAME
         return _READY[key]
+    try:
+        return _ensure_locked(header, root, key, folder)
+    except OSError as exc:  # a read-only cache (a candidate's own build), a full disk: no PCH
+        notice(f"precompiled header {key} unavailable ({type(exc).__name__}: {exc}); compiling without it")
+        return None
+
+
+def _ensure_locked(header: Header, root: Path, key: str, folder: Path) -> Path | None:
+    """:func:`ensure`'s part under the lock: wait, re-check, set aside, build."""
     root.mkdir(parents=True, exist_ok=True)
     with file_lock(root / f"{key}.lock"):
         problem = _problem(folder)  # another process may have built it while we waited
