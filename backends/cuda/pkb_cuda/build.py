@@ -63,7 +63,7 @@ def cache_key(name, cuda_source, cpp_source="", functions=(), **options) -> str:
 
 
 def compile(name, cuda_source, cpp_source="", functions=(), *, extra_cuda_cflags=None, extra_cflags=None,
-            extra_ldflags=(), extra_include_paths=(), prelude=True, verbose=None):
+            extra_ldflags=(), extra_include_paths=(), prelude=True, verbose=None, bind="pybind11"):
     """Build (or load from the cache) a CUDA extension; return its module.
 
     :param name: a C identifier naming the extension (used in error messages
@@ -87,7 +87,15 @@ def compile(name, cuda_source, cpp_source="", functions=(), *, extra_cuda_cflags
         not part of the cache key: change ``name`` or a flag after editing them.
     :param prelude: put :data:`BARRIER_CUH` in front of ``cuda_source``.
     :param verbose: show the build commands (default: ``PKB_CUDA_VERBOSE=1``).
-    :return: the loaded module; call ``module.<function>(...)``.
+    :param bind: ``"pybind11"`` (load_inline's bindings; ``main.cpp`` starts
+        with ``torch/extension.h``) or ``"ops"``: the functions are registered
+        with torch's dispatcher and called as ``torch.ops.<module>.<f>``;
+        ``main.cpp`` starts with ``<torch/library.h>`` only (about 5 s instead
+        of 17 on a 2-core box): declare them with ``at::Tensor``/``int64_t``/
+        ``double``/``bool`` and include the ATen headers you use
+        (:mod:`pkb_cuda.ops`).
+    :return: the loaded module (``bind="ops"``: an object with the same
+        attributes); call ``module.<function>(...)``.
     :raises pkb_core.errors.CompileError: nvcc or the host compiler failed, or
         the module did not load; the message holds the compiler's error lines.
 
@@ -102,7 +110,7 @@ def compile(name, cuda_source, cpp_source="", functions=(), *, extra_cuda_cflags
     """
     spec = BuildSpec.make(name, cuda_source, cpp_source, functions, extra_cuda_cflags=extra_cuda_cflags,
                           extra_cflags=extra_cflags, extra_ldflags=extra_ldflags,
-                          extra_include_paths=extra_include_paths, prelude=prelude)
+                          extra_include_paths=extra_include_paths, prelude=prelude, bind=bind)
     key = spec.key
     if key in _LOADED:
         return _LOADED[key]
@@ -127,13 +135,22 @@ def compile(name, cuda_source, cpp_source="", functions=(), *, extra_cuda_cflags
 
 def _load_finished(spec: BuildSpec, build_dir: Path):
     """The module of a complete build (``pkb-ok.json`` present), else ``None``."""
-    marker = build_dir / "pkb-ok.json"
-    so_path = build_dir / f"{spec.module_name}.so"
-    if not (marker.is_file() and so_path.is_file()):
+    try:
+        marker = json.loads((build_dir / "pkb-ok.json").read_text())
+    except (OSError, ValueError):
+        return None
+    # The module's name as built: torch's versioner names a rebuild in the same process <module>_v1.
+    module_name = marker.get("built_as", spec.module_name)
+    so_path = build_dir / f"{module_name}.so"
+    if not so_path.is_file():
         return None
     try:
-        return import_extension(spec.module_name, so_path)
-    except ImportError as exc:
+        if spec.bind == "ops":
+            from pkb_cuda import ops
+
+            return ops.load(spec.module_name, spec.functions, so_path)
+        return import_extension(module_name, so_path)
+    except (ImportError, OSError, RuntimeError) as exc:
         raise CompileError(f"loading the cached CUDA extension {spec.name!r} ({so_path}) failed: {exc}") from None
 
 
@@ -170,10 +187,17 @@ def _build(spec: BuildSpec, build_dir: Path, verbose: bool):
             failed.unlink()
         write_atomic(build_dir / "pkb-ok.json", json.dumps({
             "key": spec.key, "name": spec.name, "module": spec.module_name, "functions": list(spec.functions),
+            "built_as": _built_as(spec, module), "bind": spec.bind,
             "toolchain": spec.toolchain, "build_seconds": round(time.time() - started, 1),
             "built_at": time.strftime("%Y-%m-%dT%H:%M:%S"), "pid": os.getpid(),
         }, indent=1))
         return module
+
+
+def _built_as(spec: BuildSpec, module) -> str:
+    """The name the extension was built under (its ``.so``'s stem)."""
+    path = getattr(module, "__file__", None)
+    return Path(path).name.removesuffix(".so") if path else spec.module_name
 
 
 def _load_inline(spec: BuildSpec, build_dir: Path, verbose: bool):
@@ -210,11 +234,16 @@ def _load_inline_as(spec: BuildSpec, build_dir: Path, verbose: bool, how):
 
         extra_cflags += pch_cflags(spec.extra_cflags, spec.extra_include_paths)
     options = {"no_implicit_headers": True} if _takes_no_implicit_headers() else {}
-    return load_inline(
+    ops = spec.bind == "ops"
+    main = sources.main_cpp(spec, how) if options else spec.cpp_source
+    if ops:  # pkb's TORCH_LIBRARY block instead of load_inline's pybind11 module
+        main = "\n".join([main, *sources.bindings(spec)])
+        options["is_python_module"] = False
+    built = load_inline(
         name=spec.module_name,
-        cpp_sources=[sources.main_cpp(spec, how) if options else spec.cpp_source],
-        cuda_sources=[sources.cuda_cu(spec, how) if options else spec.cuda_source],
-        functions=list(spec.functions) or None,
+        cpp_sources=[main],
+        cuda_sources=[sources.cuda_cu(spec, how) if "no_implicit_headers" in options else spec.cuda_source],
+        functions=None if ops else list(spec.functions) or None,
         extra_cflags=extra_cflags,
         extra_cuda_cflags=list(spec.extra_cuda_cflags),
         extra_ldflags=list(spec.extra_ldflags),
@@ -224,6 +253,11 @@ def _load_inline_as(spec: BuildSpec, build_dir: Path, verbose: bool, how):
         with_cuda=True,
         **options,
     )
+    if ops:  # load_inline loaded the library and returned its path
+        from pkb_cuda.ops import OpsModule
+
+        return OpsModule(spec.module_name, spec.functions, built)
+    return built
 
 
 def _takes_no_implicit_headers() -> bool:

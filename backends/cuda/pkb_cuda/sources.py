@@ -16,7 +16,9 @@ nothing is an empty file once they are gone. So pkb writes both files itself
 - ``main.cpp`` gets ``<torch/extension.h>`` unless it declares and binds
   nothing (PKB's files bind in their ``.cu``: ``PYBIND11_MODULE`` there), and
   that include is served from pkb's precompiled header
-  (:mod:`pkb_cuda.torch_pch`).
+  (:mod:`pkb_cuda.torch_pch`). With ``bind="ops"`` it gets ``<torch/library.h>``
+  instead and binds through torch's dispatcher (:mod:`pkb_cuda.ops`): no
+  pybind11, about 5 s where ``torch/extension.h`` takes 17.
 
 Same flags, same code: only headers the file does not use are left out. Where
 that guess could be wrong (a torch-free ``.cu`` that leaned on something
@@ -70,12 +72,18 @@ def binds_nothing(spec) -> bool:
 def plan(spec) -> Plan:
     """The lightest files that compute what load_inline's would (see the module docstring)."""
     main_header = not binds_nothing(spec)
-    return Plan(torch_headers=uses_torch(spec.cuda_source), main_header=main_header, pch=main_header)
+    # The PCH is torch/extension.h's; an "ops" main.cpp starts with the far lighter torch/library.h.
+    return Plan(torch_headers=uses_torch(spec.cuda_source), main_header=main_header,
+                pch=main_header and spec.bind == "pybind11")
+
+
+#: The header ``main.cpp`` starts with, by how it binds (``spec.bind``).
+BINDING_HEADER = {"pybind11": "#include <torch/extension.h>", "ops": "#include <torch/library.h>"}
 
 
 def main_cpp(spec, how: Plan) -> str:
-    """``main.cpp`` before load_inline appends the bindings of ``spec.functions``."""
-    return "\n".join((["#include <torch/extension.h>"] if how.main_header else []) + [spec.cpp_source])
+    """``main.cpp`` before the bindings of ``spec.functions`` (:func:`bindings`)."""
+    return "\n".join(([BINDING_HEADER[spec.bind]] if how.main_header else []) + [spec.cpp_source])
 
 
 def cuda_cu(spec, how: Plan) -> str:
@@ -85,8 +93,14 @@ def cuda_cu(spec, how: Plan) -> str:
 
 
 def bindings(spec) -> list[str]:
-    """The pybind11 module load_inline appends to ``main.cpp`` for ``spec.functions``."""
+    """What binds ``spec.functions`` at the end of ``main.cpp``: the pybind11
+    module load_inline appends, or (``bind="ops"``) pkb's ``TORCH_LIBRARY``
+    block, which registers each function as ``torch.ops.<module>.<f>`` (its
+    schema inferred from the C++ signature)."""
     if not spec.functions:
         return []
+    if spec.bind == "ops":
+        return ([f"TORCH_LIBRARY({spec.module_name}, m) {{"] + [f'  m.def("{f}", &{f});' for f in spec.functions]
+                + ["}"])
     return (["PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {"]
             + [f'm.def("{f}", torch::wrap_pybind_function({f}), "{f}");' for f in spec.functions] + ["}"])

@@ -17,6 +17,9 @@ from pkb_cuda import toolchain
 DEFAULT_CUDA_CFLAGS = ("-O3",)
 #: host compiler flags used when ``extra_cflags`` is not given.
 DEFAULT_CFLAGS = ("-O3",)
+#: How ``main.cpp`` binds the functions: load_inline's pybind11 module, or torch's dispatcher
+#: (``TORCH_LIBRARY``: no pybind11, no ``torch/extension.h``; see :mod:`pkb_cuda.ops`).
+BINDINGS = ("pybind11", "ops")
 #: Lines of compiler output kept in a CompileError.
 MAX_MESSAGE_LINES = 40
 
@@ -37,12 +40,16 @@ class BuildSpec:
     extra_ldflags: tuple
     extra_include_paths: tuple
     toolchain: dict = field(default_factory=dict, compare=False)
+    bind: str = "pybind11"
 
     @classmethod
     def make(cls, name, cuda_source, cpp_source="", functions=(), *, extra_cuda_cflags=None,
-             extra_cflags=None, extra_ldflags=(), extra_include_paths=(), prelude=True, toolchain_info=None):
+             extra_cflags=None, extra_ldflags=(), extra_include_paths=(), prelude=True, toolchain_info=None,
+             bind="pybind11"):
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name or ""):
             raise ValueError(f"compile name {name!r} must be a C identifier")
+        if bind not in BINDINGS:
+            raise ValueError(f"bind={bind!r}: one of {', '.join(BINDINGS)}")
         if isinstance(functions, str):
             functions = (functions,)
         cuda = f'#line 1 "{name}.cu"\n{cuda_source}'
@@ -57,6 +64,7 @@ class BuildSpec:
             extra_ldflags=tuple(extra_ldflags),
             extra_include_paths=tuple(os.path.abspath(p) for p in extra_include_paths),
             toolchain=toolchain.toolchain() if toolchain_info is None else toolchain_info,
+            bind=bind,
         )
 
     @property
@@ -67,6 +75,7 @@ class BuildSpec:
             "functions": list(self.functions), "cuda_cflags": list(self.extra_cuda_cflags),
             "cflags": list(self.extra_cflags), "ldflags": list(self.extra_ldflags),
             "include_paths": list(self.extra_include_paths), "toolchain": self.toolchain,
+            **({"bind": self.bind} if self.bind != "pybind11" else {}),  # pybind11 builds keep their keys
         }, sort_keys=True)
         return hashlib.sha256(payload.encode()).hexdigest()[:40]
 

@@ -191,3 +191,45 @@ def test_a_launcher_declared_in_cpp_source_must_match_the_cu(tmp_path):
     check_bindings(s, main, obj("good", "long scale_launch(long n, void*) { return n; }\n"))
     with pytest.raises(CompileError, match=r"scale_launch\(long, void\*\) is declared in cpp_source"):
         check_bindings(s, main, obj("bad", "long scale_launch(int n, void*) { return n; }\n"))
+
+
+# ---------------------------------------------------------------------------
+# bind="ops": TORCH_LIBRARY instead of pybind11
+# ---------------------------------------------------------------------------
+
+OPS_CPP = """
+#include <ATen/ops/empty_like.h>
+int64_t launch_scale(float* out, const float* x, int64_t n);
+at::Tensor scale(at::Tensor x, int64_t n) { auto out = at::empty_like(x); return out; }
+"""
+
+
+def test_ops_binding_writes_torch_library_and_no_pybind():
+    ops = BuildSpec.make("light", KERNEL_ONLY, OPS_CPP, ["scale"], bind="ops", toolchain_info=TOOLCHAIN)
+    how = sources.plan(ops)
+    assert how.main_header and not how.pch  # torch/library.h needs no PCH
+    assert sources.main_cpp(ops, how).startswith("#include <torch/library.h>\n")
+    assert sources.bindings(ops) == [f"TORCH_LIBRARY({ops.module_name}, m) {{", '  m.def("scale", &scale);', "}"]
+    pybind = BuildSpec.make("light", KERNEL_ONLY, OPS_CPP, ["scale"], toolchain_info=TOOLCHAIN)
+    assert ops.key != pybind.key
+    with pytest.raises(ValueError, match="bind="):
+        BuildSpec.make("light", KERNEL_ONLY, bind="ctypes", toolchain_info=TOOLCHAIN)
+
+
+def test_ops_extension_loads_and_calls_through_the_dispatcher(tmp_path):
+    """A real TORCH_LIBRARY build as pkb writes it (host-only here: the CPU wheel has no
+    CUDA libraries), loaded by pkb_cuda.ops and called with a tensor and Python ints."""
+    import torch
+    from torch.utils.cpp_extension import load_inline
+
+    from pkb_cuda import ops
+
+    cpp = ("#include <ATen/ops/add.h>\n#include <ATen/ops/mul.h>\n"
+           "at::Tensor shift(at::Tensor x, int64_t by, double scale) { return at::mul(at::add(x, by), scale); }\n")
+    s = BuildSpec.make("shift", "", cpp, ["shift"], bind="ops", toolchain_info=TOOLCHAIN)
+    main = "\n".join([sources.main_cpp(s, sources.plan(s)), *sources.bindings(s)])
+    path = load_inline(s.module_name, [main], build_directory=str(tmp_path), is_python_module=False,
+                       no_implicit_headers=True)
+    ext = ops.load(s.module_name, s.functions, path)
+    assert torch.equal(ext.shift(torch.arange(3.0), 2, 0.5), torch.tensor([1.0, 1.5, 2.0]))
+    assert ext.shift is getattr(torch.ops, s.module_name).shift
