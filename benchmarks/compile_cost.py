@@ -9,7 +9,9 @@ scratch pkb cache, nothing to the user's:
 - ``pch``: building pkb's precompiled ``torch/extension.h`` (once per machine
   and flags), with the flags torch gives ``main.cpp`` (:mod:`pkb_cuda.torch_pch`);
 - ``main.cpp plain`` / ``main.cpp pch``: the bindings file of the all-reduce
-  sample (its declarations and pybind11 module) without and with that PCH;
+  sample (its torch side and a pybind11 module) without and with that PCH;
+- ``main.cpp ops``: the same file as the sample has it built, ``bind="ops"``
+  (``torch/library.h`` and ``TORCH_LIBRARY`` instead of pybind11);
 - ``main.cpp empty``: what a PKB file's ``main.cpp`` is now (it binds in its ``.cu``);
 - ``.cu torch-free`` / ``.cu +torch/types.h``: the all-reduce sample's CUDA
   source (kernel and raw-pointer launcher, with pkb's device header) through
@@ -111,6 +113,12 @@ def measure(work: Path, repeat: int, nvrtc: bool, host: bool = True) -> dict:
     results["main.cpp pch"] = _timed([*compiler, *define, *flags, *pch.use_flags(path), "-c", str(main),
                                       "-o", str(work / "b.o")], repeat)
     results["main.o identical"] = (work / "a.o").read_bytes() == (work / "b.o").read_bytes()
+
+    ops = BuildSpec.make("allreduce", allreduce["CUDA_SOURCE"], allreduce["CPP_SOURCE"], ["allreduce"], bind="ops")
+    ops_main = work / "ops.cpp"
+    ops_main.write_text("\n".join([sources.main_cpp(ops, sources.plan(ops))] + sources.bindings(ops)))
+    results["main.cpp ops"] = _timed([*compiler, *define, *flags, "-c", str(ops_main), "-o", str(work / "d.o")],
+                                     repeat)
 
     pkb_file = BuildSpec.make("pkbfile", "#include <torch/extension.h>\n", "", (), prelude=False)
     empty = work / "empty.cpp"

@@ -20,6 +20,10 @@ The helper API (see each docstring):
 :func:`compile`
     build or load a CUDA extension; compiler errors raise
     :class:`pkb_core.errors.CompileError` (the ``compile-error`` verdict).
+    A ``cuda_source`` that names nothing of torch's gets no torch header
+    (seconds to build); ``bind="ops"`` binds through torch's dispatcher
+    (``TORCH_LIBRARY``) instead of pybind11, so ``main.cpp`` needs only
+    ``<torch/library.h>`` (:mod:`pkb_cuda.ops`).
 :func:`cache_key`, :func:`cache_dir`
     the content hash a build is stored under, and where
     (``$PKB_CACHE_DIR/cuda``, ``$XDG_CACHE_HOME/pkb/cuda`` or ``~/.cache/pkb/cuda``).

@@ -38,14 +38,18 @@ A. Kernels only, compiled with NVRTC (`pkb_cuda.nvrtc`, through CuPy: 0.1-0.3 s,
    `nvrtc.kernel(SOURCE, "name<__nv_bfloat16>")(blocks, threads, out, p.buffer_table, p.signal_table, ...)`
    (tensors pass their address, Python ints 64-bit integers). Use it whenever a few lines of Python can pick
    the grid and launch.
-B. When the host side needs C++: `ext = pkb_cuda.compile(name, cuda_source, cpp_source, functions=[...])` at
-   import (built once per node, cached). Keep the `.cu` header-light: kernels plus a launcher that takes raw
-   pointers, `int64_t`s and a `cudaStream_t`, with no `torch::`, `at::` or `c10::` name in it; then pkb adds no
-   torch header to it and it compiles in about 2 s. Put the torch side (allocate the output with
-   `torch::empty_like(...)`, dispatch on the dtype, get `c10::cuda::getCurrentCUDAStream()` from
-   `<c10/cuda/CUDAStream.h>`, call the launcher, `C10_CUDA_KERNEL_LAUNCH_CHECK()` from
-   `<c10/cuda/CUDAException.h>`) in `cpp_source` after a declaration of the launcher: it is compiled with a
-   precompiled `torch/extension.h`, in parallel with the `.cu`.
+B. When the host side needs C++:
+   `ext = pkb_cuda.compile(name, cuda_source, cpp_source, functions=[...], bind="ops")` at import (built once
+   per node, cached). Keep the `.cu` header-light: kernels plus a launcher that takes raw pointers, `int64_t`s
+   and a `cudaStream_t`, with no `torch::`, `at::` or `c10::` name in it; then pkb adds no torch header to it
+   and it compiles in about 2 s. Put the torch side in `cpp_source` after a declaration of the launcher:
+   checks, the output (`at::empty_like(...)` from `<ATen/ops/empty_like.h>`, `at::empty` from
+   `<ATen/ops/empty.h>`), the dtype, `c10::cuda::getCurrentCUDAStream()` from `<c10/cuda/CUDAStream.h>`, the
+   launcher's `cudaError_t` through `C10_CUDA_CHECK` from `<c10/cuda/CUDAException.h>`. With `bind="ops"`
+   the functions are registered with torch's dispatcher (`TORCH_LIBRARY`, schema from the C++ types: use
+   `at::Tensor`, `int64_t`, `double`, `bool`), so `main.cpp` needs only `<torch/library.h>` and the headers
+   you include (about 5 s, in parallel with the `.cu`); without it, `main.cpp` starts with
+   `torch/extension.h` and pybind11 (17-23 s, or about 8 s with pkb's precompiled header).
 C. Still accepted, but slow (40-80 s a build): torch types in the `.cu` (the host function in the CUDA
    string, as in PKB's files), or PKB's style, `load_inline` / `compile_cuda_extension` with
    `PYBIND11_MODULE` in the `.cu`.

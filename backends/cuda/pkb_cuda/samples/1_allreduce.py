@@ -14,14 +14,15 @@ The build is split the way that costs least: the CUDA source holds the
 kernel and a launcher on raw pointers and names nothing of torch's (pkb then
 adds no torch header: it compiles in seconds), and CPP_SOURCE holds the torch
 side (checks, the output, the dtype, the stream), compiled at the same time
-with pkb's precompiled torch/extension.h.
+and bound through torch's dispatcher (bind="ops": torch/library.h and a few
+ATen headers instead of torch/extension.h and pybind11).
 """
 import pkb_cuda
 
 # The .cu names nothing of torch's, so pkb adds no torch header to it: kernels
 # and a launcher on raw pointers, built in seconds. The torch side (checks,
-# output allocation, dtype, stream) is CPP_SOURCE, compiled in parallel with
-# pkb's precompiled torch/extension.h.
+# output allocation, dtype, stream) is CPP_SOURCE, compiled in parallel and
+# bound with TORCH_LIBRARY (bind="ops": no torch/extension.h, no pybind11).
 CUDA_SOURCE = r"""
 #include <algorithm>
 #include <cuda_bf16.h>
@@ -144,6 +145,7 @@ cudaError_t allreduce_launch(int dtype, void* out, int64_t n, int64_t buffers, i
 """
 
 CPP_SOURCE = """
+#include <ATen/ops/empty_like.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -151,12 +153,12 @@ CPP_SOURCE = """
 cudaError_t allreduce_launch(int dtype, void* out, int64_t n, int64_t buffers, int64_t pads, int64_t offset,
                              int64_t rank, int64_t world, int64_t max_blocks, int64_t align, cudaStream_t stream);
 
-torch::Tensor allreduce(torch::Tensor x, int64_t buffers, int64_t pads, int64_t offset, int64_t rank,
+at::Tensor allreduce(at::Tensor x, int64_t buffers, int64_t pads, int64_t offset, int64_t rank,
                         int64_t world, int64_t max_blocks, int64_t align) {
   TORCH_CHECK(x.is_cuda() && x.is_contiguous(), "allreduce: expected a contiguous CUDA tensor");
   TORCH_CHECK(max_blocks >= 1, "allreduce: the signal pad has no room for ", world, " ranks");
   c10::cuda::CUDAGuard guard(x.device());
-  auto out = torch::empty_like(x, at::MemoryFormat::Contiguous);
+  auto out = at::empty_like(x, at::MemoryFormat::Contiguous);
   if (x.numel() == 0) return out;
   int dtype = -1;
   switch (x.scalar_type()) {
@@ -172,7 +174,7 @@ torch::Tensor allreduce(torch::Tensor x, int64_t buffers, int64_t pads, int64_t 
 }
 """
 
-_ext = pkb_cuda.compile("allreduce", CUDA_SOURCE, CPP_SOURCE, functions=["allreduce"])
+_ext = pkb_cuda.compile("allreduce", CUDA_SOURCE, CPP_SOURCE, functions=["allreduce"], bind="ops")
 
 
 def solution(tensor):

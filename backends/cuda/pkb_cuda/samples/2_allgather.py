@@ -100,6 +100,7 @@ cudaError_t allgather_launch(int64_t element_size, void* out, int64_t chunk, int
 """
 
 CPP_SOURCE = """
+#include <ATen/ops/empty.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -108,14 +109,14 @@ cudaError_t allgather_launch(int64_t element_size, void* out, int64_t chunk, int
                              int64_t offset, int64_t rank, int64_t world, int64_t max_blocks, int64_t align,
                              cudaStream_t stream);
 
-torch::Tensor allgather(torch::Tensor x, int64_t buffers, int64_t pads, int64_t offset, int64_t rank,
+at::Tensor allgather(at::Tensor x, int64_t buffers, int64_t pads, int64_t offset, int64_t rank,
                         int64_t world, int64_t max_blocks, int64_t align) {
   TORCH_CHECK(x.is_cuda() && x.is_contiguous(), "allgather: expected a contiguous CUDA tensor");
   TORCH_CHECK(max_blocks >= 1, "allgather: the signal pad has no room for ", world, " ranks");
   c10::cuda::CUDAGuard guard(x.device());
   std::vector<int64_t> shape{world};
   shape.insert(shape.end(), x.sizes().begin(), x.sizes().end());
-  auto out = torch::empty(shape, x.options());
+  auto out = at::empty(shape, x.options());
   const int64_t chunk = x.numel() * x.element_size();
   if (chunk == 0) return out;
   const int64_t size = x.element_size();
@@ -126,7 +127,7 @@ torch::Tensor allgather(torch::Tensor x, int64_t buffers, int64_t pads, int64_t 
 }
 """
 
-_ext = pkb_cuda.compile("allgather", CUDA_SOURCE, CPP_SOURCE, functions=["allgather"])
+_ext = pkb_cuda.compile("allgather", CUDA_SOURCE, CPP_SOURCE, functions=["allgather"], bind="ops")
 
 
 def solution(tensor):

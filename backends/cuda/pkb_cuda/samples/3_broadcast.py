@@ -92,6 +92,7 @@ cudaError_t broadcast_launch(int64_t element_size, void* out, int64_t bytes, int
 """
 
 CPP_SOURCE = """
+#include <ATen/ops/empty_like.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -100,13 +101,13 @@ cudaError_t broadcast_launch(int64_t element_size, void* out, int64_t bytes, int
                              int64_t pads, int64_t offset, int64_t rank, int64_t world, int64_t max_blocks,
                              int64_t align, cudaStream_t stream);
 
-torch::Tensor broadcast(torch::Tensor x, int64_t src, int64_t buffers, int64_t pads, int64_t offset, int64_t rank,
+at::Tensor broadcast(at::Tensor x, int64_t src, int64_t buffers, int64_t pads, int64_t offset, int64_t rank,
                         int64_t world, int64_t max_blocks, int64_t align) {
   TORCH_CHECK(x.is_cuda() && x.is_contiguous(), "broadcast: expected a contiguous CUDA tensor");
   TORCH_CHECK(0 <= src && src < world, "broadcast: src ", src, " is not a rank of ", world);
   TORCH_CHECK(max_blocks >= 1, "broadcast: the signal pad has no room for ", world, " ranks");
   c10::cuda::CUDAGuard guard(x.device());
-  auto out = torch::empty_like(x, at::MemoryFormat::Contiguous);
+  auto out = at::empty_like(x, at::MemoryFormat::Contiguous);
   const int64_t bytes = x.numel() * x.element_size();
   if (bytes == 0) return out;
   const int64_t size = x.element_size();
@@ -117,7 +118,7 @@ torch::Tensor broadcast(torch::Tensor x, int64_t src, int64_t buffers, int64_t p
 }
 """
 
-_ext = pkb_cuda.compile("broadcast", CUDA_SOURCE, CPP_SOURCE, functions=["broadcast"])
+_ext = pkb_cuda.compile("broadcast", CUDA_SOURCE, CPP_SOURCE, functions=["broadcast"], bind="ops")
 
 
 def solution(tensor, src=0):

@@ -137,6 +137,7 @@ cudaError_t reduce_launch(int dtype, void* out, int64_t n, int64_t dst, int64_t 
 """
 
 CPP_SOURCE = """
+#include <ATen/ops/empty_like.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -144,13 +145,13 @@ CPP_SOURCE = """
 cudaError_t reduce_launch(int dtype, void* out, int64_t n, int64_t dst, int64_t buffers, int64_t pads, int64_t offset,
                           int64_t rank, int64_t world, int64_t max_blocks, int64_t align, cudaStream_t stream);
 
-torch::Tensor reduce(torch::Tensor x, int64_t dst, int64_t buffers, int64_t pads, int64_t offset, int64_t rank,
+at::Tensor reduce(at::Tensor x, int64_t dst, int64_t buffers, int64_t pads, int64_t offset, int64_t rank,
                      int64_t world, int64_t max_blocks, int64_t align) {
   TORCH_CHECK(x.is_cuda() && x.is_contiguous(), "reduce: expected a contiguous CUDA tensor");
   TORCH_CHECK(0 <= dst && dst < world, "reduce: dst ", dst, " is not a rank of ", world);
   TORCH_CHECK(max_blocks >= 1, "reduce: the signal pad has no room for ", world, " ranks");
   c10::cuda::CUDAGuard guard(x.device());
-  auto out = torch::empty_like(x, at::MemoryFormat::Contiguous);
+  auto out = at::empty_like(x, at::MemoryFormat::Contiguous);
   if (x.numel() == 0) return out;
   int dtype = -1;
   switch (x.scalar_type()) {
@@ -166,7 +167,7 @@ torch::Tensor reduce(torch::Tensor x, int64_t dst, int64_t buffers, int64_t pads
 }
 """
 
-_ext = pkb_cuda.compile("reduce", CUDA_SOURCE, CPP_SOURCE, functions=["reduce"])
+_ext = pkb_cuda.compile("reduce", CUDA_SOURCE, CPP_SOURCE, functions=["reduce"], bind="ops")
 
 
 def solution(tensor, dst=0):

@@ -93,6 +93,7 @@ cudaError_t scatter_launch(int64_t element_size, void* out, int64_t bytes, int64
 """
 
 CPP_SOURCE = """
+#include <ATen/ops/empty.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -101,7 +102,7 @@ cudaError_t scatter_launch(int64_t element_size, void* out, int64_t bytes, int64
                            int64_t pads, int64_t slot_offset, int64_t rank, int64_t world, int64_t max_blocks,
                            bool vec, cudaStream_t stream);
 
-torch::Tensor scatter(torch::Tensor x, int64_t src, int64_t buffers, int64_t pads, int64_t offset, int64_t rank,
+at::Tensor scatter(at::Tensor x, int64_t src, int64_t buffers, int64_t pads, int64_t offset, int64_t rank,
                       int64_t world, int64_t max_blocks, int64_t align) {
   TORCH_CHECK(x.is_cuda() && x.is_contiguous(), "scatter: expected a contiguous CUDA tensor");
   TORCH_CHECK(0 <= src && src < world, "scatter: src ", src, " is not a rank of ", world);
@@ -112,7 +113,7 @@ torch::Tensor scatter(torch::Tensor x, int64_t src, int64_t buffers, int64_t pad
     TORCH_CHECK(x.dim() >= 1 && x.size(0) == world, "scatter: src's tensor must be (W, ...) with W = ", world);
     shape.erase(shape.begin());
   }
-  auto out = torch::empty(shape, x.options());
+  auto out = at::empty(shape, x.options());
   const int64_t bytes = out.numel() * out.element_size();  // one slot; the same on every rank
   if (bytes == 0) return out;
   const int64_t size = x.element_size();
@@ -125,7 +126,7 @@ torch::Tensor scatter(torch::Tensor x, int64_t src, int64_t buffers, int64_t pad
 }
 """
 
-_ext = pkb_cuda.compile("scatter", CUDA_SOURCE, CPP_SOURCE, functions=["scatter"])
+_ext = pkb_cuda.compile("scatter", CUDA_SOURCE, CPP_SOURCE, functions=["scatter"], bind="ops")
 
 
 def solution(tensor, src=0):

@@ -100,6 +100,7 @@ cudaError_t gather_launch(int64_t element_size, void* out, int64_t chunk, int64_
 """
 
 CPP_SOURCE = """
+#include <ATen/ops/empty.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -108,7 +109,7 @@ cudaError_t gather_launch(int64_t element_size, void* out, int64_t chunk, int64_
                           int64_t buffers, int64_t pads, int64_t offset, int64_t rank, int64_t world,
                           int64_t max_blocks, bool vec, cudaStream_t stream);
 
-torch::Tensor gather(torch::Tensor x, int64_t dst, int64_t buffers, int64_t pads, int64_t offset, int64_t rank,
+at::Tensor gather(at::Tensor x, int64_t dst, int64_t buffers, int64_t pads, int64_t offset, int64_t rank,
                      int64_t world, int64_t max_blocks, int64_t align) {
   TORCH_CHECK(x.is_cuda() && x.is_contiguous(), "gather: expected a contiguous CUDA tensor");
   TORCH_CHECK(0 <= dst && dst < world, "gather: dst ", dst, " is not a rank of ", world);
@@ -117,7 +118,7 @@ torch::Tensor gather(torch::Tensor x, int64_t dst, int64_t buffers, int64_t pads
   const bool root = rank == dst;
   std::vector<int64_t> shape = x.sizes().vec();
   if (root) shape.insert(shape.begin(), world);
-  auto out = torch::empty(shape, x.options());
+  auto out = at::empty(shape, x.options());
   const int64_t chunk = x.numel() * x.element_size();
   if (chunk == 0) return out;
   const int64_t size = x.element_size();
@@ -130,7 +131,7 @@ torch::Tensor gather(torch::Tensor x, int64_t dst, int64_t buffers, int64_t pads
 }
 """
 
-_ext = pkb_cuda.compile("gather", CUDA_SOURCE, CPP_SOURCE, functions=["gather"])
+_ext = pkb_cuda.compile("gather", CUDA_SOURCE, CPP_SOURCE, functions=["gather"], bind="ops")
 
 
 def solution(tensor, dst=0):

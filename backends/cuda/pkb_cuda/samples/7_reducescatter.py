@@ -137,6 +137,7 @@ cudaError_t reducescatter_launch(int dtype, void* out, int64_t n, int64_t buffer
 """
 
 CPP_SOURCE = """
+#include <ATen/ops/empty.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -144,7 +145,7 @@ CPP_SOURCE = """
 cudaError_t reducescatter_launch(int dtype, void* out, int64_t n, int64_t buffers, int64_t pads, int64_t offset,
                                  int64_t rank, int64_t world, int64_t max_blocks, int64_t align, cudaStream_t stream);
 
-torch::Tensor reducescatter(torch::Tensor x, int64_t buffers, int64_t pads, int64_t offset, int64_t rank,
+at::Tensor reducescatter(at::Tensor x, int64_t buffers, int64_t pads, int64_t offset, int64_t rank,
                             int64_t world, int64_t max_blocks, int64_t align) {
   TORCH_CHECK(x.is_cuda() && x.is_contiguous(), "reducescatter: expected a contiguous CUDA tensor");
   TORCH_CHECK(x.dim() >= 1 && x.size(0) % world == 0, "reducescatter: dim 0 must be a multiple of ", world);
@@ -152,7 +153,7 @@ torch::Tensor reducescatter(torch::Tensor x, int64_t buffers, int64_t pads, int6
   c10::cuda::CUDAGuard guard(x.device());
   std::vector<int64_t> shape = x.sizes().vec();
   shape[0] /= world;
-  auto out = torch::empty(shape, x.options());
+  auto out = at::empty(shape, x.options());
   if (out.numel() == 0) return out;
   int dtype = -1;
   switch (x.scalar_type()) {
@@ -168,7 +169,7 @@ torch::Tensor reducescatter(torch::Tensor x, int64_t buffers, int64_t pads, int6
 }
 """
 
-_ext = pkb_cuda.compile("reducescatter", CUDA_SOURCE, CPP_SOURCE, functions=["reducescatter"])
+_ext = pkb_cuda.compile("reducescatter", CUDA_SOURCE, CPP_SOURCE, functions=["reducescatter"], bind="ops")
 
 
 def solution(tensor):

@@ -98,6 +98,7 @@ cudaError_t alltoall_launch(int64_t element_size, void* out, int64_t chunk, int6
 """
 
 CPP_SOURCE = """
+#include <ATen/ops/empty_like.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -106,13 +107,13 @@ cudaError_t alltoall_launch(int64_t element_size, void* out, int64_t chunk, int6
                             int64_t slot_offset, int64_t rank, int64_t world, int64_t max_blocks, bool vec,
                             cudaStream_t stream);
 
-torch::Tensor alltoall(torch::Tensor x, int64_t buffers, int64_t pads, int64_t offset, int64_t rank,
+at::Tensor alltoall(at::Tensor x, int64_t buffers, int64_t pads, int64_t offset, int64_t rank,
                        int64_t world, int64_t max_blocks, int64_t align) {
   TORCH_CHECK(x.is_cuda() && x.is_contiguous(), "alltoall: expected a contiguous CUDA tensor");
   TORCH_CHECK(x.dim() >= 1 && x.size(0) == world, "alltoall: expected a (W, ...) tensor with W = ", world);
   TORCH_CHECK(max_blocks >= 1, "alltoall: the signal pad has no room for ", world, " ranks");
   c10::cuda::CUDAGuard guard(x.device());
-  auto out = torch::empty_like(x, at::MemoryFormat::Contiguous);
+  auto out = at::empty_like(x, at::MemoryFormat::Contiguous);
   const int64_t chunk = x.numel() / world * x.element_size();  // one slot
   if (chunk == 0) return out;
   const int64_t size = x.element_size();
@@ -125,7 +126,7 @@ torch::Tensor alltoall(torch::Tensor x, int64_t buffers, int64_t pads, int64_t o
 }
 """
 
-_ext = pkb_cuda.compile("alltoall", CUDA_SOURCE, CPP_SOURCE, functions=["alltoall"])
+_ext = pkb_cuda.compile("alltoall", CUDA_SOURCE, CPP_SOURCE, functions=["alltoall"], bind="ops")
 
 
 def solution(tensor):
