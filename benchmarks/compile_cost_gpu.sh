@@ -40,7 +40,16 @@ fresh; build samples-cold -- --solutions backends/cuda/pkb_cuda/samples
 ls -la $PKB_CACHE_DIR/pch/*/ 2>/dev/null | head -5
 rm -rf $PKB_CACHE_DIR/cuda $PKB_CACHE_DIR/builds  # keep only the PCH
 build samples-cold-pch-warm -- --solutions backends/cuda/pkb_cuda/samples
-fresh; build samples-cold-today PKB_CUDA_PLAIN_BUILD=1 MAX_JOBS=$(( $(nproc) + 2 )) -- --solutions backends/cuda/pkb_cuda/samples
+# Today's way: main's samples (torch in the .cu, pybind11) when git has main, else these samples built as
+# load_inline writes them (torch/types.h in every .cu: the .cu sets the pace either way).
+TODAY=backends/cuda/pkb_cuda/samples
+if git rev-parse -q --verify main >/dev/null 2>&1; then
+  rm -rf /tmp/cc-samples-main && mkdir -p /tmp/cc-samples-main
+  for f in $(git ls-tree --name-only main backends/cuda/pkb_cuda/samples/); do git show "main:$f" > /tmp/cc-samples-main/$(basename $f); done
+  TODAY=/tmp/cc-samples-main
+fi
+echo "today's samples: $TODAY"
+fresh; build samples-cold-today PKB_CUDA_PLAIN_BUILD=1 MAX_JOBS=$(( $(nproc) + 2 )) -- --solutions $TODAY
 
 # 2. Builds per hour of PKB-style files (each its own .cu with torch/extension.h and ATen/cuda/CUDAContext.h).
 python3 benchmarks/pkb_style_tree.py /tmp/cc-tree --count 16 --helper
