@@ -14,7 +14,7 @@ The zygote reaps its children and reports each exit status to the launcher,
 which needs it to name the signal a crashed candidate died of.
 
 Protocol on the zygote's control socket (a socketpair with the launcher):
-``{"env": {...}}`` with three descriptors attached (the child's stdin, its
+``{"env": {...}, "role": "candidate" | "builder"}`` with three descriptors attached (the child's stdin, its
 reply pipe and its log: standard output and error; for global rank 0 also its
 group's store keeper's listening socket and report pipe,
 :func:`pkb_core.launch.worker.start_keeper`) -> ``{"pid": N}``; ``{"exited": N, "code": C}`` whenever a child
@@ -35,6 +35,7 @@ def _warm_imports(backend: str) -> None:
     import torch  # noqa: F401
     import torch.distributed  # noqa: F401
 
+    import pkb_core.build.builder  # noqa: F401 - a zygote of the service's compile pool forks builders
     import pkb_core.candidate.rank  # noqa: F401
     import pkb_core.candidate.sealed  # noqa: F401
     from pkb_core.plugin.manager import get_plugin_manager
@@ -74,7 +75,7 @@ def serve(sock: socket.socket, backend: str) -> int:
                 request = json.loads(line)
                 pid = os.fork()
                 if pid == 0:
-                    _become_candidate(sock, request["env"], fds)  # never returns
+                    _become(sock, request["env"], fds, request.get("role", "candidate"))  # never returns
                 for fd in fds:
                     os.close(fd)
                 children.add(pid)
@@ -91,7 +92,10 @@ def serve(sock: socket.socket, backend: str) -> int:
                 sock.sendall(json.dumps({"exited": pid, "code": code}).encode() + b"\n")
 
 
-def _become_candidate(sock, env: dict, fds) -> None:
+def _become(sock, env: dict, fds, role: str) -> None:
+    """The child's life: a candidate worker (:mod:`pkb_core.launch.worker`) or, for the
+    reward service's compile pool, a builder (:mod:`pkb_core.build.builder`: its request
+    on the standard input, its answer on the reply pipe)."""
     code = 1
     try:
         sock.close()
@@ -110,9 +114,14 @@ def _become_candidate(sock, env: dict, fds) -> None:
             os.environ["PKB_KEEPER_FDS"] = ",".join(map(str, keeper_fds))
         os.environ["PKB_REPLY_FD"] = str(reply_fd)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        from pkb_core.launch.worker import main
+        if role == "builder":
+            from pkb_core.build.builder import main as build
 
-        code = main(["candidate"])
+            code = build()
+        else:
+            from pkb_core.launch.worker import main
+
+            code = main(["candidate"])
     except BaseException:  # noqa: BLE001 - report and leave; never return into the zygote's loop
         import traceback
 

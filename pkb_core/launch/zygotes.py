@@ -84,13 +84,13 @@ class _Zygote:
     def read_exits(self):
         self._take(self.reader.read_messages())
 
-    def fork(self, env: dict, fds: list, deadline: float) -> int:
+    def fork(self, env: dict, fds: list, deadline: float, role: str = "candidate") -> int:
         """A new child with ``fds``: its standard input, its reply pipe, its standard output and error,
         then (global rank 0 only) its group's store keeper's listening socket and report pipe."""
         if not self.ready:
             self._wait_for(deadline, lambda m: "ready" in m)
             self.ready = True
-        socket.send_fds(self.sock, [json.dumps({"env": env}).encode() + b"\n"], fds)
+        socket.send_fds(self.sock, [json.dumps({"env": env, "role": role}).encode() + b"\n"], fds)
         return self._wait_for(deadline, lambda m: "pid" in m)["pid"]
 
 
