@@ -73,7 +73,7 @@ _EXPORTS = {
     "TorchSymmetricHeap": "pkb_core.symmetric.torch_heap",
     "matrix_for_bytes": "pkb_core.problem.contract",
     "cache_dir": "pkb_core.cache",
-    "evaluate": "pkb_core.launch.evaluate",
+    "evaluate": "pkb_core.evaluation",
     "Client": "pkb_core.client",
     "AsyncClient": "pkb_core.client",
     "ServiceError": "pkb_core.client",

@@ -214,6 +214,9 @@ def switch_user(uid: int) -> str | None:
         os.setresuid(uid, uid, uid)
     except OSError as exc:
         return f"a user of its own ({exc.strerror}: needs root)"
+    from pkb_core.process.sessions import die_with_parent
+
+    die_with_parent()  # the kernel forgot it with the old user
     return None
 
 

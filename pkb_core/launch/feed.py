@@ -24,6 +24,12 @@ class JobFeed:
         raise NotImplementedError
 
 
+    def started(self, launch) -> None:
+        """The job just taken is about to run in ``launch`` (its candidate group is
+        :attr:`launch.current <pkb_core.launch.launcher.Launch.current>`): a feed that
+        was told to cancel it meanwhile calls ``launch.cancel_current()`` here."""
+
+
 class ListFeed(JobFeed):
     """The jobs of a list, in order (``pkb run``)."""
 

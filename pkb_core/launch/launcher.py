@@ -220,6 +220,7 @@ class Launch:
                     spare = self._start("candidate", spare_id)
                     spare.run_id, spare.start_failed = spare_id, None
                 self.current = candidates
+                feed.started(self)
                 try:
                     judges = self._run_one(job, index, run_id, judges, candidates, spare)
                 finally:
@@ -238,12 +239,10 @@ class Launch:
         """Kill the running job's candidate processes (from another thread): the job ends
         at once as a ``crash`` of its own, and the launch goes on with the next. False
         when no job runs."""
-        from pkb_core.process.sessions import kill_sessions
-
         group = self.current
         if group is None:
             return False
-        kill_sessions(group.pids)
+        group.cancel("cancelled while it ran")
         return True
 
     def _job_run_id(self, index: int) -> str:

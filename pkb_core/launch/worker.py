@@ -58,9 +58,13 @@ def start_keeper() -> None:
     if not fds:
         return
     listen_fd, report_fd = (int(fd) for fd in fds.split(","))
+    parent = os.getpid()
     pid = os.fork()
     if pid == 0:
         try:
+            from pkb_core.process.sessions import die_with_parent
+
+            die_with_parent(parent)  # no keeper outlives its group's rank 0
             keep = {listen_fd, report_fd, 1, 2}
             for fd in map(int, os.listdir("/proc/self/fd")):
                 if fd not in keep:

@@ -29,6 +29,8 @@ import signal
 import socket
 import sys
 
+from pkb_core.process.sessions import die_with_parent
+
 
 def _warm_imports(backend: str) -> None:
     """Import what every candidate of ``backend`` imports, without touching a GPU."""
@@ -57,6 +59,7 @@ def serve(sock: socket.socket, backend: str) -> int:
     # into every later job's processes; the children inherit the setting.
     protect_from_peers()
     sock.sendall(b'{"ready": true}\n')
+    zygote = os.getpid()
     selector = selectors.DefaultSelector()
     selector.register(sock, selectors.EVENT_READ)
     buffer = b""
@@ -75,7 +78,7 @@ def serve(sock: socket.socket, backend: str) -> int:
                 request = json.loads(line)
                 pid = os.fork()
                 if pid == 0:
-                    _become(sock, request["env"], fds, request.get("role", "candidate"))  # never returns
+                    _become(sock, request["env"], fds, request.get("role", "candidate"), zygote)  # never returns
                 for fd in fds:
                     os.close(fd)
                 children.add(pid)
@@ -92,7 +95,7 @@ def serve(sock: socket.socket, backend: str) -> int:
                 sock.sendall(json.dumps({"exited": pid, "code": code}).encode() + b"\n")
 
 
-def _become(sock, env: dict, fds, role: str) -> None:
+def _become(sock, env: dict, fds, role: str, zygote: int) -> None:
     """The child's life: a candidate worker (:mod:`pkb_core.launch.worker`) or, for the
     reward service's compile pool, a builder (:mod:`pkb_core.build.builder`: its request
     on the standard input, its answer on the reply pipe)."""
@@ -100,6 +103,7 @@ def _become(sock, env: dict, fds, role: str) -> None:
     try:
         sock.close()
         os.setsid()
+        die_with_parent(zygote)  # a zygote ends with its launcher, and takes its children along
         stdin_fd, reply_fd, log_fd, *keeper_fds = fds  # rank 0 also gets its group's store keeper's
         os.dup2(stdin_fd, 0)
         os.close(stdin_fd)

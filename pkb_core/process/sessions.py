@@ -97,3 +97,23 @@ def cpu_ms_during(probe_s: float, sessions) -> list[float]:
     time.sleep(probe_s)
     after = cpu_ns(sessions)
     return [(after.get(sid, 0) - before.get(sid, 0)) / 1e6 for sid in sessions]
+
+
+def die_with_parent(parent: int | None = None) -> None:
+    """Have the kernel SIGKILL this process when its parent dies (``PR_SET_PDEATHSIG``),
+    and die now if it already has (``parent``: the pid it was forked by).
+
+    A worker forked by a zygote, a group's keeper and a service's lane call it, so none
+    outlives the process that answers for it (a launcher killed with ``kill -9`` takes
+    its zygotes, and they their children, along). The kernel clears the setting when a
+    process changes its user: :func:`pkb_core.candidate.sandbox.switch_user` arms it again.
+    """
+    import ctypes
+    import signal
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if parent is not None and os.getppid() != parent:
+        os._exit(137)

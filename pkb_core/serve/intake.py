@@ -113,7 +113,7 @@ class Intake:
         timeout = self.lane_key(submission, world_size)[2]
         options = (getattr(self.pm, "pkb_config", None) or {}).get("backends", {}).get(info.name, {})
         dedup = {"source": hashlib.sha256(submission.source.encode()).hexdigest(), "timeout": timeout,
-                 "options": options,
+                 "options": options, "world_size": world_size,
                  **{k: v for k, v in job.to_json().items() if k not in ("key", "slug", "solution", "solution_label")}}
         return Planned(job=job, problem=spec.key, world_size=world_size, refusal=refusal,
                        dedup_key=hashlib.sha256(json.dumps(dedup, sort_keys=True).encode()).hexdigest(),

@@ -69,6 +69,10 @@ class TaskFeed(JobFeed):
                 return task.job
             send(self._fd, LaneResult(job_id=task.job_id, cancelled=True))  # cancelled on its way here
 
+    def started(self, launch) -> None:
+        if self.current in self.cancelled:  # the cancel came before its candidate group was the current one
+            launch.cancel_current()
+
     def more_expected(self) -> bool:
         return not self._ended
 

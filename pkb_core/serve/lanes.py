@@ -41,8 +41,6 @@ class Lane:
         self.job_id: str | None = None
         self.idle_since = time.monotonic()
         self.jobs_done = 0
-        #: The client whose job it runs (the scheduler's fair share counts by it).
-        self.client: str | None = None
         self.dead = False
         self._on_result = on_result
         read_fd, write_fd = os.pipe()

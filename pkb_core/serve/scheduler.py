@@ -16,12 +16,14 @@ reserves the room it waits for: later jobs may still use idle lanes that
 exist, but start no new ones, so a job of a large world size is not starved by
 a stream of small ones.
 
-Order: higher priority first; within a priority, the client with the fewest
-jobs running goes first (so one client's thousand submissions cannot starve
-another's one), then submission order.
+Order: higher priority first; within a priority, the client that started the
+fewest jobs in the last :data:`SHARE_WINDOW_S` seconds goes first (so one
+client's thousand submissions cannot starve another's one: clients take turns),
+then submission order.
 """
 from __future__ import annotations
 
+import collections
 import itertools
 import queue
 import threading
@@ -38,6 +40,8 @@ from pkb_core.serve.store import JobStore
 
 #: A job whose lane died under it runs this many times in all before it is recorded as ``error``.
 MAX_ATTEMPTS = 2
+#: Seconds over which the fair share counts the jobs each client started.
+SHARE_WINDOW_S = 600.0
 
 
 class Scheduler:
@@ -60,6 +64,8 @@ class Scheduler:
         self.builds = ThreadPoolExecutor(max_workers=build_workers, thread_name_prefix="pkb-build")
         self.build_workers = build_workers
         self.warm_builders = WarmBuilders(self.data_dir / "logs" / "builders.log")
+        #: When each client's recent jobs started (the fair share counts those of the last window).
+        self.served: dict[str, collections.deque] = {}
         self._results: queue.Queue = queue.Queue()
         self._wake = threading.Event()
         self._stopping = False
@@ -89,6 +95,9 @@ class Scheduler:
         self.wake()
         if self._thread.is_alive():
             self._thread.join(timeout=10)
+        for lane in self.lanes.values():
+            if lane.job_id is not None:  # it runs again when the service is back (the store still says running)
+                lane.cancel(lane.job_id)
         stoppers = [threading.Thread(target=lane.stop, kwargs={"grace": 5.0}) for lane in self.lanes.values()]
         for thread in stoppers:
             thread.start()
@@ -153,15 +162,16 @@ class Scheduler:
 
     # -- placing ready jobs on lanes ------------------------------------------------------
     def _dispatch(self, ready: list) -> None:
-        running = {}
-        for lane in self.lanes.values():
-            if lane.job_id is not None:
-                client = lane.client
-                running[client] = running.get(client, 0) + 1
+        now = time.monotonic()
+        for client, starts in list(self.served.items()):
+            while starts and starts[0] < now - SHARE_WINDOW_S:
+                starts.popleft()
+            if not starts:
+                del self.served[client]
         reserved = False
         remaining = list(ready)  # in submission order: min() below keeps the earliest of equals
         while remaining:
-            item = min(remaining, key=lambda w: (-w["priority"], running.get(w["client"], 0)))
+            item = min(remaining, key=lambda w: (-w["priority"], len(self.served.get(w["client"], ()))))
             remaining.remove(item)
             key = self.lane_key_of(item["submission"], item["world_size"])
             lane = self._idle_lane(key) or (None if reserved else self._new_lane(key))
@@ -176,9 +186,8 @@ class Scheduler:
                 continue
             if not self.store.set_state(item["id"], JobState.RUNNING, note="", only_from=(JobState.READY,)):
                 continue  # cancelled meanwhile
-            lane.client = item["client"]
             if lane.run(item["id"], Job.from_json(item["job"])):
-                running[item["client"]] = running.get(item["client"], 0) + 1
+                self.served.setdefault(item["client"], collections.deque()).append(now)
             else:
                 self.store.set_state(item["id"], JobState.READY, note="its group was gone; waiting again")
 
