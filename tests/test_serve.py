@@ -255,3 +255,26 @@ def test_priority_then_fair_share_decide_who_runs_next(tmp_path):
         assert order.index(polite.id) <= 2, order
     finally:
         one_group.stop()
+
+
+def test_the_attack_set_gets_pkb_runs_verdicts_through_the_service(fake_dist, tmp_path):
+    """docs/trust.md's attack fixtures, submitted one by one to a warm service, end as they end under
+    `pkb run` (tests/test_sealed.py), each its own job's verdict, and the honest control passes."""
+    from test_sealed import CUSTOM_BACKEND, EXPECTED, GAIN_NOTHING
+
+    fake_dist("pkbtest-plainpy", {"pkb.backends": {"plainpy": "pkbtest_plainpy"}}, {"pkbtest_plainpy": CUSTOM_BACKEND})
+    folder = ROOT / "tests" / "fixtures" / "adversarial"
+    attacks = Server(tmp_path / "attacks", "--devices", "2", "--timeout", "60")
+    try:
+        items = [(1, (folder / name).read_text(), {"backend": "plainpy", "trials": 2, "measure_perf": True,
+                                                   "warmup": 3, "iters": 20, "label": name})
+                 for name in sorted(EXPECTED)]
+        with Client(attacks.url, timeout=120) as client:
+            records = dict(zip(sorted(EXPECTED), client.evaluate_many(items, concurrency=4)))
+    finally:
+        attacks.stop()
+    for name, (verdict, text) in EXPECTED.items():
+        assert records[name].verdict.value == verdict, (name, records[name].reason)
+        assert text in records[name].reason, (name, records[name].reason)
+    for name in GAIN_NOTHING:
+        assert not (records[name].claimed_speedup or 0) > 1, (name, records[name].speedup)

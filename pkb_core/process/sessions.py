@@ -9,7 +9,9 @@ it, reading membership from ``/proc``.
 """
 from __future__ import annotations
 
+import ctypes
 import os
+import signal
 import time
 
 
@@ -58,8 +60,6 @@ def kill_sessions(sessions) -> bool:
     signal and live on in its child. Sweeps repeat until a sweep finds nobody
     (or :data:`KILL_SWEEP_S` passes); returns whether the sessions are empty.
     """
-    import signal
-
     deadline = time.monotonic() + KILL_SWEEP_S
     while True:
         found = members(sessions)
@@ -108,12 +108,16 @@ def die_with_parent(parent: int | None = None) -> None:
     its zygotes, and they their children, along). The kernel clears the setting when a
     process changes its user: :func:`pkb_core.candidate.sandbox.switch_user` arms it again.
     """
-    import ctypes
-    import signal
-
     try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
+        _LIBC.prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
+    except AttributeError:
         return
     if parent is not None and os.getppid() != parent:
         os._exit(137)
+
+
+# Loaded with this module: after a user switch, the library folders may be out of reach.
+try:
+    _LIBC = ctypes.CDLL(None, use_errno=True)
+except OSError:  # pragma: no cover - no C library to ask (not Linux)
+    _LIBC = None

@@ -81,16 +81,9 @@ class WarmBuilders:
             return self._zygotes[key]
 
     def stop(self) -> None:
-        import signal
-
         with self.lock:
             for zygote in self._zygotes.values():
-                zygote.sock.close()
-                try:
-                    os.killpg(zygote.proc.pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
-                zygote.proc.wait()
+                zygote.stop()
             self._zygotes.clear()
             if self._log is not None:
                 self._log.close()
