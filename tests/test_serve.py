@@ -131,6 +131,24 @@ async def _evaluate_many(url, items):
         return await client.evaluate_many(items, concurrency=3)
 
 
+def test_pkb_submit_waits_and_exits_like_pkb_run(server, tmp_path):
+    good, bad = tmp_path / "1_allreduce_mine.py", tmp_path / "1_allreduce_wrong.py"
+    good.write_text(ALLREDUCE + "\n# submitted\n")
+    bad.write_text("def solution(x):\n    return x * 2\n")
+    command = [sys.executable, "-m", "pkb_core", "submit", "--server", server.url, "--backend", "triton", "--wait"]
+    passed = subprocess.run([*command, str(good)], capture_output=True, text=True, timeout=120)
+    assert passed.returncode == 0 and " done " in passed.stdout and "pass" in passed.stdout, passed.stderr
+    failed = subprocess.run([*command, str(good), str(bad)], capture_output=True, text=True, timeout=120)
+    assert failed.returncode == 1 and "fail" in failed.stdout
+    unnamed = tmp_path / "mine.py"
+    unnamed.write_text(ALLREDUCE)
+    refused = subprocess.run([*command, str(unnamed)], capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 1 and "cannot tell the problem of mine.py" in refused.stderr
+    nobody = subprocess.run([*command[:4], "--server", "http://127.0.0.1:9", str(good)], capture_output=True,
+                            text=True, timeout=60)
+    assert nobody.returncode == 1 and "cannot reach the service" in nobody.stderr
+
+
 @pytest.mark.parametrize("body, status, words", [
     ("{not json", 400, "not JSON"),
     ({"problem": "1"}, 422, "missing field 'source'"),
