@@ -1,6 +1,6 @@
 """A stream of submissions through ``pkb serve`` against a loop of ``pkb run`` calls on the same files.
 
-    python3 benchmarks/serve_stream.py OUT_DIR [--count 200] [--loop-sample 20] [--devices 4]
+    python3 benchmarks/serve_stream.py OUT_DIR [--count 200] [--loop-per-kind 4] [--devices 4]
                                        [--concurrency 16] [--timeout 15] [--backend triton]
 
 Writes ``--count`` solution files into OUT_DIR/files (the backend's samples and
@@ -12,9 +12,10 @@ ones that do not compile), then:
    every file through :class:`pkb_core.client.AsyncClient` with ``--concurrency``
    jobs in flight, and measures the wall time of the whole stream and each
    submission's latency (submitted to verdict);
-2. runs ``pkb run --solution F`` once per file for ``--loop-sample`` files (a loop
-   of the whole stream would take hours), timing each call; these are twins of the
-   stream's files (the same code, another comment), so their builds are cold too;
+2. runs ``pkb run --solution F`` once per file for ``--loop-per-kind`` files of each kind
+   (a loop of the whole stream would take hours), timing each call, and estimates the
+   loop's time on the whole stream as each kind's mean call times its count; these are
+   twins of the stream's files (the same code, another comment), so their builds are cold too;
 3. runs every file once more with ``pkb run --solutions OUT_DIR/files`` (one batch)
    for the verdicts, and compares them with the service's, file by file.
 
@@ -80,6 +81,22 @@ def write_files(out: Path, count: int, backend: str, seed: int = 0, tag: str = "
     return files
 
 
+def kind_of(path: Path) -> str:
+    """The kind a file was written as (its marker comment)."""
+    return re.search(r"# stream variant \d+ \((\w+)\)", path.read_text()).group(1)
+
+
+def stratified(files: list[Path], per_kind: int) -> list[Path]:
+    """Up to ``per_kind`` files of each kind, the first ones in order."""
+    taken, chosen = {}, []
+    for path in files:
+        kind = kind_of(path)
+        if taken.get(kind, 0) < per_kind:
+            taken[kind] = taken.get(kind, 0) + 1
+            chosen.append(path)
+    return chosen
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -90,7 +107,7 @@ async def stream(url: str, files: list[Path], backend: str, concurrency: int, ti
     from pkb_core.client import AsyncClient
 
     gate = asyncio.Semaphore(concurrency)
-    latencies, verdicts = {}, {}
+    latencies, verdicts, job_seconds = {}, {}, []
 
     async def one(client, path):
         async with gate:
@@ -100,12 +117,14 @@ async def stream(url: str, files: list[Path], backend: str, concurrency: int, ti
                                            client=f"bench{hash(path.name) % 3}", fresh=True)
             latencies[path.name] = time.monotonic() - started
             verdicts[path.name] = record.verdict.value if record else "cancelled"
+            if record is not None and record.seconds is not None and record.verdict.value == "pass":
+                job_seconds.append(record.seconds)
 
     async with AsyncClient(url, timeout=120) as client:
         started = time.monotonic()
         await asyncio.gather(*(one(client, path) for path in files))
         wall = time.monotonic() - started
-    return {"wall": wall, "latencies": latencies, "verdicts": verdicts}
+    return {"wall": wall, "latencies": latencies, "verdicts": verdicts, "job_seconds": job_seconds}
 
 
 def serve_and_stream(args, files: list[Path]) -> dict:
@@ -154,7 +173,8 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("out", type=Path)
     parser.add_argument("--count", type=int, default=200)
-    parser.add_argument("--loop-sample", type=int, default=20)
+    parser.add_argument("--loop-per-kind", type=int, default=4,
+                        help="pkb run calls per kind of file (correct, wrong, broken, hanging) for the loop's estimate")
     parser.add_argument("--devices", type=int, default=4)
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--timeout", type=float, default=15.0)
@@ -170,12 +190,21 @@ def main() -> int:
     lat = sorted(served["latencies"].values())
     service_rate = len(files) / served["wall"] * 3600
     print(f"service: {len(files)} submissions in {served['wall']:.1f} s = {service_rate:.0f} evals/hour; "
-          f"latency p50 {statistics.median(lat):.2f} s, p95 {lat[int(0.95 * (len(lat) - 1))]:.2f} s")
-    sample = random.Random(1).sample(twins, min(args.loop_sample, len(twins)))
-    walls = loop(args, sample)
-    loop_rate = 3600 / statistics.mean(walls)
-    print(f"pkb run loop: {len(sample)} calls, mean {statistics.mean(walls):.2f} s, p50 {statistics.median(walls):.2f} s,"
-          f" p95 {sorted(walls)[int(0.95 * (len(walls) - 1))]:.2f} s = {loop_rate:.0f} evals/hour")
+          f"latency p50 {statistics.median(lat):.2f} s, p95 {lat[int(0.95 * (len(lat) - 1))]:.2f} s; "
+          f"a passing job's own time in its group: median {statistics.median(served['job_seconds']):.2f} s")
+    kinds = {path.name: kind_of(path) for path in files}
+    sample = stratified(twins, args.loop_per_kind)
+    walls = dict(zip((p.name for p in sample), loop(args, sample)))
+    per_kind = {}
+    for name, wall in walls.items():
+        per_kind.setdefault(kind_of(args.out / "loop-files" / name), []).append(wall)
+    # What the loop would take on the whole stream: each kind's mean call, times its count in the stream.
+    estimate = sum(statistics.mean(per_kind[kind]) for kind in kinds.values())
+    loop_rate = len(files) / estimate * 3600
+    ordered = sorted(walls.values())
+    print(f"pkb run loop: {len(sample)} calls ({', '.join(f'{k} {statistics.mean(v):.2f} s' for k, v in per_kind.items())}"
+          f" per call); the stream would take {estimate:.0f} s = {loop_rate:.0f} evals/hour; "
+          f"latency p50 {statistics.median(ordered):.2f} s, p95 {ordered[int(0.95 * (len(ordered) - 1))]:.2f} s")
     print(f"ratio: {service_rate / loop_rate:.1f}x the evals per hour of the loop")
     counts = {}
     for verdict in served["verdicts"].values():

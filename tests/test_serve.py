@@ -296,3 +296,38 @@ def test_the_attack_set_gets_pkb_runs_verdicts_through_the_service(fake_dist, tm
         assert text in records[name].reason, (name, records[name].reason)
     for name in GAIN_NOTHING:
         assert not (records[name].claimed_speedup or 0) > 1, (name, records[name].speedup)
+
+
+def _lane_pids(server_pid: int) -> list[int]:
+    """The service's lane processes (its children running pkb_core.serve.lane)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+                cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == server_pid and b"pkb_core.serve.lane" in cmdline:
+                found.append(int(entry))
+    return found
+
+
+def test_a_lane_that_dies_runs_its_job_once_more_then_records_an_error(server):
+    with Client(server.url) as client:
+        job = client.submit(1, HANG + "# lane killer\n", backend="triton", timeout=25, client="faults")
+        for attempt in range(2):
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                view = client.get(job.id)
+                if view.state.value == "running" and len(_lane_pids(server.proc.pid)) > 0:
+                    break
+                time.sleep(0.1)
+            time.sleep(1.0)  # the lane has taken the job
+            for pid in _lane_pids(server.proc.pid):
+                os.kill(pid, signal.SIGKILL)
+        done = client.wait(job.id, timeout=60)
+        assert done.state.value == "done" and done.record.verdict.value == "error", done
+        assert "ran 2 times" in done.record.reason
+        # The service goes on: a new group runs the next job.
+        assert client.evaluate(1, ALLREDUCE + "\n# after the lanes died\n", backend="triton").verdict.value == "pass"
