@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -161,7 +162,7 @@ class Intake:
         path = self.sources / digest[:2] / digest / f"{problem_key}.py"
         if not path.exists():
             path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(".tmp")
+            tmp = path.with_suffix(f".{secrets.token_hex(4)}.tmp")  # two submissions of one text race here
             tmp.write_text(source)
             tmp.replace(path)
         return path
