@@ -26,6 +26,7 @@ import attrs
 
 from pkb_core.contracts.batch import LaunchSettings
 from pkb_core.contracts.job import Built, Job
+from pkb_core.contracts.messages import Ready, Secret
 from pkb_core.contracts.record import Record
 from pkb_core.contracts.verdict import Verdict
 from pkb_core.plugin.preload import preload_environment
@@ -210,18 +211,18 @@ class Launch:
             group.keeper_report = store.report_read
         if role == "judge":
             for worker in group.workers:
-                worker.send({"secret": self.secret})
+                worker.send(Secret(secret=self.secret).to_json())
         return group
 
     def _ready(self, group) -> None:
         if not group.ready:
-            answers = group.gather("ready", deadline=time.monotonic() + STARTUP_TIMEOUT_S)
+            answers = group.gather("ready", Ready, deadline=time.monotonic() + STARTUP_TIMEOUT_S)
             group.ready = True
             # Said before any solution code ran in the group: the one source of a job's
             # `unsupported` that a candidate may report (the backend cannot start here).
-            group.unsupported = next((str(a["unsupported"])[:2000] for a in answers if a.get("unsupported")), None)
-            if group.role == "judge" and answers[0].get("machine"):
-                self.machine = answers[0]["machine"]
+            group.unsupported = next((a.unsupported for a in answers if a.unsupported), None)
+            if group.role == "judge" and answers[0].machine:
+                self.machine = answers[0].machine
             if group.role == "judge":
                 self._stores[id(group)].close_door()  # every judge rank is connected: nobody else may
 

@@ -93,28 +93,37 @@ def _candidate_store(address: str, world_size: int, timeout):
     return dist.TCPStore(host, int(port), world_size, is_master=False, timeout=timeout)
 
 
-def serve(channel, handler) -> None:
-    """Answer commands until ``exit`` (or the launcher closes the pipe)."""
-    from pkb_core.process.channel import ChannelClosed
+def serve(channel, handler, role: str) -> None:
+    """Answer commands until ``exit`` (or the launcher closes the pipe): each line is read
+    as its command's request class (:mod:`pkb_core.contracts.commands`), handed to the
+    role's ``on_<op>``, and its answer object sent back (a :class:`Failure` if it raised)."""
+    from pkb_core.contracts.commands import command_for
+    from pkb_core.contracts.messages import Failure
     from pkb_core.errors import SolutionFailed, describe
+    from pkb_core.process.channel import ChannelClosed
 
     while True:
         try:
-            command = channel.receive()
+            line = channel.receive()
         except ChannelClosed:
             return
-        op = command.pop("op")
-        nonce = command.pop("nonce", None)
-        if op == "exit":
-            channel.send({"op": "exit", "nonce": nonce})
-            return
+        op = line.pop("op", None)
+        nonce = line.pop("nonce", None)
         try:
-            answer = getattr(handler, f"on_{op}")(**command)
+            command = command_for(role, op)
+            request = command.request.from_json(line)
+            if command.op == "exit":
+                channel.send({"op": "exit", "nonce": nonce})
+                return
+            answer = getattr(handler, f"on_{op}")(request)
+            if not isinstance(answer, command.answer):
+                raise TypeError(f"on_{op} answered {type(answer).__name__}, not {command.answer.__name__}")
+            reply = answer.to_json()
         except SolutionFailed as exc:
-            answer = {"error": str(exc), "refused": exc.refused}
+            reply = Failure(error=str(exc), refused=exc.refused).to_json()
         except Exception as exc:  # noqa: BLE001 - reported to the launcher, which decides
-            answer = {"error": describe(exc)}
-        channel.send({"op": op, "nonce": nonce, **answer})
+            reply = Failure(error=describe(exc)).to_json()
+        channel.send({"op": op, "nonce": nonce, **reply})
 
 
 def main(argv=None) -> int:
@@ -123,6 +132,7 @@ def main(argv=None) -> int:
     if role == "candidate":
         import_torch_after_preloads()  # a backend's own build of a library must load before torch's
         start_keeper()
+    from pkb_core.contracts.messages import Ready
     from pkb_core.process.channel import WorkerChannel
 
     channel = WorkerChannel()
@@ -137,13 +147,14 @@ def main(argv=None) -> int:
         from pkb_core.harness.barrier import StoreBarrier
         from pkb_core.judge.rank import JudgeRank
         from pkb_core.candidate.lockdown import protect_from_peers
+        from pkb_core.contracts.messages import Secret
 
         protect_from_peers()
         backend = "nccl" if device.type == "cuda" else "gloo"
         kwargs = {"device_id": device} if device.type == "cuda" else {}
         dist.init_process_group(backend, store=dist.PrefixStore("judge", store), rank=rank, world_size=world_size,
                                 timeout=timeout, **kwargs)
-        secret = channel.receive()["secret"]  # first message: never in the environment or on disk
+        secret = Secret.from_json(channel.receive()).secret  # first message: never in the environment or on disk
         handler = JudgeRank(rank=rank, world_size=world_size, device=device, secret=secret, run_dir=run_dir,
                             barrier=StoreBarrier(store, world_size, device, prefix="pkb-timing"), store=store,
                             run_id=os.environ.get("PKB_RUN_ID", ""), local_world_size=_local_world_size(world_size))
@@ -155,13 +166,14 @@ def main(argv=None) -> int:
                                 send_event=channel.send, local_world_size=_local_world_size(world_size))
         prepared = handler.prepare(os.environ["PKB_BACKEND"], os.environ.get("PKB_CUSTOM_KERNELS", "1") == "1",
                                    json.loads(os.environ.get("PKB_BACKEND_OPTIONS", "{}")))
-    ready = {"op": "ready", "pid": os.getpid(), **(prepared if role == "candidate" else {})}
+    machine = None
     if role == "judge" and rank == 0:
         from pkb_core.results.records import machine_info
 
-        ready["machine"] = machine_info(device)
-    channel.send(ready)
-    serve(channel, handler)
+        machine = machine_info(device)
+    unsupported = prepared if role == "candidate" else None
+    channel.send({"op": "ready", **Ready(pid=os.getpid(), unsupported=unsupported, machine=machine).to_json()})
+    serve(channel, handler, role)
     return 0
 
 
