@@ -182,3 +182,19 @@ def test_a_worker_builds_the_request_calls_its_handler_and_sends_the_typed_answe
     assert "unknown field 'extra'" in sent["d"]["error"]
     assert "on_setup answered dict, not SetupDone" in sent["e"]["error"]
     assert sent["f"] == {"op": "exit", "nonce": "f"} and "never" not in sent
+
+
+# -- a worker's start settings ------------------------------------------------------------------------------
+def test_a_workers_settings_are_one_environment_variable_read_back_equal():
+    from pkb_core.contracts.worker_settings import WorkerSettings
+
+    group = WorkerSettings(role="candidate", world_size=4, local_world_size=2, device_type="cpu", store="@pkb-k",
+                           store_token="t", run_dir="/runs/a", run_id="ab-j0-1", shm_dir="/dev/shm/pkb-ab/x",
+                           sandbox_uid=0x70000001, backend="triton", backend_options={"o": 1})
+    env = group.for_rank(3, 1).environ()
+    assert set(env) == {WorkerSettings.ENV, "RANK", "LOCAL_RANK", "WORLD_SIZE"}  # the rank variables: third parties'
+    assert (env["RANK"], env["LOCAL_RANK"], env["WORLD_SIZE"]) == ("3", "1", "4")
+    back = WorkerSettings.from_environ(env)
+    assert back == group.for_rank(3, 1) and back.keeper_fds is None
+    with pytest.raises(ContractError, match="unknown field 'secret'"):
+        WorkerSettings.from_environ({WorkerSettings.ENV: json.dumps({**group.to_json(), "secret": "s"})})

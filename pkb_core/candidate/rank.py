@@ -48,8 +48,11 @@ class CandidateRank:
     """What one candidate process does for the launcher (see the module docstring)."""
 
     def __init__(self, *, rank, world_size, local_rank, device, store, run_id, run_dir, send_event,
-                 local_world_size=None):
+                 local_world_size=None, shm_dir=None, sandbox_uid=None):
         self.rank = rank
+        #: The group's own shared-memory folder and user (the launcher's; None where it has none).
+        self.shm_dir = shm_dir
+        self.sandbox_uid = sandbox_uid
         self.local_world_size = world_size if local_world_size is None else local_world_size
         self.world_size = world_size
         self.local_rank = local_rank
@@ -134,7 +137,8 @@ class CandidateRank:
         seal = getattr(self.store, "seal", None)
         if seal is not None:  # from here on the job's store serves barriers only (pkb_core.launch.keeper)
             seal()
-        missing = _lock_down(job, self.run_dir, network=not self.custom_kernels)
+        missing = _lock_down(job, self.run_dir, network=not self.custom_kernels, scratch=self.shm_dir,
+                             uid=self.sandbox_uid)
         try:
             check_source(self.pm, job.solution)
             self.program = self.pm.hook.pkb_backend_compile(state=self.state, problem=self.problem,
@@ -264,11 +268,11 @@ class CandidateRank:
         return Profiled(summary=profile_calls(self.calls[0], device=self.device, calls=5, trace_path=request.path))
 
 
-def _lock_down(job: Job, run_dir, *, network: bool) -> list[str]:
+def _lock_down(job: Job, run_dir, *, network: bool, scratch: str | None, uid: int | None) -> list[str]:
     """Lock this process down for ``job`` (:mod:`pkb_core.candidate.lockdown`):
     the group's own user and shared-memory folder come from the launcher
-    (``PKB_SANDBOX_UID``, ``PKB_SHM_DIR``); the solution's text is read first,
-    while this process may still read it. Returns the protections missing."""
+    (``uid``, ``scratch``); the solution's text is read first, while this
+    process may still read it. Returns the protections missing."""
     import os
 
     from pkb_core.candidate.lockdown import lock_down, protected_caches
@@ -276,8 +280,6 @@ def _lock_down(job: Job, run_dir, *, network: bool) -> list[str]:
     from pkb_core.candidate.solution import keep_source
 
     keep_source(job.solution)
-    scratch = os.environ.get("PKB_SHM_DIR")
-    uid = os.environ.get("PKB_SANDBOX_UID")
     from pkb_core.cache import cache_dir
 
     # What it reads after the lockdown: its own file's folder (a solution may read files next to it),
@@ -285,9 +287,9 @@ def _lock_down(job: Job, run_dir, *, network: bool) -> list[str]:
     readable = [os.path.dirname(os.path.abspath(p)) for p in (job.solution, job.problem_path) if p]
     readable.append(str(cache_dir()))
     missing = lock_down(network=network, read_only=protected_caches(), hidden=[run_dir],
-                        writable=[p for p in (scratch, "/dev/shm") if p], user=int(uid) if uid else None,
+                        writable=[p for p in (scratch, "/dev/shm") if p], user=uid,
                         expose=readable)
-    if not uid:
+    if uid is None:
         missing.append("a user of its own (the launcher is not root): other processes of your user "
                        "and the files it can write are reachable")
     if scratch:

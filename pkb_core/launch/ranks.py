@@ -111,18 +111,20 @@ class RankGroup:
         self._stopped: list = []
 
     @staticmethod
-    def spawn_workers(role: str, ranks, world_size: int, *, env: dict, log) -> list:
+    def spawn_workers(settings, ranks, *, env: dict, log) -> list:
         """New ``python -m pkb_core.launch.worker ROLE`` processes for ``ranks`` (this
         node's global ranks, in local-rank order), each in a session of its own.
 
-        :param env: environment of every process (rank variables are added).
+        :param settings: the group's :class:`pkb_core.contracts.worker_settings.WorkerSettings`
+            (each process gets them for its rank).
+        :param env: environment of every process (the settings are added).
         """
         workers = []
         for local, rank in enumerate(ranks):
             read_fd, write_fd = os.pipe()
-            worker_env = dict(env, RANK=str(rank), LOCAL_RANK=str(local), WORLD_SIZE=str(world_size),
-                              **{REPLY_FD_ENV: str(write_fd)})
-            proc = subprocess.Popen([sys.executable, "-m", "pkb_core.launch.worker", role], stdin=subprocess.PIPE,
+            worker_env = dict(env, **settings.for_rank(rank, local).environ(), **{REPLY_FD_ENV: str(write_fd)})
+            proc = subprocess.Popen([sys.executable, "-m", "pkb_core.launch.worker", settings.role],
+                                    stdin=subprocess.PIPE,
                                     stdout=log, stderr=subprocess.STDOUT, env=worker_env,
                                     pass_fds=(write_fd,), start_new_session=True)
             os.close(write_fd)

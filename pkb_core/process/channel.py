@@ -20,10 +20,6 @@ import os
 
 #: The longest message accepted (skeletons of large argument trees fit easily).
 MAX_LINE = 64 << 20
-#: A builder's first line once the source check passed, written before any solution code runs
-#: (:mod:`pkb_core.build.builder`): after it, the builder may say a solution did not compile,
-#: never that it is unsupported.
-SOURCE_CHECKED = {"source": "checked"}
 #: Deepest nesting of lists and objects a message may have (argument trees are a few levels deep);
 #: deeper messages are malformed, so no later ``json`` call meets a recursion limit.
 MAX_DEPTH = 64
