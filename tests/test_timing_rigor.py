@@ -140,8 +140,7 @@ def _timing(ref_samples, cand_samples, clock="device", per_round=5):
     mode = ModeTiming(reference=summarize(ref_samples, ref_rounds), candidate=summarize(cand_samples, cand_rounds),
                       speedup=ratio(ref_samples, cand_samples, list(zip(ref_rounds, cand_rounds))), stopped="cap",
                       batches=len(ref_rounds), alignment={"reference": "device barrier", "candidate": "device barrier"})
-    return Timing(modes={"latency": mode}, primary="latency", clock=clock, reference=mode.reference,
-                  candidate=mode.candidate, speedup=mode.speedup)
+    return Timing(modes={"latency": mode}, primary="latency", clock=clock)
 
 
 def _record(name, ref_samples, cand_samples, clock="device", problem="1_allreduce"):

@@ -82,12 +82,11 @@ def time_job(run) -> None:
             continue
         budget = time_share(run.deadline - time.monotonic(), len(job.timing_modes) - index)
         modes[mode] = _time_mode(run, mode, budget)
-    primary = job.timing_modes[0]
-    headline = modes.get(primary) or ModeTiming()
     # ``clock`` says where the calls ran (reports keep CPU runs out of fast_p); either way
-    # the times are the launcher's clock around device-synchronised batches.
-    timing = Timing(modes=modes, primary=primary, clock="device" if run.settings.device == "cuda" else "host",
-                    reference=headline.reference, candidate=headline.candidate, speedup=headline.speedup)
+    # the times are the launcher's clock around device-synchronised batches. The headline
+    # is the first mode's (Timing.reference, .candidate, .speedup read it from ``modes``).
+    clock = "device" if run.settings.device == "cuda" else "host"
+    timing = Timing(modes=modes, primary=job.timing_modes[0], clock=clock)
     timing = run.outcome.timing = run._physics_floor(timing)
     # On the launcher's clock: a time below the floor is the machine's calibration
     # or the solution skipping work, never a time the candidate reported.
