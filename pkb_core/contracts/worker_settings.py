@@ -5,8 +5,10 @@ worker's environment as JSON under :data:`WorkerSettings.ENV`;
 :func:`pkb_core.launch.worker.main` reads it once and hands its fields to the
 code that needs them. ``RANK``, ``LOCAL_RANK`` and ``WORLD_SIZE`` are set beside
 it for third-party code that reads them (a backend's build, a solution); pkb
-reads only the settings. The judge's run secret is never here: it is the first
-message on the judge's command pipe (:class:`pkb_core.contracts.messages.Secret`).
+reads only the settings. The reply pipe's descriptor stays a variable of its own
+(``PKB_REPLY_FD``, :mod:`pkb_core.process.channel`'s, which builders use too). The
+judge's run secret is never here: it is the first message on the judge's command
+pipe (:class:`pkb_core.contracts.messages.Secret`).
 """
 from __future__ import annotations
 

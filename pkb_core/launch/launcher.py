@@ -16,7 +16,6 @@ nothing a candidate asks of its store costs the launcher's time or memory.
 """
 from __future__ import annotations
 
-import json
 import os
 import secrets
 import time
