@@ -92,7 +92,7 @@ def test_every_class_of_attack_is_caught_and_the_honest_control_passes(pkb_invok
         assert text in by_file[name]["reason"], (name, by_file[name]["reason"])
     for name in GAIN_NOTHING:
         record = by_file[name]
-        assert record["difference"] != "faster" and not (record["claimed_speedup"] or 0) > 1, (name, record)
+        assert record["difference"] != "faster" and not (record.get("claimed_speedup") or 0) > 1, (name, record)
         # The launcher's clock saw every call's cost, whatever the process said about itself.
         assert record["solution_ms"] > (4.0 if "c3" in name else 10.0), (name, record)
     reported = by_file["1_allreduce_c10_reports_one_call.py"]["stats"]["modes"]["latency"]["self_reported_ms"]
