@@ -2,7 +2,7 @@
 
 Building is the slow part of evaluating model-generated CUDA (tens of seconds per
 file with torch's headers), and it needs CPUs, not GPUs. So :func:`run_jobs
-<pkb_core.launch.launcher.run_jobs>` first hands every distinct solution of its jobs to
+<pkb_core.launch.jobs.run_jobs>` first hands every distinct solution of its jobs to
 :class:`BuildPhase`: a pool of builder processes (:mod:`pkb_core.build.builder`), as
 many as the node's cores and memory allow, each running the backend's compile
 hook on one solution ahead of time. What they build lands in the backend's
@@ -75,7 +75,7 @@ class BuildPhase:
     """
 
     def __init__(self, *, backend: str, device: str, run_dir: Path, options: dict | None = None, preload=(),
-                 workers: int | None = None, timeout: float = BUILD_TIMEOUT_S, on_result=None):
+                 workers: int | None = None, timeout: float = BUILD_TIMEOUT_S, on_result=None, starter=None):
         self.backend = backend
         self.device = device
         self.run_dir = Path(run_dir)
@@ -84,6 +84,9 @@ class BuildPhase:
         self.workers = workers
         self.timeout = timeout
         self.on_result = on_result
+        #: How a builder process starts: None spawns ``python -m pkb_core.build.builder``; the
+        #: reward service forks warm ones (:class:`pkb_core.serve.builders.WarmBuilders`).
+        self.starter = starter
 
     def run(self, requests: list[tuple]) -> dict:
         """``requests``: ``(solution path, problem path)`` pairs; returns ``{solution path: BuildResult}``."""
@@ -132,11 +135,16 @@ class BuildPhase:
                    **preload_environment(self.preload))
         request = BuildRequest(backend=self.backend, solution=solution, problem_path=problem_path,
                                device=self.device, options=self.options, run_dir=str(self.run_dir))
-        proc = subprocess.Popen([sys.executable, "-m", "pkb_core.build.builder"], stdin=subprocess.PIPE, stdout=log,
-                                stderr=subprocess.STDOUT, env=env, pass_fds=(write_fd,), start_new_session=True)
+        line = json.dumps(request.to_json()).encode()
+        if self.starter is not None:
+            proc = self.starter(line, log, write_fd)
+        else:
+            proc = subprocess.Popen([sys.executable, "-m", "pkb_core.build.builder"], stdin=subprocess.PIPE,
+                                    stdout=log, stderr=subprocess.STDOUT, env=env, pass_fds=(write_fd,),
+                                    start_new_session=True)
+            proc.stdin.write(line)
+            proc.stdin.close()
         os.close(write_fd)
-        proc.stdin.write(json.dumps(request.to_json()).encode())
-        proc.stdin.close()
         os.set_blocking(read_fd, False)
         return {"solution": solution, "proc": proc, "reply": read_fd, "data": b"", "log": log,
                 "started": time.monotonic()}

@@ -21,80 +21,21 @@ import secrets
 import time
 from pathlib import Path
 
-import attrs
-
 from pkb_core.contracts.batch import LaunchSettings
-from pkb_core.contracts.job import Built, Job
 from pkb_core.contracts.messages import Ready, Secret
 from pkb_core.contracts.record import Record
 from pkb_core.contracts.verdict import Verdict
 from pkb_core.contracts.worker_settings import WorkerSettings
+from pkb_core.launch.feed import JobFeed, ListFeed
 from pkb_core.plugin.preload import preload_environment
 from pkb_core.errors import PkbError, describe
-from pkb_core.results.records import append_record, job_record, read_records
+from pkb_core.results.records import append_record, job_record
 from pkb_core.plugin.reporter import Reporter
 
 #: Seconds a group of worker processes may take to start (imports, CUDA context, store).
 STARTUP_TIMEOUT_S = 180.0
 #: Seconds the judge may take to answer a command that does not involve the candidate.
 JUDGE_GRACE_S = 10.0
-
-
-def run_jobs(jobs: list[Job], settings: LaunchSettings, reporter: Reporter | None = None, *,
-             skip_recorded: bool = True) -> list[Record]:
-    """Build (:mod:`pkb_core.build.phase`), then run, ``jobs`` and return the records
-    they got, in the order they were made. A job whose solution failed to build gets
-    its ``compile-error`` record without a launch. Each record is written, then
-    reported (``reporter``, :mod:`pkb_core.plugin.reporter`); the run stops between
-    jobs when an observer asks.
-
-    :param skip_recorded: leave out the jobs the run directory already records (a
-        requeued SLURM shard resumes so); a caller that planned against the records
-        itself passes False and spares the read.
-    """
-    reporter = reporter or Reporter()
-    run_dir = Path(settings.run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    if skip_recorded:
-        done = {r.key for r in read_records(run_dir)}
-        jobs = [job for job in jobs if job.key not in done]
-    pending, records = compile_phase(jobs, settings, reporter)
-    if pending and not reporter.stopped:
-        if settings.nodes:
-            records += run_multinode(pending, settings, reporter)
-        else:
-            records += Launch(settings, reporter).run(pending)
-    return records
-
-
-def compile_phase(jobs: list[Job], settings: LaunchSettings,
-                  reporter: Reporter | None = None) -> tuple[list[Job], list[Record]]:
-    """Build every job's solution ahead of its launch; ``(the jobs that built, the
-    records of those that did not)``.
-
-    Each job gets ``compile`` (seconds, whether it came from the cache); the
-    ones that failed are recorded as ``compile-error`` (or ``unsupported``)
-    here (on the node that writes records)."""
-    from pkb_core.build.phase import BuildPhase
-
-    reporter = reporter or Reporter()
-    phase = BuildPhase(backend=settings.backend, device=settings.device, run_dir=settings.run_dir,
-                       options=settings.options, preload=settings.preload, workers=settings.build_workers,
-                       timeout=settings.build_timeout, on_result=reporter.build)
-    results = phase.run([(job.solution, job.problem_path) for job in jobs])
-    built, records = [], []
-    for job in jobs:
-        result = results.get(job.solution) if job.solution else None
-        if result is not None:
-            job = attrs.evolve(job, compile=Built(seconds=round(result.seconds, 3), cached=result.cached))
-        if result is None or result.ok:
-            built.append(job)
-        elif not settings.nodes or settings.nodes.node_rank == 0:
-            record = job_record(job, settings.world_size, result.verdict, result.message)
-            append_record(settings.run_dir, record)
-            records.append(record)
-            reporter.job(record)
-    return built, records
 
 
 class Launch:
@@ -123,6 +64,8 @@ class Launch:
         #: This launch's shared-memory folders (:mod:`pkb_core.launch.scratch`).
         self.scratch = None
         self._uids: dict = {}  # candidate group -> its user (for the groups alive)
+        #: The candidate group of the job running now (:meth:`cancel_current`).
+        self.current = None
 
     def node_env(self, role: str, forwarded: dict) -> tuple[dict, WorkerSettings]:
         """The environment of this node's workers of ``role`` (this process's own,
@@ -242,15 +185,24 @@ class Launch:
             if uid is not None:
                 sweep_owned(uid)  # what its user left in /dev/shm itself
 
-    def run(self, pending: list[Job]) -> list[Record]:
-        """Run ``pending`` in order (until an observer stops the run); the records made."""
+    def run(self, pending) -> list[Record]:
+        """Run ``pending`` in order (until an observer stops the run); the records made.
+
+        :param pending: a list of jobs, or a :class:`JobFeed` (the reward service's lanes,
+            :mod:`pkb_core.serve.lane`: the launch stays warm between jobs, its judge's
+            ranks, zygotes and the next job's candidate group waiting for the next job).
+        """
         from pkb_core.contracts.outcome import JobEnded
 
+        feed = pending if isinstance(pending, JobFeed) else ListFeed(pending)
         judges = spare = None
+        index = -1
         try:
-            for index, job in enumerate(pending):
-                if self.reporter.stopped:
-                    break  # between jobs: the one that asked has its record, no other job starts
+            while not self.reporter.stopped:  # between jobs: the one that asked has its record
+                job = feed.next_job()
+                if job is None:
+                    break
+                index += 1
                 if spare is not None and spare.start_failed:
                     self._stop(spare)  # its failure was its own, never the job before's: start afresh
                     spare = None
@@ -268,11 +220,16 @@ class Launch:
                                                f"(launch log {self.log_path})", started=time.time())
                     self._stop(candidates)
                     continue
-                if index + 1 < len(pending):
+                if feed.more_expected():
                     spare_id = self._job_run_id(index + 1)
                     spare = self._start("candidate", spare_id)
                     spare.run_id, spare.start_failed = spare_id, None
-                judges = self._run_one(job, index, run_id, judges, candidates, spare)
+                self.current = candidates
+                feed.started(self)
+                try:
+                    judges = self._run_one(job, index, run_id, judges, candidates, spare)
+                finally:
+                    self.current = None
         finally:
             self._stop(spare)
             if judges is not None:
@@ -282,6 +239,16 @@ class Launch:
             if self.scratch is not None:
                 self.scratch.remove()
         return self.records
+
+    def cancel_current(self) -> bool:
+        """Kill the running job's candidate processes (from another thread): the job ends
+        at once as a ``crash`` of its own, and the launch goes on with the next. False
+        when no job runs."""
+        group = self.current
+        if group is None:
+            return False
+        group.cancel("cancelled while it ran")
+        return True
 
     def _job_run_id(self, index: int) -> str:
         """A job's name for its shared-memory files and heap segments. The random
@@ -371,22 +338,3 @@ class Launch:
             append_record(self.run_dir, record)
         self.records.append(record)
         self.reporter.job(record)
-
-
-def run_multinode(pending: list, settings, reporter: Reporter | None = None) -> list[Record]:
-    """This node's part of a multi-node launch (see the module docstring); the records
-    it made (node 0's; the other nodes make none)."""
-    from pkb_core.launch.nodes import Agent, Conductor
-
-    nodes = settings.nodes
-    if nodes.node_rank == 0:
-        conductor = Conductor(nodes.endpoint, nodes.nnodes, settings.nproc, startup_s=STARTUP_TIMEOUT_S)
-        try:
-            return Launch(settings, reporter, remote=conductor).run(pending)
-        finally:
-            conductor.close()
-    launch = Launch(settings)  # for the environment of this node's workers only
-    Agent(settings, launch.node_env).serve()
-    return []
-
-

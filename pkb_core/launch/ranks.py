@@ -45,6 +45,8 @@ from pkb_core.process.sessions import cpu_ms_during, kill_sessions, signal_pids,
 ERROR_GRACE_S = 10.0
 #: Seconds to wait for the rest of a group's answers after a process died.
 DEATH_GRACE_S = 1.0
+#: Seconds between looks at the cancel flag while waiting for answers.
+CANCEL_POLL_S = 0.25
 
 
 def wait_for_exit(poll, timeout: float):
@@ -109,6 +111,8 @@ class RankGroup:
         self._refusal = None
         #: The processes the last freeze stopped (the thaw continues exactly these).
         self._stopped: list = []
+        #: Why the group was cancelled from another thread (:meth:`cancel`), or None.
+        self.cancelled: str | None = None
 
     @staticmethod
     def spawn_workers(settings, ranks, *, env: dict, log) -> list:
@@ -173,7 +177,9 @@ class RankGroup:
                 limit = min(limit, dead_at + DEATH_GRACE_S)
             if now >= limit:
                 break
-            for key, _ in self.selector.select(timeout=limit - now):
+            if self.cancelled:
+                raise JobEnded(Verdict.ERROR, f"{self.cancelled} ({self.phases()})")
+            for key, _ in self.selector.select(timeout=min(limit - now, CANCEL_POLL_S)):
                 worker = key.data
                 for message in worker.reader.read_messages():
                     if "event" in message and "op" not in message:
@@ -292,6 +298,12 @@ class RankGroup:
             signal_pids(self._stopped, signal.SIGCONT)
             self._signal_remote(signal.SIGCONT)
             self.frozen = False
+
+    def cancel(self, reason: str) -> None:
+        """End the group's job from another thread: its processes are killed and the
+        command waiting on them ends at once with ``reason``."""
+        self.cancelled = reason
+        kill_sessions(self.pids)
 
     def alive(self) -> bool:
         return all(w.proc.poll() is None for w in self.workers)

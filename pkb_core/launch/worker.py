@@ -51,9 +51,13 @@ def start_keeper(settings: WorkerSettings) -> None:
     if not settings.keeper_fds:
         return
     listen_fd, report_fd = settings.keeper_fds
+    parent = os.getpid()
     pid = os.fork()
     if pid == 0:
         try:
+            from pkb_core.process.sessions import die_with_parent
+
+            die_with_parent(parent)  # no keeper outlives its group's rank 0
             keep = {listen_fd, report_fd, 1, 2}
             for fd in map(int, os.listdir("/proc/self/fd")):
                 if fd not in keep:

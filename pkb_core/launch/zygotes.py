@@ -79,13 +79,22 @@ class _Zygote:
     def read_exits(self):
         self._take(self.reader.read_messages())
 
-    def fork(self, env: dict, fds: list, deadline: float) -> int:
+    def stop(self) -> None:
+        """Close its socket and kill its session (it and whatever it has not reaped)."""
+        self.sock.close()
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        self.proc.wait()
+
+    def fork(self, env: dict, fds: list, deadline: float, role: str = "candidate") -> int:
         """A new child with ``fds``: its standard input, its reply pipe, its standard output and error,
         then (global rank 0 only) its group's store keeper's listening socket and report pipe."""
         if not self.ready:
             self._wait_for(deadline, lambda m: "ready" in m)
             self.ready = True
-        socket.send_fds(self.sock, [json.dumps({"env": env}).encode() + b"\n"], fds)
+        socket.send_fds(self.sock, [json.dumps({"env": env, "role": role}).encode() + b"\n"], fds)
         return self._wait_for(deadline, lambda m: "pid" in m)["pid"]
 
 
@@ -131,10 +140,5 @@ class Zygotes:
 
     def stop(self) -> None:
         for zygote in self.zygotes:
-            zygote.sock.close()
-            try:
-                os.killpg(zygote.proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-            zygote.proc.wait()
+            zygote.stop()
         self.log.close()
