@@ -30,8 +30,9 @@ from pathlib import Path
 
 from pkb_core.contracts.verdict import Verdict
 from pkb_core.cache import builds_dir
-from pkb_core.contracts.build import BuildResult
-from pkb_core.process.channel import REPLY_FD_ENV, SOURCE_CHECKED
+from pkb_core.contracts.build import BuildAnswer, BuildRequest, BuildResult, SourceChecked
+from pkb_core.contracts.serial import ContractError
+from pkb_core.process.channel import REPLY_FD_ENV
 
 #: Environment variables that change what a build produces.
 KEY_ENVIRONMENT = ("TORCH_CUDA_ARCH_LIST", "CUDA_HOME", "CUDAHOSTCXX", "CXX", "PKB_NVSHMEM4PY_HOME")
@@ -132,15 +133,16 @@ class BuildPhase:
         read_fd, write_fd = os.pipe()
         env = dict(os.environ, PYTHONUNBUFFERED="1", **{REPLY_FD_ENV: str(write_fd)},
                    **preload_environment(self.preload))
-        request = {"backend": self.backend, "solution": solution, "problem_path": problem_path,
-                   "device": self.device, "options": self.options, "run_dir": str(self.run_dir)}
+        request = BuildRequest(backend=self.backend, solution=solution, problem_path=problem_path,
+                               device=self.device, options=self.options, run_dir=str(self.run_dir))
+        line = json.dumps(request.to_json()).encode()
         if self.starter is not None:
-            proc = self.starter(json.dumps(request).encode(), log, write_fd)
+            proc = self.starter(line, log, write_fd)
         else:
             proc = subprocess.Popen([sys.executable, "-m", "pkb_core.build.builder"], stdin=subprocess.PIPE,
                                     stdout=log, stderr=subprocess.STDOUT, env=env, pass_fds=(write_fd,),
                                     start_new_session=True)
-            proc.stdin.write(json.dumps(request).encode())
+            proc.stdin.write(line)
             proc.stdin.close()
         os.close(write_fd)
         os.set_blocking(read_fd, False)
@@ -179,18 +181,23 @@ class BuildPhase:
         solution's)."""
         try:
             lines = build["data"].decode(errors="replace").strip().splitlines()
-            answer = json.loads(lines[-1])
-            if not isinstance(answer, dict):
+            line = json.loads(lines[-1])
+            if not isinstance(line, dict):
                 raise ValueError
         except (ValueError, IndexError, RecursionError):
             how = f"died with {signal.Signals(-code).name}" if code < 0 else f"exited with status {code}"
             return BuildResult(False, f"the build process {how} without an answer (log: {build['log'].name})",
                                seconds), False
-        if answer.get("ok") is True:
+        try:
+            answer = BuildAnswer.from_json(line)
+        except (ContractError, TypeError, ValueError) as exc:  # the solution's code ran in that process
+            return BuildResult(False, f"the build process sent a malformed answer ({str(exc)[:200]}; log: "
+                                      f"{build['log'].name})", seconds), False
+        if answer.ok:
             return BuildResult(True, "", seconds), True
-        message = str(answer.get("message", "the build failed"))[:20000]
-        verdict = _failure_verdict(answer.get("verdict"))
-        if verdict == Verdict.UNSUPPORTED and lines[0] == json.dumps(SOURCE_CHECKED):
+        message = answer.message or "the build failed"
+        verdict = _failure_verdict(answer.verdict)
+        if verdict == Verdict.UNSUPPORTED and lines[0] == json.dumps(SourceChecked().to_json()):
             # Said after the solution's code ran (the source check had passed): not believed.
             verdict = Verdict.COMPILE_ERROR
             message += " (reported once its code was imported: a compile error, not unsupported)"

@@ -13,8 +13,10 @@ launcher sent along, and becomes a candidate worker (:mod:`pkb_core.launch.worke
 The zygote reaps its children and reports each exit status to the launcher,
 which needs it to name the signal a crashed candidate died of.
 
-Protocol on the zygote's control socket (a socketpair with the launcher):
-``{"env": {...}, "role": "candidate" | "builder"}`` with three descriptors attached (the child's stdin, its
+Started as ``python -m pkb_core.launch.zygote BACKEND``. Protocol on the zygote's
+control socket (a socketpair with the launcher): ``{"env": {...}, "role": "candidate" | "builder"}``
+(a candidate's :class:`pkb_core.contracts.worker_settings.WorkerSettings` and rank variables)
+with three descriptors attached (the child's stdin, its
 reply pipe and its log: standard output and error; for global rank 0 also its
 group's store keeper's listening socket and report pipe,
 :func:`pkb_core.launch.worker.start_keeper`) -> ``{"pid": N}``; ``{"exited": N, "code": C}`` whenever a child
@@ -113,9 +115,14 @@ def _become(sock, env: dict, fds, role: str, zygote: int) -> None:
         os.dup2(log_fd, 1)
         os.dup2(log_fd, 2)
         os.close(log_fd)
+        if keeper_fds:  # known only here, once the descriptors arrived: the settings say where they are
+            import attrs
+
+            from pkb_core.contracts.worker_settings import WorkerSettings
+
+            settings = attrs.evolve(WorkerSettings.from_environ(env), keeper_fds=tuple(keeper_fds))
+            env = dict(env, **{WorkerSettings.ENV: settings.environ()[WorkerSettings.ENV]})
         os.environ.update(env)
-        if keeper_fds:
-            os.environ["PKB_KEEPER_FDS"] = ",".join(map(str, keeper_fds))
         os.environ["PKB_REPLY_FD"] = str(reply_fd)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         if role == "builder":
@@ -141,7 +148,7 @@ def main() -> int:
 
     import_torch_after_preloads()  # a backend's own build of a library must load before torch's
     sock = socket.socket(fileno=int(os.environ["PKB_ZYGOTE_FD"]))
-    return serve(sock, os.environ["PKB_BACKEND"])
+    return serve(sock, sys.argv[1])  # the backend whose modules its children import
 
 
 if __name__ == "__main__":

@@ -76,8 +76,8 @@ class WarmBuilders:
                 if self._log is None:
                     self.log_path.parent.mkdir(parents=True, exist_ok=True)
                     self._log = open(self.log_path, "ab")
-                env = dict(os.environ, PYTHONUNBUFFERED="1", PKB_BACKEND=backend, **preload_environment(preload))
-                self._zygotes[key] = _Zygote(0, 0, 1, env, self._log)
+                env = dict(os.environ, PYTHONUNBUFFERED="1", **preload_environment(preload))
+                self._zygotes[key] = _Zygote(backend, env, self._log)
             return self._zygotes[key]
 
     def stop(self) -> None:
