@@ -28,6 +28,11 @@ For provider plugins (``pkb generate``)
     :class:`Completion`, :class:`ModelSettings`.
 For problem packs
     :func:`matrix_for_bytes`, :class:`RunContext` (what ``inputs(ctx)`` receives).
+For trainers, agents and scripts (docs/serve.md)
+    :func:`evaluate` (one solution, in this process, no server); :class:`Client` and
+    :class:`AsyncClient` (the reward service, ``pkb serve``), :class:`ServiceError`,
+    and what they send and get: :class:`Submission`, :class:`JobView`, :class:`JobState`,
+    :class:`Record`.
 """
 
 __version__ = "0.1.0"
@@ -68,6 +73,13 @@ _EXPORTS = {
     "TorchSymmetricHeap": "pkb_core.symmetric.torch_heap",
     "matrix_for_bytes": "pkb_core.problem.contract",
     "cache_dir": "pkb_core.cache",
+    "evaluate": "pkb_core.evaluation",
+    "Client": "pkb_core.client",
+    "AsyncClient": "pkb_core.client",
+    "ServiceError": "pkb_core.client",
+    "Submission": "pkb_core.contracts.serve",
+    "JobView": "pkb_core.contracts.serve",
+    "JobState": "pkb_core.contracts.serve",
 }
 
 __all__ = ["__version__", *_EXPORTS]

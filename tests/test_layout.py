@@ -133,6 +133,25 @@ def test_the_process_boundaries_show_in_the_imports():
     assert not graph["conduct"] & {"judge", "candidate", "launch"}
 
 
+def test_the_command_table_names_every_handler_and_nothing_else():
+    """One op table (pkb_core/contracts/commands.py) sends and dispatches every command: each
+    ``on_<op>`` of the judge's and the candidate's rank is in it for its role, with a request
+    class whose ``OP`` is that op, and the table names no handler a rank lacks."""
+    from pkb_core.candidate.rank import CandidateRank
+    from pkb_core.contracts.commands import CANDIDATE, COMMANDS, JUDGE
+    from pkb_core.contracts.messages import Answer, Request
+    from pkb_core.judge.rank import JudgeRank
+
+    for role, rank in ((JUDGE, JudgeRank), (CANDIDATE, CandidateRank)):
+        handlers = {name.removeprefix("on_") for name in dir(rank) if name.startswith("on_")}
+        table = [c.op for c in COMMANDS if c.role == role]
+        assert sorted(table) == sorted(handlers), role
+        assert len(set(table)) == len(table), role
+    for command in COMMANDS:
+        assert issubclass(command.request, Request) and issubclass(command.answer, Answer), command
+    assert {c.role for c in COMMANDS} == {JUDGE, CANDIDATE}
+
+
 def test_distributions_import_only_the_public_api():
     private = []
     for folder in ("backends", "problems"):

@@ -1,11 +1,12 @@
-"""The CLI module, the hookspecs and problem packs must not import torch."""
+"""The CLI module, the hookspecs, problem packs and the service's client must not import torch."""
 import subprocess
 import sys
 
 import pytest
 
 
-@pytest.mark.parametrize("module", ["pkb_core.cli.main", "pkb_core.plugin.hookspecs", "pkb_problems", "pkb_core.problem.registry"])
+@pytest.mark.parametrize("module", ["pkb_core.cli.main", "pkb_core.plugin.hookspecs", "pkb_problems", "pkb_core.problem.registry",
+                                    "pkb_core.client"])
 def test_module_does_not_import_torch(module):
     code = (f"import sys, {module}\n"
             "heavy = [m for m in ('torch', 'triton', 'cupy', 'nvshmem') if m in sys.modules]\n"

@@ -79,11 +79,16 @@ def test_the_launcher_hands_preloads_to_the_candidates_processes_only(tmp_path):
     settings = LaunchSettings(nproc=1, device="cpu", backend="x", run_dir=tmp_path, job_timeout=5,
                               preload=("/opt/lib/liba.so.1",))
     store = SimpleNamespace(address="127.0.0.1:1")
-    assert launch.Launch(settings)._env("candidate", store)[preload.PRELOAD_ENV] == "/opt/lib/liba.so.1"
+
+    def env(settings, role):
+        ours = launch.Launch(settings)
+        return ours.node_env(role, ours._forwarded(store))[0]
+
+    assert env(settings, "candidate")[preload.PRELOAD_ENV] == "/opt/lib/liba.so.1"
     # The judge never loads a backend's libraries: it runs references only.
-    assert preload.PRELOAD_ENV not in launch.Launch(settings)._env("judge", store)
+    assert preload.PRELOAD_ENV not in env(settings, "judge")
     settings = attrs.evolve(settings, preload=())
-    assert preload.PRELOAD_ENV not in launch.Launch(settings)._env("candidate", store)
+    assert preload.PRELOAD_ENV not in env(settings, "candidate")
 
 
 def test_torch_imports_with_the_wheel_roots_first(tmp_path):

@@ -140,8 +140,7 @@ def _timing(ref_samples, cand_samples, clock="device", per_round=5):
     mode = ModeTiming(reference=summarize(ref_samples, ref_rounds), candidate=summarize(cand_samples, cand_rounds),
                       speedup=ratio(ref_samples, cand_samples, list(zip(ref_rounds, cand_rounds))), stopped="cap",
                       batches=len(ref_rounds), alignment={"reference": "device barrier", "candidate": "device barrier"})
-    return Timing(modes={"latency": mode}, primary="latency", clock=clock, reference=mode.reference,
-                  candidate=mode.candidate, speedup=mode.speedup)
+    return Timing(modes={"latency": mode}, primary="latency", clock=clock)
 
 
 def _record(name, ref_samples, cand_samples, clock="device", problem="1_allreduce"):
@@ -412,6 +411,7 @@ def test_calibrate_measures_and_caches_the_noise_floor(pkb_invoke, tmp_path, mon
 def test_every_timed_call_gets_its_own_fresh_input_set(tmp_path):
     import torch
 
+    from pkb_core.contracts.commands_judge import DrawPool, LoadJob
     from pkb_core.judge.rank import JudgeRank
     from pkb_core.harness.trees import clone
     from pkb_core.launch.plan import RunRequest, make_job
@@ -424,10 +424,10 @@ def test_every_timed_call_gets_its_own_fresh_input_set(tmp_path):
     request = RunRequest(problems="1", backend="reference", solution=None, solutions=None, nproc=2, trials=1,
                          dtype="fp32", size="tiny", mode="eval", measure_perf=True, warmup=0, iters=10,
                          save_outputs=False)
-    judge.on_job(make_job(request, spec, None, "reference").to_json())
+    judge.on_job(LoadJob(job=make_job(request, spec, None, "reference")))
     drawn = []
     for round_ in ("latency/warm", "latency/0", "latency/1"):
-        judge.on_pool(round=round_, k=3, path=str(tmp_path / f"pool-{round_.replace('/', '-')}"))
+        judge.on_pool(DrawPool(round=round_, k=3, path=str(tmp_path / f"pool-{round_.replace('/', '-')}")))
         drawn += [clone(s) for s in judge.drawn]
     tensors = [s[0] for s in drawn]
     assert len(tensors) == 9

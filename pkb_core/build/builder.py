@@ -11,9 +11,10 @@ the backend's own cache, keyed by content, where the job's candidate finds it.
 The solution's code runs here, so the process is locked down like a
 candidate's (:mod:`pkb_core.candidate.lockdown`: no new network connections, nothing
 of the judge's reachable, the run directory read-only). It needs no GPU and
-initialises none. The answer, one JSON line on the reply descriptor, is
-``{"ok": true}`` or ``{"ok": false, "message": "..."}`` (a compile error; with
-``"verdict": "unsupported"`` when the solution needs what pkb cannot provide).
+initialises none. The request (:class:`pkb_core.contracts.build.BuildRequest`) comes
+on standard input; the answer (:class:`pkb_core.contracts.build.BuildAnswer`) is the last
+JSON line on the reply descriptor, after :class:`pkb_core.contracts.build.SourceChecked`
+once the source check passed.
 """
 from __future__ import annotations
 
@@ -22,12 +23,12 @@ import os
 import sys
 from pathlib import Path
 
+from pkb_core.contracts.build import BuildAnswer, BuildRequest, SourceChecked
 from pkb_core.contracts.verdict import Verdict
 from pkb_core.plugin.backend import BuildContext
-from pkb_core.process.channel import SOURCE_CHECKED
 
 
-def build(request: dict, announce=lambda message: None) -> dict:
+def build(request: BuildRequest, announce=lambda message: None) -> BuildAnswer:
     from pkb_core.candidate.defaults import CoreDefaults
     from pkb_core.errors import CompileError, SolutionUnsupported, describe
     from pkb_core.candidate.lockdown import protected_caches
@@ -35,23 +36,23 @@ def build(request: dict, announce=lambda message: None) -> dict:
     from pkb_core.candidate.solution import check_source
     from pkb_core.problem.contract import read_spec
 
-    pm = worker_plugin_manager(request["backend"], CoreDefaults())
-    problem = read_spec(request["problem_path"]).load()
-    _lock_down(request["run_dir"], protected_caches(), request["solution"])
-    state = BuildContext(device=request["device"], options=request.get("options", {}))
+    pm = worker_plugin_manager(request.backend, CoreDefaults())
+    problem = read_spec(request.problem_path).load()
+    _lock_down(request.run_dir, protected_caches(), request.solution)
+    state = BuildContext(device=request.device, options=request.options)
     try:
-        check_source(pm, request["solution"])
-        announce(SOURCE_CHECKED)
-        program = pm.hook.pkb_backend_compile(state=state, problem=problem, solution=request["solution"])
+        check_source(pm, request.solution)
+        announce(SourceChecked())
+        program = pm.hook.pkb_backend_compile(state=state, problem=problem, solution=request.solution)
         if program is None:
             raise CompileError("the backend returned None from pkb_backend_compile")
     except SolutionUnsupported as exc:
-        return {"ok": False, "message": str(exc), "verdict": Verdict.UNSUPPORTED}
+        return BuildAnswer(ok=False, message=str(exc), verdict=Verdict.UNSUPPORTED.value)
     except CompileError as exc:
-        return {"ok": False, "message": str(exc)}
+        return BuildAnswer(ok=False, message=str(exc))
     except Exception as exc:  # noqa: BLE001 - a backend bug is still this solution's verdict
-        return {"ok": False, "message": f"compiling raised {describe(exc)}"}
-    return {"ok": True}
+        return BuildAnswer(ok=False, message=f"compiling raised {describe(exc)}")
+    return BuildAnswer(ok=True)
 
 
 def _lock_down(run_dir, protected, solution=None) -> None:
@@ -84,11 +85,11 @@ def main() -> int:
     from pkb_core.plugin.preload import import_torch_after_preloads
 
     import_torch_after_preloads()
-    request = json.loads(sys.stdin.read())
+    request = BuildRequest.from_json(json.loads(sys.stdin.read()))
     reply = os.fdopen(int(os.environ["PKB_REPLY_FD"]), "w")
 
     def announce(message):
-        reply.write(json.dumps(message) + "\n")
+        reply.write(json.dumps(message.to_json()) + "\n")
         reply.flush()
 
     announce(build(request, announce))

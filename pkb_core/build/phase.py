@@ -2,7 +2,7 @@
 
 Building is the slow part of evaluating model-generated CUDA (tens of seconds per
 file with torch's headers), and it needs CPUs, not GPUs. So :func:`run_jobs
-<pkb_core.launch.launcher.run_jobs>` first hands every distinct solution of its jobs to
+<pkb_core.launch.jobs.run_jobs>` first hands every distinct solution of its jobs to
 :class:`BuildPhase`: a pool of builder processes (:mod:`pkb_core.build.builder`), as
 many as the node's cores and memory allow (:func:`default_workers`), each running
 the backend's compile hook on one solution ahead of time, with its compiles
@@ -34,8 +34,9 @@ from pathlib import Path
 
 from pkb_core.contracts.verdict import Verdict
 from pkb_core.cache import builds_dir
-from pkb_core.contracts.build import BuildResult
-from pkb_core.process.channel import REPLY_FD_ENV, SOURCE_CHECKED
+from pkb_core.contracts.build import BuildAnswer, BuildRequest, BuildResult, SourceChecked
+from pkb_core.contracts.serial import ContractError
+from pkb_core.process.channel import REPLY_FD_ENV
 
 #: Environment variables that change what a build produces.
 KEY_ENVIRONMENT = ("TORCH_CUDA_ARCH_LIST", "CUDA_HOME", "CUDAHOSTCXX", "CXX", "PKB_NVSHMEM4PY_HOME")
@@ -99,7 +100,7 @@ class BuildPhase:
     """
 
     def __init__(self, *, backend: str, device: str, run_dir: Path, options: dict | None = None, preload=(),
-                 workers: int | None = None, timeout: float = BUILD_TIMEOUT_S, on_result=None):
+                 workers: int | None = None, timeout: float = BUILD_TIMEOUT_S, on_result=None, starter=None):
         self.backend = backend
         self.device = device
         self.run_dir = Path(run_dir)
@@ -108,6 +109,9 @@ class BuildPhase:
         self.workers = workers
         self.timeout = timeout
         self.on_result = on_result
+        #: How a builder process starts: None spawns ``python -m pkb_core.build.builder``; the
+        #: reward service forks warm ones (:class:`pkb_core.serve.builders.WarmBuilders`).
+        self.starter = starter
         self.summary: dict = {}
 
     def run(self, requests: list[tuple]) -> dict:
@@ -161,13 +165,18 @@ class BuildPhase:
         read_fd, write_fd = os.pipe()
         env = dict(os.environ, PYTHONUNBUFFERED="1", **{REPLY_FD_ENV: str(write_fd)},
                    **preload_environment(self.preload), **build_environment())
-        request = {"backend": self.backend, "solution": solution, "problem_path": problem_path,
-                   "device": self.device, "options": self.options, "run_dir": str(self.run_dir)}
-        proc = subprocess.Popen([sys.executable, "-m", "pkb_core.build.builder"], stdin=subprocess.PIPE, stdout=log,
-                                stderr=subprocess.STDOUT, env=env, pass_fds=(write_fd,), start_new_session=True)
+        request = BuildRequest(backend=self.backend, solution=solution, problem_path=problem_path,
+                               device=self.device, options=self.options, run_dir=str(self.run_dir))
+        line = json.dumps(request.to_json()).encode()
+        if self.starter is not None:
+            proc = self.starter(line, log, write_fd)
+        else:
+            proc = subprocess.Popen([sys.executable, "-m", "pkb_core.build.builder"], stdin=subprocess.PIPE,
+                                    stdout=log, stderr=subprocess.STDOUT, env=env, pass_fds=(write_fd,),
+                                    start_new_session=True)
+            proc.stdin.write(line)
+            proc.stdin.close()
         os.close(write_fd)
-        proc.stdin.write(json.dumps(request).encode())
-        proc.stdin.close()
         os.set_blocking(read_fd, False)
         return {"solution": solution, "proc": proc, "reply": read_fd, "data": b"", "log": log,
                 "started": time.monotonic()}
@@ -204,18 +213,23 @@ class BuildPhase:
         solution's)."""
         try:
             lines = build["data"].decode(errors="replace").strip().splitlines()
-            answer = json.loads(lines[-1])
-            if not isinstance(answer, dict):
+            line = json.loads(lines[-1])
+            if not isinstance(line, dict):
                 raise ValueError
         except (ValueError, IndexError, RecursionError):
             how = f"died with {signal.Signals(-code).name}" if code < 0 else f"exited with status {code}"
             return BuildResult(False, f"the build process {how} without an answer (log: {build['log'].name})",
                                seconds), False
-        if answer.get("ok") is True:
+        try:
+            answer = BuildAnswer.from_json(line)
+        except (ContractError, TypeError, ValueError) as exc:  # the solution's code ran in that process
+            return BuildResult(False, f"the build process sent a malformed answer ({str(exc)[:200]}; log: "
+                                      f"{build['log'].name})", seconds), False
+        if answer.ok:
             return BuildResult(True, "", seconds), True
-        message = str(answer.get("message", "the build failed"))[:20000]
-        verdict = _failure_verdict(answer.get("verdict"))
-        if verdict == Verdict.UNSUPPORTED and lines[0] == json.dumps(SOURCE_CHECKED):
+        message = answer.message or "the build failed"
+        verdict = _failure_verdict(answer.verdict)
+        if verdict == Verdict.UNSUPPORTED and lines[0] == json.dumps(SourceChecked().to_json()):
             # Said after the solution's code ran (the source check had passed): not believed.
             verdict = Verdict.COMPILE_ERROR
             message += " (reported once its code was imported: a compile error, not unsupported)"

@@ -10,7 +10,8 @@ imported, the process is locked down (:mod:`pkb_core.candidate.lockdown`); a
 custom-kernel backend's processes hold only the sealed world group
 (:mod:`pkb_core.candidate.sealed`).
 
-Commands (each answered with the same ``op``):
+Commands (each answered with the same ``op``; their request and answer classes are in
+:mod:`pkb_core.contracts.commands_candidate`, paired in :mod:`pkb_core.contracts.commands`):
 
 ``setup``    lockdown, then compile the solution (the process group, the backend's
              init and its heap were made at start-up: :meth:`CandidateRank.prepare`)
@@ -29,7 +30,10 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
+from pkb_core.contracts.commands_candidate import (CandidateTimed, End, Setup, SetupDone, TimeCandidate, Trial,
+                                                   WarmCandidate)
 from pkb_core.contracts.job import Job
+from pkb_core.contracts.messages import Done, Packed, Profiled, ProfileRequest, Warmed
 from pkb_core.contracts.verdict import Verdict
 from pkb_core.harness.barrier import StoreBarrier
 from pkb_core.errors import BackendUnavailable, CompileError, SolutionFailed, SolutionUnsupported, describe
@@ -44,8 +48,11 @@ class CandidateRank:
     """What one candidate process does for the launcher (see the module docstring)."""
 
     def __init__(self, *, rank, world_size, local_rank, device, store, run_id, run_dir, send_event,
-                 local_world_size=None):
+                 local_world_size=None, shm_dir=None, sandbox_uid=None):
         self.rank = rank
+        #: The group's own shared-memory folder and user (the launcher's; None where it has none).
+        self.shm_dir = shm_dir
+        self.sandbox_uid = sandbox_uid
         self.local_world_size = world_size if local_world_size is None else local_world_size
         self.world_size = world_size
         self.local_rank = local_rank
@@ -58,12 +65,11 @@ class CandidateRank:
         self.groups = {}
 
     # -- setup ------------------------------------------------------------------
-    def prepare(self, backend: str, custom_kernels: bool, options: dict) -> dict:
+    def prepare(self, backend: str, custom_kernels: bool, options: dict) -> str | None:
         """Everything that does not depend on the job, done as soon as the
         process starts (while the previous job still runs): the process group,
-        the CUDA context, the backend's init hook and its heap. Returns what
-        the ``ready`` message carries (``unsupported``: why the backend cannot
-        run)."""
+        the CUDA context, the backend's init hook and its heap. Returns why the
+        backend cannot run here (the ``ready`` message's ``unsupported``), or None."""
         from pkb_core.plugin.backend import WorkerContext
         from pkb_core.candidate.defaults import CoreDefaults
         from pkb_core.candidate.plugin_manager import worker_plugin_manager
@@ -82,8 +88,8 @@ class CandidateRank:
         try:
             self.state = self.pm.hook.pkb_backend_init(ctx=ctx)
         except BackendUnavailable as exc:
-            self.on_end()
-            return {"unsupported": str(exc)}  # the launcher makes every job of this group unsupported
+            self.on_end(End())
+            return str(exc)  # the launcher makes every job of this group unsupported
         defaults.heap = default_heap(self.device, self.harness_barrier, self.run_id, self.rank, self.world_size)
         self.core_heap = defaults.heap
         self._pay_first_uses(custom_kernels)
@@ -92,7 +98,7 @@ class CandidateRank:
         self.timer = BatchTimer(self.device, StoreBarrier(self.store, self.world_size, self.device,
                                                           prefix="pkb-timing"))
         self.aligned = False
-        return {}
+        return None
 
     def align(self):
         """Make this side's device barrier (the first ``warm`` of a timed job;
@@ -121,17 +127,18 @@ class CandidateRank:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
 
-    def on_setup(self, job):
+    def on_setup(self, request: Setup) -> SetupDone:
         """Lock the process down, then compile the job's solution (its code
         runs in this process from here on)."""
         from pkb_core.candidate.solution import check_source
 
-        self.job = job = Job.from_json(job)
+        self.job = job = request.job
         self.problem = read_spec(job.problem_path).load()  # the problem pack's code: before the lockdown
         seal = getattr(self.store, "seal", None)
         if seal is not None:  # from here on the job's store serves barriers only (pkb_core.launch.keeper)
             seal()
-        missing = _lock_down(job, self.run_dir, network=not self.custom_kernels)
+        missing = _lock_down(job, self.run_dir, network=not self.custom_kernels, scratch=self.shm_dir,
+                             uid=self.sandbox_uid)
         try:
             check_source(self.pm, job.solution)
             self.program = self.pm.hook.pkb_backend_compile(state=self.state, problem=self.problem,
@@ -139,12 +146,13 @@ class CandidateRank:
             if self.program is None:
                 raise CompileError("the backend returned None from pkb_backend_compile")
         except SolutionUnsupported as exc:
-            return {"verdict": Verdict.UNSUPPORTED, "reason": str(exc), "lockdown": missing}
+            return SetupDone(verdict=Verdict.UNSUPPORTED.value, reason=str(exc), lockdown=missing)
         except CompileError as exc:
-            return {"verdict": Verdict.COMPILE_ERROR, "reason": str(exc), "lockdown": missing}
+            return SetupDone(verdict=Verdict.COMPILE_ERROR.value, reason=str(exc), lockdown=missing)
         except Exception as exc:  # noqa: BLE001 - a backend bug is still this job's verdict
-            return {"verdict": Verdict.COMPILE_ERROR, "reason": f"compiling raised {describe(exc)}", "lockdown": missing}
-        return {"verdict": None, "lockdown": missing}
+            return SetupDone(verdict=Verdict.COMPILE_ERROR.value, reason=f"compiling raised {describe(exc)}",
+                             lockdown=missing)
+        return SetupDone(lockdown=missing)
 
     def _init_process_group(self, custom_kernels: bool):
         if custom_kernels:
@@ -168,13 +176,13 @@ class CandidateRank:
             self.groups[key] = [dist.new_group(list(block)) for block in partition]
         return self.groups[key][index]
 
-    def on_end(self):
+    def on_end(self, request: End) -> Done:
         """The backend's finalize hook (the launcher ends a healthy job with it;
         a candidate that hung or crashed is killed without)."""
         if getattr(self, "pm", None) is not None and not getattr(self, "finalized", False):
             self.finalized = True
             self.pm.hook.pkb_backend_finalize(state=self.state)
-        return {}
+        return Done()
 
     # -- one call ---------------------------------------------------------------
     def _call(self, fn):
@@ -186,9 +194,9 @@ class CandidateRank:
         except Exception as exc:  # noqa: BLE001 - the solution's failure is its verdict
             raise _failed(exc) from None
 
-    def on_trial(self, skeleton, path, slots, out_path):
-        args = unpack(skeleton, path, limits=TRUSTED, device=self.device, make_group=self.make_group)
-        placed = self.slots.place(args, slots)
+    def on_trial(self, request: Trial) -> Packed:
+        args = unpack(request.skeleton, request.path, limits=TRUSTED, device=self.device, make_group=self.make_group)
+        placed = self.slots.place(args, request.slots)
         self.harness_barrier()  # every rank's inputs are in place before any solution reads its peers
         fn = self.pm.hook.pkb_backend_launch(state=self.state, program=self.program, inputs=placed)
         out = self._call(fn)
@@ -196,7 +204,7 @@ class CandidateRank:
         # solution did to the argument lists it was handed (problem 21 updates
         # list elements in place: rebinding them must not count).
         after = self.slots.rebuild(args)
-        return {"skeleton": pack({"out": out, "args": after}, out_path)}
+        return Packed(skeleton=pack({"out": out, "args": after}, request.out_path))
 
     # -- timing -----------------------------------------------------------------
     def _place_pool(self, skeleton, path, slots) -> bool:
@@ -220,27 +228,28 @@ class CandidateRank:
             return None
         return lambda i: restore(self.pool[i], self.pristine[i], mutates)
 
-    def on_warm(self, mode, count, skeleton, path, slots):
+    def on_warm(self, request: WarmCandidate) -> Warmed:
         """Start a timing mode on its own warm-up sets: nothing warmed up on is timed."""
         self.align()
-        self._place_pool(skeleton, path, slots)
+        self._place_pool(request.skeleton, request.path, request.slots)
         self.harness_barrier()  # every rank's inputs are in place before any solution reads its peers
         try:
-            self.timer.warm_up(self.calls, count, self._refresh())
+            self.timer.warm_up(self.calls, request.count, self._refresh())
         except Exception as exc:  # noqa: BLE001
             raise _failed(exc, " while warming up") from None
-        if mode == "graph":
-            return {"failure": self.timer.capture(self.calls)}
-        return {}
+        if request.mode == "graph":
+            return Warmed(failure=self.timer.capture(self.calls))
+        return Warmed()
 
-    def on_time(self, mode, skeleton, path, slots, out_path, replays=0):
+    def on_time(self, request: TimeCandidate) -> CandidateTimed:
         """One timed batch, all of it inside the launcher's window: the inputs
         are placed here (in graph mode into the captured buffers), then timed."""
-        moved = self._place_pool(skeleton, path, slots)
+        mode = request.mode
+        moved = self._place_pool(request.skeleton, request.path, request.slots)
         if mode == "graph" and moved:
             raise SolutionFailed("graph mode: the round's inputs did not fit the captured buffers")
         try:
-            times, outputs = self.timer.run(self.calls, mode, refresh=self._refresh(), replays=replays)
+            times, outputs = self.timer.run(self.calls, mode, refresh=self._refresh(), replays=request.replays)
         except DeviceBarrierTimeout:
             raise  # the harness's barrier, not the solution, reports it (an error)
         except Exception as exc:  # noqa: BLE001
@@ -250,20 +259,20 @@ class CandidateRank:
         after = [slot.rebuild(s) for slot, s in zip(self.pool_slots, self.pristine)]
         # ``times`` is the process's own account: a diagnostic the launcher labels
         # untrusted and never uses for a time, a speedup or a verdict.
-        return {"times": times, "skeleton": pack({"out": outputs, "args": after}, out_path),
-                "alignment": self.timer.alignment}
+        return CandidateTimed(times=times, skeleton=pack({"out": outputs, "args": after}, request.out_path),
+                              alignment=self.timer.alignment)
 
-    def on_profile(self, path):
+    def on_profile(self, request: ProfileRequest) -> Profiled:
         from pkb_core.harness.profiling import profile_calls
 
-        return {"summary": profile_calls(self.calls[0], device=self.device, calls=5, trace_path=path)}
+        return Profiled(summary=profile_calls(self.calls[0], device=self.device, calls=5, trace_path=request.path))
 
 
-def _lock_down(job: Job, run_dir, *, network: bool) -> list[str]:
+def _lock_down(job: Job, run_dir, *, network: bool, scratch: str | None, uid: int | None) -> list[str]:
     """Lock this process down for ``job`` (:mod:`pkb_core.candidate.lockdown`):
     the group's own user and shared-memory folder come from the launcher
-    (``PKB_SANDBOX_UID``, ``PKB_SHM_DIR``); the solution's text is read first,
-    while this process may still read it. Returns the protections missing."""
+    (``uid``, ``scratch``); the solution's text is read first, while this
+    process may still read it. Returns the protections missing."""
     import os
 
     from pkb_core.candidate.lockdown import lock_down, protected_caches
@@ -271,8 +280,6 @@ def _lock_down(job: Job, run_dir, *, network: bool) -> list[str]:
     from pkb_core.candidate.solution import keep_source
 
     keep_source(job.solution)
-    scratch = os.environ.get("PKB_SHM_DIR")
-    uid = os.environ.get("PKB_SANDBOX_UID")
     from pkb_core.cache import cache_dir
 
     # What it reads after the lockdown: its own file's folder (a solution may read files next to it),
@@ -280,9 +287,9 @@ def _lock_down(job: Job, run_dir, *, network: bool) -> list[str]:
     readable = [os.path.dirname(os.path.abspath(p)) for p in (job.solution, job.problem_path) if p]
     readable.append(str(cache_dir()))
     missing = lock_down(network=network, read_only=protected_caches(), hidden=[run_dir],
-                        writable=[p for p in (scratch, "/dev/shm") if p], user=int(uid) if uid else None,
+                        writable=[p for p in (scratch, "/dev/shm") if p], user=uid,
                         expose=readable)
-    if not uid:
+    if uid is None:
         missing.append("a user of its own (the launcher is not root): other processes of your user "
                        "and the files it can write are reachable")
     if scratch:

@@ -36,6 +36,8 @@ import secrets
 import stat
 import sys
 
+from pkb_core.process.sessions import die_with_parent
+
 #: First uid (and gid) of candidate groups: far above any real user or a
 #: container's mapped range, and below the 32-bit ``(uid_t)-1``.
 SANDBOX_UID_BASE = 0x70000000
@@ -214,6 +216,7 @@ def switch_user(uid: int) -> str | None:
         os.setresuid(uid, uid, uid)
     except OSError as exc:
         return f"a user of its own ({exc.strerror}: needs root)"
+    die_with_parent()  # the kernel forgot it with the old user
     return None
 
 

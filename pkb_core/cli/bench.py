@@ -82,7 +82,7 @@ def bench(pm, problems, backend, solutions, sizes, nproc, dtype, trials, warmup,
     from pkb_core.baselines import baselines_for
     from pkb_core.machine.calibrate import calibrate
     from pkb_core.machine.device import detect_device, device_count
-    from pkb_core.launch.launcher import run_jobs
+    from pkb_core.launch.jobs import run_jobs
     from pkb_core.contracts.dtypes import ITEMSIZE
     from pkb_core.launch.plan import (RunRequest, device_defaults, launch_settings, pair_solutions, plan_jobs,
                                       record_refusals, skip_recorded)

@@ -34,6 +34,8 @@ BUILTIN_COMMANDS = [
     "pkb_core.cli.prompt:prompt",
     "pkb_core.cli.generate:generate",
     "pkb_core.cli.import_pkb:import_pkb",
+    "pkb_core.cli.serve:serve",
+    "pkb_core.cli.serve:submit",
 ]
 
 

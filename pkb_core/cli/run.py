@@ -13,7 +13,6 @@ from pkb_core.errors import PkbError
 from pkb_core.plugin.reference_backend import NAME as REFERENCE
 from pkb_core.launch.fanout import executor_options
 from pkb_core.cli.progress import JobProgress
-from pkb_core.launch.plan import TIMING_DEFAULTS
 from pkb_core.contracts.verdict import FAILING, Verdict
 from pkb_core.results.table import render_table
 from pkb_core.plugin.hookspecs import hookimpl
@@ -80,7 +79,7 @@ def run(pm, problems, backend, solution, solutions, nproc, nnodes, node_rank, rd
     failed, 2 interrupted, 4 a bad option or configuration value, 5 nothing selected."""
     from pkb_core.machine.device import detect_device, device_count
     from pkb_core.contracts.batch import Nodes
-    from pkb_core.launch.plan import (RunRequest, device_defaults, launch_settings, pair_solutions, plan_jobs,
+    from pkb_core.launch.plan import (device_defaults, launch_settings, make_request, pair_solutions, plan_jobs,
                                       record_refusals, skip_recorded)
     from pkb_core.plugin.manager import get_backend_info
     from pkb_core.problem.registry import build_registry, require_problems
@@ -113,15 +112,10 @@ def run(pm, problems, backend, solution, solutions, nproc, nnodes, node_rank, rd
             raise PkbError("--nnodes > 1 needs --rdzv-endpoint host:port (the same on every node)")
         nodes = Nodes(nnodes=nnodes, node_rank=node_rank, endpoint=rdzv_endpoint, rdzv_id=rdzv_id)
     world_size = nproc * nnodes
-    default_warmup, default_min, default_iters = TIMING_DEFAULTS[size]
-    iters = default_iters if iters is None else iters
-    if min_iters is not None and min_iters > iters:
-        raise PkbError(f"--min-iters {min_iters} is more than --iters {iters} (the most timed calls)")
-    request = RunRequest(problems=problems, backend=backend, solution=solution, solutions=solutions, nproc=world_size,
-                         trials=trials, dtype=dtype, size=size, mode=mode, measure_perf=measure_perf,
-                         warmup=default_warmup if warmup is None else warmup, iters=iters,
-                         min_iters=min(default_min, iters) if min_iters is None else min_iters,
-                         save_outputs=save_outputs, timing_modes=_timing_modes(timing_modes), profile=profile)
+    request = make_request(problems=problems, backend=backend, solution=solution, solutions=solutions,
+                           device=device, nproc=world_size, trials=trials, dtype=dtype, size=size, mode=mode,
+                           measure_perf=measure_perf, warmup=warmup, iters=iters, min_iters=min_iters,
+                           save_outputs=save_outputs, timing_modes=_timing_modes(timing_modes), profile=profile)
     registry = require_problems(build_registry(pm))
     run_dir = Path(out or Path("runs") / _dt.datetime.now().strftime("%Y%m%d-%H%M%S"))
     dropped = []

@@ -12,9 +12,10 @@ def slot_sizes(skeletons: list[dict]) -> list[int]:
     return [max((sizes[i] for sizes in per_rank if i < len(sizes)), default=0) for i in range(count)]
 
 
-def combine(answers: list[dict], label: str) -> tuple[str, str] | None:
-    """The first rank's ``(verdict, reason)`` among judge answers, else None."""
+def combine(answers: list, label: str) -> tuple[str, str] | None:
+    """The first rank's ``(verdict, reason)`` among the judge's :class:`pkb_core.contracts.messages.Finding`
+    answers, else None."""
     for rank, answer in enumerate(answers):
-        if answer.get("verdict"):
-            return answer["verdict"], f"{label} {rank}: {answer.get('reason', '')}"
+        if answer.verdict:
+            return answer.verdict, f"{label} {rank}: {answer.reason}"
     return None

@@ -22,7 +22,10 @@ from pathlib import Path
 
 import attrs
 
+from pkb_core.contracts import commands_candidate as candidate
+from pkb_core.contracts import commands_judge as judge
 from pkb_core.contracts.job import Job
+from pkb_core.contracts.messages import Parcel, ProfileRequest
 from pkb_core.contracts.timing import Timing
 from pkb_core.contracts.verdict import Verdict
 from pkb_core.conduct.answers import combine, slot_sizes
@@ -78,23 +81,28 @@ class JobRun:
         ops = self.outcome.phases.setdefault("commands", {})
         ops[name] = round(ops.get(name, 0.0) + time.monotonic() - started, 4)
 
-    def _judge(self, op, payload=None):
+    def _judge(self, request):
+        """Send ``request`` (or one per rank) to the judge's ranks; their typed answers."""
+        op = (request[0] if isinstance(request, list) else request).OP
         try:
             started = time.monotonic()
-            answers = self.judges.command(op, payload, deadline=self.deadline)
+            answers = self.judges.command(request, deadline=self.deadline)
             self.wall_ms = (time.monotonic() - started) * 1e3
             self._count(f"judge {op}", started)
             return answers
         except JobEnded as ended:
             raise JudgeFailed(ended) from None
 
-    def _candidate(self, op, payload=None):
+    def _candidate(self, request):
+        """Send ``request`` (or one per rank) to the candidate's ranks; their typed answers
+        (read once with the command's answer class: one that does not fit ends the job)."""
+        op = (request[0] if isinstance(request, list) else request).OP
         try:
             started = time.monotonic()
-            answers = self.candidates.command(op, payload, deadline=self.deadline)
+            answers = self.candidates.command(request, deadline=self.deadline)
             self.wall_ms = (time.monotonic() - started) * 1e3
             self._count(f"candidate {op}", started)
-            if op in ("trial", "time", "warm"):
+            if op in (candidate.Trial.OP, candidate.TimeCandidate.OP, candidate.WarmCandidate.OP):
                 started = time.monotonic()
                 busy = self.candidates.busy_after_answer()
                 self._count("host probe", started)
@@ -149,24 +157,24 @@ class JobRun:
         if self.candidates.unsupported:  # said when ready, before any solution code ran
             raise JobEnded(Verdict.UNSUPPORTED, self.candidates.unsupported)
         # A nonce of this job's: its inputs are drawn from it and the run secret together.
-        self._judge("job", {"job": self.job.to_json(), "job_key": secrets.token_hex(16)})
-        answers = self._candidate("setup", {"job": self.job.to_json()})
-        self.outcome.lockdown = sorted({str(m)[:200] for a in answers for m in _strings(a.get("lockdown"))})
+        self._judge(judge.LoadJob(job=self.job, job_key=secrets.token_hex(16)))
+        answers = self._candidate(candidate.Setup(job=self.job))
+        self.outcome.lockdown = sorted({gap for a in answers for gap in a.lockdown})
         for rank, answer in enumerate(answers):
-            claimed = answer.get("verdict")
+            claimed = answer.verdict
             if not claimed:
                 continue
             # The answer comes from the process the solution was just imported into: it may say
             # that the solution did not compile, never how the job ended. Nor that the job is
             # unsupported (not failing): only what pkb finds before any solution code runs says
             # that (the backend's start-up above, the compile phase's source check).
-            reason = str(answer.get("reason", ""))[:4000]
+            reason = answer.reason
             if claimed == Verdict.UNSUPPORTED:
                 raise JobEnded(Verdict.COMPILE_ERROR, f"rank {rank}: {reason} (reported once its code was imported: "
                                                       f"a compile error, not unsupported)")
             if claimed != Verdict.COMPILE_ERROR:
                 raise JobEnded(Verdict.FLAGGED, f"rank {rank}: its setup answer claimed the verdict "
-                                                f"{str(claimed)[:40]!r} (a candidate may only report "
+                                                f"{claimed[:40]!r} (a candidate may only report "
                                                 f"{Verdict.COMPILE_ERROR.value})")
             raise JobEnded(Verdict.COMPILE_ERROR, f"rank {rank}: {reason}")
         self._in_trials = True
@@ -174,17 +182,17 @@ class JobRun:
     def _trial(self, trial: int):
         inputs = self.parcels.paths(f"in{trial}", self.nproc)
         outputs = self.parcels.paths(f"out{trial}", self.nproc)
-        skeletons = [a["skeleton"] for a in self._judge("inputs", [{"trial": trial, "path": p} for p in inputs])]
+        skeletons = [a.skeleton for a in self._judge([judge.DrawInputs(trial=trial, path=p) for p in inputs])]
         slots = slot_sizes(skeletons)
         self.set_bytes = max(self.set_bytes, sum(slots))
-        answers = self._candidate("trial", [{"skeleton": s, "path": p, "slots": slots, "out_path": o}
-                                            for s, p, o in zip(skeletons, inputs, outputs)])
+        answers = self._candidate([candidate.Trial(skeleton=s, path=p, slots=slots, out_path=o)
+                                   for s, p, o in zip(skeletons, inputs, outputs)])
         dryrun = self.job.mode == "dryrun"
-        found = combine(self._judge("check", [
-            {"trial": trial, "dryrun": dryrun, "candidate": {"skeleton": a.get("skeleton"), "path": o}}
+        found = combine(self._judge([
+            judge.Check(trial=trial, dryrun=dryrun, candidate=Parcel(skeleton=a.skeleton, path=o))
             for a, o in zip(answers, outputs)]), "rank")
         if (self.job.save_outputs or dryrun) and (found or trial == self.job.trials - 1):
-            self._judge("save", {"slug": self.job.slug, "dryrun": dryrun})
+            self._judge(judge.Save(slug=self.job.slug, dryrun=dryrun))
         if found:
             raise JobEnded(*found)
 
@@ -217,9 +225,9 @@ class JobRun:
         slug = self.job.slug
         summary = {}
         for side, group in (("reference", self._judge), ("candidate", self._candidate)):
-            answers = group("profile", [{"path": str(folder / f"{slug}-{side}-rank{r}.json")}
-                                        for r in range(self.nproc)])
-            summary[side] = [a.get("summary") for a in answers]
+            answers = group([ProfileRequest(path=str(folder / f"{slug}-{side}-rank{r}.json"))
+                             for r in range(self.nproc)])
+            summary[side] = [a.summary for a in answers]
         return summary
 
 
@@ -230,8 +238,3 @@ class JudgeFailed(Exception):
     def __init__(self, ended: JobEnded):
         super().__init__(ended.reason)
         self.ended = ended
-
-
-def _strings(value) -> list:
-    """``value`` if it is a list (an answer's list of names), else nothing."""
-    return value if isinstance(value, list) else []

@@ -41,6 +41,9 @@ import attrs
 from pkb_core.conduct.answers import combine, slot_sizes
 from pkb_core.conduct.intervals import max_over_ranks, speedup, summarize
 from pkb_core.conduct.stopping import StoppingRule, time_share
+from pkb_core.contracts import commands_candidate as candidate
+from pkb_core.contracts import commands_judge as judge
+from pkb_core.contracts.messages import Parcel
 from pkb_core.contracts.outcome import JobEnded
 from pkb_core.contracts.timing import ModeTiming, Timing
 from pkb_core.contracts.verdict import Verdict
@@ -79,19 +82,18 @@ def time_job(run) -> None:
             continue
         budget = time_share(run.deadline - time.monotonic(), len(job.timing_modes) - index)
         modes[mode] = _time_mode(run, mode, budget)
-    primary = job.timing_modes[0]
-    headline = modes.get(primary) or ModeTiming()
     # ``clock`` says where the calls ran (reports keep CPU runs out of fast_p); either way
-    # the times are the launcher's clock around device-synchronised batches.
-    timing = Timing(modes=modes, primary=primary, clock="device" if run.settings.device == "cuda" else "host",
-                    reference=headline.reference, candidate=headline.candidate, speedup=headline.speedup)
+    # the times are the launcher's clock around device-synchronised batches. The headline
+    # is the first mode's (Timing.reference, .candidate, .speedup read it from ``modes``).
+    clock = "device" if run.settings.device == "cuda" else "host"
+    timing = Timing(modes=modes, primary=job.timing_modes[0], clock=clock)
     timing = run.outcome.timing = run._physics_floor(timing)
     # On the launcher's clock: a time below the floor is the machine's calibration
     # or the solution skipping work, never a time the candidate reported.
     impossible = timing.sol and below_floor(timing.candidate.median, timing.sol)
     if impossible:
         raise JobEnded(Verdict.FLAGGED, impossible)
-    clocks = [a.get("clocks") for a in run._judge("clocks")]
+    clocks = [a.clocks for a in run._judge(judge.ReadClocks())]
     if any(clocks):
         timing = run.outcome.timing = attrs.evolve(timing, clocks=clocks)
     if job.profile:
@@ -112,8 +114,7 @@ def unavailable_reason(run, mode: str) -> str | None:
 def _draw(run, name: str, round_: str, calls: int):
     """Have the judge draw ``calls`` input sets into parcels named ``name``: ``(skeletons, paths, slots)``."""
     paths = run.parcels.paths(name, run.nproc)
-    skeletons = [a["skeleton"] for a in run._judge("pool", [{"round": round_, "k": calls, "path": p}
-                                                             for p in paths])]
+    skeletons = [a.skeleton for a in run._judge([judge.DrawPool(round=round_, k=calls, path=p) for p in paths])]
     sets = [s["v"] for s in skeletons]
     slots = [slot_sizes([rank_sets[i] for rank_sets in sets]) for i in range(calls)]
     return skeletons, paths, slots
@@ -137,11 +138,11 @@ def _time_mode(run, mode: str, budget_s: float) -> ModeTiming:
     executed = calls * (replays or 1)  # calls a batch makes (graph: every replay runs all of them)
 
     skeletons, paths, warm_slots = _draw(run, f"{mode}-warm", f"{mode}/warm", calls)
-    failures = [a.get("failure") for a in run._judge("warm", {"mode": mode, "count": job.warmup})]
-    failures += [a.get("failure") for a in run._candidate("warm", [
-        {"mode": mode, "count": job.warmup, "skeleton": s, "path": p, "slots": warm_slots}
+    failures = [a.failure for a in run._judge(judge.WarmReference(mode=mode, count=job.warmup))]
+    failures += [a.failure for a in run._candidate([
+        candidate.WarmCandidate(mode=mode, count=job.warmup, skeleton=s, path=p, slots=warm_slots)
         for s, p in zip(skeletons, paths)])]
-    failure = next((str(f)[:2000] for f in failures if f), None)
+    failure = next((f for f in failures if f), None)
     if failure:
         return ModeTiming(unavailable=failure)
 
@@ -155,12 +156,12 @@ def _time_mode(run, mode: str, budget_s: float) -> ModeTiming:
         order = ("reference", "candidate") if round_ % 2 == 0 else ("candidate", "reference")
         for side in order:
             if side == "reference":
-                answers = run._judge("time", [{"mode": mode, "skeleton": s, "path": p, "replays": replays}
-                                              for s, p in zip(skeletons, paths)])
+                answers = run._judge([judge.TimeReference(mode=mode, skeleton=s, path=p, replays=replays)
+                                      for s, p in zip(skeletons, paths)])
             else:
                 out = run.parcels.paths(f"{mode}-candidate{round_}", run.nproc)
-                answers = run._candidate("time", [
-                    {"mode": mode, "skeleton": s, "path": p, "slots": slots, "out_path": o, "replays": replays}
+                answers = run._candidate([
+                    candidate.TimeCandidate(mode=mode, skeleton=s, path=p, slots=slots, out_path=o, replays=replays)
                     for s, p, o in zip(skeletons, paths, out)])
                 sample = (answers, out)
             # The launcher's clock around the command alone: the only time pkb uses.
@@ -168,7 +169,7 @@ def _time_mode(run, mode: str, budget_s: float) -> ModeTiming:
             reported[side].append(_reported(answers, calls if mode != "graph" else replays))
             alignment[side] = _alignment(answers)
             if side == "reference":
-                out_bytes = max(int(a.get("out_bytes", 0)) for a in answers)
+                out_bytes = max(a.out_bytes for a in answers)
         # After both sides, so the judge's outputs are this round's.
         _check_sample(run, *sample, calls, out_bytes)
         round_ += 1
@@ -192,26 +193,25 @@ def _check_sample(run, answers, paths, calls, out_bytes):
         indices = list(range(calls))
     else:
         indices = sorted(run.rng.sample(range(calls), min(SAMPLED_CALLS, calls)))
-    found = combine(run._judge("check_sample", [
-        {"indices": indices, "candidate": {"skeleton": a.get("skeleton"), "path": p}}
-        for a, p in zip(answers, paths)]), "rank")
+    found = combine(run._judge([judge.CheckSample(indices=indices, candidate=Parcel(skeleton=a.skeleton, path=p))
+                                for a, p in zip(answers, paths)]), "rank")
     if found:
         raise JobEnded(*found)
 
 
-def _alignment(answers: list[dict]) -> str:
+def _alignment(answers: list) -> str:
     """How a side's ranks aligned their samples (the first rank that says otherwise wins)."""
-    notes = [str(a.get("alignment") or "host barrier only") for a in answers]
+    notes = [a.alignment or "host barrier only" for a in answers]
     return next((n for n in notes if n != "device barrier"), notes[0] if notes else "")
 
 
-def _reported(answers: list[dict], count: int) -> float | None:
+def _reported(answers: list, count: int) -> float | None:
     """The median of a side's self-reported per-call times (max over ranks), or
     None when they are not ``count`` finite numbers per rank: a diagnostic only,
     so a malformed report is recorded as absent, never acted on."""
     per_rank = []
     for answer in answers:
-        times = answer.get("times")
+        times = answer.times
         if not (isinstance(times, list) and len(times) == count and
                 all(isinstance(t, (int, float)) and math.isfinite(t) and t >= 0 for t in times)):
             return None

@@ -1,10 +1,18 @@
-"""What the compile phase concluded about one solution (:mod:`pkb_core.build.phase`), as the
-launcher, the report hooks and the build cache see it."""
+"""The compile phase's contracts: what it asks a builder and what the builder answers
+(:mod:`pkb_core.build.builder`), and what it concluded about one solution
+(:mod:`pkb_core.build.phase`), as the launcher, the report hooks and the build cache see it."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import attrs
+
+from pkb_core.contracts.messages import NOTE_CHARS, optional_text, text
+from pkb_core.contracts.serial import Contract
 from pkb_core.contracts.verdict import Verdict
+
+#: Characters of a compiler's message a build outcome keeps.
+BUILD_MESSAGE_CHARS = 20000
 
 
 @dataclass(frozen=True)
@@ -18,3 +26,38 @@ class BuildResult:
     seconds: float = 0.0
     cached: bool = False
     verdict: Verdict = Verdict.COMPILE_ERROR
+
+
+@attrs.frozen(kw_only=True)
+class BuildRequest(Contract):
+    """What the compile phase asks one builder process (:mod:`pkb_core.build.builder`), on its
+    standard input: build ``solution`` for ``problem_path`` with ``backend`` on ``device``."""
+
+    backend: str
+    solution: str
+    problem_path: str
+    device: str
+    #: The backend's options (``--backend-option``).
+    options: dict = attrs.field(factory=dict)
+    #: The run directory, hidden from the build (unless the solution lies in it).
+    run_dir: str
+
+
+@attrs.frozen(kw_only=True)
+class BuildAnswer(Contract):
+    """A builder's answer, its last line on the reply descriptor. The solution's code ran in
+    that process, so it is read once, strictly, by :class:`pkb_core.build.phase.BuildPhase`
+    (an answer that does not fit is a ``compile-error``). ``verdict``: ``unsupported`` when
+    the solution needs what pkb cannot provide; believed only before its code ran."""
+
+    ok: bool
+    message: str = text(BUILD_MESSAGE_CHARS)
+    verdict: str | None = optional_text(NOTE_CHARS)
+
+
+@attrs.frozen(kw_only=True)
+class SourceChecked(Contract):
+    """A builder's first line once the source check passed, before any solution code runs:
+    after it, the builder may say a solution did not compile, never that it is unsupported."""
+
+    source: str = "checked"

@@ -134,7 +134,9 @@ class ModeTiming(Contract):
 
 @attrs.frozen(kw_only=True)
 class Timing(Contract):
-    """Every mode of one job; ``reference``, ``candidate`` and ``speedup`` repeat the headline mode's."""
+    """Every mode of one job. The headline (:attr:`reference`, :attr:`candidate`,
+    :attr:`speedup`) is the primary mode's, read from :attr:`modes`, never stored twice;
+    records of versions that stored it beside the modes keep it, unread, in ``extra``."""
 
     UNKNOWN = "keep"
 
@@ -147,9 +149,6 @@ class Timing(Contract):
     #: Records with ``calls_per_batch`` were timed by the launcher's clock either way (older
     #: ones: CUDA events or the host clock in the candidate's own processes).
     clock: str | None = optional()
-    reference: SideStats | None = None
-    candidate: SideStats | None = None
-    speedup: Speedup | None = optional()
     sol: Floor | None = optional()
     #: The problem's bus-bandwidth convention: bytes moved and the factor (nccl-tests' busbw).
     bus: dict | None = optional()
@@ -163,3 +162,18 @@ class Timing(Contract):
     def headline(self) -> ModeTiming | None:
         """The headline mode's timing, if it ran."""
         return self.modes.get(self.primary)
+
+    @property
+    def reference(self) -> SideStats | None:
+        """The reference's calls in the headline mode."""
+        return self.headline.reference if self.headline else None
+
+    @property
+    def candidate(self) -> SideStats | None:
+        """The candidate's calls in the headline mode."""
+        return self.headline.candidate if self.headline else None
+
+    @property
+    def speedup(self) -> Speedup | None:
+        """The headline mode's speedup."""
+        return self.headline.speedup if self.headline else None

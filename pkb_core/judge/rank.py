@@ -8,7 +8,8 @@ as data (:mod:`pkb_core.harness.parcel`), compares it and times the reference. I
 answers go to the launcher, which combines the ranks' verdicts and writes the
 record. See docs/trust.md for why it is built this way.
 
-Commands (each answered with the same ``op``):
+Commands (each answered with the same ``op``; their request and answer classes are in
+:mod:`pkb_core.contracts.commands_judge`, paired in :mod:`pkb_core.contracts.commands`):
 
 ``job``          load the problem of a job; forget the previous one
 ``inputs``       draw trial ``t``'s inputs, keep them, write them to a parcel
@@ -33,7 +34,9 @@ import dataclasses
 
 import torch
 
-from pkb_core.contracts.job import Job
+from pkb_core.contracts.commands_judge import (Check, CheckSample, Clocks, DrawInputs, DrawPool, LoadJob,
+                                               ReadClocks, ReferenceTimed, Save, TimeReference, WarmReference)
+from pkb_core.contracts.messages import Done, Finding, Packed, Parcel, Profiled, ProfileRequest, Warmed
 from pkb_core.contracts.verdict import Verdict
 from pkb_core.contracts.dtypes import torch_dtype
 from pkb_core.judge.check import compare
@@ -83,35 +86,37 @@ class JudgeRank:
                           full_mantissa=full_mantissa)
 
     # -- commands ---------------------------------------------------------------
-    def on_job(self, job: dict, job_key: str = ""):
+    def on_job(self, request: LoadJob) -> Done:
         """A new job. Its inputs are drawn from the run secret *and* ``job_key``
         (the launcher's, fresh per job): input->output pairs one job saw answer
         no other job's inputs, even of the same problem and trial."""
-        self.job = job = Job.from_json(job)
-        self.job_secret = f"{self.secret}/{job_key}"
+        self.job = job = request.job
+        self.job_secret = f"{self.secret}/{request.job_key}"
         self.problem = read_spec(job.problem_path).load()
         self.trial_args = None
         self.pool = None
         self.timer = self.timer.renewed()
-        return {}
+        return Done()
 
-    def on_inputs(self, trial, path):
+    def on_inputs(self, request: DrawInputs) -> Packed:
+        trial = request.trial
         full = full_mantissa_trial(trial, self.job.trials)
         ctx = self.context(trial, full)
         args = self.problem.inputs(ctx)
         self.trial_args = clone(args)
         self.trial_full = full
         self.trial_exact = not full and self.problem.spec.exact
-        return {"skeleton": pack(args, path, group_blocks=ctx.group_blocks)}
+        return Packed(skeleton=pack(args, request.path, group_blocks=ctx.group_blocks))
 
-    def on_check(self, trial, candidate, dryrun=False):
+    def on_check(self, request: Check) -> Finding:
         """The reference on a copy of the trial's inputs, then this rank's comparison.
 
         In a dry run only the candidate's outputs are read (for ``save``)."""
-        if dryrun:
+        candidate = request.candidate
+        if request.dryrun:
             received = self._receive(candidate, budget=None)
             self.last_candidate = received if isinstance(received, dict) else None
-            return {"verdict": None}
+            return Finding()
         ref_args = clone(self.trial_args)
         try:
             ref_out = self.problem.reference(*ref_args)
@@ -119,19 +124,19 @@ class JudgeRank:
         except Exception as exc:  # noqa: BLE001 - a reference that raises is the job's error
             from pkb_core.errors import describe
 
-            return {"verdict": Verdict.ERROR, "reason": f"the reference raised {describe(exc)}"}
+            return Finding(verdict=Verdict.ERROR, reason=f"the reference raised {describe(exc)}")
         self.last_reference = ref_out
         # Collective (the reference on the magnitudes): every rank, before any rank can
         # return early on what its candidate sent, or its peers would wait for it.
         bound = self._exact_bound(self.trial_args) if self.trial_full and self.problem.spec.exact else None
         received = self._receive(candidate, budget=_nbytes(ref_out) + _nbytes(ref_args))
         if isinstance(received, str):
-            return {"verdict": Verdict.FAIL, "reason": received}
+            return Finding(verdict=Verdict.FAIL, reason=received)
         self.last_candidate = received
         tolerance = EXACT_TOLERANCE if self.trial_exact else self.problem.spec.tolerance
         problem = compare(received["out"], ref_out, tolerance, bound and bound[0]) or self._arguments_after(
             received["args"], self.trial_args, ref_args, tolerance, bound and bound[1])
-        return {"verdict": Verdict.FAIL if problem else None, "reason": problem or ""}
+        return Finding(verdict=Verdict.FAIL if problem else None, reason=problem or "")
 
     def _exact_bound(self, args):
         """``(outputs, arguments)``: per element, how far an honest result may lie
@@ -167,7 +172,7 @@ class JudgeRank:
 
         return scaled(out), scaled(list(magnitudes))
 
-    def _receive(self, candidate, budget) -> dict | str:
+    def _receive(self, candidate: Parcel, budget) -> dict | str:
         """The candidate's parcel as ``{"out", "args"}``, or why it cannot be read.
 
         :param budget: the bytes the reference's own answer takes; a parcel
@@ -176,7 +181,7 @@ class JudgeRank:
         """
         limits = UNTRUSTED if budget is None else dataclasses.replace(UNTRUSTED, max_bytes=2 * budget + (1 << 20))
         try:
-            value = unpack(candidate["skeleton"], candidate["path"], device=self.device, limits=limits)
+            value = unpack(candidate.skeleton, candidate.path, device=self.device, limits=limits)
         except (ParcelError, KeyError, TypeError) as exc:
             return f"the solution's outputs could not be read: {exc}"
         if not (isinstance(value, dict) and set(value) == {"out", "args"}):
@@ -202,14 +207,14 @@ class JudgeRank:
                     return f"the solution modified its input ({path})"
         return None
 
-    def on_save(self, slug, dryrun):
-        folder = self.run_dir / "outputs" / slug
+    def on_save(self, request: Save) -> Done:
+        folder = self.run_dir / "outputs" / request.slug
         folder.mkdir(parents=True, exist_ok=True)
         payload = {"candidate": _to_cpu(self.last_candidate["out"]) if getattr(self, "last_candidate", None) else None}
-        if not dryrun:
+        if not request.dryrun:
             payload.update(reference=_to_cpu(self.last_reference), inputs=_to_cpu(self.trial_args))
         torch.save(payload, folder / f"rank{self.rank}.pt")
-        return {}
+        return Done()
 
     # -- timing ---------------------------------------------------------------
     def align(self):
@@ -239,17 +244,17 @@ class JudgeRank:
                                               key="pkb-judge-device-barrier", required=True)
         self.timer.device_barrier, self.timer.alignment = barrier, note
 
-    def on_pool(self, round, k, path):
+    def on_pool(self, request: DrawPool) -> Packed:
         """``k`` fresh input sets (a mode's warm-up sets, ``round`` ``<mode>/warm``,
         or one round's), written to a parcel and kept until ``warm`` or ``time``."""
         sets = []
-        for i in range(k):
+        for i in range(request.k):
             # Every other set uses the full mantissa, so a format that is only
             # exact on the integer-valued sets cannot be kept for the timed calls.
-            ctx = self.context(f"timing/{round}/{i}", full_mantissa=i % 2 == 1)
+            ctx = self.context(f"timing/{request.round}/{i}", full_mantissa=i % 2 == 1)
             sets.append(self.problem.inputs(ctx))
         self.drawn = sets
-        return {"skeleton": pack(sets, path, group_blocks=ctx.group_blocks)}
+        return Packed(skeleton=pack(sets, request.path, group_blocks=ctx.group_blocks))
 
     def _place(self, sets) -> bool:
         """Copy ``sets`` into the reference's pool, at the same addresses from
@@ -273,56 +278,58 @@ class JudgeRank:
             return None
         return lambda i: restore(self.pool[i], self.pristine[i], mutates)
 
-    def on_warm(self, mode, count):
+    def on_warm(self, request: WarmReference) -> Warmed:
         self.align()
         self._place(self.drawn)
-        self.timer.warm_up(self._calls(), count, self._refresh())
-        if mode == "graph":
+        self.timer.warm_up(self._calls(), request.count, self._refresh())
+        if request.mode == "graph":
             self.timer = self.timer.renewed()
-            return {"failure": self.timer.capture(self._calls())}
-        return {}
+            return Warmed(failure=self.timer.capture(self._calls()))
+        return Warmed()
 
-    def on_time(self, mode, skeleton, path, replays=0):
+    def on_time(self, request: TimeReference) -> ReferenceTimed:
         """The reference's batch, with the candidate's harness work: the round's
         parcel is read and placed inside the window (the judge's own drawn sets
         are what it places: the same values, already the judge's)."""
-        unpack(skeleton, path, limits=TRUSTED, device=self.device, make_group=lambda *_: None)
+        mode = request.mode
+        unpack(request.skeleton, request.path, limits=TRUSTED, device=self.device, make_group=lambda *_: None)
         moved = self._place(self.drawn)
         if mode == "graph" and moved:
             raise RuntimeError("graph mode: the round's inputs did not fit the captured buffers")
-        times, outputs = self.timer.run(self._calls(), mode, refresh=self._refresh(), replays=replays)
+        times, outputs = self.timer.run(self._calls(), mode, refresh=self._refresh(), replays=request.replays)
         self.timed_outputs = outputs
         # The same export the candidate makes (outputs and argument buffers), so both
         # sides' harness costs match; into a file nobody else can open (the reference's
         # answers are never where a candidate could read or link them).
         pack({"out": outputs, "args": self.pool}, None)
-        return {"times": times, "out_bytes": _nbytes(outputs) + _nbytes(self.pool),
-                "alignment": self.timer.alignment}
+        return ReferenceTimed(times=times, out_bytes=_nbytes(outputs) + _nbytes(self.pool),
+                              alignment=self.timer.alignment)
 
-    def on_check_sample(self, indices, candidate):
+    def on_check_sample(self, request: CheckSample) -> Finding:
         """Compare the candidate's timed calls ``indices`` with the reference's:
         every output, and every argument buffer after the call (``MUTATES``
         arguments against the reference's, the others unchanged)."""
         # Collective (the reference on the magnitudes), so every rank takes every index's
         # tolerance before any rank can return early on what its candidate sent.
+        indices = request.indices
         tolerances = {index: self._timed_tolerance(index) for index in indices}
-        received = self._receive(candidate, budget=_nbytes(self.timed_outputs) + _nbytes(self.pool))
+        received = self._receive(request.candidate, budget=_nbytes(self.timed_outputs) + _nbytes(self.pool))
         if isinstance(received, str):
-            return {"verdict": Verdict.FAIL, "reason": received}
+            return Finding(verdict=Verdict.FAIL, reason=received)
         outputs, args = received["out"], received["args"]
         count = len(self.timed_outputs)
         if not (isinstance(outputs, (list, tuple)) and len(outputs) == count and
                 isinstance(args, (list, tuple)) and len(args) == count):
-            return {"verdict": Verdict.FAIL, "reason": "the solution's timed outputs could not be read back"}
+            return Finding(verdict=Verdict.FAIL, reason="the solution's timed outputs could not be read back")
         for index in indices:
             tolerance, bound = tolerances[index]
             problem = compare(outputs[index], self.timed_outputs[index], tolerance, bound and bound[0]) or \
                 self._arguments_after(args[index], self.pristine[index], self.pool[index], tolerance,
                                       bound and bound[1])
             if problem:
-                return {"verdict": Verdict.FAIL, "reason": f"timed call {index} of a batch, on fresh inputs: {problem} "
-                                                     "(the timed calls must compute what the checked ones do)"}
-        return {"verdict": None}
+                return Finding(verdict=Verdict.FAIL, reason=f"timed call {index} of a batch, on fresh inputs: {problem} "
+                                                            "(the timed calls must compute what the checked ones do)")
+        return Finding()
 
     def _timed_tolerance(self, index):
         """``(tolerance, bound)`` for timed call ``index``: as for trials, the
@@ -334,16 +341,16 @@ class JudgeRank:
             return EXACT_TOLERANCE, None
         return self.problem.spec.tolerance, self._exact_bound(self.pristine[index])
 
-    def on_clocks(self):
+    def on_clocks(self, request: ReadClocks) -> Clocks:
         from pkb_core.machine.clocks import read_clocks
 
-        return {"clocks": read_clocks(self.device)}
+        return Clocks(clocks=read_clocks(self.device))
 
-    def on_profile(self, path):
+    def on_profile(self, request: ProfileRequest) -> Profiled:
         from pkb_core.harness.profiling import profile_calls
 
         calls = self._calls()
-        return {"summary": profile_calls(calls[0], device=self.device, calls=5, trace_path=path)}
+        return Profiled(summary=profile_calls(calls[0], device=self.device, calls=5, trace_path=request.path))
 
 
 def _same_layout(old_sets, new_sets) -> bool:

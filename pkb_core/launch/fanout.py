@@ -1,7 +1,7 @@
 """Suite fan-out: the jobs of one ``pkb run`` split into shards that a job engine runs.
 
 ``pkb run --executor local`` (the default) runs every job on this node, one
-launch after another (:func:`pkb_core.launch.launcher.run_jobs`). With
+launch after another (:func:`pkb_core.launch.jobs.run_jobs`). With
 ``--executor submitit-local`` or ``--executor slurm`` the planned jobs are cut
 into *shards* (one per problem, or ``--jobs-per-shard N`` consecutive jobs) and
 each shard becomes one job of the engine, submitted through `submitit
@@ -10,7 +10,7 @@ each shard becomes one job of the engine, submitted through `submitit
 * ``slurm``: one SLURM job per shard (a job array), one node, one task, the
   node's GPUs (``--slurm-gpus-per-node``, default ``--nproc``; none in CPU mode) and
   ``--exclusive`` unless ``--no-slurm-exclusive``. The task calls
-  :func:`~pkb_core.launch.launcher.run_jobs` on its shard, so the ranks start
+  :func:`~pkb_core.launch.jobs.run_jobs` on its shard, so the ranks start
   there exactly as a local run would;
 * ``submitit-local``: the same, but every shard is a process on this machine
   (submitit's ``LocalExecutor``), all at once. It exists to try the fan-out
@@ -109,7 +109,7 @@ class ExecutorOptions:
         reported to ``reporter`` (:class:`pkb_core.plugin.reporter.Reporter`)
         as it is made or read back."""
         if self.name == "local":
-            from pkb_core.launch.launcher import run_jobs
+            from pkb_core.launch.jobs import run_jobs
 
             return run_jobs(jobs, settings, reporter, skip_recorded=False)  # planned against the records
         return run_sharded(jobs, settings, self, reporter)

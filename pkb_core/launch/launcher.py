@@ -16,84 +16,26 @@ nothing a candidate asks of its store costs the launcher's time or memory.
 """
 from __future__ import annotations
 
-import json
 import os
 import secrets
 import time
 from pathlib import Path
 
-import attrs
-
 from pkb_core.contracts.batch import LaunchSettings
-from pkb_core.contracts.job import Built, Job
+from pkb_core.contracts.messages import Ready, Secret
 from pkb_core.contracts.record import Record
 from pkb_core.contracts.verdict import Verdict
+from pkb_core.contracts.worker_settings import WorkerSettings
+from pkb_core.launch.feed import JobFeed, ListFeed
 from pkb_core.plugin.preload import preload_environment
 from pkb_core.errors import PkbError, describe
-from pkb_core.results.records import append_record, job_record, read_records
+from pkb_core.results.records import append_record, job_record
 from pkb_core.plugin.reporter import Reporter
 
 #: Seconds a group of worker processes may take to start (imports, CUDA context, store).
 STARTUP_TIMEOUT_S = 180.0
 #: Seconds the judge may take to answer a command that does not involve the candidate.
 JUDGE_GRACE_S = 10.0
-
-
-def run_jobs(jobs: list[Job], settings: LaunchSettings, reporter: Reporter | None = None, *,
-             skip_recorded: bool = True) -> list[Record]:
-    """Build (:mod:`pkb_core.build.phase`), then run, ``jobs`` and return the records
-    they got, in the order they were made. A job whose solution failed to build gets
-    its ``compile-error`` record without a launch. Each record is written, then
-    reported (``reporter``, :mod:`pkb_core.plugin.reporter`); the run stops between
-    jobs when an observer asks.
-
-    :param skip_recorded: leave out the jobs the run directory already records (a
-        requeued SLURM shard resumes so); a caller that planned against the records
-        itself passes False and spares the read.
-    """
-    reporter = reporter or Reporter()
-    run_dir = Path(settings.run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    if skip_recorded:
-        done = {r.key for r in read_records(run_dir)}
-        jobs = [job for job in jobs if job.key not in done]
-    pending, records = compile_phase(jobs, settings, reporter)
-    if pending and not reporter.stopped:
-        if settings.nodes:
-            records += run_multinode(pending, settings, reporter)
-        else:
-            records += Launch(settings, reporter).run(pending)
-    return records
-
-
-def compile_phase(jobs: list[Job], settings: LaunchSettings,
-                  reporter: Reporter | None = None) -> tuple[list[Job], list[Record]]:
-    """Build every job's solution ahead of its launch; ``(the jobs that built, the
-    records of those that did not)``.
-
-    Each job gets ``compile`` (seconds, whether it came from the cache); the
-    ones that failed are recorded as ``compile-error`` (or ``unsupported``)
-    here (on the node that writes records)."""
-    from pkb_core.build.phase import BuildPhase
-
-    reporter = reporter or Reporter()
-    phase = BuildPhase(backend=settings.backend, device=settings.device, run_dir=settings.run_dir,
-                       options=settings.options, preload=settings.preload, workers=settings.build_workers,
-                       timeout=settings.build_timeout, on_result=reporter.build)
-    results = phase.run([(job.solution, job.problem_path) for job in jobs])
-    built, records = [], []
-    for job in jobs:
-        result = results.get(job.solution) if job.solution else None
-        if result is not None:
-            job = attrs.evolve(job, compile=Built(seconds=round(result.seconds, 3), cached=result.cached))
-        if result is None or result.ok:
-            built.append(job)
-        elif not settings.nodes or settings.nodes.node_rank == 0:
-            record = job_record(job, settings.world_size, result.verdict, result.message)
-            append_record(settings.run_dir, record)
-            records.append(record)
-            reporter.job(record)
-    return built, records
 
 
 class Launch:
@@ -122,41 +64,46 @@ class Launch:
         #: This launch's shared-memory folders (:mod:`pkb_core.launch.scratch`).
         self.scratch = None
         self._uids: dict = {}  # candidate group -> its user (for the groups alive)
+        #: The candidate group of the job running now (:meth:`cancel_current`).
+        self.current = None
 
-    def node_env(self, role: str, forwarded: dict) -> dict:
-        """The environment of this node's workers of ``role``: this process's
-        own, pkb's settings for the launch, and ``forwarded`` (the group's
-        store, run directory and job name; from node 0 on other nodes)."""
+    def node_env(self, role: str, forwarded: dict) -> tuple[dict, WorkerSettings]:
+        """The environment of this node's workers of ``role`` (this process's own,
+        plus what the backend preloads) and their :class:`WorkerSettings` (pkb's
+        settings for the launch, with ``forwarded``: the group's ``store``,
+        ``store_token``, ``run_id``, ``scratch`` and ``sandbox_uid``; from node 0
+        on other nodes). The rank fields are each process's own (set as it starts)."""
         settings = self.settings
-        env = dict(os.environ, PYTHONUNBUFFERED="1", PKB_DEVICE_TYPE=settings.device, PKB_RUN_DIR=str(self.run_dir),
-                   PKB_LOCAL_WORLD_SIZE=str(settings.nproc))  # fewer than the world: no device barrier
-        env.update(forwarded)
-        if forwarded.get("PKB_SCRATCH") and forwarded.get("PKB_RUN_ID"):  # the group's own shared-memory folder
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        shm_dir = None
+        uid = forwarded.get("sandbox_uid")
+        if forwarded.get("scratch") and forwarded.get("run_id"):  # the group's own shared-memory folder
             from pkb_core.launch.scratch import Scratch
 
-            if self.scratch is None or self.scratch.path != forwarded["PKB_SCRATCH"]:
-                self.scratch = Scratch(forwarded["PKB_SCRATCH"])
-            uid = forwarded.get("PKB_SANDBOX_UID")
-            env["PKB_SHM_DIR"] = self.scratch.group(forwarded["PKB_RUN_ID"], int(uid) if uid else None)
+            if self.scratch is None or self.scratch.path != forwarded["scratch"]:
+                self.scratch = Scratch(forwarded["scratch"])
+            shm_dir = self.scratch.group(forwarded["run_id"], uid)
         if role == "candidate":
-            env.update(preload_environment(settings.preload), PKB_BACKEND=settings.backend,
-                       PKB_CUSTOM_KERNELS="1" if settings.custom_kernels else "0",
-                       PKB_BACKEND_OPTIONS=json.dumps(settings.options))
+            env.update(preload_environment(settings.preload))
         if settings.device == "cpu":
             env.setdefault("OMP_NUM_THREADS", "1")
             env.setdefault("TRITON_INTERPRET", "1")
-        return env
+        worker = WorkerSettings(
+            role=role, world_size=settings.world_size, local_world_size=settings.nproc, device_type=settings.device,
+            store=forwarded["store"], store_token=forwarded.get("store_token", ""),
+            store_timeout=float(os.environ.get("PKB_STORE_TIMEOUT", "600")), run_dir=str(self.run_dir),
+            run_id=forwarded.get("run_id", ""), shm_dir=shm_dir, sandbox_uid=uid, backend=settings.backend,
+            custom_kernels=settings.custom_kernels, backend_options=settings.options)
+        return env, worker
 
-    def _env(self, role: str, store, run_id: str = "", uid: int | None = None) -> dict:
+    def _forwarded(self, store, run_id: str = "", uid: int | None = None) -> dict:
+        """A group's part of its workers' settings, the same on every node."""
         from pkb_core.launch.scratch import Scratch
 
         if self.scratch is None:
             self.scratch = Scratch.for_launch(self.launch_id)
-        forwarded = {"PKB_STORE": store.address, "PKB_RUN_ID": run_id, "PKB_SCRATCH": self.scratch.path,
-                     "PKB_STORE_TOKEN": getattr(store, "token", "")}
-        if uid is not None:
-            forwarded["PKB_SANDBOX_UID"] = str(uid)
-        return self.node_env(role, forwarded)
+        return {"store": store.address, "store_token": getattr(store, "token", ""), "run_id": run_id,
+                "scratch": self.scratch.path, "sandbox_uid": uid}
 
     def job_log(self, run_id: str) -> Path:
         """Where a candidate group's standard output and error go (never the launch log)."""
@@ -172,7 +119,7 @@ class Launch:
     def _start(self, role: str, run_id: str = ""):
         from pkb_core.launch.ranks import RankGroup
         from pkb_core.launch.stores import JudgeStore, KeeperSocket
-        from pkb_core.launch.zygotes import GROUP_ENV, Zygotes
+        from pkb_core.launch.zygotes import Zygotes
 
         settings = self.settings
         store = (JudgeStore(settings.world_size, self.store_host, STARTUP_TIMEOUT_S) if role == "judge"
@@ -180,25 +127,26 @@ class Launch:
         if role == "judge":  # names the judge's shared-memory heap segments (CPU), apart from any candidate's
             run_id = f"{self.launch_id}-judge{self._groups + 1}"
         uid = self._sandbox_uid() if role == "candidate" else None
-        env = self._env(role, store, run_id, uid)
+        forwarded = self._forwarded(store, run_id, uid)
+        env, worker = self.node_env(role, forwarded)
         local_ranks = range(settings.nproc)  # this node holds ranks 0 .. nproc-1
         log = None
         if role == "judge":
             log = open(self.log_path, "ab")
-            workers = RankGroup.spawn_workers("judge", local_ranks, settings.world_size, env=env, log=log)
+            workers = RankGroup.spawn_workers(worker, local_ranks, env=env, log=log)
         else:
             if self.zygotes is None:
-                self.zygotes = Zygotes(local_ranks, settings.world_size, env=env, log_path=self.log_path,
+                self.zygotes = Zygotes(local_ranks, settings.backend, env=env, log_path=self.log_path,
                                        startup_s=STARTUP_TIMEOUT_S)
             try:
-                workers = self.zygotes.fork_workers({k: env[k] for k in GROUP_ENV if k in env},
-                                                    log_path=self.job_log(run_id), keeper_fds=store.fds())
+                workers = self.zygotes.fork_workers(worker, log_path=self.job_log(run_id), keeper_fds=store.fds())
             finally:
                 store.handed_over()
         self._groups += 1
         group_id = f"{role}{self._groups}"
         if self.remote is not None:
-            workers += self.remote.start_group(role, group_id, env, deadline=time.monotonic() + STARTUP_TIMEOUT_S)
+            workers += self.remote.start_group(role, group_id, forwarded,
+                                               deadline=time.monotonic() + STARTUP_TIMEOUT_S)
         group = RankGroup(role, workers, label="judge rank" if role == "judge" else "rank", log=log,
                           remote=self.remote, group_id=group_id)
         group.shm_name = run_id
@@ -210,18 +158,18 @@ class Launch:
             group.keeper_report = store.report_read
         if role == "judge":
             for worker in group.workers:
-                worker.send({"secret": self.secret})
+                worker.send(Secret(secret=self.secret).to_json())
         return group
 
     def _ready(self, group) -> None:
         if not group.ready:
-            answers = group.gather("ready", deadline=time.monotonic() + STARTUP_TIMEOUT_S)
+            answers = group.gather("ready", Ready, deadline=time.monotonic() + STARTUP_TIMEOUT_S)
             group.ready = True
             # Said before any solution code ran in the group: the one source of a job's
             # `unsupported` that a candidate may report (the backend cannot start here).
-            group.unsupported = next((str(a["unsupported"])[:2000] for a in answers if a.get("unsupported")), None)
-            if group.role == "judge" and answers[0].get("machine"):
-                self.machine = answers[0]["machine"]
+            group.unsupported = next((a.unsupported for a in answers if a.unsupported), None)
+            if group.role == "judge" and answers[0].machine:
+                self.machine = answers[0].machine
             if group.role == "judge":
                 self._stores[id(group)].close_door()  # every judge rank is connected: nobody else may
 
@@ -237,15 +185,24 @@ class Launch:
             if uid is not None:
                 sweep_owned(uid)  # what its user left in /dev/shm itself
 
-    def run(self, pending: list[Job]) -> list[Record]:
-        """Run ``pending`` in order (until an observer stops the run); the records made."""
+    def run(self, pending) -> list[Record]:
+        """Run ``pending`` in order (until an observer stops the run); the records made.
+
+        :param pending: a list of jobs, or a :class:`JobFeed` (the reward service's lanes,
+            :mod:`pkb_core.serve.lane`: the launch stays warm between jobs, its judge's
+            ranks, zygotes and the next job's candidate group waiting for the next job).
+        """
         from pkb_core.contracts.outcome import JobEnded
 
+        feed = pending if isinstance(pending, JobFeed) else ListFeed(pending)
         judges = spare = None
+        index = -1
         try:
-            for index, job in enumerate(pending):
-                if self.reporter.stopped:
-                    break  # between jobs: the one that asked has its record, no other job starts
+            while not self.reporter.stopped:  # between jobs: the one that asked has its record
+                job = feed.next_job()
+                if job is None:
+                    break
+                index += 1
                 if spare is not None and spare.start_failed:
                     self._stop(spare)  # its failure was its own, never the job before's: start afresh
                     spare = None
@@ -263,11 +220,16 @@ class Launch:
                                                f"(launch log {self.log_path})", started=time.time())
                     self._stop(candidates)
                     continue
-                if index + 1 < len(pending):
+                if feed.more_expected():
                     spare_id = self._job_run_id(index + 1)
                     spare = self._start("candidate", spare_id)
                     spare.run_id, spare.start_failed = spare_id, None
-                judges = self._run_one(job, index, run_id, judges, candidates, spare)
+                self.current = candidates
+                feed.started(self)
+                try:
+                    judges = self._run_one(job, index, run_id, judges, candidates, spare)
+                finally:
+                    self.current = None
         finally:
             self._stop(spare)
             if judges is not None:
@@ -277,6 +239,16 @@ class Launch:
             if self.scratch is not None:
                 self.scratch.remove()
         return self.records
+
+    def cancel_current(self) -> bool:
+        """Kill the running job's candidate processes (from another thread): the job ends
+        at once as a ``crash`` of its own, and the launch goes on with the next. False
+        when no job runs."""
+        group = self.current
+        if group is None:
+            return False
+        group.cancel("cancelled while it ran")
+        return True
 
     def _job_run_id(self, index: int) -> str:
         """A job's name for its shared-memory files and heap segments. The random
@@ -366,22 +338,3 @@ class Launch:
             append_record(self.run_dir, record)
         self.records.append(record)
         self.reporter.job(record)
-
-
-def run_multinode(pending: list, settings, reporter: Reporter | None = None) -> list[Record]:
-    """This node's part of a multi-node launch (see the module docstring); the records
-    it made (node 0's; the other nodes make none)."""
-    from pkb_core.launch.nodes import Agent, Conductor
-
-    nodes = settings.nodes
-    if nodes.node_rank == 0:
-        conductor = Conductor(nodes.endpoint, nodes.nnodes, settings.nproc, startup_s=STARTUP_TIMEOUT_S)
-        try:
-            return Launch(settings, reporter, remote=conductor).run(pending)
-        finally:
-            conductor.close()
-    launch = Launch(settings)  # for the environment of this node's workers only
-    Agent(settings, launch.node_env).serve()
-    return []
-
-

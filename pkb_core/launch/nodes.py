@@ -28,12 +28,12 @@ import time
 from pkb_core.process.channel import LineReader
 from pkb_core.errors import PkbError
 from pkb_core.launch.ranks import RankGroup, _Worker, wait_for_exit
-from pkb_core.launch.zygotes import GROUP_ENV, Zygotes
+from pkb_core.launch.zygotes import Zygotes
 from pkb_core.process.sessions import cpu_ms_during, signal_sessions
 
-#: Environment entries the conductor sends along with a group (the rest, the run directory
-#: included, is the node's own).
-FORWARDED_ENV = ("PKB_STORE", "PKB_RUN_ID", "PKB_SCRATCH", "PKB_SANDBOX_UID", "PKB_STORE_TOKEN")
+#: The part of a group's worker settings the conductor sends along with it (the rest, the run
+#: directory included, is the node's own: :meth:`pkb_core.launch.launcher.Launch.node_env`).
+FORWARDED = ("store", "store_token", "run_id", "scratch", "sandbox_uid")
 
 
 def _send(sock, message: dict) -> None:
@@ -121,9 +121,10 @@ class Conductor:
         sock.settimeout(None)
         return sock
 
-    def start_group(self, role: str, group: str, env: dict, *, deadline: float) -> list:
-        """Have every agent start its ranks of ``group``; return them as workers."""
-        forwarded = {k: env[k] for k in FORWARDED_ENV if k in env}
+    def start_group(self, role: str, group: str, forwarded: dict, *, deadline: float) -> list:
+        """Have every agent start its ranks of ``group`` (``forwarded``: the group's part of
+        its workers' settings); return them as workers."""
+        forwarded = {k: forwarded[k] for k in FORWARDED if k in forwarded}
         for sock, _ in self.agents.values():
             _send(sock, {"op": "start", "role": role, "group": group, "env": forwarded})
         workers = []
@@ -178,7 +179,7 @@ class Agent:
     """A node other than 0: hosts its ranks of every group and relays them to the conductor."""
 
     def __init__(self, settings, env_for):
-        """:param env_for: ``env_for(role, forwarded) -> environment`` of this node's workers."""
+        """:param env_for: ``env_for(role, forwarded) -> (environment, WorkerSettings)`` of this node's workers."""
         self.settings = settings
         self.env_for = env_for
         nodes = settings.nodes
@@ -253,18 +254,18 @@ class Agent:
         return True
 
     def _start(self, role, group, forwarded):
-        env = self.env_for(role, forwarded)
+        env, worker = self.env_for(role, forwarded)
         if role == "judge":
-            workers = RankGroup.spawn_workers("judge", self.ranks, self.settings.world_size, env=env, log=self.log)
+            workers = RankGroup.spawn_workers(worker, self.ranks, env=env, log=self.log)
         else:
             if self.zygotes is None:
-                self.zygotes = Zygotes(self.ranks, self.settings.world_size, env=env,
+                self.zygotes = Zygotes(self.ranks, self.settings.backend, env=env,
                                        log_path=self.log.name, startup_s=180)
             log = os.path.join(os.path.dirname(self.log.name),
-                               f"job-{forwarded.get('PKB_RUN_ID', group)}-node{self.settings.nodes.node_rank}.log")
-            workers = self.zygotes.fork_workers({k: env[k] for k in GROUP_ENV if k in env}, log_path=log)
+                               f"job-{forwarded.get('run_id') or group}-node{self.settings.nodes.node_rank}.log")
+            workers = self.zygotes.fork_workers(worker, log_path=log)
         # What the group leaves on this node: its shared-memory folder, files of its user.
-        self.leftovers[group] = (env.get("PKB_SHM_DIR"), env.get("PKB_SANDBOX_UID"), forwarded.get("PKB_SCRATCH"))
+        self.leftovers[group] = (worker.shm_dir, worker.sandbox_uid, forwarded.get("scratch"))
         members = []
         for worker in workers:
             sock = self._connect(time.monotonic() + 60)

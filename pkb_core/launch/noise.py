@@ -45,7 +45,7 @@ def measure_noise_floor(device: str, *, problems=NOISE_PROBLEMS, nproc: int | No
     """Time the reference against itself for ``problems`` in every mode; the
     condensed result (see the module docstring). ``run_dir`` receives the
     records (emptied first)."""
-    from pkb_core.launch.launcher import run_jobs
+    from pkb_core.launch.jobs import run_jobs
     from pkb_core.launch.plan import (TIMING_DEFAULTS, RunRequest, device_defaults, launch_settings,
                                       pair_solutions, plan_jobs)
     from pkb_core.machine.device import device_count

@@ -102,6 +102,34 @@ TIMING_DEFAULTS = {"tiny": (3, 10, 20), "default": (500, 100, 1000), "large": (5
 
 
 
+def make_request(*, backend: str, device: str, nproc: int, trials: int = 5, size: str = "auto",
+                 dtype: str = "auto", mode: str = "eval", measure_perf: bool = False,
+                 timing_modes: tuple = ("latency",), warmup: int | None = None, iters: int | None = None,
+                 min_iters: int | None = None, save_outputs: bool = False, profile: bool = False,
+                 problems: str | None = None, solution: str | None = None,
+                 solutions: str | None = None) -> RunRequest:
+    """A :class:`RunRequest` with ``pkb run``'s defaults applied (``auto`` size and dtype
+    for ``device``, the timing counts of :data:`TIMING_DEFAULTS` by size): the one place
+    ``pkb run``, :func:`pkb_core.evaluate` and the reward service turn options into a request.
+
+    :raises PkbError: ``min_iters`` above ``iters``, ``profile`` without ``measure_perf``.
+    """
+    size, dtype = device_defaults(device, size, dtype)
+    if size not in TIMING_DEFAULTS:
+        raise PkbError(f"unknown size {size!r} (choose from auto, {', '.join(TIMING_DEFAULTS)})")
+    if profile and not measure_perf:
+        raise PkbError("profile needs measure-perf (it profiles timed calls)")
+    default_warmup, default_min, default_iters = TIMING_DEFAULTS[size]
+    iters = default_iters if iters is None else iters
+    if min_iters is not None and min_iters > iters:
+        raise PkbError(f"--min-iters {min_iters} is more than --iters {iters} (the most timed calls)")
+    return RunRequest(problems=problems, backend=backend, solution=solution, solutions=solutions, nproc=nproc,
+                      trials=trials, dtype=dtype, size=size, mode=mode, measure_perf=measure_perf,
+                      warmup=default_warmup if warmup is None else warmup, iters=iters,
+                      min_iters=min(default_min, iters) if min_iters is None else min_iters,
+                      save_outputs=save_outputs, timing_modes=tuple(timing_modes), profile=profile)
+
+
 def make_job(request: RunRequest, spec, solution, label, params=None) -> Job:
     """The job the launcher and the workers share.
 

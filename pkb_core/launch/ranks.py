@@ -33,8 +33,11 @@ import subprocess
 import sys
 import time
 
-from pkb_core.contracts.verdict import Verdict
+from pkb_core.contracts.commands import command_of, decode_answer, encode
+from pkb_core.contracts.commands_candidate import End
+from pkb_core.contracts.messages import REASON_CHARS, Exit, Failure
 from pkb_core.contracts.outcome import JobEnded
+from pkb_core.contracts.verdict import Verdict
 from pkb_core.process.channel import REPLY_FD_ENV, LineReader
 from pkb_core.process.sessions import cpu_ms_during, kill_sessions, signal_pids, signal_sessions
 
@@ -42,8 +45,8 @@ from pkb_core.process.sessions import cpu_ms_during, kill_sessions, signal_pids,
 ERROR_GRACE_S = 10.0
 #: Seconds to wait for the rest of a group's answers after a process died.
 DEATH_GRACE_S = 1.0
-#: Characters of a rank's error text a verdict's reason keeps.
-REASON_CHARS = 4000
+#: Seconds between looks at the cancel flag while waiting for answers.
+CANCEL_POLL_S = 0.25
 
 
 def wait_for_exit(poll, timeout: float):
@@ -108,20 +111,24 @@ class RankGroup:
         self._refusal = None
         #: The processes the last freeze stopped (the thaw continues exactly these).
         self._stopped: list = []
+        #: Why the group was cancelled from another thread (:meth:`cancel`), or None.
+        self.cancelled: str | None = None
 
     @staticmethod
-    def spawn_workers(role: str, ranks, world_size: int, *, env: dict, log) -> list:
+    def spawn_workers(settings, ranks, *, env: dict, log) -> list:
         """New ``python -m pkb_core.launch.worker ROLE`` processes for ``ranks`` (this
         node's global ranks, in local-rank order), each in a session of its own.
 
-        :param env: environment of every process (rank variables are added).
+        :param settings: the group's :class:`pkb_core.contracts.worker_settings.WorkerSettings`
+            (each process gets them for its rank).
+        :param env: environment of every process (the settings are added).
         """
         workers = []
         for local, rank in enumerate(ranks):
             read_fd, write_fd = os.pipe()
-            worker_env = dict(env, RANK=str(rank), LOCAL_RANK=str(local), WORLD_SIZE=str(world_size),
-                              **{REPLY_FD_ENV: str(write_fd)})
-            proc = subprocess.Popen([sys.executable, "-m", "pkb_core.launch.worker", role], stdin=subprocess.PIPE,
+            worker_env = dict(env, **settings.for_rank(rank, local).environ(), **{REPLY_FD_ENV: str(write_fd)})
+            proc = subprocess.Popen([sys.executable, "-m", "pkb_core.launch.worker", settings.role],
+                                    stdin=subprocess.PIPE,
                                     stdout=log, stderr=subprocess.STDOUT, env=worker_env,
                                     pass_fds=(write_fd,), start_new_session=True)
             os.close(write_fd)
@@ -129,27 +136,36 @@ class RankGroup:
         return workers
 
     # -- commands -------------------------------------------------------------
-    def command(self, op: str, payload=None, *, deadline: float, grace: float = ERROR_GRACE_S) -> list[dict]:
-        """Send ``op`` to every rank (``payload``: one dict for all, or a list
-        with one per rank) and return the answers in rank order.
+    def command(self, request, *, deadline: float, grace: float = ERROR_GRACE_S) -> list:
+        """Send ``request`` (one :class:`pkb_core.contracts.messages.Request` for every rank,
+        or a list with one per rank, all of one command of this group's role) and return
+        the answers in rank order, each read with the command's answer class
+        (:mod:`pkb_core.contracts.commands`).
 
-        :raises JobEnded: timeout, error or crash, as the module docstring says.
+        :raises JobEnded: timeout, error or crash, as the module docstring says; an answer
+            that does not fit its class is the rank's error.
         """
         self.thaw()
-        payloads = payload if isinstance(payload, list) else [payload or {}] * len(self.workers)
-        for worker, extra in zip(self.workers, payloads):
-            worker.phase = op
+        requests = request if isinstance(request, list) else [request] * len(self.workers)
+        found = {command_of(self.role, r) for r in requests}
+        if len(found) != 1:
+            raise ValueError(f"one command per call, not {sorted(c.op for c in found)}")
+        command = found.pop()
+        for worker, one in zip(self.workers, requests):
+            worker.phase = command.op
             # An answer counts only if it echoes this command's nonce, and bytes a
             # rank wrote before the command was sent are dropped: no answer can be
             # written ahead of its command (the launcher's clock times the command).
             worker.reader.discard()
             worker.nonce = secrets.token_hex(8)
-            worker.send({"op": op, "nonce": worker.nonce, **extra})
-        return self.gather(op, deadline=deadline, grace=grace)
+            worker.send(encode(one, worker.nonce))
+        return self.gather(command.op, command.answer, deadline=deadline, grace=grace)
 
-    def gather(self, op: str, *, deadline: float, grace: float = ERROR_GRACE_S) -> list[dict]:
-        """Every rank's answer to ``op`` (events on the way are counted in :attr:`events`)."""
-        answers: dict[int, dict] = {}
+    def gather(self, op: str, answer: type, *, deadline: float, grace: float = ERROR_GRACE_S) -> list:
+        """Every rank's answer to ``op``, read once with the ``answer`` class (events on the way
+        are counted in :attr:`events`); a line that is not JSON or does not fit the class is
+        that rank's :class:`Failure`."""
+        answers: dict = {}
         first_error_at = None
         dead_at = None
         while len(answers) < len(self.workers):
@@ -161,26 +177,29 @@ class RankGroup:
                 limit = min(limit, dead_at + DEATH_GRACE_S)
             if now >= limit:
                 break
-            for key, _ in self.selector.select(timeout=limit - now):
+            if self.cancelled:
+                raise JobEnded(Verdict.ERROR, f"{self.cancelled} ({self.phases()})")
+            for key, _ in self.selector.select(timeout=min(limit - now, CANCEL_POLL_S)):
                 worker = key.data
                 for message in worker.reader.read_messages():
                     if "event" in message and "op" not in message:
                         name = str(message["event"])[:40]
                         self.events[name] = self.events.get(name, 0) + 1
                     elif "malformed" in message:
-                        answers.setdefault(worker.rank, {"error": f"sent a malformed message "
-                                                                  f"({str(message['malformed'])[:100]})"})
+                        answers.setdefault(worker.rank, Failure(error=f"sent a malformed message "
+                                                                      f"({str(message['malformed'])[:100]})"))
                     elif message.get("op") == op and worker.rank not in answers and \
                             message.pop("nonce", None) == getattr(worker, "nonce", None):
-                        answers[worker.rank] = message
+                        del message["op"]
+                        answers[worker.rank] = decode_answer(op, answer, message)
                         worker.phase = f"{op} done"
-                    if "error" in answers.get(worker.rank, {}) and first_error_at is None:
+                    if isinstance(answers.get(worker.rank), Failure) and first_error_at is None:
                         first_error_at = time.monotonic()
                 if worker.reader.closed:
                     self.selector.unregister(key.fd)
                     if worker.rank not in answers:
                         dead_at = dead_at or time.monotonic()
-        errors = [(r, a) for r, a in sorted(answers.items()) if "error" in a]
+        errors = [(r, a) for r, a in sorted(answers.items()) if isinstance(a, Failure)]
         if len(answers) == len(self.workers):
             if errors:
                 raise self._error(errors[0])
@@ -200,9 +219,8 @@ class RankGroup:
 
     def _error(self, found, hung=False) -> JobEnded:
         rank, answer = found
-        text = f"{self.label} {rank}: {str(answer['error'])[:REASON_CHARS]}" + (
-            " (its peers did not finish)" if hung else "")
-        return JobEnded(Verdict.FLAGGED if answer.get("refused") else Verdict.ERROR, text)
+        text = f"{self.label} {rank}: {answer.error[:REASON_CHARS]}" + (" (its peers did not finish)" if hung else "")
+        return JobEnded(Verdict.FLAGGED if answer.refused else Verdict.ERROR, text)
 
     def store_refusal(self) -> str | None:
         """What the group's store keeper refused (it killed the rank that asked), or None."""
@@ -281,6 +299,12 @@ class RankGroup:
             self._signal_remote(signal.SIGCONT)
             self.frozen = False
 
+    def cancel(self, reason: str) -> None:
+        """End the group's job from another thread: its processes are killed and the
+        command waiting on them ends at once with ``reason``."""
+        self.cancelled = reason
+        kill_sessions(self.pids)
+
     def alive(self) -> bool:
         return all(w.proc.poll() is None for w in self.workers)
 
@@ -292,8 +316,8 @@ class RankGroup:
         if deadline is not None and self.alive():
             try:
                 if self.role == "candidate":
-                    self.command("end", deadline=deadline)
-                self.command("exit", deadline=deadline)
+                    self.command(End(), deadline=deadline)
+                self.command(Exit(), deadline=deadline)
             except JobEnded:
                 pass
         if stacks and self.alive():

@@ -5,7 +5,7 @@ it with a :class:`~pkb_core.contracts.batch.Batch` in its JSON form: the shard's
 jobs and the run's launch settings.
 It checks that the backend can run on this node, measures the node's ceilings
 when the jobs are timed and the submitting machine could not (it is not where
-they run), and hands the jobs to :func:`~pkb_core.launch.launcher.run_jobs`, which skips
+they run), and hands the jobs to :func:`~pkb_core.launch.jobs.run_jobs`, which skips
 recorded keys, starts ``settings.nproc`` ranks per launch, watches them and
 writes one record per job into the shared run directory.
 
@@ -28,7 +28,7 @@ class Shard(submitit.helpers.Checkpointable):
     """Callable run by the engine: ``Shard()(batch.to_json()) -> {"host", "records"}``."""
 
     def __call__(self, batch: dict) -> dict:
-        from pkb_core.launch.launcher import run_jobs
+        from pkb_core.launch.jobs import run_jobs
         from pkb_core.plugin.manager import get_backend_info, get_plugin_manager
 
         batch = Batch.from_json(batch)

@@ -1,7 +1,9 @@
 """Entry point of every worker process: ``python -m pkb_core.launch.worker judge|candidate``.
 
-The launcher starts the processes itself (no torchrun): each gets its rank,
-world size and local rank in the environment, its commands on standard input
+The launcher starts the processes itself (no torchrun): each gets its start
+settings (:class:`pkb_core.contracts.worker_settings.WorkerSettings`: rank, world
+size, store, run directory, backend, ...) as one environment variable, read once
+here, its commands on standard input
 and a reply pipe (:mod:`pkb_core.process.channel`); standard output and error go to the
 launch log (the judge's) or the job's own log (a candidate's: ``logs/job-<run
 id>.log``). A worker first imports torch (after any libraries its backend
@@ -16,51 +18,46 @@ writes every thread's Python stack into the log, which names where it hung.
 from __future__ import annotations
 
 import faulthandler
-import json
 import os
 import signal
 import sys
 from datetime import timedelta
 from pathlib import Path
 
+from pkb_core.contracts.worker_settings import WorkerSettings
 from pkb_core.plugin.preload import import_torch_after_preloads
 
 
-def _connect(device_type: str):
+def _connect(settings: WorkerSettings):
     import torch
     import torch.distributed as dist
 
-    rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    local_rank = int(os.environ.get("LOCAL_RANK", rank))
-    if device_type == "cuda":
-        device = torch.device("cuda", local_rank)
+    if settings.device_type == "cuda":
+        device = torch.device("cuda", settings.local_rank)
         torch.cuda.set_device(device)
     else:
         device = torch.device("cpu")
         torch.set_num_threads(1)
-    timeout = timedelta(seconds=float(os.environ.get("PKB_STORE_TIMEOUT", "600")))
-    return rank, world_size, local_rank, device, timeout, dist
+    return device, timedelta(seconds=settings.store_timeout), dist
 
 
-def _local_world_size(world_size: int) -> int:
-    """Ranks on this node (``PKB_LOCAL_WORLD_SIZE`` from the launcher; all of them if unset)."""
-    return int(os.environ.get("PKB_LOCAL_WORLD_SIZE", world_size))
-
-
-def start_keeper() -> None:
+def start_keeper(settings: WorkerSettings) -> None:
     """Fork the group's store keeper (:mod:`pkb_core.launch.keeper`) if the
     launcher handed this process its socket (global rank 0 of a candidate
-    group), before any job code runs here. The keeper stays in this session
-    (frozen and killed with the candidate) and keeps only its socket, its report
-    pipe and the launch log: holding this rank's command or reply pipe would
-    hide this rank's death from the launcher."""
-    fds = os.environ.pop("PKB_KEEPER_FDS", "")
-    if not fds:
+    group: ``settings.keeper_fds``), before any job code runs here. The keeper
+    stays in this session (frozen and killed with the candidate) and keeps only
+    its socket, its report pipe and the launch log: holding this rank's command
+    or reply pipe would hide this rank's death from the launcher."""
+    if not settings.keeper_fds:
         return
-    listen_fd, report_fd = (int(fd) for fd in fds.split(","))
+    listen_fd, report_fd = settings.keeper_fds
+    parent = os.getpid()
     pid = os.fork()
     if pid == 0:
         try:
+            from pkb_core.process.sessions import die_with_parent
+
+            die_with_parent(parent)  # no keeper outlives its group's rank 0
             keep = {listen_fd, report_fd, 1, 2}
             for fd in map(int, os.listdir("/proc/self/fd")):
                 if fd not in keep:
@@ -70,98 +67,116 @@ def start_keeper() -> None:
                         pass
             from pkb_core.launch.keeper_process import serve as serve_store
 
-            kind = "counter" if os.environ.get("PKB_CUSTOM_KERNELS", "1") == "1" else "tcpstore"
-            uid = os.environ.get("PKB_SANDBOX_UID")
-            serve_store(kind, listen_fd, report_fd, int(os.environ["WORLD_SIZE"]), os.environ["PKB_STORE_TOKEN"],
-                        cuda=os.environ.get("PKB_DEVICE_TYPE") == "cuda", peer_uid=int(uid) if uid else None)
+            serve_store("counter" if settings.custom_kernels else "tcpstore", listen_fd, report_fd,
+                        settings.world_size, settings.store_token, cuda=settings.device_type == "cuda",
+                        peer_uid=settings.sandbox_uid)
         finally:
             os._exit(1)
     os.close(listen_fd)
     os.close(report_fd)
 
 
-def _candidate_store(address: str, world_size: int, timeout):
+def _candidate_store(settings: WorkerSettings, timeout):
     """A candidate's store: the keeper's counters (custom kernels) or a TCPStore client (the reference backend)."""
     import torch.distributed as dist
 
-    if os.environ.get("PKB_CUSTOM_KERNELS", "1") == "1":
+    if settings.custom_kernels:
         from pkb_core.candidate.keeper_store import KeeperStore
 
-        return KeeperStore(address, rank=int(os.environ["RANK"]), token=os.environ["PKB_STORE_TOKEN"],
-                           timeout=timeout)
-    host, port = address.rsplit(":", 1)
-    return dist.TCPStore(host, int(port), world_size, is_master=False, timeout=timeout)
+        return KeeperStore(settings.store, rank=settings.rank, token=settings.store_token, timeout=timeout)
+    host, port = settings.store.rsplit(":", 1)
+    return dist.TCPStore(host, int(port), settings.world_size, is_master=False, timeout=timeout)
 
 
-def serve(channel, handler) -> None:
-    """Answer commands until ``exit`` (or the launcher closes the pipe)."""
-    from pkb_core.process.channel import ChannelClosed
+def serve(channel, handler, role: str) -> None:
+    """Answer commands until ``exit`` (or the launcher closes the pipe): each line is read
+    as its command's request class (:mod:`pkb_core.contracts.commands`), handed to the
+    role's ``on_<op>``, and its answer object sent back (a :class:`Failure` if it raised)."""
+    from pkb_core.contracts.commands import command_for
+    from pkb_core.contracts.messages import Failure
     from pkb_core.errors import SolutionFailed, describe
+    from pkb_core.process.channel import ChannelClosed
 
     while True:
         try:
-            command = channel.receive()
+            line = channel.receive()
         except ChannelClosed:
             return
-        op = command.pop("op")
-        nonce = command.pop("nonce", None)
-        if op == "exit":
-            channel.send({"op": "exit", "nonce": nonce})
-            return
+        op = line.pop("op", None)
+        nonce = line.pop("nonce", None)
         try:
-            answer = getattr(handler, f"on_{op}")(**command)
+            command = command_for(role, op)
+            request = command.request.from_json(line)
+            if command.op == "exit":
+                channel.send({"op": "exit", "nonce": nonce})
+                return
+            answer = getattr(handler, f"on_{op}")(request)
+            if not isinstance(answer, command.answer):
+                raise TypeError(f"on_{op} answered {type(answer).__name__}, not {command.answer.__name__}")
+            reply = answer.to_json()
         except SolutionFailed as exc:
-            answer = {"error": str(exc), "refused": exc.refused}
+            reply = Failure(error=str(exc), refused=exc.refused).to_json()
         except Exception as exc:  # noqa: BLE001 - reported to the launcher, which decides
-            answer = {"error": describe(exc)}
-        channel.send({"op": op, "nonce": nonce, **answer})
+            reply = Failure(error=describe(exc)).to_json()
+        channel.send({"op": op, "nonce": nonce, **reply})
 
 
 def main(argv=None) -> int:
     role = (sys.argv[1:] if argv is None else argv)[0]
     faulthandler.register(signal.SIGUSR1, all_threads=True)
+    settings = WorkerSettings.from_environ()  # read once: nothing below reads pkb's settings from the environment
+    if settings.role != role:
+        raise SystemExit(f"started as {role} with a {settings.role}'s settings")
+    if settings.shm_dir:  # the group's own folder for the shared-memory heap's segments
+        from pkb_core.symmetric.shm import SHM_DIR_ENV
+
+        os.environ[SHM_DIR_ENV] = settings.shm_dir
     if role == "candidate":
         import_torch_after_preloads()  # a backend's own build of a library must load before torch's
-        start_keeper()
+        start_keeper(settings)
+    from pkb_core.contracts.messages import Ready
     from pkb_core.process.channel import WorkerChannel
 
     channel = WorkerChannel()
-    rank, world_size, local_rank, device, timeout, dist = _connect(os.environ["PKB_DEVICE_TYPE"])
+    rank, world_size, local_rank = settings.rank, settings.world_size, settings.local_rank
+    device, timeout, dist = _connect(settings)
     if role == "candidate":
-        store = _candidate_store(os.environ["PKB_STORE"], world_size, timeout)
+        store = _candidate_store(settings, timeout)
     else:
-        host, port = os.environ["PKB_STORE"].rsplit(":", 1)
+        host, port = settings.store.rsplit(":", 1)
         store = dist.TCPStore(host, int(port), world_size, is_master=False, timeout=timeout)
-    run_dir = Path(os.environ["PKB_RUN_DIR"])
+    run_dir = Path(settings.run_dir)
     if role == "judge":
         from pkb_core.harness.barrier import StoreBarrier
         from pkb_core.judge.rank import JudgeRank
         from pkb_core.candidate.lockdown import protect_from_peers
+        from pkb_core.contracts.messages import Secret
 
         protect_from_peers()
         backend = "nccl" if device.type == "cuda" else "gloo"
         kwargs = {"device_id": device} if device.type == "cuda" else {}
         dist.init_process_group(backend, store=dist.PrefixStore("judge", store), rank=rank, world_size=world_size,
                                 timeout=timeout, **kwargs)
-        secret = channel.receive()["secret"]  # first message: never in the environment or on disk
+        secret = Secret.from_json(channel.receive()).secret  # first message: never in the environment or on disk
         handler = JudgeRank(rank=rank, world_size=world_size, device=device, secret=secret, run_dir=run_dir,
                             barrier=StoreBarrier(store, world_size, device, prefix="pkb-timing"), store=store,
-                            run_id=os.environ.get("PKB_RUN_ID", ""), local_world_size=_local_world_size(world_size))
+                            run_id=settings.run_id, local_world_size=settings.local_world_size)
     else:
         from pkb_core.candidate.rank import CandidateRank
 
         handler = CandidateRank(rank=rank, world_size=world_size, local_rank=local_rank, device=device,
-                                store=store, run_id=os.environ["PKB_RUN_ID"], run_dir=run_dir,
-                                send_event=channel.send, local_world_size=_local_world_size(world_size))
-        prepared = handler.prepare(os.environ["PKB_BACKEND"], os.environ.get("PKB_CUSTOM_KERNELS", "1") == "1",
-                                   json.loads(os.environ.get("PKB_BACKEND_OPTIONS", "{}")))
-    ready = {"op": "ready", "pid": os.getpid(), **(prepared if role == "candidate" else {})}
+                                store=store, run_id=settings.run_id, run_dir=run_dir, send_event=channel.send,
+                                local_world_size=settings.local_world_size, shm_dir=settings.shm_dir,
+                                sandbox_uid=settings.sandbox_uid)
+        prepared = handler.prepare(settings.backend, settings.custom_kernels, settings.backend_options)
+    machine = None
     if role == "judge" and rank == 0:
         from pkb_core.results.records import machine_info
 
-        ready["machine"] = machine_info(device)
-    channel.send(ready)
-    serve(channel, handler)
+        machine = machine_info(device)
+    unsupported = prepared if role == "candidate" else None
+    channel.send({"op": "ready", **Ready(pid=os.getpid(), unsupported=unsupported, machine=machine).to_json()})
+    serve(channel, handler, role)
     return 0
 
 

@@ -13,8 +13,10 @@ launcher sent along, and becomes a candidate worker (:mod:`pkb_core.launch.worke
 The zygote reaps its children and reports each exit status to the launcher,
 which needs it to name the signal a crashed candidate died of.
 
-Protocol on the zygote's control socket (a socketpair with the launcher):
-``{"env": {...}}`` with three descriptors attached (the child's stdin, its
+Started as ``python -m pkb_core.launch.zygote BACKEND``. Protocol on the zygote's
+control socket (a socketpair with the launcher): ``{"env": {...}, "role": "candidate" | "builder"}``
+(a candidate's :class:`pkb_core.contracts.worker_settings.WorkerSettings` and rank variables)
+with three descriptors attached (the child's stdin, its
 reply pipe and its log: standard output and error; for global rank 0 also its
 group's store keeper's listening socket and report pipe,
 :func:`pkb_core.launch.worker.start_keeper`) -> ``{"pid": N}``; ``{"exited": N, "code": C}`` whenever a child
@@ -29,12 +31,15 @@ import signal
 import socket
 import sys
 
+from pkb_core.process.sessions import die_with_parent
+
 
 def _warm_imports(backend: str) -> None:
     """Import what every candidate of ``backend`` imports, without touching a GPU."""
     import torch  # noqa: F401
     import torch.distributed  # noqa: F401
 
+    import pkb_core.build.builder  # noqa: F401 - a zygote of the service's compile pool forks builders
     import pkb_core.candidate.rank  # noqa: F401
     import pkb_core.candidate.sealed  # noqa: F401
     from pkb_core.plugin.manager import get_plugin_manager
@@ -56,6 +61,7 @@ def serve(sock: socket.socket, backend: str) -> int:
     # into every later job's processes; the children inherit the setting.
     protect_from_peers()
     sock.sendall(b'{"ready": true}\n')
+    zygote = os.getpid()
     selector = selectors.DefaultSelector()
     selector.register(sock, selectors.EVENT_READ)
     buffer = b""
@@ -74,7 +80,7 @@ def serve(sock: socket.socket, backend: str) -> int:
                 request = json.loads(line)
                 pid = os.fork()
                 if pid == 0:
-                    _become_candidate(sock, request["env"], fds)  # never returns
+                    _become(sock, request["env"], fds, request.get("role", "candidate"), zygote)  # never returns
                 for fd in fds:
                     os.close(fd)
                 children.add(pid)
@@ -91,11 +97,15 @@ def serve(sock: socket.socket, backend: str) -> int:
                 sock.sendall(json.dumps({"exited": pid, "code": code}).encode() + b"\n")
 
 
-def _become_candidate(sock, env: dict, fds) -> None:
+def _become(sock, env: dict, fds, role: str, zygote: int) -> None:
+    """The child's life: a candidate worker (:mod:`pkb_core.launch.worker`) or, for the
+    reward service's compile pool, a builder (:mod:`pkb_core.build.builder`: its request
+    on the standard input, its answer on the reply pipe)."""
     code = 1
     try:
         sock.close()
         os.setsid()
+        die_with_parent(zygote)  # a zygote ends with its launcher, and takes its children along
         stdin_fd, reply_fd, log_fd, *keeper_fds = fds  # rank 0 also gets its group's store keeper's
         os.dup2(stdin_fd, 0)
         os.close(stdin_fd)
@@ -105,14 +115,24 @@ def _become_candidate(sock, env: dict, fds) -> None:
         os.dup2(log_fd, 1)
         os.dup2(log_fd, 2)
         os.close(log_fd)
+        if keeper_fds:  # known only here, once the descriptors arrived: the settings say where they are
+            import attrs
+
+            from pkb_core.contracts.worker_settings import WorkerSettings
+
+            settings = attrs.evolve(WorkerSettings.from_environ(env), keeper_fds=tuple(keeper_fds))
+            env = dict(env, **{WorkerSettings.ENV: settings.environ()[WorkerSettings.ENV]})
         os.environ.update(env)
-        if keeper_fds:
-            os.environ["PKB_KEEPER_FDS"] = ",".join(map(str, keeper_fds))
         os.environ["PKB_REPLY_FD"] = str(reply_fd)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        from pkb_core.launch.worker import main
+        if role == "builder":
+            from pkb_core.build.builder import main as build
 
-        code = main(["candidate"])
+            code = build()
+        else:
+            from pkb_core.launch.worker import main
+
+            code = main(["candidate"])
     except BaseException:  # noqa: BLE001 - report and leave; never return into the zygote's loop
         import traceback
 
@@ -128,7 +148,7 @@ def main() -> int:
 
     import_torch_after_preloads()  # a backend's own build of a library must load before torch's
     sock = socket.socket(fileno=int(os.environ["PKB_ZYGOTE_FD"]))
-    return serve(sock, os.environ["PKB_BACKEND"])
+    return serve(sock, sys.argv[1])  # the backend whose modules its children import
 
 
 if __name__ == "__main__":

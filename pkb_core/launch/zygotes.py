@@ -19,10 +19,6 @@ from pkb_core.contracts.verdict import Verdict
 from pkb_core.launch.ranks import _Worker, wait_for_exit
 from pkb_core.process.channel import LineReader
 
-#: The environment a zygote's child gets per group: its store, its name, its
-#: shared-memory folder and its user (:mod:`pkb_core.launch.scratch`).
-GROUP_ENV = ("PKB_STORE", "PKB_STORE_TOKEN", "PKB_RUN_ID", "PKB_SHM_DIR", "PKB_SANDBOX_UID")
-
 
 class _Forked:
     """A zygote's child: its exit status comes from the zygote, which reaped it."""
@@ -42,11 +38,10 @@ class _Forked:
 class _Zygote:
     """One rank's fork server process (:mod:`pkb_core.launch.zygote`) and its control socket."""
 
-    def __init__(self, rank: int, local: int, world_size: int, env: dict, log):
+    def __init__(self, backend: str, env: dict, log):
         self.sock, child = socket.socketpair()
-        env = dict(env, RANK=str(rank), LOCAL_RANK=str(local), WORLD_SIZE=str(world_size),
-                   PKB_ZYGOTE_FD=str(child.fileno()))
-        self.proc = subprocess.Popen([sys.executable, "-m", "pkb_core.launch.zygote"], stdout=log,
+        env = dict(env, PKB_ZYGOTE_FD=str(child.fileno()))
+        self.proc = subprocess.Popen([sys.executable, "-m", "pkb_core.launch.zygote", backend], stdout=log,
                                      stderr=subprocess.STDOUT, env=env, pass_fds=(child.fileno(),),
                                      start_new_session=True)
         child.close()
@@ -84,13 +79,22 @@ class _Zygote:
     def read_exits(self):
         self._take(self.reader.read_messages())
 
-    def fork(self, env: dict, fds: list, deadline: float) -> int:
+    def stop(self) -> None:
+        """Close its socket and kill its session (it and whatever it has not reaped)."""
+        self.sock.close()
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        self.proc.wait()
+
+    def fork(self, env: dict, fds: list, deadline: float, role: str = "candidate") -> int:
         """A new child with ``fds``: its standard input, its reply pipe, its standard output and error,
         then (global rank 0 only) its group's store keeper's listening socket and report pipe."""
         if not self.ready:
             self._wait_for(deadline, lambda m: "ready" in m)
             self.ready = True
-        socket.send_fds(self.sock, [json.dumps({"env": env}).encode() + b"\n"], fds)
+        socket.send_fds(self.sock, [json.dumps({"env": env, "role": role}).encode() + b"\n"], fds)
         return self._wait_for(deadline, lambda m: "pid" in m)["pid"]
 
 
@@ -98,17 +102,19 @@ class Zygotes:
     """The fork servers of one launch on this node, one per local rank (see :mod:`pkb_core.launch.zygote`).
 
     :param ranks: this node's global ranks, in local-rank order.
+    :param backend: the backend whose modules the zygotes import once.
+    :param env: the zygotes' environment (its children's, but for their settings).
     """
 
-    def __init__(self, ranks, world_size: int, *, env: dict, log_path: Path, startup_s: float):
+    def __init__(self, ranks, backend: str, *, env: dict, log_path: Path, startup_s: float):
         self.ranks = list(ranks)
-        self.world_size = world_size
         self.startup_s = startup_s
         self.log = open(log_path, "ab")
-        self.zygotes = [_Zygote(rank, local, world_size, env, self.log) for local, rank in enumerate(self.ranks)]
+        self.zygotes = [_Zygote(backend, env, self.log) for _ in self.ranks]
 
-    def fork_workers(self, env: dict, log_path: Path | None = None, keeper_fds=()) -> list:
-        """One fresh candidate process per local rank.
+    def fork_workers(self, settings, log_path: Path | None = None, keeper_fds=()) -> list:
+        """One fresh candidate process per local rank, each with ``settings``
+        (:class:`pkb_core.contracts.worker_settings.WorkerSettings`, the group's) for its rank.
 
         :param log_path: the group's own log, its processes' standard output
             and error (else the launch log): a candidate writes no other
@@ -122,7 +128,7 @@ class Zygotes:
             child_stdin, stdin = os.pipe()
             reply_read, reply_write = os.pipe()
             try:
-                pid = zygote.fork(dict(env, RANK=str(rank), LOCAL_RANK=str(local), WORLD_SIZE=str(self.world_size)),
+                pid = zygote.fork(settings.for_rank(rank, local).environ(),
                                   [child_stdin, reply_write, log_fd, *(keeper_fds if rank == 0 else ())],
                                   time.monotonic() + self.startup_s)
             finally:
@@ -134,10 +140,5 @@ class Zygotes:
 
     def stop(self) -> None:
         for zygote in self.zygotes:
-            zygote.sock.close()
-            try:
-                os.killpg(zygote.proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-            zygote.proc.wait()
+            zygote.stop()
         self.log.close()

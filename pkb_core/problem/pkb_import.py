@@ -370,37 +370,3 @@ def write_import(plan: ImportPlan, dst, *, force: bool = False) -> list:
     dst.mkdir(parents=True, exist_ok=True)
     (dst / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
     return written
-
-
-NUMBERING_WORDS = {
-    "today": "today's numbering",
-    "early": "early 88-problem numbering",
-    "mixed": "mixed numbering (file by file)",
-    "either": "ids 1-32 only (same in both numberings)",
-}
-
-
-def report_lines(plan: ImportPlan, dst, *, verbose: bool = False, written=None) -> list[str]:
-    """What ``pkb import-pkb`` prints: a line per folder, one per file not
-    mapped (and per file placed by its signature), and a summary."""
-    dst = Path(dst)
-    lines = []
-    for folder in plan.folders:
-        where = folder.path.as_posix()
-        lines.append(f"{where}: {NUMBERING_WORDS[folder.numbering]}; {len(folder.placed)} mapped, "
-                     f"{len(folder.unplaced)} not mapped")
-        for placed in folder.placed:
-            if verbose or placed.rank >= 2:
-                lines.append(f"  {placed.source.as_posix()} -> {(dst / placed.dest).as_posix()} ({placed.how})")
-        for unplaced in folder.unplaced:
-            lines.append(f"  not mapped: {unplaced.source.as_posix()}: {unplaced.reason}")
-    for skipped in plan.skipped:
-        if verbose or skipped.source.name in REFERENCE_FOLDERS:
-            lines.append(f"skipped: {skipped.source.as_posix()}: {skipped.reason}")
-    count = len(plan.placed) if written is None else len(written)
-    verb = "copied" if written is not None else "would copy"
-    other = sum(1 for s in plan.skipped if s.source.name not in REFERENCE_FOLDERS)
-    tail = f"; {other} other .py file{'s' * (other != 1)} skipped" if other else ""
-    lines.append(f"{verb} {count} file{'s' * (count != 1)} into {dst} from {len(plan.folders)} "
-                 f"folder{'s' * (len(plan.folders) != 1)}; {len(plan.unplaced)} not mapped{tail}")
-    return lines

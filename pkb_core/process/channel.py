@@ -5,13 +5,15 @@ separate pipe (the descriptor in ``PKB_REPLY_FD``), never to standard output:
 a candidate prints what it likes into the log, but only the harness's writes
 on the reply pipe are read as messages. A message is one JSON object on one
 line. A command has an ``op``; the answer to it has the same ``op`` and either
-the command's results or ``error``. Between them a worker may send *events*
-(``{"event": name, ...}``): things the launcher counts, such as a solution's
-barrier calls.
+the command's results or ``error``; what each op carries either way is a
+contract (:mod:`pkb_core.contracts.commands`). Between them a worker may send
+*events* (``{"event": name, ...}``): things the launcher counts, such as a
+solution's barrier calls.
 
 What a candidate's process writes is untrusted: the launcher reads at most
 :data:`MAX_LINE` bytes per message, parses it as plain JSON (no objects are
-built from it) and checks each answer's fields where it uses them.
+built from it) and reads each answer once with its answer class
+(:meth:`pkb_core.launch.ranks.RankGroup.gather`).
 """
 from __future__ import annotations
 
@@ -20,10 +22,6 @@ import os
 
 #: The longest message accepted (skeletons of large argument trees fit easily).
 MAX_LINE = 64 << 20
-#: A builder's first line once the source check passed, written before any solution code runs
-#: (:mod:`pkb_core.build.builder`): after it, the builder may say a solution did not compile,
-#: never that it is unsupported.
-SOURCE_CHECKED = {"source": "checked"}
 #: Deepest nesting of lists and objects a message may have (argument trees are a few levels deep);
 #: deeper messages are malformed, so no later ``json`` call meets a recursion limit.
 MAX_DEPTH = 64

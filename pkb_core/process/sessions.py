@@ -9,7 +9,9 @@ it, reading membership from ``/proc``.
 """
 from __future__ import annotations
 
+import ctypes
 import os
+import signal
 import time
 
 
@@ -58,8 +60,6 @@ def kill_sessions(sessions) -> bool:
     signal and live on in its child. Sweeps repeat until a sweep finds nobody
     (or :data:`KILL_SWEEP_S` passes); returns whether the sessions are empty.
     """
-    import signal
-
     deadline = time.monotonic() + KILL_SWEEP_S
     while True:
         found = members(sessions)
@@ -97,3 +97,27 @@ def cpu_ms_during(probe_s: float, sessions) -> list[float]:
     time.sleep(probe_s)
     after = cpu_ns(sessions)
     return [(after.get(sid, 0) - before.get(sid, 0)) / 1e6 for sid in sessions]
+
+
+def die_with_parent(parent: int | None = None) -> None:
+    """Have the kernel SIGKILL this process when its parent dies (``PR_SET_PDEATHSIG``),
+    and die now if it already has (``parent``: the pid it was forked by).
+
+    A worker forked by a zygote, a group's keeper and a service's lane call it, so none
+    outlives the process that answers for it (a launcher killed with ``kill -9`` takes
+    its zygotes, and they their children, along). The kernel clears the setting when a
+    process changes its user: :func:`pkb_core.candidate.sandbox.switch_user` arms it again.
+    """
+    try:
+        _LIBC.prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
+    except AttributeError:
+        return
+    if parent is not None and os.getppid() != parent:
+        os._exit(137)
+
+
+# Loaded with this module: after a user switch, the library folders may be out of reach.
+try:
+    _LIBC = ctypes.CDLL(None, use_errno=True)
+except OSError:  # pragma: no cover - no C library to ask (not Linux)
+    _LIBC = None

@@ -1,0 +1,185 @@
+"""The service's clients (see :mod:`pkb_core.client`).
+
+``evaluate(problem, source, **options) -> Record`` submits and waits;
+``evaluate_many(items, concurrency=N)`` keeps N submissions in flight and
+returns the records in the order of ``items``. A full queue (429) is retried
+after the service's ``Retry-After``; any other refusal raises
+:class:`ServiceError` with the service's one line.
+"""
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+
+import httpx
+
+from pkb_core.contracts.record import Record
+from pkb_core.contracts.serve import JobView, QueueStats, Submission
+
+#: Where ``pkb serve`` listens by default.
+DEFAULT_URL = "http://127.0.0.1:8765"
+#: Seconds one long poll asks the service to hold (the service caps it at 60).
+POLL_S = 30.0
+#: Times a 429 is retried before it is raised.
+OVERLOAD_RETRIES = 20
+
+
+class ServiceError(RuntimeError):
+    """A refusal of the service: ``status`` and its one-line ``message``."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(f"{status}: {message}")
+        self.status = status
+        self.message = message
+
+
+def _headers(token: str | None) -> dict:
+    token = token or os.environ.get("PKB_SERVE_TOKEN")
+    return {"Authorization": f"Bearer {token}"} if token else {}
+
+
+def _submission(problem, source: str, options: dict) -> dict:
+    return Submission(problem=str(problem), source=source, **options).to_json()
+
+
+def _answer(response: httpx.Response) -> dict:
+    if response.status_code >= 400:
+        try:
+            message = response.json().get("error", response.text)
+        except ValueError:
+            message = response.text[:300]
+        raise ServiceError(response.status_code, message)
+    return response.json()
+
+
+def _retry_after(response: httpx.Response) -> float:
+    try:
+        return max(0.5, min(60.0, float(response.headers.get("retry-after", "5"))))
+    except ValueError:
+        return 5.0
+
+
+class Client:
+    """A synchronous client of one service.
+
+    :param url: the service's base URL. :param token: its bearer token (default
+        ``$PKB_SERVE_TOKEN``). :param timeout: seconds per HTTP request (long polls add theirs).
+    """
+
+    def __init__(self, url: str = DEFAULT_URL, *, token: str | None = None, timeout: float = 30.0):
+        self._http = httpx.Client(base_url=url.rstrip("/"), headers=_headers(token), timeout=timeout)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def submit(self, problem, source: str, **options) -> JobView:
+        """Queue a solution; ``options`` are :class:`Submission`'s fields (backend, world_size,
+        trials, measure_perf, client, priority, fresh, ...)."""
+        body = _submission(problem, source, options)
+        for _ in range(OVERLOAD_RETRIES):
+            response = self._http.post("/v1/jobs", json=body)
+            if response.status_code != 429:
+                return JobView.from_json(_answer(response))
+            time.sleep(_retry_after(response))
+        return JobView.from_json(_answer(response))
+
+    def get(self, job_id: str) -> JobView:
+        return JobView.from_json(_answer(self._http.get(f"/v1/jobs/{job_id}")))
+
+    def wait(self, job_id: str, timeout: float | None = None) -> JobView:
+        """The job once final (or as it is after ``timeout`` seconds)."""
+        end = None if timeout is None else time.monotonic() + timeout
+        while True:
+            hold = POLL_S if end is None else max(0.0, min(POLL_S, end - time.monotonic()))
+            view = JobView.from_json(_answer(self._http.get(f"/v1/jobs/{job_id}/wait", params={"timeout": hold},
+                                                            timeout=hold + 30)))
+            if view.state.final or (end is not None and time.monotonic() >= end):
+                return view
+
+    def cancel(self, job_id: str) -> JobView:
+        return JobView.from_json(_answer(self._http.post(f"/v1/jobs/{job_id}/cancel")))
+
+    def jobs(self, *, state: str | None = None, client: str | None = None, limit: int = 100) -> list[JobView]:
+        params = {k: v for k, v in {"state": state, "client": client, "limit": limit}.items() if v is not None}
+        return [JobView.from_json(j) for j in _answer(self._http.get("/v1/jobs", params=params))["jobs"]]
+
+    def stats(self) -> QueueStats:
+        return QueueStats.from_json(_answer(self._http.get("/v1/stats")))
+
+    def health(self) -> dict:
+        return _answer(self._http.get("/v1/health"))
+
+    def evaluate(self, problem, source: str, **options) -> Record | None:
+        """Submit, wait, and return the record (None if the job was cancelled)."""
+        return self.wait(self.submit(problem, source, **options).id).record
+
+    def evaluate_many(self, items, *, concurrency: int = 8) -> list[Record | None]:
+        """``items``: ``(problem, source, options)`` triples; the records in their order, with at
+        most ``concurrency`` jobs in flight."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
+            return list(pool.map(lambda item: self.evaluate(item[0], item[1], **(item[2] or {})), items))
+
+
+class AsyncClient:
+    """The asyncio twin of :class:`Client` (same methods, awaited)."""
+
+    def __init__(self, url: str = DEFAULT_URL, *, token: str | None = None, timeout: float = 30.0):
+        self._http = httpx.AsyncClient(base_url=url.rstrip("/"), headers=_headers(token), timeout=timeout)
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, *exc):
+        await self.aclose()
+
+    async def submit(self, problem, source: str, **options) -> JobView:
+        body = _submission(problem, source, options)
+        for _ in range(OVERLOAD_RETRIES):
+            response = await self._http.post("/v1/jobs", json=body)
+            if response.status_code != 429:
+                return JobView.from_json(_answer(response))
+            await asyncio.sleep(_retry_after(response))
+        return JobView.from_json(_answer(response))
+
+    async def get(self, job_id: str) -> JobView:
+        return JobView.from_json(_answer(await self._http.get(f"/v1/jobs/{job_id}")))
+
+    async def wait(self, job_id: str, timeout: float | None = None) -> JobView:
+        loop = asyncio.get_running_loop()
+        end = None if timeout is None else loop.time() + timeout
+        while True:
+            hold = POLL_S if end is None else max(0.0, min(POLL_S, end - loop.time()))
+            view = JobView.from_json(_answer(await self._http.get(
+                f"/v1/jobs/{job_id}/wait", params={"timeout": hold}, timeout=hold + 30)))
+            if view.state.final or (end is not None and loop.time() >= end):
+                return view
+
+    async def cancel(self, job_id: str) -> JobView:
+        return JobView.from_json(_answer(await self._http.post(f"/v1/jobs/{job_id}/cancel")))
+
+    async def stats(self) -> QueueStats:
+        return QueueStats.from_json(_answer(await self._http.get("/v1/stats")))
+
+    async def evaluate(self, problem, source: str, **options) -> Record | None:
+        return (await self.wait((await self.submit(problem, source, **options)).id)).record
+
+    async def evaluate_many(self, items, *, concurrency: int = 8) -> list[Record | None]:
+        gate = asyncio.Semaphore(max(1, concurrency))
+
+        async def one(item):
+            async with gate:
+                return await self.evaluate(item[0], item[1], **(item[2] or {}))
+
+        return list(await asyncio.gather(*(one(item) for item in items)))

@@ -1,0 +1,118 @@
+"""The judge's commands and answers (handled by :class:`pkb_core.judge.rank.JudgeRank`'s
+``on_<op>``; :mod:`pkb_core.contracts.commands` pairs them). The judge is pkb's own
+process, but its answers are read with the same strict classes as a candidate's."""
+from __future__ import annotations
+
+import typing
+
+import attrs
+
+from pkb_core.contracts.job import Job
+from pkb_core.contracts.messages import Answer, Parcel, Request, optional_text
+from pkb_core.contracts.serial import optional
+
+
+@attrs.frozen(kw_only=True)
+class LoadJob(Request):
+    """A new job: load its problem, forget the previous one. Its inputs are drawn from
+    the run secret and ``job_key`` (the launcher's, fresh per job)."""
+
+    OP = "job"
+    job: Job
+    job_key: str = ""
+
+
+@attrs.frozen(kw_only=True)
+class DrawInputs(Request):
+    """Draw trial ``trial``'s inputs, keep them, write them to a parcel at ``path``."""
+
+    OP = "inputs"
+    trial: int
+    path: str
+
+
+@attrs.frozen(kw_only=True)
+class Check(Request):
+    """Run the reference on a copy of trial ``trial``'s inputs and compare the candidate's
+    parcel (outputs, and its arguments after the call). ``dryrun``: only read the parcel."""
+
+    OP = "check"
+    trial: int
+    candidate: Parcel
+    dryrun: bool = False
+
+
+@attrs.frozen(kw_only=True)
+class Save(Request):
+    """Keep the last trial's outputs in the run directory under ``outputs/<slug>``."""
+
+    OP = "save"
+    slug: str
+    dryrun: bool = False
+
+
+@attrs.frozen(kw_only=True)
+class DrawPool(Request):
+    """Draw ``k`` fresh input sets (round ``round``: ``<mode>/warm`` or ``<mode>/<n>``) into a
+    parcel at ``path``; nothing runs on them yet."""
+
+    OP = "pool"
+    round: str
+    k: int
+    path: str
+
+
+@attrs.frozen(kw_only=True)
+class WarmReference(Request):
+    """Start timing mode ``mode``: ``count`` warm-up calls on the warm-up sets (and their
+    capture in graph mode)."""
+
+    OP = "warm"
+    mode: str
+    count: int
+
+
+@attrs.frozen(kw_only=True)
+class TimeReference(Request):
+    """One timed batch of the reference, with the candidate's harness work: read the
+    round's parcel, place it, call, export outputs and arguments."""
+
+    OP = "time"
+    mode: str
+    skeleton: typing.Any
+    path: str
+    #: Graph mode: how many times the captured batch is replayed.
+    replays: int = 0
+
+
+@attrs.frozen(kw_only=True)
+class ReferenceTimed(Answer):
+    """The reference's batch: its own per-call times (a diagnostic), its outputs' and
+    arguments' bytes (which decide how many timed calls are checked), its barrier."""
+
+    times: list[float]
+    out_bytes: int
+    alignment: str | None = optional_text(200)
+
+
+@attrs.frozen(kw_only=True)
+class CheckSample(Request):
+    """Compare the candidate's timed calls ``indices`` (its parcel) with the reference's."""
+
+    OP = "check_sample"
+    indices: list[int]
+    candidate: Parcel
+
+
+@attrs.frozen(kw_only=True)
+class ReadClocks(Request):
+    """This GPU's clocks and throttle reasons."""
+
+    OP = "clocks"
+
+
+@attrs.frozen(kw_only=True)
+class Clocks(Answer):
+    """What :func:`pkb_core.machine.clocks.read_clocks` found (empty on CPU)."""
+
+    clocks: dict | None = optional()

@@ -1,0 +1,91 @@
+"""The service's compile pool starts its builders warm: forked from a zygote.
+
+A builder (:mod:`pkb_core.build.builder`) is a fresh process per solution, locked
+down before the solution's code runs; spawned, it pays Python's and torch's
+start-up (about 2 s of CPU) for what is often a source check and an import. The
+service keeps one zygote (:mod:`pkb_core.launch.zygote`, role ``builder``) per
+backend and forks each builder from it in milliseconds: the child starts
+from the zygote's clean state (nothing of any solution ever ran there) in a
+session of its own, and is otherwise the same builder ``pkb run``'s compile
+phase spawns, with the same request, lockdown, answer and outcome cache. So
+the verdicts are ``pkb run``'s.
+"""
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+from pkb_core.launch.ranks import wait_for_exit
+from pkb_core.launch.zygotes import _Zygote
+from pkb_core.build.phase import build_environment
+from pkb_core.plugin.preload import preload_environment
+
+#: Seconds a builder zygote may take to start (Python, torch, the backend's modules).
+STARTUP_S = 180.0
+
+
+class _ForkedBuilder:
+    """A forked builder as :class:`pkb_core.build.phase.BuildPhase` handles a process."""
+
+    def __init__(self, pool: "WarmBuilders", zygote: _Zygote, pid: int):
+        self._pool = pool
+        self._zygote = zygote
+        self.pid = pid
+
+    def poll(self):
+        with self._pool.lock:
+            self._zygote.read_exits()
+        return self._zygote.exits.get(self.pid)
+
+    def wait(self, timeout: float | None = None):
+        return wait_for_exit(self.poll, 3600.0 if timeout is None else timeout)
+
+
+class WarmBuilders:
+    """One builder zygote per backend (and preload set), started on first use."""
+
+    def __init__(self, log_path):
+        self.log_path = log_path
+        self.lock = threading.Lock()
+        self._zygotes: dict = {}
+        self._log = None
+
+    def starter(self, backend: str, preload=()):
+        """A :attr:`BuildPhase.starter <pkb_core.build.phase.BuildPhase.starter>` for ``backend``."""
+        def start(request: bytes, log, reply_fd: int) -> _ForkedBuilder:
+            zygote = self._zygote(backend, tuple(preload))
+            child_stdin, stdin = os.pipe()
+            log_fd = os.dup(log.fileno())
+            try:
+                with self.lock:
+                    # A build's two compiles at once (MAX_JOBS), as for builders the phase spawns.
+                    pid = zygote.fork({"PYTHONUNBUFFERED": "1", **build_environment()}, [child_stdin, reply_fd, log_fd],
+                                      time.monotonic() + STARTUP_S, role="builder")
+            finally:
+                os.close(child_stdin)
+                os.close(log_fd)
+            with os.fdopen(stdin, "wb") as pipe:
+                pipe.write(request)
+            return _ForkedBuilder(self, zygote, pid)
+
+        return start
+
+    def _zygote(self, backend: str, preload: tuple) -> _Zygote:
+        with self.lock:
+            key = (backend, preload)
+            if key not in self._zygotes or self._zygotes[key].proc.poll() is not None:
+                if self._log is None:
+                    self.log_path.parent.mkdir(parents=True, exist_ok=True)
+                    self._log = open(self.log_path, "ab")
+                env = dict(os.environ, PYTHONUNBUFFERED="1", **preload_environment(preload))
+                self._zygotes[key] = _Zygote(backend, env, self._log)
+            return self._zygotes[key]
+
+    def stop(self) -> None:
+        with self.lock:
+            for zygote in self._zygotes.values():
+                zygote.stop()
+            self._zygotes.clear()
+            if self._log is not None:
+                self._log.close()

@@ -1,0 +1,168 @@
+"""A submission, checked and planned: the job a lane will run, or the one line that refuses it.
+
+Everything a submission says is checked here, before it is queued, so a bad
+request is a 4xx with one reason (:class:`Refused`) and never a job that fails
+later: the problem and backend exist and the backend can run on this node, the
+world size fits the node, options are in range, the source is not too large.
+The job itself is planned by the same path as ``pkb run``'s
+(:func:`pkb_core.launch.plan.make_request`, :func:`~pkb_core.launch.plan.plan_jobs`),
+so a verdict through the service is ``pkb run``'s verdict on the same file.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+
+from pkb_core.contracts.job import Job
+from pkb_core.contracts.serve import Submission
+from pkb_core.errors import PkbError
+
+#: Ranges a submission's numbers must fall in (the service's own limits on one job).
+LIMITS = {"trials": (1, 100), "warmup": (0, 10_000), "iters": (1, 100_000), "min_iters": (1, 100_000),
+          "priority": (-1000, 1000)}
+#: The longest client tag and label.
+MAX_TAG = 200
+
+
+class Refused(PkbError):
+    """A submission the service does not queue: ``status`` is the HTTP status, the text its one line."""
+
+    def __init__(self, message: str, status: int = 422):
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass
+class Planned:
+    """What the intake made of a submission."""
+
+    job: Job
+    problem: str
+    world_size: int
+    #: Equal for submissions whose content, problem and options are equal.
+    dedup_key: str
+    #: The lane a job runs in must have been started with these (backend, world size, timeout).
+    lane_key: tuple
+    #: Why the problem refuses the world size (the job is then answered ``unsupported`` at once).
+    refusal: str | None = None
+
+
+class Intake:
+    """Checks and plans submissions for one node (see the module docstring).
+
+    :param pm: the service's plugin manager (backends, problems, ``pkb.toml``).
+    :param devices: how many devices (GPUs, or CPU rank slots) the node gives to groups.
+    """
+
+    def __init__(self, pm, *, device: str, devices: int, sources: Path, max_source_bytes: int,
+                 job_timeout: float | None, max_timeout: float):
+        from pkb_core.problem.registry import build_registry, require_problems
+
+        self.pm = pm
+        self.device = device
+        self.devices = devices
+        self.sources = Path(sources)
+        self.max_source_bytes = max_source_bytes
+        self.job_timeout = job_timeout
+        self.max_timeout = max_timeout
+        self.registry = require_problems(build_registry(pm))
+        self._infos: dict = {}
+
+    def backend(self, name: str):
+        """The backend's info, or :class:`Refused` naming the choices or what it lacks here."""
+        from pkb_core.plugin.manager import get_backend_info
+
+        if name not in self._infos:
+            try:
+                info = get_backend_info(self.pm, name)
+            except PkbError as exc:
+                raise Refused(str(exc), 404) from None
+            missing = info.unavailable_reason(self.device)
+            if missing:
+                raise Refused(f"backend {name} cannot run on this node: {missing}", 422)
+            self._infos[name] = info
+        return self._infos[name]
+
+    def plan(self, submission: Submission, job_id: str) -> Planned:
+        """The job for ``submission``; :class:`Refused` when it cannot be queued."""
+        from pkb_core.launch.plan import make_request, plan_jobs
+
+        self._check(submission)
+        info = self.backend(submission.backend)
+        try:
+            spec = self.registry.get(submission.problem)
+        except PkbError as exc:
+            raise Refused(str(exc), 404) from None
+        world_size = submission.world_size or 2
+        if world_size > self.devices:
+            raise Refused(f"world size {world_size} but this node gives groups {self.devices} device(s)")
+        path = self._write_source(submission.source, spec.key)
+        try:
+            request = make_request(backend=info.name, device=self.device, nproc=world_size, trials=submission.trials,
+                                   size=submission.size, dtype=submission.dtype, measure_perf=submission.measure_perf,
+                                   timing_modes=submission.timing_modes, warmup=submission.warmup,
+                                   iters=submission.iters, min_iters=submission.min_iters,
+                                   problems=str(spec.id), solution=str(path))
+            pairs = [(spec, path, submission.label or f"{job_id}/{spec.key}.py")]
+            jobs, rejected = plan_jobs(request, pairs)
+        except PkbError as exc:
+            raise Refused(str(exc)) from None
+        job, refusal = (jobs[0], None) if jobs else rejected[0]
+        timeout = self.lane_key(submission, world_size)[2]
+        options = (getattr(self.pm, "pkb_config", None) or {}).get("backends", {}).get(info.name, {})
+        dedup = {"source": hashlib.sha256(submission.source.encode()).hexdigest(), "timeout": timeout,
+                 "options": options, "world_size": world_size,
+                 **{k: v for k, v in job.to_json().items() if k not in ("key", "slug", "solution", "solution_label")}}
+        return Planned(job=job, problem=spec.key, world_size=world_size, refusal=refusal,
+                       dedup_key=hashlib.sha256(json.dumps(dedup, sort_keys=True).encode()).hexdigest(),
+                       lane_key=self.lane_key(submission, world_size))
+
+    def lane_key(self, submission: Submission, world_size: int) -> tuple:
+        """``(backend, world size, job timeout)``: what a lane must have been started with to run the job."""
+        from pkb_core.launch.plan import default_job_timeout
+
+        timeout = min(submission.timeout or self.job_timeout or default_job_timeout(self.device), self.max_timeout)
+        return submission.backend, world_size, float(timeout)
+
+    def _check(self, submission: Submission) -> None:
+        from pkb_core.harness.timing import MODES
+
+        size = len(submission.source.encode())
+        if size > self.max_source_bytes:
+            raise Refused(f"the source is {size} bytes; this service takes at most {self.max_source_bytes}", 413)
+        if not submission.source.strip():
+            raise Refused("the source is empty (a solution file defines solution(...))")
+        for name, (low, high) in LIMITS.items():
+            value = getattr(submission, name)
+            if value is not None and not low <= value <= high:
+                raise Refused(f"{name} {value} is out of range ({low} to {high})")
+        if submission.world_size is not None and submission.world_size < 1:
+            raise Refused(f"world_size {submission.world_size} must be at least 1")
+        if submission.size not in ("auto", "tiny", "default", "large"):
+            raise Refused(f"size {submission.size!r} is not one of auto, tiny, default, large")
+        if submission.dtype not in ("auto", "bf16", "fp16", "fp32"):
+            raise Refused(f"dtype {submission.dtype!r} is not one of auto, bf16, fp16, fp32")
+        unknown = [m for m in submission.timing_modes if m not in MODES]
+        if unknown or not submission.timing_modes:
+            raise Refused(f"timing mode {', '.join(unknown) or '(none)'} is not one of {', '.join(MODES)}")
+        if submission.timeout is not None and not 0 < submission.timeout <= self.max_timeout:
+            raise Refused(f"timeout {submission.timeout} is out of range (above 0, at most {self.max_timeout:.0f} s)")
+        for name in ("client", "label"):
+            value = getattr(submission, name)
+            if value is not None and (len(value) > MAX_TAG or not value.isprintable()):
+                raise Refused(f"{name} must be printable and at most {MAX_TAG} characters")
+
+    def _write_source(self, source: str, problem_key: str) -> Path:
+        """The source as a file named after its problem, in a folder named by its content
+        (written once; a file with the same content is the same file)."""
+        digest = hashlib.sha256(source.encode()).hexdigest()
+        path = self.sources / digest[:2] / digest / f"{problem_key}.py"
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".{secrets.token_hex(4)}.tmp")  # two submissions of one text race here
+            tmp.write_text(source)
+            tmp.replace(path)
+        return path

@@ -1,0 +1,271 @@
+"""The service's scheduler: queued jobs through the build pool onto warm groups.
+
+One thread owns every decision (the loop in :meth:`Scheduler._loop`); HTTP
+handlers and lane readers only wake it. A job goes ``queued`` -> ``building``
+(the compile pool: CPU threads running the same compile phase as ``pkb run``,
+never holding a group) -> ``ready`` -> ``running`` on a lane
+(:mod:`pkb_core.serve.lanes`) -> ``done``.
+
+Groups by world size. The node's devices (GPUs; in CPU mode, rank slots) are
+split into lanes as the ready jobs need them: a lane of W devices runs jobs of
+world size W for one backend and timeout, one at a time, concurrently with the
+other lanes on disjoint devices. A job takes an idle lane of its kind; else a
+new lane on free devices; else idle lanes of other kinds are retired (the
+longest idle first) to make room. The first ready job that cannot be placed
+reserves the room it waits for: later jobs may still use idle lanes that
+exist, but start no new ones, so a job of a large world size is not starved by
+a stream of small ones.
+
+Order: higher priority first; within a priority, the client that started the
+fewest jobs in the last :data:`SHARE_WINDOW_S` seconds goes first (so one
+client's thousand submissions cannot starve another's one: clients take turns),
+then submission order.
+"""
+from __future__ import annotations
+
+import collections
+import itertools
+import queue
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from pkb_core.contracts.job import Job
+from pkb_core.contracts.serve import GroupView, JobState, LaneResult
+from pkb_core.contracts.verdict import Verdict
+from pkb_core.serve.builders import WarmBuilders
+from pkb_core.serve.lanes import Lane
+from pkb_core.serve.store import JobStore
+
+#: A job whose lane died under it runs this many times in all before it is recorded as ``error``.
+MAX_ATTEMPTS = 2
+#: Seconds over which the fair share counts the jobs each client started.
+SHARE_WINDOW_S = 600.0
+
+
+class Scheduler:
+    """See the module docstring.
+
+    :param settings_for: ``settings_for(lane_key) -> LaunchSettings`` for a new lane's launch.
+    :param lane_key_of: ``lane_key_of(submission, world_size) -> tuple``: the lane a job needs.
+    """
+
+    def __init__(self, store: JobStore, *, devices: int, data_dir: Path, settings_for, lane_key_of,
+                 build_workers: int):
+        self.store = store
+        self.devices = devices
+        self.data_dir = Path(data_dir)
+        self.settings_for = settings_for
+        self.lane_key_of = lane_key_of
+        self.lanes: dict[str, Lane] = {}
+        self.free = set(range(devices))
+        self.building: dict[str, object] = {}
+        self.builds = ThreadPoolExecutor(max_workers=build_workers, thread_name_prefix="pkb-build")
+        self.build_workers = build_workers
+        self.warm_builders = WarmBuilders(self.data_dir / "logs" / "builders.log")
+        #: When each client's recent jobs started (the fair share counts those of the last window).
+        self.served: dict[str, collections.deque] = {}
+        self._results: queue.Queue = queue.Queue()
+        self._wake = threading.Event()
+        self._stopping = False
+        self._ids = itertools.count(1)
+        self._thread = threading.Thread(target=self._loop, name="pkb-scheduler", daemon=True)
+
+    # -- from other threads ------------------------------------------------------------
+    def start(self) -> None:
+        self._thread.start()
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def cancel(self, job_id: str) -> None:
+        """Cancel a job: a waiting one at once, a running one by killing its candidate."""
+        from pkb_core.serve.store import WAITING
+
+        if self.store.set_state(job_id, JobState.CANCELLED, note="cancelled before it ran", only_from=WAITING):
+            return
+        for lane in list(self.lanes.values()):
+            if lane.job_id == job_id:
+                lane.cancel(job_id)
+
+    def stop(self) -> None:
+        """Stop the loop, the lanes (each after its running job is killed with it) and the builds."""
+        self._stopping = True
+        self.wake()
+        if self._thread.is_alive():
+            self._thread.join(timeout=10)
+        for lane in self.lanes.values():
+            if lane.job_id is not None:  # it runs again when the service is back (the store still says running)
+                lane.cancel(lane.job_id)
+        stoppers = [threading.Thread(target=lane.stop, kwargs={"grace": 5.0}) for lane in self.lanes.values()]
+        for thread in stoppers:
+            thread.start()
+        for thread in stoppers:
+            thread.join()
+        self.builds.shutdown(wait=False, cancel_futures=True)
+        self.warm_builders.stop()
+
+    def groups(self) -> list[GroupView]:
+        return [lane.view() for lane in list(self.lanes.values())]
+
+    # -- the loop ----------------------------------------------------------------------
+    def _loop(self) -> None:
+        while not self._stopping:
+            self._wake.wait(timeout=0.5)
+            self._wake.clear()
+            try:
+                while not self._results.empty():
+                    self._on_result(*self._results.get())
+                if self._stopping:
+                    break
+                waiting = self.store.waiting()
+                self._start_builds([w for w in waiting if w["state"] == JobState.QUEUED])
+                self._dispatch([w for w in waiting if w["state"] == JobState.READY])
+            except Exception:  # noqa: BLE001 - the loop must outlive any one job's surprise
+                import traceback
+
+                traceback.print_exc()
+                time.sleep(0.5)
+
+    # -- builds --------------------------------------------------------------------------
+    def _start_builds(self, queued: list) -> None:
+        for item in sorted(queued, key=lambda w: -w["priority"]):
+            if len(self.building) >= self.build_workers:
+                return
+            if self.store.set_state(item["id"], JobState.BUILDING, note="", only_from=(JobState.QUEUED,)):
+                job = Job.from_json(item["job"])
+                key = self.lane_key_of(item["submission"], item["world_size"])
+                self.building[item["id"]] = self.builds.submit(self._build, item["id"], job, key)
+
+    def _build(self, job_id: str, job: Job, key: tuple) -> None:
+        """One job's compile phase (a pool thread); its outcome goes through the results queue."""
+        from pkb_core.launch.jobs import compile_phase
+
+        try:
+            settings = self.settings_for(key)
+            built, records = compile_phase([job], settings,
+                                           starter=self.warm_builders.starter(settings.backend, settings.preload))
+            self._results.put(("built", job_id, built[0] if built else None, records[0] if records else None))
+        except Exception as exc:  # noqa: BLE001 - a build the pool could not run is that job's error
+            from pkb_core.errors import describe
+
+            self._results.put(("built", job_id, None, self._error_record(job, key, f"the build could not run: "
+                                                                                  f"{describe(exc)}")))
+        self.wake()
+
+    @staticmethod
+    def _error_record(job: Job, key: tuple, reason: str):
+        from pkb_core.results.records import job_record
+
+        return job_record(job, key[1], Verdict.ERROR, reason)
+
+    # -- placing ready jobs on lanes ------------------------------------------------------
+    def _dispatch(self, ready: list) -> None:
+        now = time.monotonic()
+        for client, starts in list(self.served.items()):
+            while starts and starts[0] < now - SHARE_WINDOW_S:
+                starts.popleft()
+            if not starts:
+                del self.served[client]
+        reserved = False
+        remaining = list(ready)  # in submission order: min() below keeps the earliest of equals
+        while remaining:
+            item = min(remaining, key=lambda w: (-w["priority"], len(self.served.get(w["client"], ()))))
+            remaining.remove(item)
+            key = self.lane_key_of(item["submission"], item["world_size"])
+            lane = self._idle_lane(key) or (None if reserved else self._new_lane(key))
+            if lane is None:
+                if not reserved:
+                    self.store.set_state(item["id"], JobState.READY,
+                                         note=f"waiting for {key[1]} free device(s) for a group of its kind",
+                                         only_from=(JobState.READY,))
+                reserved = True
+                if not any(lane.job_id is None for lane in self.lanes.values()):
+                    return  # nothing idle left to backfill
+                continue
+            if not self.store.set_state(item["id"], JobState.RUNNING, note="", only_from=(JobState.READY,)):
+                continue  # cancelled meanwhile
+            if lane.run(item["id"], Job.from_json(item["job"])):
+                self.served.setdefault(item["client"], collections.deque()).append(now)
+            else:
+                self.store.set_state(item["id"], JobState.READY, note="its group was gone; waiting again")
+
+    def _idle_lane(self, key: tuple) -> Lane | None:
+        idle = [lane for lane in self.lanes.values() if lane.key == key and lane.job_id is None and not lane.dead]
+        return idle[0] if idle else None
+
+    def _new_lane(self, key: tuple) -> Lane | None:
+        """A lane for ``key`` on free devices, retiring idle lanes of other kinds if that makes room."""
+        world_size = key[1]
+        if len(self.free) < world_size:
+            idle = sorted((lane for lane in self.lanes.values() if lane.job_id is None),
+                          key=lambda lane: lane.idle_since)
+            if len(self.free) + sum(len(lane.devices) for lane in idle) < world_size:
+                return None
+            for lane in idle:
+                if len(self.free) >= world_size:
+                    break
+                self._retire(lane)
+        devices = tuple(sorted(self.free)[:world_size])
+        self.free -= set(devices)
+        lane_id = f"g{next(self._ids)}"
+        lane = Lane(lane_id, key, devices, self.settings_for(key), on_result=self._lane_result,
+                    log=self.data_dir / "logs" / f"lane-{lane_id}.log")
+        self.lanes[lane_id] = lane
+        return lane
+
+    def _retire(self, lane: Lane) -> None:
+        """Stop an idle lane; its devices are free once it has stopped its groups (waited here:
+        a job cannot take devices whose old processes still hold them)."""
+        self.lanes.pop(lane.id, None)
+        lane.stop()
+        self.free |= set(lane.devices)
+
+    # -- results ---------------------------------------------------------------------------
+    def _lane_result(self, lane: Lane, result: LaneResult) -> None:
+        self._results.put(("lane", lane, result))
+        self.wake()
+
+    def _on_result(self, kind, *args) -> None:
+        if kind == "built":
+            job_id, job, record = args
+            self.building.pop(job_id, None)
+            if record is not None:
+                self.store.finish(job_id, record)
+            elif job is not None:
+                self.store.set_job(job_id, job.to_json())
+                self.store.set_state(job_id, JobState.READY, only_from=(JobState.BUILDING,))
+            return
+        lane, result = args
+        if result.error is not None:
+            self._lane_failed(lane, result)
+            return
+        if result.job_id:
+            if result.cancelled:
+                self.store.set_state(result.job_id, JobState.CANCELLED, note="cancelled while it ran")
+            elif result.record is not None:
+                self.store.finish(result.job_id, result.record)
+        if lane.job_id == result.job_id:
+            lane.job_id = None
+            lane.jobs_done += 1
+            lane.idle_since = time.monotonic()
+
+    def _lane_failed(self, lane: Lane, result: LaneResult) -> None:
+        """A lane that failed or ended: its job runs again once elsewhere, then is an ``error``."""
+        job_id = lane.job_id
+        if self.lanes.pop(lane.id, None) is not None:
+            lane.stop(grace=5.0)
+            self.free |= set(lane.devices)
+        if not job_id:
+            return
+        lane.job_id = None
+        if self.store.attempts(job_id) < MAX_ATTEMPTS:
+            self.store.set_state(job_id, JobState.READY, note=f"requeued: {result.error}",
+                                 only_from=(JobState.RUNNING,))
+            return
+        planned = self.store.planned(job_id)
+        if planned is not None:
+            job, world_size = planned
+            reason = f"{result.error}; it ran {MAX_ATTEMPTS} times and its group failed each time"
+            self.store.finish(job_id, self._error_record(job, (job.backend, world_size), reason))

@@ -1,0 +1,163 @@
+"""The reward service's core, without HTTP: submit, read, wait, cancel, list, statistics.
+
+:class:`Service` joins the intake (:mod:`pkb_core.serve.intake`), the SQLite
+store (:mod:`pkb_core.serve.store`) and the scheduler
+(:mod:`pkb_core.serve.scheduler`). The HTTP app (:mod:`pkb_core.serve.app`)
+is a thin layer over it; tests and embedders may call it directly.
+
+Deduplication: a submission whose source, problem and options equal a finished
+job's is answered at once with that job's record (a new job id, ``same_as``
+naming the original), unless it asks for a ``fresh`` run. Overload: more than
+``max_queued`` jobs waiting refuses new ones (HTTP 429 with a Retry-After).
+"""
+from __future__ import annotations
+
+import secrets
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from pkb_core.contracts.serve import Health, JobState, JobView, QueueStats, Submission
+from pkb_core.serve.intake import Intake, Refused
+from pkb_core.serve.scheduler import Scheduler
+from pkb_core.serve.store import WAITING, JobStore
+
+
+@dataclass
+class ServiceConfig:
+    """How ``pkb serve`` was started (its options, checked by the command)."""
+
+    data_dir: Path
+    device: str
+    #: Devices groups may use: the node's GPUs, or CPU rank slots in CPU mode.
+    devices: int
+    max_queued: int = 1000
+    max_source_bytes: int = 512 << 10
+    #: Seconds a job may run (None: ``pkb run``'s default for the device); a submission may ask for less.
+    job_timeout: float | None = None
+    max_timeout: float = 3600.0
+    build_workers: int | None = None
+    build_timeout: float = 600.0
+
+
+class Overloaded(Refused):
+    """The queue is full: HTTP 429, with the seconds to wait."""
+
+    def __init__(self, message: str, retry_after: int):
+        super().__init__(message, 429)
+        self.retry_after = retry_after
+
+
+class Service:
+    """See the module docstring. :meth:`start` recovers the jobs a killed service left."""
+
+    def __init__(self, config: ServiceConfig, pm):
+        from pkb_core.build.phase import default_workers
+
+        self.config = config
+        self.pm = pm
+        data = Path(config.data_dir)
+        self.store = JobStore(data / "jobs.sqlite")
+        self.intake = Intake(pm, device=config.device, devices=config.devices, sources=data / "sources",
+                             max_source_bytes=config.max_source_bytes, job_timeout=config.job_timeout,
+                             max_timeout=config.max_timeout)
+        self.scheduler = Scheduler(self.store, devices=config.devices, data_dir=data,
+                                   settings_for=self._settings_for, lane_key_of=self._lane_key_of,
+                                   build_workers=config.build_workers or default_workers(64))
+        self.started = time.time()
+        self.recovered = 0
+
+    def start(self) -> None:
+        self.recovered = self.store.recover()
+        self.scheduler.start()
+        self.scheduler.wake()
+
+    def stop(self) -> None:
+        self.scheduler.stop()
+        self.store.close()
+
+    # -- what lanes need ---------------------------------------------------------------
+    def _lane_key_of(self, submission: Submission, world_size: int) -> tuple:
+        return self.intake.lane_key(submission, world_size)
+
+    def _settings_for(self, key: tuple):
+        """The launch settings of a lane for ``(backend, world size, timeout)``."""
+        from pkb_core.launch.plan import launch_settings
+
+        backend, world_size, timeout = key
+        calibration = None
+        if self.config.device == "cuda":
+            from pkb_core.machine.calibrate import calibrate
+
+            calibration = calibrate("cuda")  # cached per machine: the physics floor of timed jobs
+        return launch_settings(self.pm, self.intake.backend(backend), device=self.config.device, nproc=world_size,
+                               run_dir=Path(self.config.data_dir) / "runs" / f"{backend}-W{world_size}",
+                               job_timeout=timeout, calibration=calibration, build_timeout=self.config.build_timeout,
+                               build_workers=1)
+
+    # -- the API ------------------------------------------------------------------------
+    def submit(self, submission: Submission) -> JobView:
+        """Queue ``submission`` (or answer it from an identical finished job);
+        :class:`Refused` / :class:`Overloaded` when it cannot be queued."""
+        from pkb_core.results.records import job_record
+        from pkb_core.contracts.verdict import Verdict
+
+        waiting = sum(n for state, n in self.store.counts().items() if JobState(state) in WAITING)
+        if waiting >= self.config.max_queued:
+            raise Overloaded(f"the queue is full ({waiting} jobs waiting, at most {self.config.max_queued})",
+                             retry_after=self._retry_after(waiting))
+        job_id = f"j{int(time.time() * 1000):x}{secrets.token_hex(4)}"
+        planned = self.intake.plan(submission, job_id)
+        common = dict(problem=planned.problem, world_size=planned.world_size, dedup_key=planned.dedup_key,
+                      job_json=planned.job.to_json())
+        if not submission.fresh:
+            earlier = self.store.done_with(planned.dedup_key)
+            if earlier is not None and earlier.record is not None:
+                self.store.add(job_id, submission, state=JobState.DONE, record=earlier.record, same_as=earlier.id,
+                               note=f"the same source and options as {earlier.id}: its record", **common)
+                return self.store.view(job_id)
+        if planned.refusal is not None:
+            record = job_record(planned.job, planned.world_size, Verdict.UNSUPPORTED, planned.refusal)
+            self.store.add(job_id, submission, state=JobState.DONE, record=record, **common)
+            return self.store.view(job_id)
+        self.store.add(job_id, submission, **common)
+        self.scheduler.wake()
+        return self.store.view(job_id)
+
+    def _retry_after(self, waiting: int) -> int:
+        """Seconds until the queue has likely room: its length over the last hour's rate (1 to 600)."""
+        per_second = self.store.done_since(time.time() - 3600) / 3600
+        return int(min(600, max(1, waiting / per_second))) if per_second > 0 else 30
+
+    def view(self, job_id: str) -> JobView:
+        view = self.store.view(job_id)
+        if view is None:
+            raise Refused(f"no job {job_id!r}", 404)
+        return view
+
+    def cancel(self, job_id: str) -> JobView:
+        view = self.view(job_id)
+        if not view.state.final:
+            self.scheduler.cancel(job_id)
+        return self.view(job_id)
+
+    def jobs(self, *, state: str | None = None, client: str | None = None, limit: int = 100) -> list[JobView]:
+        if state is not None and state not in {s.value for s in JobState}:
+            raise Refused(f"state {state!r} is not one of {', '.join(s.value for s in JobState)}")
+        if not 1 <= limit <= 10_000:
+            raise Refused(f"limit {limit} is out of range (1 to 10000)")
+        return self.store.views(state=state, client=client, limit=limit)
+
+    def stats(self) -> QueueStats:
+        groups = tuple(self.scheduler.groups())
+        return QueueStats(states=self.store.counts(), clients=self.store.open_by_client(), groups=groups,
+                          devices=self.config.devices, devices_held=sum(len(g.devices) for g in groups),
+                          builds_running=len(self.scheduler.building),
+                          done_last_hour=self.store.done_since(time.time() - 3600),
+                          max_queued=self.config.max_queued)
+
+    def health(self) -> Health:
+        from pkb_core import __version__
+
+        return Health(ok=True, version=__version__, device=self.config.device, devices=self.config.devices,
+                      uptime_s=round(time.time() - self.started, 3))

@@ -1,0 +1,195 @@
+"""The service's jobs, their states and records, in one SQLite file.
+
+Every change of a job is one committed transaction, so a service killed at any
+instant (``kill -9``) loses nothing that a client was told: on restart
+:meth:`JobStore.recover` puts the jobs that were building or running back in
+the queue (their processes died with the service) and the finished ones are
+served as they were. SQLite is embedded (no server to install); WAL mode lets
+the HTTP handlers read while the scheduler writes.
+"""
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from pathlib import Path
+
+from pkb_core.contracts.job import Job
+from pkb_core.contracts.record import Record
+from pkb_core.contracts.serve import JobState, JobView, Submission
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS jobs (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    id TEXT UNIQUE NOT NULL,
+    state TEXT NOT NULL,
+    client TEXT NOT NULL,
+    priority INTEGER NOT NULL,
+    problem TEXT NOT NULL,
+    backend TEXT NOT NULL,
+    world_size INTEGER NOT NULL,
+    dedup_key TEXT NOT NULL,
+    submission TEXT NOT NULL,
+    job TEXT,
+    record TEXT,
+    note TEXT NOT NULL DEFAULT '',
+    same_as TEXT,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    submitted_at REAL NOT NULL,
+    started_at REAL,
+    finished_at REAL
+);
+CREATE INDEX IF NOT EXISTS jobs_state ON jobs(state);
+CREATE INDEX IF NOT EXISTS jobs_dedup ON jobs(dedup_key, state);
+CREATE INDEX IF NOT EXISTS jobs_client ON jobs(client);
+"""
+
+#: States a job leaves only by being scheduled or cancelled.
+WAITING = (JobState.QUEUED, JobState.BUILDING, JobState.READY)
+
+
+class JobStore:
+    """The jobs table (one connection, serialised by a lock: writes are few and short)."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._db = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: a committed row survives a killed process
+        self._db.executescript(_SCHEMA)
+        self._lock = threading.Lock()
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    def _run(self, sql: str, args=()) -> list:
+        with self._lock:
+            return self._db.execute(sql, args).fetchall()
+
+    # -- writes ------------------------------------------------------------------
+    def add(self, job_id: str, submission: Submission, *, problem: str, world_size: int, dedup_key: str,
+            state: JobState = JobState.QUEUED, job_json: dict | None = None, record: Record | None = None,
+            same_as: str | None = None, note: str = "") -> None:
+        """A new job (``state`` ``done`` with ``record`` for one answered at once)."""
+        now = time.time()
+        self._run("INSERT INTO jobs (id, state, client, priority, problem, backend, world_size, dedup_key, "
+                  "submission, job, record, note, same_as, submitted_at, finished_at) "
+                  "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                  (job_id, JobState(state).value, submission.client, submission.priority, problem,
+                   submission.backend, world_size, dedup_key, json.dumps(submission.to_json()),
+                   json.dumps(job_json) if job_json else None,
+                   json.dumps(record.to_json()) if record else None, note, same_as, now,
+                   now if JobState(state).final else None))
+
+    def set_state(self, job_id: str, state: JobState, *, note: str | None = None, only_from=None) -> bool:
+        """Move a job to ``state`` (from one of ``only_from`` when given); False if it was not there."""
+        sets, args = ["state = ?"], [JobState(state).value]
+        if note is not None:
+            sets.append("note = ?")
+            args.append(note)
+        if state == JobState.RUNNING:
+            sets += ["started_at = ?", "attempts = attempts + 1"]
+            args.append(time.time())
+        if JobState(state).final:
+            sets.append("finished_at = ?")
+            args.append(time.time())
+        where, wargs = "id = ?", [job_id]
+        if only_from:
+            where += f" AND state IN ({', '.join('?' * len(only_from))})"
+            wargs += [JobState(s).value for s in only_from]
+        with self._lock:
+            cursor = self._db.execute(f"UPDATE jobs SET {', '.join(sets)} WHERE {where}", args + wargs)
+            return cursor.rowcount > 0
+
+    def set_job(self, job_id: str, job_json: dict) -> None:
+        """The planned (and built) job a lane will run."""
+        self._run("UPDATE jobs SET job = ? WHERE id = ?", (json.dumps(job_json), job_id))
+
+    def finish(self, job_id: str, record: Record, *, state: JobState = JobState.DONE, note: str = "") -> bool:
+        """Store ``job_id``'s record; False if it had been cancelled or finished already."""
+        with self._lock:
+            cursor = self._db.execute(
+                "UPDATE jobs SET state = ?, record = ?, note = ?, finished_at = ? WHERE id = ? AND state NOT IN (?, ?)",
+                (JobState(state).value, json.dumps(record.to_json()), note, time.time(), job_id,
+                 JobState.DONE.value, JobState.CANCELLED.value))
+            return cursor.rowcount > 0
+
+    def recover(self) -> int:
+        """After a restart: jobs that were building, built or running go back to the queue
+        (their processes died with the service). How many."""
+        with self._lock:
+            cursor = self._db.execute(
+                "UPDATE jobs SET state = ?, note = 'requeued after a service restart' WHERE state IN (?, ?, ?)",
+                (JobState.QUEUED.value, JobState.BUILDING.value, JobState.READY.value, JobState.RUNNING.value))
+            return cursor.rowcount
+
+    # -- reads -------------------------------------------------------------------
+    def view(self, job_id: str) -> JobView | None:
+        rows = self._run(f"SELECT {_VIEW_COLUMNS} FROM jobs WHERE id = ?", (job_id,))
+        return _view(rows[0]) if rows else None
+
+    def views(self, *, state: str | None = None, client: str | None = None, limit: int = 100) -> list[JobView]:
+        """The newest ``limit`` jobs (filtered by state and client), newest first."""
+        where, args = [], []
+        if state:
+            where.append("state = ?")
+            args.append(state)
+        if client:
+            where.append("client = ?")
+            args.append(client)
+        clause = f"WHERE {' AND '.join(where)}" if where else ""
+        rows = self._run(f"SELECT {_VIEW_COLUMNS} FROM jobs {clause} ORDER BY seq DESC LIMIT ?", (*args, limit))
+        return [_view(row) for row in rows]
+
+    def done_with(self, dedup_key: str) -> JobView | None:
+        """The newest finished job with this content and options (for deduplication)."""
+        rows = self._run(f"SELECT {_VIEW_COLUMNS} FROM jobs WHERE dedup_key = ? AND state = ? AND same_as IS NULL "
+                         "ORDER BY seq DESC LIMIT 1", (dedup_key, JobState.DONE.value))
+        return _view(rows[0]) if rows else None
+
+    def waiting(self) -> list[dict]:
+        """Jobs not yet scheduled, oldest first: ``{id, state, client, priority, world_size, submission, job}``."""
+        rows = self._run("SELECT id, state, client, priority, world_size, submission, job FROM jobs "
+                         f"WHERE state IN ({', '.join('?' * len(WAITING))}) ORDER BY seq",
+                         tuple(s.value for s in WAITING))
+        return [{"id": r[0], "state": JobState(r[1]), "client": r[2], "priority": r[3], "world_size": r[4],
+                 "submission": Submission.from_json(json.loads(r[5])), "job": json.loads(r[6]) if r[6] else None}
+                for r in rows]
+
+    def counts(self) -> dict[str, int]:
+        return dict(self._run("SELECT state, COUNT(*) FROM jobs GROUP BY state"))
+
+    def open_by_client(self) -> dict[str, int]:
+        return dict(self._run("SELECT client, COUNT(*) FROM jobs WHERE state NOT IN (?, ?) GROUP BY client",
+                              (JobState.DONE.value, JobState.CANCELLED.value)))
+
+    def done_since(self, since: float) -> int:
+        return self._run("SELECT COUNT(*) FROM jobs WHERE state = ? AND finished_at >= ?",
+                         (JobState.DONE.value, since))[0][0]
+
+    def planned(self, job_id: str):
+        """``(Job, world size)`` of a planned job, or None."""
+        rows = self._run("SELECT job, world_size FROM jobs WHERE id = ?", (job_id,))
+        if not rows or not rows[0][0]:
+            return None
+        return Job.from_json(json.loads(rows[0][0])), rows[0][1]
+
+    def attempts(self, job_id: str) -> int:
+        rows = self._run("SELECT attempts FROM jobs WHERE id = ?", (job_id,))
+        return rows[0][0] if rows else 0
+
+
+_VIEW_COLUMNS = ("id, state, client, priority, problem, backend, world_size, submitted_at, started_at, "
+                 "finished_at, note, same_as, record")
+
+
+def _view(row) -> JobView:
+    (job_id, state, client, priority, problem, backend, world_size, submitted, started, finished, note,
+     same_as, record) = row
+    return JobView(id=job_id, state=state, client=client, priority=priority, problem=problem, backend=backend,
+                   world_size=world_size, submitted_at=submitted, started_at=started, finished_at=finished,
+                   note=note or "", same_as=same_as,
+                   record=Record.from_json(json.loads(record)) if record else None)
