@@ -150,7 +150,8 @@ class BuildPhase:
                 _kill(build["proc"])
         wall = time.monotonic() - started
         fresh = [result for result in results.values() if not result.cached]
-        self.summary = {"built": len(fresh), "failed": sum(not r.ok for r in fresh), "cached": len(results) - len(fresh),
+        self.summary = {"built": len(fresh), "failed": sum(not r.ok for r in fresh),
+                        "cached": len(results) - len(fresh),
                         "workers": min(workers, made) if made else 0, "wall_s": round(wall, 1),
                         "builds_per_hour": round(len(fresh) * 3600 / wall) if fresh and wall > 0 else None}
         return results
