@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 33's targets on a GPU machine (written for 1xH100, 16 cores; about 7 minutes):
+# Issue 33's targets on a GPU machine (written for 1xH100, 16 cores; about 6 minutes, 9 with PIECES=1):
 #   1. the cuda samples cold through `pkb build` (target: <= 20 s), with the PCH cold and warm,
 #      and today's way for comparison (load_inline's own files, no PCH, torch's ninja jobs);
 #   2. builds per hour of 16 distinct PKB-style files that build through utils.cuda_helpers,
@@ -63,5 +63,7 @@ print(f"builds/hour: new {new['builds_per_hour']}, today {today['builds_per_hour
       f"ratio {new['builds_per_hour'] / today['builds_per_hour']:.2f} (target >= 1.3)")
 PY
 
-# 3. NVRTC, and one build piece by piece (PCH, main.cpp plain/PCH/empty, a .cu with and without torch/types.h).
-fresh; python3 benchmarks/compile_cost.py --nvrtc --json "$OUT/compile_cost.json"
+# 3. NVRTC from source to a loaded kernel; with PIECES=1 also one build piece by piece (PCH, main.cpp
+#    plain/PCH/ops/empty, a .cu with and without torch/types.h: about 3 more minutes).
+fresh; python3 benchmarks/compile_cost.py $([ "${PIECES:-0}" = 1 ] && echo --nvrtc || echo --nvrtc-only) \
+  --json "$OUT/compile_cost.json"
