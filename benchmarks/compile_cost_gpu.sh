@@ -40,10 +40,11 @@ fresh; build samples-cold -- --solutions backends/cuda/pkb_cuda/samples
 ls -la $PKB_CACHE_DIR/pch/*/ 2>/dev/null | head -5
 rm -rf $PKB_CACHE_DIR/cuda $PKB_CACHE_DIR/builds  # keep only the PCH
 build samples-cold-pch-warm -- --solutions backends/cuda/pkb_cuda/samples
-# Today's way: main's samples (torch in the .cu, pybind11) when git has main, else these samples built as
+# Today's way: $TODAY_SAMPLES (the samples before this change), else main's samples (torch in the .cu,
+# pybind11) when git has main, else these samples built as
 # load_inline writes them (torch/types.h in every .cu: the .cu sets the pace either way).
-TODAY=backends/cuda/pkb_cuda/samples
-if git rev-parse -q --verify main >/dev/null 2>&1; then
+TODAY=${TODAY_SAMPLES:-backends/cuda/pkb_cuda/samples}
+if [ -z "${TODAY_SAMPLES:-}" ] && git rev-parse -q --verify main >/dev/null 2>&1; then
   rm -rf /tmp/cc-samples-main && mkdir -p /tmp/cc-samples-main
   for f in $(git ls-tree --name-only main backends/cuda/pkb_cuda/samples/); do git show "main:$f" > /tmp/cc-samples-main/$(basename $f); done
   TODAY=/tmp/cc-samples-main
