@@ -185,13 +185,18 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=15.0)
     parser.add_argument("--backend", default="triton")
     parser.add_argument("--skip-batch", action="store_true", help="Do not run the batch for verdicts.")
+    parser.add_argument("--skip-service", action="store_true", help="Measure the loop only.")
     args = parser.parse_args()
     shutil.rmtree(args.out / "files", ignore_errors=True)
     shutil.rmtree(args.out / "loop-files", ignore_errors=True)
     nonce = f"{time.time_ns():x}"
     files = write_files(args.out / "files", args.count, args.backend, tag=nonce)
     twins = write_files(args.out / "loop-files", args.count, args.backend, tag=nonce + " loop")
-    served = serve_and_stream(args, files)
+    if args.skip_service:  # the loop alone (the service's numbers came from an earlier call)
+        served = {"wall": float("nan"), "latencies": {f.name: float("nan") for f in files}, "verdicts": {},
+                  "job_seconds": [(float("nan"), float("nan"))]}
+    else:
+        served = serve_and_stream(args, files)
     lat = sorted(served["latencies"].values())
     service_rate = len(files) / served["wall"] * 3600
     print(f"service: {len(files)} submissions in {served['wall']:.1f} s = {service_rate:.0f} evals/hour; "
