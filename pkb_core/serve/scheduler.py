@@ -179,15 +179,15 @@ class Scheduler:
             if not starts:
                 del self.served[client]
         reserved = False
-        remaining = list(ready)  # in submission order: min() below keeps the earliest of equals
+        # In submission order (min() below keeps the earliest of equals); jobs no group can hold reserve nothing.
+        remaining = [item for item in ready
+                     if not self._unplaceable_job(item, self.lane_key_of(item["submission"], item["world_size"]))]
         while remaining:
             item = min(remaining, key=lambda w: (-w["priority"], len(self.served.get(w["client"], ()))))
             remaining.remove(item)
             key = self.lane_key_of(item["submission"], item["world_size"])
             lane = self._idle_lane(key) or (None if reserved else self._new_lane(key))
             if lane is None:
-                if self._unplaceable_job(item, key):
-                    continue  # it reserves nothing: no group of its kind can start
                 if not reserved:
                     self.store.set_state(item["id"], JobState.READY, note=self.placement.waiting_note(key[1]),
                                          only_from=(JobState.READY,))
