@@ -2,6 +2,7 @@
 
     python3 benchmarks/serve_stream.py OUT_DIR [--count 200] [--loop-sample 20] [--devices 4]
                                        [--concurrency 16] [--timeout 15] [--backend triton]
+                                       [--ray ADDRESS] [--skip-loop] [--skip-batch]
 
 Writes ``--count`` solution files into OUT_DIR/files (the backend's samples and
 variants of them: correct ones with a comment of their own, so each is a distinct
@@ -17,6 +18,10 @@ ones that do not compile), then:
    stream's files (the same code, another comment), so their builds are cold too;
 3. runs every file once more with ``pkb run --solutions OUT_DIR/files`` (one batch)
    for the verdicts, and compares them with the service's, file by file.
+
+With ``--ray ADDRESS`` the service is ``pkb serve --ray ADDRESS`` (its groups Ray
+actors on that cluster's nodes; ``--devices`` then caps the slots it uses).
+``--skip-loop`` leaves out step 2 (for comparing services with each other).
 
 Prints evals per hour of both, p50/p95 latency per submission, the ratio, and
 every verdict that differs. Nothing here is timed by a test: the numbers go to
@@ -112,9 +117,10 @@ def serve_and_stream(args, files: list[Path]) -> dict:
     port = free_port()
     data = args.out / "serve-data"
     shutil.rmtree(data, ignore_errors=True)
+    ray = ["--ray", args.ray] if args.ray else []
     server = subprocess.Popen(["pkb", "serve", "--port", str(port), "--data", str(data), "--devices",
-                               str(args.devices), "--timeout", str(args.timeout), "--max-queued", str(len(files) + 10)],
-                              stderr=open(args.out / "serve.log", "wb"))
+                               str(args.devices), "--timeout", str(args.timeout), "--max-queued", str(len(files) + 10),
+                               *ray], stderr=open(args.out / "serve.log", "wb"))
     try:
         url = f"http://127.0.0.1:{port}"
         import httpx
@@ -160,6 +166,8 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=15.0)
     parser.add_argument("--backend", default="triton")
     parser.add_argument("--skip-batch", action="store_true", help="Do not run the batch for verdicts.")
+    parser.add_argument("--skip-loop", action="store_true", help="Do not time the pkb run loop.")
+    parser.add_argument("--ray", default=None, metavar="ADDRESS", help="Serve with pkb serve --ray ADDRESS.")
     args = parser.parse_args()
     shutil.rmtree(args.out / "files", ignore_errors=True)
     shutil.rmtree(args.out / "loop-files", ignore_errors=True)
@@ -171,12 +179,14 @@ def main() -> int:
     service_rate = len(files) / served["wall"] * 3600
     print(f"service: {len(files)} submissions in {served['wall']:.1f} s = {service_rate:.0f} evals/hour; "
           f"latency p50 {statistics.median(lat):.2f} s, p95 {lat[int(0.95 * (len(lat) - 1))]:.2f} s")
-    sample = random.Random(1).sample(twins, min(args.loop_sample, len(twins)))
-    walls = loop(args, sample)
-    loop_rate = 3600 / statistics.mean(walls)
-    print(f"pkb run loop: {len(sample)} calls, mean {statistics.mean(walls):.2f} s, p50 {statistics.median(walls):.2f} s,"
-          f" p95 {sorted(walls)[int(0.95 * (len(walls) - 1))]:.2f} s = {loop_rate:.0f} evals/hour")
-    print(f"ratio: {service_rate / loop_rate:.1f}x the evals per hour of the loop")
+    if not args.skip_loop:
+        sample = random.Random(1).sample(twins, min(args.loop_sample, len(twins)))
+        walls = loop(args, sample)
+        loop_rate = 3600 / statistics.mean(walls)
+        print(f"pkb run loop: {len(sample)} calls, mean {statistics.mean(walls):.2f} s, "
+              f"p50 {statistics.median(walls):.2f} s, p95 {sorted(walls)[int(0.95 * (len(walls) - 1))]:.2f} s = "
+              f"{loop_rate:.0f} evals/hour")
+        print(f"ratio: {service_rate / loop_rate:.1f}x the evals per hour of the loop")
     counts = {}
     for verdict in served["verdicts"].values():
         counts[verdict] = counts.get(verdict, 0) + 1
