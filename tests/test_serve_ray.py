@@ -149,8 +149,25 @@ def test_a_mixed_queue_survives_a_worker_node_that_leaves(cluster, tmp_path):
                  for line in path.read_text().splitlines()]
         labels = [line["solution"] for line in lines]
         assert sorted(labels) == sorted(set(labels)) and set(labels) <= set(expected), labels
+        _a_node_that_returns_gets_a_group(cluster, server)
     finally:
         server.stop()
+
+
+def _a_node_that_returns_gets_a_group(cluster, server):
+    """The worker node starts again: two jobs at once run on two groups, one of them on the new node."""
+    worker = RayNode("--address", cluster["address"], "--node-ip-address", "127.0.0.1",
+                     log=cluster["temp"] / "worker2.log")
+    cluster["worker"] = worker
+    new_id = next(node_id for node_id, is_head in _wait_for_nodes(cluster["address"], 2) if not is_head)
+    with Client(server.url, timeout=60) as client:
+        both = [client.submit(1, HANG + f"# again {i}\n", backend="triton", timeout=8) for i in range(2)]
+
+        def on_the_new_node():
+            return [g for g in client.stats().groups if g.job and g.node and g.node.endswith(new_id[:8])]
+
+        assert _wait_until(on_the_new_node, 120), client.stats()
+        assert [client.wait(job.id, timeout=120).record.verdict.value for job in both] == ["timeout"] * 2
 
 
 def test_the_evaluator_pool_answers_a_ray_driver_without_http(cluster, tmp_path):

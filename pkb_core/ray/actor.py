@@ -17,6 +17,13 @@ checks before it reads the result (:func:`seal`, :func:`opened`).
 
 The lane process dies with the actor (its ``PR_SET_PDEATHSIG``), so a killed
 actor or a node that leaves takes its candidates with it.
+
+Builds: the service's compile pool builds every job on the service's node (its
+verdict if it fails). A compiled backend's candidates load their build from the
+node's build cache, so on another node the actor runs the same compile phase
+for the job first (:func:`pkb_core.launch.jobs.compile_phase`: locked-down
+builder processes, the outcome cache by content), as ``pkb run`` builds on
+every node of a multi-node launch; an identical build is a cache hit.
 """
 from __future__ import annotations
 
@@ -25,8 +32,6 @@ import hmac
 import json
 import os
 import queue
-import subprocess
-import sys
 import tempfile
 import threading
 from pathlib import Path
@@ -54,23 +59,21 @@ class GroupActor:
     :param token: what every call must carry, and the key of the results' HMAC.
     :param settings: the lane's :class:`~pkb_core.contracts.batch.LaunchSettings` as JSON.
     :param log: the lane's log on this node (the service's path; made here when missing).
+    :param front_node: the Ray node id of the service (jobs arrive built there; elsewhere they are built again).
     """
 
-    def __init__(self, token: str, settings: dict, log: str):
-        from pkb_core.serve.lane import LANE_FD_ENV
+    def __init__(self, token: str, settings: dict, log: str, front_node: str | None = None):
+        import ray
+
+        from pkb_core.serve.lanes import start_lane_process
 
         self._token = token
+        self._settings = settings
+        self._elsewhere = front_node is not None and front_node != ray.get_runtime_context().get_node_id()
         self._results: queue.Queue = queue.Queue()
-        read_fd, write_fd = os.pipe()
-        # Ray set CUDA_VISIBLE_DEVICES to the GPUs of this actor's placement group: the lane sees just those.
-        env = dict(os.environ, **{LANE_FD_ENV: str(write_fd)}, PYTHONUNBUFFERED="1")
-        Path(log).parent.mkdir(parents=True, exist_ok=True)
-        with open(log, "ab") as out:
-            self._proc = subprocess.Popen([sys.executable, "-m", "pkb_core.serve.lane"], stdin=subprocess.PIPE,
-                                          stdout=out, stderr=subprocess.STDOUT, env=env, pass_fds=(write_fd,))
-        os.close(write_fd)
         self._lock = threading.Lock()
-        self._write(settings)
+        # Ray set CUDA_VISIBLE_DEVICES to the GPUs of this actor's placement group: the lane sees just those.
+        self._proc, read_fd = start_lane_process(settings, Path(log), {})
         threading.Thread(target=self._read, args=(read_fd,), name="pkb-lane-results", daemon=True).start()
 
     def _check(self, token: str) -> None:
@@ -78,13 +81,10 @@ class GroupActor:
             raise PermissionError("this group answers only the service that started it")
 
     def _write(self, message: dict) -> bool:
-        with self._lock:
-            try:
-                self._proc.stdin.write((json.dumps(message) + "\n").encode())
-                self._proc.stdin.flush()
-                return True
-            except (BrokenPipeError, OSError, ValueError):
-                return False
+        from pkb_core.serve.lanes import write_line
+
+        with self._lock:  # calls come on several threads of the actor
+            return write_line(self._proc, message)
 
     def _read(self, fd: int) -> None:
         with os.fdopen(fd, "rb") as stream:
@@ -111,7 +111,26 @@ class GroupActor:
         job = task.get("job")
         if job and job.get("solution") and source is not None:
             job["solution"] = _solution_here(job["solution"], source)
+            if self._elsewhere and not self._built_here(task):
+                return True  # the record of a build that failed here went back as the job's result
         return self._write(task)
+
+    def _built_here(self, task: dict) -> bool:
+        """Build the task's job on this node (see the module docstring); False, with its record
+        queued as the result, when it does not build here."""
+        import attrs
+
+        from pkb_core.contracts.batch import LaunchSettings
+        from pkb_core.contracts.job import Job
+        from pkb_core.contracts.serve import LaneResult
+        from pkb_core.launch.jobs import compile_phase
+
+        settings = attrs.evolve(LaunchSettings.from_json(self._settings), build_workers=1)
+        built, records = compile_phase([Job.from_json(task["job"])], settings)
+        if built:
+            return True
+        self._results.put({"result": LaneResult(job_id=task["job_id"], record=records[0]).to_json()})
+        return False
 
     def cancel(self, token: str, job_id: str) -> bool:
         self._check(token)
@@ -128,20 +147,10 @@ class GroupActor:
 
     def stop(self, token: str, grace: float = STOP_GRACE_S) -> int | None:
         """End the lane's input (it stops after the running job); terminate it if it lingers."""
+        from pkb_core.serve.lanes import stop_lane_process
+
         self._check(token)
-        try:
-            self._proc.stdin.close()
-        except OSError:
-            pass
-        try:
-            return self._proc.wait(timeout=grace)
-        except subprocess.TimeoutExpired:
-            self._proc.terminate()  # the lane's SIGTERM handler stops its groups
-            try:
-                return self._proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                return self._proc.wait()
+        return stop_lane_process(self._proc, grace)
 
 
 def _solution_here(path: str, source: str) -> str:

@@ -34,10 +34,11 @@ class RayLane:
     :param room: the placement's :class:`pkb_core.ray.placement.Room` (the placement group, its resources).
     :param actor_class: ``ray.remote(GroupActor)``.
     :param token: the service's token for its actors.
+    :param front_node: the service's Ray node id (the actor builds jobs again on any other node).
     """
 
     def __init__(self, lane_id: str, key: tuple, room, settings: LaunchSettings, *, on_result, log: Path,
-                 actor_class, token: str):
+                 actor_class, token: str, front_node: str | None = None):
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
         self.id = lane_id
@@ -56,7 +57,7 @@ class RayLane:
         # num_cpus=0: the relay takes no core from the trainer; the lane's ranks use the group's devices.
         self.actor = actor_class.options(scheduling_strategy=strategy, num_cpus=0, max_restarts=0,
                                          max_concurrency=8, **room.actor_resources).remote(
-            token, settings.to_json(), str(log))
+            token, settings.to_json(), str(log), front_node)
         self._where = self.actor.where.remote(token)
         self._reader = threading.Thread(target=self._read, name=f"ray-lane-{lane_id}", daemon=True)
         self._reader.start()
@@ -69,9 +70,11 @@ class RayLane:
                 source = Path(job.solution).read_text()
             except OSError:
                 pass
+        if self.dead:
+            return False
         self.job_id = job_id
         self.actor.run.remote(self._token, LaneTask(job_id=job_id, job=job).to_json(), source)
-        return not self.dead
+        return True
 
     def cancel(self, job_id: str) -> None:
         self.actor.cancel.remote(self._token, job_id)

@@ -72,6 +72,7 @@ class RayPlacement:
         self.resource = "GPU" if device == "cuda" else CPU_SLOT
         self.token = token or secrets.token_hex(32)
         self._actor_class = ray.remote(GroupActor)
+        self._front = ray.get_runtime_context().get_node_id()
         self._asked: dict[int, object] = {}
         self._nodes: tuple[float, list] = (0.0, [])
 
@@ -123,22 +124,25 @@ class RayPlacement:
 
     def start_lane(self, lane_id: str, key: tuple, room: Room, settings: LaunchSettings, *, on_result, log: Path):
         return RayLane(lane_id, key, room, settings, on_result=on_result, log=log, actor_class=self._actor_class,
-                       token=self.token)
+                       token=self.token, front_node=self._front)
 
     def release(self, lane) -> None:
-        from ray.util.placement_group import remove_placement_group
+        _remove(lane.room.group)
 
-        try:
-            remove_placement_group(lane.room.group)
-        except Exception:  # noqa: BLE001 - a group Ray already dropped (its node left)
-            pass
+    def prune(self, needed: set) -> None:
+        """Withdraw the asks for world sizes no waiting job needs any more (once placed, they would hold
+        the trainer's devices for nothing)."""
+        for world_size in [w for w in self._asked if w not in needed]:
+            _remove(self._asked.pop(world_size))
 
     def stop(self) -> None:
-        from ray.util.placement_group import remove_placement_group
+        self.prune(set())
 
-        for group in self._asked.values():
-            try:
-                remove_placement_group(group)
-            except Exception:  # noqa: BLE001
-                pass
-        self._asked.clear()
+
+def _remove(group) -> None:
+    from ray.util.placement_group import remove_placement_group
+
+    try:
+        remove_placement_group(group)
+    except Exception:  # noqa: BLE001 - a group Ray already dropped (its node left)
+        pass

@@ -17,7 +17,8 @@ Every placement answers the same questions, so the scheduler has no branch on
 which one it has: take room for a group of W now (:meth:`acquire`; ``None``: not
 now), would retiring these idle lanes make room (:meth:`room_after`), can the
 place ever hold W (:meth:`never_fits`), start a lane in the room taken
-(:meth:`start_lane`), give the room back (:meth:`release`).
+(:meth:`start_lane`), give the room back (:meth:`release`), withdraw what was
+asked for world sizes no job waits for any more (:meth:`prune`).
 """
 from __future__ import annotations
 
@@ -57,6 +58,9 @@ class LocalDevices:
 
     def release(self, lane) -> None:
         self.free |= set(lane.devices)
+
+    def prune(self, needed: set) -> None:
+        """Forget room asked for world sizes not in ``needed`` (this node asks for nothing ahead)."""
 
     def stop(self) -> None:
         pass

@@ -178,6 +178,7 @@ class Scheduler:
                 starts.popleft()
             if not starts:
                 del self.served[client]
+        self.placement.prune({item["world_size"] for item in ready})
         reserved = False
         # In submission order (min() below keeps the earliest of equals); jobs no group can hold reserve nothing.
         remaining = [item for item in ready
