@@ -86,10 +86,10 @@ def cluster():
         worker = RayNode("--address", address, "--node-ip-address", "127.0.0.1", log=temp / "worker.log")
         nodes.append(worker)
         ids = _wait_for_nodes(address, 2)
-        yield {"address": address, "head": head, "worker": worker, "temp": temp,
+        yield {"address": address, "head": head, "worker": worker, "temp": temp, "nodes": nodes,
                "worker_id": next(node_id for node_id, is_head in ids if not is_head)}
     finally:
-        for node in reversed(nodes):
+        for node in reversed(nodes):  # a node a test started again is in the list too
             if node.proc.poll() is None:
                 node.kill()
         shutil.rmtree(temp, ignore_errors=True)
@@ -159,6 +159,7 @@ def _a_node_that_returns_gets_a_group(cluster, server):
     worker = RayNode("--address", cluster["address"], "--node-ip-address", "127.0.0.1",
                      log=cluster["temp"] / "worker2.log")
     cluster["worker"] = worker
+    cluster["nodes"].append(worker)
     new_id = next(node_id for node_id, is_head in _wait_for_nodes(cluster["address"], 2) if not is_head)
     with Client(server.url, timeout=60) as client:
         both = [client.submit(1, HANG + f"# again {i}\n", backend="triton", timeout=8) for i in range(2)]

@@ -19,6 +19,7 @@ from pathlib import Path
 from pkb_core.contracts.batch import LaunchSettings
 from pkb_core.contracts.serial import ContractError
 from pkb_core.contracts.serve import GroupView, LaneResult, LaneTask
+from pkb_core.process.channel import send_line
 from pkb_core.serve.lane import LANE_FD_ENV
 
 #: Seconds a lane may take to finish its job and stop when told to.
@@ -110,12 +111,7 @@ def start_lane_process(settings: dict, log: Path, env: dict) -> tuple[subprocess
 
 def write_line(proc: subprocess.Popen, message: dict) -> bool:
     """One JSON line to a lane's input (False when the lane is gone)."""
-    try:
-        proc.stdin.write((json.dumps(message) + "\n").encode())
-        proc.stdin.flush()
-        return True
-    except (BrokenPipeError, OSError, ValueError):
-        return False
+    return send_line(proc.stdin, message)
 
 
 def stop_lane_process(proc: subprocess.Popen, grace: float = STOP_GRACE_S) -> int:
