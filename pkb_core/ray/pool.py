@@ -58,8 +58,9 @@ class EvaluatorPool:
 
     @classmethod
     def remote(cls, *args, name: str = "pkb-evaluator", max_concurrency: int = 256, **kwargs):
-        """The pool as a named, detached-from-no-one Ray actor (or the one of that name already
-        running): its methods are called with ``.remote(...)`` and ``ray.get``."""
+        """The pool as a named Ray actor, owned by the calling driver (it ends with the driver's job),
+        or the one of that name already running (then the arguments are not used): its methods are
+        called with ``.remote(...)`` and ``ray.get``."""
         import ray
 
         actor = ray.remote(cls).options(name=name, namespace=NAMESPACE, get_if_exists=True, num_cpus=0,
