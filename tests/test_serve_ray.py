@@ -194,3 +194,44 @@ ray.get(pool.close.remote())
     line = next((line for line in out.stdout.splitlines() if line.startswith("VERDICTS")), None)
     assert line is not None, out.stdout[-2000:] + out.stderr[-4000:]
     assert line.split()[1:] == ["Record", "pass", "fail", "pass"], line
+
+
+def _kill_group_actors(cluster) -> int:
+    """SIGKILL every group actor of the cluster's nodes (their processes are named ``ray::GroupActor...``)."""
+    sessions = {node.proc.pid for node in cluster["nodes"] if node.proc.poll() is None}
+    killed = 0
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and os.getsid(int(entry.name)) in sessions and \
+                    (entry / "cmdline").read_bytes().startswith(b"ray::GroupActor"):
+                os.kill(int(entry.name), signal.SIGKILL)
+                killed += 1
+        except (OSError, ProcessLookupError):
+            pass
+    return killed
+
+
+def test_a_job_whose_group_dies_twice_is_an_error_saying_why(cluster, tmp_path):
+    server = Server(tmp_path / "data", "--ray", cluster["address"], "--timeout", "60")
+    try:
+        with Client(server.url, timeout=60) as client:
+            job = client.submit(1, HANG + "# dies twice\n", backend="triton", timeout=40)
+
+            def its_group():
+                return next((g.id for g in client.stats().groups if g.job == job.id), None)
+
+            first = _wait_until(its_group, 120)
+            assert first, client.get(job.id)
+            time.sleep(1)  # the actor has the task (the job's state is set as the task goes to it)
+            assert _kill_group_actors(cluster) >= 1
+            # It runs again on a new group (the requeue's note lasts until that group takes it).
+            second = _wait_until(lambda: (its_group() or first) != first and its_group(), 120)
+            assert second, client.get(job.id)
+            time.sleep(1)
+            assert _kill_group_actors(cluster) >= 1
+            final = client.wait(job.id, timeout=120)
+        assert final.record.verdict.value == "error", final
+        assert "ran 2 times and its group failed each time" in final.record.reason, final.record.reason
+        assert "Ray actor is gone" in final.record.reason, final.record.reason
+    finally:
+        server.stop()
