@@ -2,6 +2,7 @@
 
     python3 benchmarks/serve_stream.py OUT_DIR [--count 200] [--loop-per-kind 4] [--devices 4]
                                        [--concurrency 16] [--timeout 15] [--backend triton]
+                                       [--ray ADDRESS] [--skip-loop] [--skip-batch]
 
 Writes ``--count`` solution files into OUT_DIR/files (the backend's samples and
 variants of them: correct ones with a comment of their own, so each is a distinct
@@ -18,6 +19,10 @@ ones that do not compile), then:
    twins of the stream's files (the same code, another comment), so their builds are cold too;
 3. runs every file once more with ``pkb run --solutions OUT_DIR/files`` (one batch)
    for the verdicts, and compares them with the service's, file by file.
+
+With ``--ray ADDRESS`` the service is ``pkb serve --ray ADDRESS`` (its groups Ray
+actors on that cluster's nodes; ``--devices`` then caps the slots it uses).
+``--skip-loop`` leaves out step 2 (for comparing services with each other).
 
 Prints evals per hour of both, p50/p95 latency per submission, the ratio, and
 every verdict that differs. Nothing here is timed by a test: the numbers go to
@@ -136,9 +141,10 @@ def serve_and_stream(args, files: list[Path]) -> dict:
     port = free_port()
     data = args.out / "serve-data"
     shutil.rmtree(data, ignore_errors=True)
+    ray = ["--ray", args.ray] if args.ray else []
     server = subprocess.Popen(["pkb", "serve", "--port", str(port), "--data", str(data), "--devices",
-                               str(args.devices), "--timeout", str(args.timeout), "--max-queued", str(len(files) + 10)],
-                              stderr=open(args.out / "serve.log", "wb"))
+                               str(args.devices), "--timeout", str(args.timeout), "--max-queued", str(len(files) + 10),
+                               *ray], stderr=open(args.out / "serve.log", "wb"))
     try:
         url = f"http://127.0.0.1:{port}"
         import httpx
@@ -186,6 +192,8 @@ def main() -> int:
     parser.add_argument("--backend", default="triton")
     parser.add_argument("--skip-batch", action="store_true", help="Do not run the batch for verdicts.")
     parser.add_argument("--skip-service", action="store_true", help="Measure the loop only.")
+    parser.add_argument("--skip-loop", action="store_true", help="Do not time the pkb run loop.")
+    parser.add_argument("--ray", default=None, metavar="ADDRESS", help="Serve with pkb serve --ray ADDRESS.")
     args = parser.parse_args()
     shutil.rmtree(args.out / "files", ignore_errors=True)
     shutil.rmtree(args.out / "loop-files", ignore_errors=True)
@@ -204,20 +212,21 @@ def main() -> int:
           f"a passing job on its group: median {statistics.median(t for t, _ in served['job_seconds']):.2f} s, of which "
           f"its own setup, trials and timing {statistics.median(o for _, o in served['job_seconds']):.2f} s; "
           f"overhead median {statistics.median(t - o for t, o in served['job_seconds']):.2f} s")
-    kinds = {path.name: kind_of(path) for path in files}
-    sample = stratified(twins, args.loop_per_kind)
-    walls = dict(zip((p.name for p in sample), loop(args, sample)))
-    per_kind = {}
-    for name, wall in walls.items():
-        per_kind.setdefault(kind_of(args.out / "loop-files" / name), []).append(wall)
-    # What the loop would take on the whole stream: each kind's mean call, times its count in the stream.
-    estimate = sum(statistics.mean(per_kind[kind]) for kind in kinds.values())
-    loop_rate = len(files) / estimate * 3600
-    ordered = sorted(walls.values())
-    print(f"pkb run loop: {len(sample)} calls ({', '.join(f'{k} {statistics.mean(v):.2f} s' for k, v in per_kind.items())}"
-          f" per call); the stream would take {estimate:.0f} s = {loop_rate:.0f} evals/hour; "
-          f"latency p50 {statistics.median(ordered):.2f} s, p95 {ordered[int(0.95 * (len(ordered) - 1))]:.2f} s")
-    print(f"ratio: {service_rate / loop_rate:.1f}x the evals per hour of the loop")
+    if not args.skip_loop:
+        kinds = {path.name: kind_of(path) for path in files}
+        sample = stratified(twins, args.loop_per_kind)
+        walls = dict(zip((p.name for p in sample), loop(args, sample)))
+        per_kind = {}
+        for name, wall in walls.items():
+            per_kind.setdefault(kind_of(args.out / "loop-files" / name), []).append(wall)
+        # What the loop would take on the whole stream: each kind's mean call, times its count in the stream.
+        estimate = sum(statistics.mean(per_kind[kind]) for kind in kinds.values())
+        loop_rate = len(files) / estimate * 3600
+        ordered = sorted(walls.values())
+        print(f"pkb run loop: {len(sample)} calls ({', '.join(f'{k} {statistics.mean(v):.2f} s' for k, v in per_kind.items())}"
+              f" per call); the stream would take {estimate:.0f} s = {loop_rate:.0f} evals/hour; "
+              f"latency p50 {statistics.median(ordered):.2f} s, p95 {ordered[int(0.95 * (len(ordered) - 1))]:.2f} s")
+        print(f"ratio: {service_rate / loop_rate:.1f}x the evals per hour of the loop")
     counts = {}
     for verdict in served["verdicts"].values():
         counts[verdict] = counts.get(verdict, 0) + 1

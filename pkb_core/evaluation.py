@@ -26,18 +26,16 @@ def evaluate(problem, source: str, *, backend: str = "reference", world_size: in
     :raises PkbError: an unknown problem or backend, a backend that cannot run here, an
         option out of range (one line, as ``pkb run`` says it).
     """
-    from pkb_core.cli.config import load_config
     from pkb_core.contracts.verdict import Verdict
     from pkb_core.errors import PkbError
     from pkb_core.launch.jobs import run_jobs
     from pkb_core.launch.plan import launch_settings, make_request, plan_jobs
     from pkb_core.machine.device import detect_device, device_count
-    from pkb_core.plugin.manager import get_backend_info, get_plugin_manager
+    from pkb_core.plugin.manager import get_backend_info
     from pkb_core.problem.registry import build_registry, require_problems
     from pkb_core.results.records import job_record
 
-    pm = get_plugin_manager()
-    pm.pkb_config = load_config(config_dir)
+    pm = configured_plugin_manager(config_dir)
     device = detect_device(device)
     info = get_backend_info(pm, backend)
     missing = info.unavailable_reason(device)
@@ -66,3 +64,15 @@ def evaluate(problem, source: str, *, backend: str = "reference", world_size: in
         settings = launch_settings(pm, info, device=device, nproc=world_size, run_dir=run_dir,
                                    job_timeout=timeout, calibration=calibration)
         return run_jobs(jobs, settings, skip_recorded=False)[0]
+
+
+def configured_plugin_manager(config_dir=None):
+    """The plugin manager with ``pkb.toml`` read from ``config_dir`` (default: the current
+    directory), as ``pkb`` itself makes it: for the in-process ways in (this module's
+    :func:`evaluate`, :class:`pkb_core.ray.EvaluatorPool`)."""
+    from pkb_core.cli.config import load_config
+    from pkb_core.plugin.manager import get_plugin_manager
+
+    pm = get_plugin_manager()
+    pm.pkb_config = load_config(config_dir)
+    return pm

@@ -20,3 +20,17 @@ def test_listing_problems_does_not_import_torch():
             "assert len(build_registry(get_plugin_manager())) >= 8\n"
             "assert 'torch' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_the_service_without_ray_never_imports_ray(tmp_path):
+    """Ray is an optional extra: `pkb serve` without --ray (its command, the service, the scheduler
+    placing lanes on this node) imports nothing of it."""
+    code = ("import sys\nfrom pathlib import Path\nimport pkb_core.cli.main, pkb_core.cli.serve, pkb_core.serve.app\n"
+            "from pkb_core.serve.service import Service, ServiceConfig\n"
+            "from pkb_core.plugin.manager import get_plugin_manager\n"
+            f"service = Service(ServiceConfig(data_dir=Path({str(tmp_path)!r}), device='cpu', devices=2), "
+            "get_plugin_manager())\n"
+            "service.stop()\n"
+            "assert type(service.scheduler.placement).__name__ == 'LocalDevices'\n"
+            "assert 'ray' not in sys.modules, 'ray was imported'")
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -32,9 +32,16 @@ LOCALHOST = ("127.0.0.1", "::1", "localhost")
               help="Builds at once in the compile pool (default: by cores and memory).")
 @click.option("--token", envvar="PKB_SERVE_TOKEN", default=None,
               help="Bearer token every request must carry (env PKB_SERVE_TOKEN); required beyond localhost.")
+@click.option("--ray", "ray_address", is_flag=False, flag_value="auto", default=None, metavar="[ADDRESS]",
+              help="Place groups as Ray actors on the Ray cluster at ADDRESS (alone: the one this node is in); "
+                   "needs pkb[ray].")
+@click.option("--place-timeout", type=click.FloatRange(min=0, min_open=True), default=600.0, show_default=True,
+              help="Seconds a job waits for a world size no node can hold before it is an error (--ray).")
 @click.pass_obj
-def serve(pm, host, port, data_dir, device, devices, max_queued, max_source_kb, job_timeout, build_jobs, token):
-    """Run the reward service: an HTTP queue of jobs on warm groups of this node (docs/serve.md)."""
+def serve(pm, host, port, data_dir, device, devices, max_queued, max_source_kb, job_timeout, build_jobs, token,
+          ray_address, place_timeout):
+    """Run the reward service: an HTTP queue of jobs on warm groups of this node, or of a Ray cluster's
+    nodes with --ray (docs/serve.md)."""
     import uvicorn
 
     from pkb_core.machine.device import detect_device, device_count
@@ -44,26 +51,44 @@ def serve(pm, host, port, data_dir, device, devices, max_queued, max_source_kb, 
     if not _is_local(host) and not token:
         raise click.UsageError(f"--host {host} listens beyond localhost: give --token (or PKB_SERVE_TOKEN)")
     device = detect_device(device)
-    available = device_count(device) if device == "cuda" else max(2, (os.cpu_count() or 2))
-    devices = devices or (available if device == "cuda" else 2)
-    if device == "cuda" and devices > available:
-        raise PkbError(f"--devices {devices} but only {available} GPU(s) here")
+    placement = None
+    if ray_address:
+        placement = _ray_placement(ray_address, device)
+        devices = devices or max(1, placement.capacity())
+    else:
+        available = device_count(device) if device == "cuda" else max(2, (os.cpu_count() or 2))
+        devices = devices or (available if device == "cuda" else 2)
+        if device == "cuda" and devices > available:
+            raise PkbError(f"--devices {devices} but only {available} GPU(s) here")
     config = ServiceConfig(data_dir=data_dir, device=device, devices=devices, max_queued=max_queued,
-                           max_source_bytes=max_source_kb << 10, job_timeout=job_timeout, build_workers=build_jobs)
-    service = Service(config, pm)
+                           max_source_bytes=max_source_kb << 10, job_timeout=job_timeout, build_workers=build_jobs,
+                           place_timeout=place_timeout)
+    service = Service(config, pm, placement)
     service.start()
     if service.recovered:
         click.echo(f"pkb serve: {service.recovered} job(s) a stopped service left were queued again", err=True)
     try:
         server = uvicorn.Server(uvicorn.Config(create_app(service, token=token), host=host, port=port,
                                                log_level="warning", access_log=False))
-        _announce(server, host, data_dir, device, devices)
+        _announce(server, host, data_dir, device, devices, "on Ray" if ray_address else "")
         server.run()
     finally:
         service.stop()
 
 
-def _announce(server, host, data_dir, device, devices) -> None:
+def _ray_placement(address: str, device: str):
+    """The Ray placement (Ray is imported here only), or one line saying why there is none."""
+    try:
+        from pkb_core.ray.placement import RayPlacement
+    except ImportError as exc:
+        raise PkbError(f"--ray needs Ray: pip install 'pkb[ray]' ({exc})") from None
+    try:
+        return RayPlacement(address, device=device)
+    except ConnectionError as exc:
+        raise PkbError(f"--ray {address}: cannot join the Ray cluster ({exc})") from None
+
+
+def _announce(server, host, data_dir, device, devices, where="") -> None:
     """Print the address once the server listens (the real port when --port 0)."""
     started = server.startup
 
@@ -72,8 +97,8 @@ def _announce(server, host, data_dir, device, devices) -> None:
         for listener in server.servers:
             for sock in listener.sockets:
                 bound = sock.getsockname()
-                click.echo(f"pkb serve: listening on http://{host}:{bound[1]}  ({device}, {devices} device(s); "
-                           f"data in {data_dir})", err=True)
+                click.echo(f"pkb serve: listening on http://{host}:{bound[1]}  ({device}, {devices} device(s)"
+                           f"{' ' + where if where else ''}; data in {data_dir})", err=True)
                 return
 
     server.startup = startup

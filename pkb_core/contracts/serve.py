@@ -105,6 +105,8 @@ class GroupView(Contract):
     #: The job it runs now, or None while idle.
     job: str | None = optional()
     jobs_done: int = 0
+    #: The node it runs on, when the service places groups on a Ray cluster (``pkb serve --ray``).
+    node: str | None = optional()
 
 
 @attrs.frozen(kw_only=True)

@@ -38,7 +38,7 @@ from pkb_core.contracts.commands_candidate import End
 from pkb_core.contracts.messages import REASON_CHARS, Exit, Failure
 from pkb_core.contracts.outcome import JobEnded
 from pkb_core.contracts.verdict import Verdict
-from pkb_core.process.channel import REPLY_FD_ENV, LineReader
+from pkb_core.process.channel import REPLY_FD_ENV, LineReader, send_line
 from pkb_core.process.sessions import cpu_ms_during, kill_sessions, signal_pids, signal_sessions
 
 #: Seconds to wait, after one rank reported an error, for the others to answer.
@@ -72,12 +72,7 @@ class _Worker:
         self.phase = "starting"
 
     def send(self, message: dict) -> bool:
-        try:
-            self.stdin.write((json.dumps(message) + "\n").encode())
-            self.stdin.flush()
-            return True
-        except (BrokenPipeError, OSError, ValueError):
-            return False
+        return send_line(self.stdin, message)
 
 
 class RankGroup:

@@ -30,6 +30,17 @@ MAX_BUFFERED = 2 * MAX_LINE
 REPLY_FD_ENV = "PKB_REPLY_FD"
 
 
+def send_line(stream, message: dict) -> bool:
+    """One message to a process's input (a binary stream: a worker's stdin, a lane's); False when
+    the process is gone (its end closed), which the caller treats as the process's end."""
+    try:
+        stream.write((json.dumps(message) + "\n").encode())
+        stream.flush()
+        return True
+    except (BrokenPipeError, OSError, ValueError):
+        return False
+
+
 class ChannelClosed(EOFError):
     """The other side closed its end (the launcher went away)."""
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from pkb_core.contracts.batch import LaunchSettings
 from pkb_core.contracts.serial import ContractError
 from pkb_core.contracts.serve import GroupView, LaneResult, LaneTask
+from pkb_core.process.channel import send_line
 from pkb_core.serve.lane import LANE_FD_ENV
 
 #: Seconds a lane may take to finish its job and stop when told to.
@@ -43,16 +44,10 @@ class Lane:
         self.jobs_done = 0
         self.dead = False
         self._on_result = on_result
-        read_fd, write_fd = os.pipe()
-        env = dict(os.environ, **{LANE_FD_ENV: str(write_fd)}, PYTHONUNBUFFERED="1")
+        env = {}
         if settings.device == "cuda":
             env["CUDA_VISIBLE_DEVICES"] = ",".join(str(d) for d in self._physical(devices))
-        log.parent.mkdir(parents=True, exist_ok=True)
-        with open(log, "ab") as out:
-            self.proc = subprocess.Popen([sys.executable, "-m", "pkb_core.serve.lane"], stdin=subprocess.PIPE,
-                                         stdout=out, stderr=subprocess.STDOUT, env=env, pass_fds=(write_fd,))
-        os.close(write_fd)
-        self._write(settings.to_json())
+        self.proc, read_fd = start_lane_process(settings.to_json(), Path(log), env)
         self._reader = threading.Thread(target=self._read, args=(read_fd,), name=f"lane-{lane_id}", daemon=True)
         self._reader.start()
 
@@ -64,12 +59,7 @@ class Lane:
         return [visible[d] if d < len(visible) else d for d in devices]
 
     def _write(self, message: dict) -> bool:
-        try:
-            self.proc.stdin.write((json.dumps(message) + "\n").encode())
-            self.proc.stdin.flush()
-            return True
-        except (BrokenPipeError, OSError, ValueError):
-            return False
+        return write_line(self.proc, message)
 
     def run(self, job_id: str, job) -> bool:
         """Hand it ``job`` (False when the lane is gone: the job stays the caller's)."""
@@ -97,19 +87,47 @@ class Lane:
 
     def stop(self, grace: float = STOP_GRACE_S) -> None:
         """End its input (it stops after the running job, stopping its groups); kill it if it lingers."""
-        try:
-            self.proc.stdin.close()
-        except OSError:
-            pass
-        try:
-            self.proc.wait(timeout=grace)
-        except subprocess.TimeoutExpired:
-            self.proc.terminate()  # its SIGTERM handler stops the groups
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
+        stop_lane_process(self.proc, grace)
 
     def view(self) -> GroupView:
         return GroupView(id=self.id, backend=self.key[0], world_size=self.key[1], devices=self.devices,
                          job=self.job_id, jobs_done=self.jobs_done)
+
+
+def start_lane_process(settings: dict, log: Path, env: dict) -> tuple[subprocess.Popen, int]:
+    """Start ``python -m pkb_core.serve.lane`` with ``settings`` as its first line, its output in
+    ``log`` and ``env`` over this process's environment; ``(the process, the descriptor its
+    LaneResult lines come on)``. The Ray actors start their node's lane with it too."""
+    read_fd, write_fd = os.pipe()
+    env = dict(os.environ, **env, **{LANE_FD_ENV: str(write_fd)}, PYTHONUNBUFFERED="1")
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "ab") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "pkb_core.serve.lane"], stdin=subprocess.PIPE,
+                                stdout=out, stderr=subprocess.STDOUT, env=env, pass_fds=(write_fd,))
+    os.close(write_fd)
+    write_line(proc, settings)
+    return proc, read_fd
+
+
+def write_line(proc: subprocess.Popen, message: dict) -> bool:
+    """One JSON line to a lane's input (False when the lane is gone)."""
+    return send_line(proc.stdin, message)
+
+
+def stop_lane_process(proc: subprocess.Popen, grace: float = STOP_GRACE_S) -> int:
+    """End a lane's input (it stops after the running job, stopping its groups); terminate it if it
+    lingers, kill it if that does not end it; its exit status."""
+    try:
+        proc.stdin.close()
+    except OSError:
+        pass
+    try:
+        return proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        proc.terminate()  # its SIGTERM handler stops the groups
+        try:
+            return proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            return proc.wait()
+

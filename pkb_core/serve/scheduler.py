@@ -6,15 +6,18 @@ handlers and lane readers only wake it. A job goes ``queued`` -> ``building``
 never holding a group) -> ``ready`` -> ``running`` on a lane
 (:mod:`pkb_core.serve.lanes`) -> ``done``.
 
-Groups by world size. The node's devices (GPUs; in CPU mode, rank slots) are
-split into lanes as the ready jobs need them: a lane of W devices runs jobs of
+Groups by world size. The devices (GPUs; in CPU mode, rank slots) of the
+service's placement (:mod:`pkb_core.serve.placement`: this node's, or a Ray
+cluster's) are split into lanes as the ready jobs need them: a lane of W devices runs jobs of
 world size W for one backend and timeout, one at a time, concurrently with the
 other lanes on disjoint devices. A job takes an idle lane of its kind; else a
 new lane on free devices; else idle lanes of other kinds are retired (the
 longest idle first) to make room. The first ready job that cannot be placed
 reserves the room it waits for: later jobs may still use idle lanes that
 exist, but start no new ones, so a job of a large world size is not starved by
-a stream of small ones.
+a stream of small ones. A job whose world size the placement can never hold
+(no node of a Ray cluster has that many) waits with the reason in its note and
+is recorded as ``error`` after ``place_timeout`` seconds.
 
 Order: higher priority first; within a priority, the client that started the
 fewest jobs in the last :data:`SHARE_WINDOW_S` seconds goes first (so one
@@ -36,6 +39,7 @@ from pkb_core.contracts.serve import GroupView, JobState, LaneResult
 from pkb_core.contracts.verdict import Verdict
 from pkb_core.serve.builders import WarmBuilders
 from pkb_core.serve.lanes import Lane
+from pkb_core.serve.placement import LocalDevices
 from pkb_core.serve.store import JobStore
 
 #: A job whose lane died under it runs this many times in all before it is recorded as ``error``.
@@ -49,17 +53,22 @@ class Scheduler:
 
     :param settings_for: ``settings_for(lane_key) -> LaunchSettings`` for a new lane's launch.
     :param lane_key_of: ``lane_key_of(submission, world_size) -> tuple``: the lane a job needs.
+    :param placement: where lanes start (:mod:`pkb_core.serve.placement`); default this node's ``devices``.
+    :param place_timeout: seconds a job waits for a group its placement can never hold before it is an ``error``.
     """
 
     def __init__(self, store: JobStore, *, devices: int, data_dir: Path, settings_for, lane_key_of,
-                 build_workers: int):
+                 build_workers: int, placement=None, place_timeout: float = 600.0):
         self.store = store
         self.devices = devices
         self.data_dir = Path(data_dir)
         self.settings_for = settings_for
         self.lane_key_of = lane_key_of
         self.lanes: dict[str, Lane] = {}
-        self.free = set(range(devices))
+        self.placement = placement or LocalDevices(devices)
+        self.place_timeout = place_timeout
+        #: When each job that no group could ever hold began to wait (monotonic seconds).
+        self._unplaceable: dict[str, float] = {}
         self.building: dict[str, object] = {}
         self.builds = ThreadPoolExecutor(max_workers=build_workers, thread_name_prefix="pkb-build")
         self.build_workers = build_workers
@@ -105,6 +114,7 @@ class Scheduler:
             thread.join()
         self.builds.shutdown(wait=False, cancel_futures=True)
         self.warm_builders.stop()
+        self.placement.stop()
 
     def groups(self) -> list[GroupView]:
         return [lane.view() for lane in list(self.lanes.values())]
@@ -168,8 +178,11 @@ class Scheduler:
                 starts.popleft()
             if not starts:
                 del self.served[client]
+        self.placement.prune({item["world_size"] for item in ready})
         reserved = False
-        remaining = list(ready)  # in submission order: min() below keeps the earliest of equals
+        # In submission order (min() below keeps the earliest of equals); jobs no group can hold reserve nothing.
+        remaining = [item for item in ready
+                     if not self._unplaceable_job(item, self.lane_key_of(item["submission"], item["world_size"]))]
         while remaining:
             item = min(remaining, key=lambda w: (-w["priority"], len(self.served.get(w["client"], ()))))
             remaining.remove(item)
@@ -177,8 +190,7 @@ class Scheduler:
             lane = self._idle_lane(key) or (None if reserved else self._new_lane(key))
             if lane is None:
                 if not reserved:
-                    self.store.set_state(item["id"], JobState.READY,
-                                         note=f"waiting for {key[1]} free device(s) for a group of its kind",
+                    self.store.set_state(item["id"], JobState.READY, note=self.placement.waiting_note(key[1]),
                                          only_from=(JobState.READY,))
                 reserved = True
                 if not any(lane.job_id is None for lane in self.lanes.values()):
@@ -191,27 +203,49 @@ class Scheduler:
             else:
                 self.store.set_state(item["id"], JobState.READY, note="its group was gone; waiting again")
 
+    def _unplaceable_job(self, item: dict, key: tuple) -> bool:
+        """True for a job no group of its kind can hold now or later (as far as the placement knows):
+        its note says why, and after ``place_timeout`` seconds it is recorded as ``error``."""
+        reason = self.placement.never_fits(key[1])
+        if reason is None:
+            self._unplaceable.pop(item["id"], None)
+            return False
+        since = self._unplaceable.setdefault(item["id"], time.monotonic())
+        left = self.place_timeout - (time.monotonic() - since)
+        if left > 0:
+            self.store.set_state(item["id"], JobState.READY, only_from=(JobState.READY,),
+                                 note=f"no group of world size {key[1]} can start: {reason}; "
+                                      f"it waits {left:.0f} s more for one, then fails")
+            return True
+        self._unplaceable.pop(item["id"], None)
+        job = Job.from_json(item["job"])
+        self.store.finish(item["id"], self._error_record(job, key, f"no group of world size {key[1]} could start "
+                                                                    f"within {self.place_timeout:.0f} s: {reason}"))
+        return True
+
     def _idle_lane(self, key: tuple) -> Lane | None:
         idle = [lane for lane in self.lanes.values() if lane.key == key and lane.job_id is None and not lane.dead]
         return idle[0] if idle else None
 
     def _new_lane(self, key: tuple) -> Lane | None:
-        """A lane for ``key`` on free devices, retiring idle lanes of other kinds if that makes room."""
+        """A lane for ``key`` where the placement has room, retiring idle lanes of other kinds if that makes room."""
         world_size = key[1]
-        if len(self.free) < world_size:
+        room = self.placement.acquire(world_size)
+        if room is None:
             idle = sorted((lane for lane in self.lanes.values() if lane.job_id is None),
                           key=lambda lane: lane.idle_since)
-            if len(self.free) + sum(len(lane.devices) for lane in idle) < world_size:
+            if not idle or not self.placement.room_after(world_size, idle):
                 return None
             for lane in idle:
-                if len(self.free) >= world_size:
-                    break
                 self._retire(lane)
-        devices = tuple(sorted(self.free)[:world_size])
-        self.free -= set(devices)
+                room = self.placement.acquire(world_size)
+                if room is not None:
+                    break
+            if room is None:
+                return None
         lane_id = f"g{next(self._ids)}"
-        lane = Lane(lane_id, key, devices, self.settings_for(key), on_result=self._lane_result,
-                    log=self.data_dir / "logs" / f"lane-{lane_id}.log")
+        lane = self.placement.start_lane(lane_id, key, room, self.settings_for(key), on_result=self._lane_result,
+                                         log=self.data_dir / "logs" / f"lane-{lane_id}.log")
         self.lanes[lane_id] = lane
         return lane
 
@@ -220,7 +254,7 @@ class Scheduler:
         a job cannot take devices whose old processes still hold them)."""
         self.lanes.pop(lane.id, None)
         lane.stop()
-        self.free |= set(lane.devices)
+        self.placement.release(lane)
 
     # -- results ---------------------------------------------------------------------------
     def _lane_result(self, lane: Lane, result: LaneResult) -> None:
@@ -256,7 +290,7 @@ class Scheduler:
         job_id = lane.job_id
         if self.lanes.pop(lane.id, None) is not None:
             lane.stop(grace=5.0)
-            self.free |= set(lane.devices)
+            self.placement.release(lane)
         if not job_id:
             return
         lane.job_id = None

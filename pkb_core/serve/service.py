@@ -38,6 +38,9 @@ class ServiceConfig:
     max_timeout: float = 3600.0
     build_workers: int | None = None
     build_timeout: float = 600.0
+    #: Seconds a job waits for a group its placement can never hold (a Ray cluster without a node
+    #: of its world size) before it is recorded as ``error``.
+    place_timeout: float = 600.0
 
 
 class Overloaded(Refused):
@@ -49,21 +52,27 @@ class Overloaded(Refused):
 
 
 class Service:
-    """See the module docstring. :meth:`start` recovers the jobs a killed service left."""
+    """See the module docstring. :meth:`start` recovers the jobs a killed service left.
 
-    def __init__(self, config: ServiceConfig, pm):
+    :param placement: where its groups run (:mod:`pkb_core.serve.placement`); default this node's devices.
+    """
+
+    def __init__(self, config: ServiceConfig, pm, placement=None):
         from pkb_core.build.phase import default_workers
 
+        # Absolute: a lane may start elsewhere (a Ray actor's working folder) and is told its run folder.
+        config.data_dir = Path(config.data_dir).absolute()
         self.config = config
         self.pm = pm
-        data = Path(config.data_dir)
+        data = config.data_dir
         self.store = JobStore(data / "jobs.sqlite")
         self.intake = Intake(pm, device=config.device, devices=config.devices, sources=data / "sources",
                              max_source_bytes=config.max_source_bytes, job_timeout=config.job_timeout,
                              max_timeout=config.max_timeout)
         self.scheduler = Scheduler(self.store, devices=config.devices, data_dir=data,
                                    settings_for=self._settings_for, lane_key_of=self._lane_key_of,
-                                   build_workers=config.build_workers or default_workers(64))
+                                   build_workers=config.build_workers or default_workers(64), placement=placement,
+                                   place_timeout=config.place_timeout)
         self.started = time.time()
         self.recovered = 0
 
