@@ -12,9 +12,13 @@ def slot_sizes(skeletons: list[dict]) -> list[int]:
     return [max((sizes[i] for sizes in per_rank if i < len(sizes)), default=0) for i in range(count)]
 
 
-def combine(answers: list[dict], label: str) -> tuple[str, str] | None:
-    """The first rank's ``(verdict, reason)`` among judge answers, else None."""
+def combine(answers: list[dict], label: str) -> tuple[str, str, dict | None] | None:
+    """The first rank's ``(verdict, reason, finding)`` among judge answers, else None;
+    ``finding`` is the judge's structured detail (:class:`pkb_core.judge.check.Finding`)
+    with the rank added, or None."""
     for rank, answer in enumerate(answers):
         if answer.get("verdict"):
-            return answer["verdict"], f"{label} {rank}: {answer.get('reason', '')}"
+            finding = answer.get("finding")
+            finding = {**finding, "rank": rank} if isinstance(finding, dict) else None
+            return answer["verdict"], f"{label} {rank}: {answer.get('reason', '')}", finding
     return None
