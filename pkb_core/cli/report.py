@@ -87,7 +87,21 @@ def report_sections(summary: dict) -> list[Section]:
         sections[1].notes.append(CPU_TIMING_NOTE)
     if summary["at_k"]:
         sections.append(_at_k_section(summary["at_k"]))
+    if summary.get("by_round"):
+        sections[1].title = "Aggregates (each problem's best round)"
+        sections.append(_by_round_section(summary["by_round"]))
     return sections
+
+
+def _by_round_section(rounds) -> Section:
+    ps = [f"{p:g}" for p in FAST_P if p > 0]
+    rows = [[r["round"], r["checked"], r["problems"], r["passed"], _pct(r["pass_rate"])]
+            + [_pct(r["fast_p"][p]) or UNTIMED for p in ps] + [_times(r["geomean_speedup"])] for r in rounds]
+    return Section("By round (pkb generate --rounds)",
+                   ["round", "files checked", "problems", "passed", "pass rate"] + [f"fast_{p}" for p in ps]
+                   + ["geomean speedup"], rows,
+                   notes=["after round k, a problem counts with its best round <= k (passed if any round "
+                          "passed): docs/reports.md"])
 
 
 #: (header, row field) of the per-problem table; empty columns are dropped.
