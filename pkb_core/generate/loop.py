@@ -134,7 +134,9 @@ class Refiner:
         if previous.solution is not None:
             said = f"```python\n{previous.solution.read_text()}```"
             feedback = record_feedback(previous.record)
-            text, passed = render_feedback(feedback), feedback.verdict == Verdict.PASS
+            # The model knows its file as <id>_<name>.py, not as the round's r<k>.py.
+            text = render_feedback(feedback).replace(previous.solution.name, f"{loop.key}.py")
+            passed = feedback.verdict == Verdict.PASS
         else:
             said = (loop.path(previous.k, ".reply.md").read_text())[:PREVIOUS_REPLY_CHARS]
             text, passed = f"Your reply held no file: {previous.generation.get('error')}.", False
