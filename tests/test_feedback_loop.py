@@ -193,3 +193,20 @@ def test_loop_options_need_rounds(pkb_invoke, model_env):
     model_env([])
     result = pkb_invoke("generate", *ARGS, "--measure-perf")
     assert result.exit_code == 4 and "--measure-perf only apply with --rounds" in result.output
+
+
+def test_the_loop_through_the_reward_service(pkb_invoke, model_env, tmp_path):
+    from tests.test_serve import Server
+
+    model = model_env([first_round, after_compile_error, after_wrong_answer])
+    service = Server(tmp_path / "serve", "--devices", "2", "--timeout", "60")
+    try:
+        out = tmp_path / "loop"
+        result = pkb_invoke("generate", *ARGS, "--rounds", "5", "--out", out, "--server", service.url)
+        assert result.exit_code == 0, result.output
+    finally:
+        service.stop()
+    assert model.failures == [] and len(model.requests) == 3
+    verdicts = [json.loads((out / "1_allreduce" / f"r{k}.record.json").read_text())["verdict"] for k in (1, 2, 3)]
+    assert verdicts == ["compile-error", "fail", "pass"]
+    assert not (out / "runs").exists()  # nothing launched on this side
