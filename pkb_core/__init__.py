@@ -59,7 +59,7 @@ _EXPORTS = {
     "load_module": "pkb_core.candidate.solution",
     "load_solution": "pkb_core.candidate.solution",
     "Completion": "pkb_core.generate.providers",
-    "refine": "pkb_core.generate.refine",
+    "refine": "pkb_core.refinement",
     "ModelSettings": "pkb_core.generate.providers",
     "ALLOW_MULTICAST_ENV": "pkb_core.plugin.multicast",
     "MULTICAST_PATTERNS": "pkb_core.plugin.multicast",

@@ -103,8 +103,8 @@ def generate(pm, problems, backend, precision, hardware, size, nproc, template, 
 def _refine(pm, problems, backend, precision, hardware, size, nproc, template, model, provider, out, temperature,
             max_tokens, rounds, server, server_token, measure_perf, trials, timeout, stop_when_no_improvement,
             max_tokens_total, max_wall_time):
-    """``pkb generate --rounds N`` (:func:`pkb_core.generate.refine.refine`)."""
-    from pkb_core.generate.refine import refine
+    """``pkb generate --rounds N`` (:func:`pkb_core.refinement.refine`)."""
+    from pkb_core.refinement import refine
 
     echo = lambda line: click.echo(line, err=True)  # noqa: E731 - progress goes to stderr
     result = refine(problems, backend=backend, model=model, rounds=rounds, out=out, provider=provider,

@@ -8,7 +8,8 @@ import click
 
 from pkb_core.cli.console import Section, show
 from pkb_core.errors import PkbError
-from pkb_core.results.report import FAST_P, load_run, summarize
+from pkb_core.results.report import FAST_P, load_run
+from pkb_core.results.rounds import summarize_run
 
 #: Longest reason shown in the terminal table (JSON and HTML keep all of it).
 REASON_WIDTH = 70
@@ -32,7 +33,7 @@ def report(run_dir, json_, html_file, plots, ks, include_cpu):
     """Per-problem results and aggregates (pass rate, fast_p, geomean speedup, pass@k) of a run."""
     ks = _parse_ks(ks)
     records = load_run(run_dir)
-    summary = summarize(records, run_dir, ks=ks, include_cpu=include_cpu)
+    summary = summarize_run(records, run_dir, ks=ks, include_cpu=include_cpu)
     if html_file:
         from pkb_core.results.report_html import render_html
 

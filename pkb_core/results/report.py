@@ -293,21 +293,15 @@ def row(record: Record) -> dict:
 def summarize(records, run_dir=None, ks=None, include_cpu: bool = False) -> dict:
     """Everything ``pkb report`` shows, as one JSON-ready dict (host timings in
     the speed aggregates only with ``include_cpu``)."""
-    from pkb_core.results.rounds import by_round, final_states, is_loop
-
     ordered = sorted(records, key=lambda r: (r.problem_id or 0, _size_key(r), solution_name(r),
                                              r.world_size or 0, str(r.dtype)))
-    # A refinement loop's rounds are not samples: its aggregates are over each problem's
-    # best round, and the curve by round says how it got there (results/rounds.py).
-    loop = is_loop(records)
-    counted_records = final_states(records) if loop else records
     return {
         "run_dir": None if run_dir is None else str(run_dir),
         "rows": [row(r) for r in ordered],
-        "aggregates": aggregates(counted_records, include_cpu),
-        "categories": categories(counted_records, include_cpu),
-        "at_k": None if loop else at_k(records, ks, include_cpu),
-        "by_round": by_round(records, include_cpu) if loop else None,
+        "aggregates": aggregates(records, include_cpu),
+        "categories": categories(records, include_cpu),
+        "at_k": at_k(records, ks, include_cpu),
+        "by_round": None,
         # Timed in CPU mode: host timings, not GPU performance (the report says so).
         # (Timed: it has medians; a speedup may be null where no interval exists.)
         "cpu_timings": any((r.machine or {}).get("device") == "cpu" and r.reference_ms is not None

@@ -90,3 +90,17 @@ def rounds_side_by_side(records_a, records_b, include_cpu: bool = False) -> list
         rows.append({"round": k, "pass_rate_a": ra and ra["pass_rate"], "pass_rate_b": rb and rb["pass_rate"],
                      "fast_1_a": ra and ra["fast_p"]["1"], "fast_1_b": rb and rb["fast_p"]["1"]})
     return rows
+
+
+def summarize_run(records, run_dir=None, ks=None, include_cpu: bool = False) -> dict:
+    """:func:`pkb_core.results.report.summarize`, and for a refinement loop's records: the
+    aggregates and categories over each problem's best round (its rounds are not samples:
+    no pass@k), and ``by_round``."""
+    from pkb_core.results.report import aggregates, categories, summarize
+
+    summary = summarize(records, run_dir, ks, include_cpu)
+    if is_loop(records):
+        best = final_states(records)
+        summary.update(aggregates=aggregates(best, include_cpu), categories=categories(best, include_cpu),
+                       at_k=None, by_round=by_round(records, include_cpu))
+    return summary
