@@ -7,10 +7,10 @@ and `pkb report`, `pkb plot` and `pkb compare` read the loop by round.
 """
 import json
 import re
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+
+from tests.test_generate import ChatServer
 
 BROKEN = "import torch\n\n\ndef solution(tensor)\n    return tensor.clone()\n"
 # Rank 1 answers one element too high: the feedback must name rank 1, out, index (0, 3).
@@ -22,43 +22,27 @@ ARGS = ["--problem", "1", "--backend", "reference", "--size", "tiny", "--hardwar
         "--trials", "1"]
 
 
-class ScriptedModel:
+class ScriptedModel(ChatServer):
     """A chat-completions server whose replies come from ``steps``: one callable per
     request, ``step(messages) -> reply text``; what a step asserts is kept in ``failures``
     (the server answers anyway, so the test fails on the assertion, not on a timeout)."""
 
     def __init__(self, steps, usage=True):
-        self.steps, self.usage, self.requests, self.failures = list(steps), usage, [], []
-        model = self
+        super().__init__()
+        self.failures = []
+        # One entry per step, and a last one (it repeats) for requests beyond the script.
+        self.script += [self._play(step, usage) for step in [*steps, None]]
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                model.requests.append(body)
-                index = len(model.requests) - 1
-                try:
-                    assert index < len(model.steps), f"request {index + 1}: the script has no step for it"
-                    text = model.steps[index](body["messages"])
-                except AssertionError as exc:
-                    model.failures.append(f"request {index + 1}: {exc}")
-                    text = "no code"
-                reply = {"id": f"r{index}", "model": "scripted", "choices": [
-                    {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}]}
-                if model.usage:
-                    reply["usage"] = {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120}
-                payload = json.dumps(reply).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
-
-            def log_message(self, *args):
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+    def _play(self, step, usage):
+        def answer(body):
+            try:
+                assert step is not None, "the script has no step for it"
+                text = step(body["messages"])
+            except AssertionError as exc:
+                self.failures.append(f"request {len(self.requests)}: {exc}")
+                text = "no code"
+            return 200, self.body(text, usage=usage), {}
+        return answer
 
     def close(self):
         self.httpd.shutdown()
