@@ -2,7 +2,7 @@
 reward service and through one ``pkb run`` launch per round.
 
     python3 benchmarks/feedback_loop.py OUT_DIR [--rounds 3] [--problems 1-8] [--backend triton]
-                                        [--devices 2] [--trials 5]
+                                        [--devices 2] [--trials 5] [--measure-perf]
 
 An instant in-process model answers every request at once with the backend's sample for
 the problem: a wrong variant (serve_stream.py's, which scales the output) in rounds
@@ -78,13 +78,14 @@ def main() -> int:
     parser.add_argument("--backend", default="triton")
     parser.add_argument("--devices", type=int, default=2)
     parser.add_argument("--trials", type=int, default=5)
+    parser.add_argument("--measure-perf", action="store_true", help="time every passing file (and the feedback's speedup)")
     args = parser.parse_args()
     from pkb_core.generate.evaluators import EvalOptions, LocalEvaluator, ServiceEvaluator
     from pkb_core.plugin.manager import get_plugin_manager
 
     shutil.rmtree(args.out, ignore_errors=True)
     args.out.mkdir(parents=True)
-    options = EvalOptions(backend=args.backend, world_size=2, trials=args.trials)
+    options = EvalOptions(backend=args.backend, world_size=2, trials=args.trials, measure_perf=args.measure_perf)
     results = {"local": run_loop(args.out / "local", LocalEvaluator(get_plugin_manager(), options,
                                                                      args.out / "local" / "runs"), args)}
     server, url = start_service(args.out, "--devices", str(args.devices), command=(sys.executable, "-m", "pkb_core"))
