@@ -87,8 +87,8 @@ def _perf(p: Perf) -> list[str]:
     else:
         lines.append("Speedup: too few rounds to tell.")
     if p.floor_ms:
-        yours = f"; yours reaches {100 * p.solution_sol_fraction:.1f} % of it" if p.solution_sol_fraction else ""
-        ref = f", the reference {100 * p.reference_sol_fraction:.1f} %" if p.reference_sol_fraction else ""
+        yours = f"; yours reaches {100 * p.solution_sol_fraction:.3g} % of it" if p.solution_sol_fraction else ""
+        ref = f", the reference {100 * p.reference_sol_fraction:.3g} %" if p.reference_sol_fraction else ""
         lines.append(f"Speed of light (the traffic bound, {p.bound}-bound): {p.floor_ms:.4g} ms{yours}{ref}.")
     if p.clock == "host":
         lines.append("These are host timings (CPU mode): they show that timing works, not how fast a GPU kernel is.")
