@@ -194,3 +194,49 @@ def test_the_loop_through_the_reward_service(pkb_invoke, model_env, tmp_path):
     verdicts = [json.loads((out / "1_allreduce" / f"r{k}.record.json").read_text())["verdict"] for k in (1, 2, 3)]
     assert verdicts == ["compile-error", "fail", "pass"]
     assert not (out / "runs").exists()  # nothing launched on this side
+
+
+def _record(**fields):
+    from pkb_core.contracts.record import Record
+
+    base = dict(key="k", problem_id=1, problem="1_allreduce", category="collective", backend="triton",
+                solution="s.py", world_size=2, size="tiny", dtype="fp32", mode="eval", verdict="pass")
+    return Record(**{**base, **fields})
+
+
+def test_feedback_for_a_flag_a_timeout_and_a_timed_pass():
+    from pkb_core.contracts.timing import Floor
+    from pkb_core.generate.feedback_text import render_feedback
+    from pkb_core.results.feedback import feedback_of
+
+    flagged = feedback_of(_record(verdict="flagged", reason="rank 0: its processes used 35 ms of CPU in the 20 ms "
+                                                            "after its trial answer"))
+    assert "The rule and the numbers: rank 0: its processes used 35 ms" in render_feedback(flagged)
+    hung = feedback_of(_record(verdict="timeout", reason="no result after 30 s (rank 1 did not answer)"),
+                       running="trial 2 of 5 (one checked call), command the solution's `trial`")
+    text = render_feedback(hung)
+    assert "no result after 30 s" in text and "What was running: trial 2 of 5" in text
+    timed = feedback_of(_record(reference_ms=2.0, solution_ms=1.0, speedup=2.0, speedup_ci=(1.8, 2.2),
+                                difference="faster", timing_mode="latency", trials=5,
+                                sol=Floor(floor_ms=0.5, bound="link", link_ms=0.5, hbm_ms=0.1, compute_ms=0.0,
+                                          reference_fraction=0.25, solution_fraction=0.5)))
+    text = render_feedback(timed)
+    assert "reference 2 ms, yours 1 ms" in text and "Speedup 2.000x, 95 % interval [1.800, 2.200]: faster" in text
+    assert "Speed of light (the traffic bound, link-bound): 0.5 ms; yours reaches 50 % of it" in text
+
+
+def test_a_finding_lists_the_first_differing_elements_and_the_worst():
+    import torch
+
+    from pkb_core.judge.check import compare
+
+    ref = torch.zeros(4, 8)
+    cand = ref.clone()
+    cand[0, 1:7] = 1.0
+    cand[3, 5] = 9.0
+    found = compare([cand], [ref])
+    detail = found.detail
+    assert found.startswith("out[0]: 7 of 32 elements differ") and detail["output"] == "out[0]"
+    assert [e["index"] for e in detail["elements"]] == [[0, 1], [0, 2], [0, 3], [0, 4], [3, 5]]
+    assert detail["elements"][-1] == {"index": [3, 5], "got": "9", "expected": "0"}
+    assert detail["count"] == 7 and detail["shape"] == [4, 8] and detail["max_abs_err"] == "9"
