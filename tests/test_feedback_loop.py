@@ -240,3 +240,11 @@ def test_a_finding_lists_the_first_differing_elements_and_the_worst():
     assert [e["index"] for e in detail["elements"]] == [[0, 1], [0, 2], [0, 3], [0, 4], [3, 5]]
     assert detail["elements"][-1] == {"index": [3, 5], "got": "9", "expected": "0"}
     assert detail["count"] == 7 and detail["shape"] == [4, 8] and detail["max_abs_err"] == "9"
+
+
+def test_stop_when_no_improvement(pkb_invoke, model_env, tmp_path):
+    model = model_env([lambda messages: fenced(WRONG), lambda messages: fenced(WRONG.replace("+= 1", "+= 2"))])
+    result = pkb_invoke("generate", *ARGS, "--rounds", "4", "--out", tmp_path / "loop", "--stop-when-no-improvement")
+    assert result.exit_code == 0, result.output
+    assert model.failures == [] and len(model.requests) == 2
+    assert "1_allreduce: 2 round(s), stopped: round 2 did not improve" in result.output

@@ -18,7 +18,8 @@ Under the output directory, per problem ``<id>_<name>/`` and per round *k* (from
 Beside the folders: ``<id>_<name>.py``, the best file so far (``pkb run --solutions OUT``
 checks the loop's outcome), ``records.jsonl``, every round's record with ``round`` in its
 extra fields (``pkb report OUT`` shows pass and fast_p after each round), and ``loop.json``,
-the last invocation's settings and each problem's state.
+the last invocation's settings and each problem's state (records.jsonl and loop.json cover the
+problems of the last invocation).
 
 A round is complete when its record exists, or when its reply held no code. An
 interrupted loop resumes from these files: rounds already asked are never asked again, a
