@@ -137,24 +137,31 @@ async def stream(url: str, files: list[Path], backend: str, concurrency: int, ti
     return {"wall": wall, "latencies": latencies, "verdicts": verdicts, "job_seconds": job_seconds}
 
 
-def serve_and_stream(args, files: list[Path]) -> dict:
-    port = free_port()
-    data = args.out / "serve-data"
-    shutil.rmtree(data, ignore_errors=True)
-    ray = ["--ray", args.ray] if args.ray else []
-    server = subprocess.Popen(["pkb", "serve", "--port", str(port), "--data", str(data), "--devices",
-                               str(args.devices), "--timeout", str(args.timeout), "--max-queued", str(len(files) + 10),
-                               *ray], stderr=open(args.out / "serve.log", "wb"))
-    try:
-        url = f"http://127.0.0.1:{port}"
-        import httpx
+def start_service(out: Path, *options: str, command=("pkb",)) -> tuple[subprocess.Popen, str]:
+    """``pkb serve`` on a free port with a fresh ``out/serve-data`` (log: ``out/serve.log``),
+    once it answers; its process and URL."""
+    import httpx
 
-        for _ in range(600):
-            try:
-                httpx.get(url + "/v1/health", timeout=1)
-                break
-            except httpx.HTTPError:
-                time.sleep(0.1)
+    port = free_port()
+    data = out / "serve-data"
+    shutil.rmtree(data, ignore_errors=True)
+    server = subprocess.Popen([*command, "serve", "--port", str(port), "--data", str(data), *options],
+                              stderr=open(out / "serve.log", "wb"))
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(600):
+        try:
+            httpx.get(url + "/v1/health", timeout=1)
+            break
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    return server, url
+
+
+def serve_and_stream(args, files: list[Path]) -> dict:
+    ray = ["--ray", args.ray] if args.ray else []
+    server, url = start_service(args.out, "--devices", str(args.devices), "--timeout", str(args.timeout),
+                                "--max-queued", str(len(files) + 10), *ray)
+    try:
         return asyncio.run(stream(url, files, args.backend, args.concurrency, args.timeout))
     finally:
         server.terminate()

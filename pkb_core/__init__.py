@@ -25,7 +25,8 @@ For symmetric heaps
     :func:`handle_of`, :func:`peer_offset`, :func:`register_allocation`,
     :class:`MappedHandle`, :class:`SharedMemoryHeap`, :class:`TorchSymmetricHeap`.
 For provider plugins (``pkb generate``)
-    :class:`Completion`, :class:`ModelSettings`.
+    :class:`Completion`, :class:`ModelSettings`; :func:`refine`, the refinement loop
+    of ``pkb generate --rounds N`` (docs/generation.md).
 For problem packs
     :func:`matrix_for_bytes`, :class:`RunContext` (what ``inputs(ctx)`` receives).
 For trainers, agents and scripts (docs/serve.md)
@@ -58,6 +59,7 @@ _EXPORTS = {
     "load_module": "pkb_core.candidate.solution",
     "load_solution": "pkb_core.candidate.solution",
     "Completion": "pkb_core.generate.providers",
+    "refine": "pkb_core.refinement",
     "ModelSettings": "pkb_core.generate.providers",
     "ALLOW_MULTICAST_ENV": "pkb_core.plugin.multicast",
     "MULTICAST_PATTERNS": "pkb_core.plugin.multicast",

@@ -21,7 +21,9 @@ class ChatServer:
     """A chat-completions server: answers from a script, records every request."""
 
     def __init__(self):
-        self.script = []  # (status, body dict, headers) per request; the last one repeats
+        # (status, body dict, headers) per request, or a callable of the request's body that
+        # returns them (a model that reads what it is sent); the last one repeats.
+        self.script = []
         self.requests = []
         server = self
 
@@ -30,7 +32,8 @@ class ChatServer:
                 length = int(self.headers["Content-Length"])
                 server.requests.append({"path": self.path, "headers": dict(self.headers),
                                         "body": json.loads(self.rfile.read(length))})
-                status, body, headers = server.script[min(len(server.requests), len(server.script)) - 1]
+                entry = server.script[min(len(server.requests), len(server.script)) - 1]
+                status, body, headers = entry(server.requests[-1]["body"]) if callable(entry) else entry
                 payload = json.dumps(body).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
@@ -48,11 +51,16 @@ class ChatServer:
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
 
     def reply(self, text, status=200, headers=None, finish_reason="stop"):
+        self.script.append((status, self.body(text, finish_reason), headers or {}))
+
+    def body(self, text, finish_reason="stop", usage=True):
+        """A chat-completions answer holding ``text`` (with token usage unless ``usage`` is false)."""
         body = {"id": f"chatcmpl-{len(self.script)}", "model": "served-model",
                 "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
-                             "finish_reason": finish_reason}],
-                "usage": {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120}}
-        self.script.append((status, body, headers or {}))
+                             "finish_reason": finish_reason}]}
+        if usage:
+            body["usage"] = {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120}
+        return body
 
     def error(self, status, message, headers=None):
         self.script.append((status, {"error": {"message": message, "type": "test"}}, headers or {}))

@@ -245,7 +245,12 @@ class BuildPhase:
             stored = json.loads(self._path(solution).read_text())
         except (OSError, ValueError):
             return None
-        return BuildResult(bool(stored["ok"]), stored.get("message", ""), 0.0, cached=True,
+        message = stored.get("message", "")
+        if stored.get("solution"):
+            # The same content built from another path: the message names this job's file,
+            # never the earlier one (another run's, or another client's of the service).
+            message = message.replace(str(stored["solution"]), str(solution))
+        return BuildResult(bool(stored["ok"]), message, 0.0, cached=True,
                            verdict=_failure_verdict(stored.get("verdict")))
 
     def _store(self, solution: str, result: BuildResult) -> None:

@@ -9,6 +9,7 @@ import click
 from pkb_core.results.compare import DEFAULT_THRESHOLD, compare_runs, counts, failures, parse_fail_on, parse_percent
 from pkb_core.cli.console import Section, show
 from pkb_core.results.report import load_run
+from pkb_core.results.rounds import best_files, is_loop, rounds_side_by_side
 
 HEADERS = ["problem", "solution", "W size dtype", "verdict", "A ms", "B ms", "change %", "speedup A", "speedup B",
            "status", "why"]
@@ -30,13 +31,24 @@ def compare(run_a, run_b, threshold, fail_on, json_):
         threshold = parse_percent(threshold, "--threshold")
     else:
         threshold = limit[1] if limit else DEFAULT_THRESHOLD
-    rows = compare_runs(load_run(run_a), load_run(run_b), threshold)
+    records_a, records_b = load_run(run_a), load_run(run_b)
+    rounds = None
+    if is_loop(records_a) and is_loop(records_b):
+        # Two refinement loops: each problem's best round against the other's, and the curves.
+        rounds = rounds_side_by_side(records_a, records_b)
+        records_a, records_b = best_files(records_a), best_files(records_b)
+    rows = compare_runs(records_a, records_b, threshold)
     failing = failures(rows, limit) if limit else []
     if json_:
         click.echo(json.dumps({"run_a": str(run_a), "run_b": str(run_b), "threshold": threshold,
                                "fail_on": fail_on, "counts": counts(rows), "rows": rows,
-                               "failing": len(failing)}, indent=2))
+                               "failing": len(failing), "by_round": rounds}, indent=2))
     else:
+        if rounds:
+            show([Section("By round: pass rate and fast_1 after each round (each problem's best round so far)",
+                          ["round", "pass A", "pass B", "fast_1 A", "fast_1 B"],
+                          [[r["round"], _pct(r["pass_rate_a"]), _pct(r["pass_rate_b"]), _pct(r["fast_1_a"]),
+                            _pct(r["fast_1_b"])] for r in rounds])])
         table = [[r["problem"], r["solution"], f"W{r['world_size']} {r['size']} {r['dtype']}", _verdicts(r),
                   r["median_a"], r["median_b"], None if r["change"] is None else round(100 * r["change"], 2),
                   r["speedup_a"], r["speedup_b"], r["status"], r["why"]] for r in rows]
@@ -53,3 +65,7 @@ def compare(run_a, run_b, threshold, fail_on, json_):
 def _verdicts(row) -> str:
     a, b = row["verdict_a"] or "-", row["verdict_b"] or "-"
     return a if a == b else f"{a} -> {b}"
+
+
+def _pct(value) -> str:
+    return "n/a" if value is None else f"{100 * value:.1f}%"

@@ -8,7 +8,8 @@ import click
 
 from pkb_core.cli.console import Section, show
 from pkb_core.errors import PkbError
-from pkb_core.results.report import FAST_P, load_run, summarize
+from pkb_core.results.report import FAST_P, load_run
+from pkb_core.results.rounds import summarize_run
 
 #: Longest reason shown in the terminal table (JSON and HTML keep all of it).
 REASON_WIDTH = 70
@@ -32,7 +33,7 @@ def report(run_dir, json_, html_file, plots, ks, include_cpu):
     """Per-problem results and aggregates (pass rate, fast_p, geomean speedup, pass@k) of a run."""
     ks = _parse_ks(ks)
     records = load_run(run_dir)
-    summary = summarize(records, run_dir, ks=ks, include_cpu=include_cpu)
+    summary = summarize_run(records, run_dir, ks=ks, include_cpu=include_cpu)
     if html_file:
         from pkb_core.results.report_html import render_html
 
@@ -87,7 +88,21 @@ def report_sections(summary: dict) -> list[Section]:
         sections[1].notes.append(CPU_TIMING_NOTE)
     if summary["at_k"]:
         sections.append(_at_k_section(summary["at_k"]))
+    if summary.get("by_round"):
+        sections[1].title = "Aggregates (each problem's best round)"
+        sections.append(_by_round_section(summary["by_round"]))
     return sections
+
+
+def _by_round_section(rounds) -> Section:
+    ps = [f"{p:g}" for p in FAST_P if p > 0]
+    rows = [[r["round"], r["checked"], r["problems"], r["passed"], _pct(r["pass_rate"])]
+            + [_pct(r["fast_p"][p]) or UNTIMED for p in ps] + [_times(r["geomean_speedup"])] for r in rounds]
+    return Section("By round (pkb generate --rounds)",
+                   ["round", "files checked", "problems", "passed", "pass rate"] + [f"fast_{p}" for p in ps]
+                   + ["geomean speedup"], rows,
+                   notes=["after round k, a problem counts with its best round <= k (passed if any round "
+                          "passed): docs/reports.md"])
 
 
 #: (header, row field) of the per-problem table; empty columns are dropped.

@@ -12,10 +12,12 @@ def slot_sizes(skeletons: list[dict]) -> list[int]:
     return [max((sizes[i] for sizes in per_rank if i < len(sizes)), default=0) for i in range(count)]
 
 
-def combine(answers: list, label: str) -> tuple[str, str] | None:
-    """The first rank's ``(verdict, reason)`` among the judge's :class:`pkb_core.contracts.messages.Finding`
-    answers, else None."""
+def combine(answers: list, label: str) -> tuple[str, str, dict | None] | None:
+    """The first rank's ``(verdict, reason, finding)`` among the judge's
+    :class:`pkb_core.contracts.messages.Finding` answers, else None; ``finding`` is the
+    judge's structured detail (:class:`pkb_core.judge.check.Finding`) with the rank added, or None."""
     for rank, answer in enumerate(answers):
         if answer.verdict:
-            return answer.verdict, f"{label} {rank}: {answer.reason}"
+            finding = {**answer.finding, "rank": rank} if answer.finding else None
+            return answer.verdict, f"{label} {rank}: {answer.reason}", finding
     return None

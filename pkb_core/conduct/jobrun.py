@@ -75,6 +75,9 @@ class JobRun:
         self.set_bytes = 0
         self.outcome = Outcome()
         self.rng = random.Random()
+        #: Where the job is, and the last command sent (for a timeout's or a crash's feedback).
+        self.stage = "starting"
+        self.command = ""
 
     def _count(self, name: str, started: float) -> None:
         """Add the seconds since ``started`` to the record's per-command tally."""
@@ -84,6 +87,7 @@ class JobRun:
     def _judge(self, request):
         """Send ``request`` (or one per rank) to the judge's ranks; their typed answers."""
         op = (request[0] if isinstance(request, list) else request).OP
+        self.command = f"the judge's `{op}`"
         try:
             started = time.monotonic()
             answers = self.judges.command(request, deadline=self.deadline)
@@ -97,6 +101,7 @@ class JobRun:
         """Send ``request`` (or one per rank) to the candidate's ranks; their typed answers
         (read once with the command's answer class: one that does not fit ends the job)."""
         op = (request[0] if isinstance(request, list) else request).OP
+        self.command = f"the solution's `{op}`"
         try:
             started = time.monotonic()
             answers = self.candidates.command(request, deadline=self.deadline)
@@ -117,19 +122,25 @@ class JobRun:
 
     def run(self) -> Outcome:
         try:
+            self.stage = "setup (importing and compiling the solution)"
             with self._phase("setup"):
                 self._setup()
             with self._phase("trials"):
                 for trial in range(self.job.trials):
+                    self.stage = f"trial {trial} of {self.job.trials} (one checked call)"
                     self._trial(trial)
                     self.outcome.trials = trial + 1
             if self.job.mode == "eval" and self.job.measure_perf:
                 if self.before_timing:
                     self.before_timing()  # nothing else starting up on this node while it times
+                self.stage = "timing (--measure-perf: batches of calls on fresh inputs)"
                 with self._phase("timing"):
                     self._timing()
         except JobEnded as ended:
             self.outcome.verdict, self.outcome.reason = ended.verdict, ended.reason
+            self.outcome.finding = ended.finding
+            if ended.verdict in (Verdict.TIMEOUT, Verdict.CRASH, Verdict.ERROR):
+                self.outcome.running = f"{self.stage}, command {self.command or '(none yet)'}"
             if ended.verdict == Verdict.TIMEOUT:
                 self.outcome.reason = f"no result after {self.settings.job_timeout:.0f} s ({ended.reason})"
             if self.outcome.trials < self.job.trials and ended.verdict in (Verdict.FAIL, Verdict.FLAGGED, Verdict.ERROR):

@@ -132,6 +132,8 @@ class Finding(Answer):
 
     verdict: Verdict | None = None
     reason: str = text()
+    #: Where a wrong answer differs (:class:`pkb_core.judge.check.Finding`'s detail), for the record's feedback.
+    finding: dict | None = optional()
 
 
 # -- outside the command table --------------------------------------------------------------------

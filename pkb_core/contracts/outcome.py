@@ -12,10 +12,12 @@ from pkb_core.contracts.verdict import Verdict
 class JobEnded(Exception):
     """The job cannot go on: ``verdict`` and ``reason`` are its record's."""
 
-    def __init__(self, verdict: str, reason: str):
+    def __init__(self, verdict: str, reason: str, finding: dict | None = None):
         super().__init__(f"{verdict}: {reason}")
         self.verdict = verdict
         self.reason = reason
+        #: The judge's structured detail of a wrong answer (rank, output, elements), if any.
+        self.finding = finding
 
 
 @dataclass
@@ -31,3 +33,8 @@ class Outcome:
     #: Wall seconds of each phase (``ready``, ``setup``, ``trials``, ``timing``, ``stop``), and
     #: under ``commands`` of each command to either side.
     phases: dict = field(default_factory=dict)
+    #: The judge's structured detail of a wrong answer (:class:`JobEnded`'s ``finding``).
+    finding: dict | None = None
+    #: What was running when the job ended otherwise than by passing (``trial 2: the
+    #: candidate's `trial` command``), for a timeout's or a crash's feedback.
+    running: str | None = None

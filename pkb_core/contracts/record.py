@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import attrs
 
+from pkb_core.contracts.feedback import Feedback
 from pkb_core.contracts.job import Built
 from pkb_core.contracts.serial import Contract, optional
 from pkb_core.contracts.timing import Floor, Timing
@@ -86,6 +87,9 @@ class Record(Contract):
     #: Wall seconds of the job's phases and commands.
     phase_seconds: dict | None = optional()
     compile: Built | None = optional()
+    #: What pkb tells the model that wrote the solution (docs/generation.md, "Feedback");
+    #: None in records written before it existed.
+    feedback: Feedback | None = optional()
     extra: dict = attrs.field(factory=dict)
 
     @property

@@ -79,9 +79,7 @@ def generate_sample(provider, provider_name: str, prompt: Prompt, settings: Mode
     solution, error = None, None
     if code is None:
         (out / f"{stem}.py").unlink(missing_ok=True)  # never leave an older answer to be evaluated
-        cut = " (the reply was cut off at the token limit: raise --max-tokens)" \
-            if completion.finish_reason == "length" else ""
-        error = f"the reply has no ```python block{cut}"
+        error = no_code_error(completion)
     else:
         solution = out / f"{stem}.py"
         solution.write_text(code)
@@ -89,6 +87,23 @@ def generate_sample(provider, provider_name: str, prompt: Prompt, settings: Mode
         "problem": prompt.settings.get("problem"), "backend": prompt.settings.get("backend"), "sample": k,
         "solution": solution.name if solution else None, "error": error,
         "prompt": f"{stem}.prompt.md", "reply": f"{stem}.reply.md",
+        **reply_record(provider_name, prompt, settings, completion, elapsed),
+    }
+    record_path.write_text(json.dumps(record, indent=2) + "\n")
+    return SampleResult(stem, solution, error)
+
+
+def no_code_error(completion) -> str:
+    """Why a reply gave no file, in one line."""
+    cut = " (the reply was cut off at the token limit: raise --max-tokens)" \
+        if completion.finish_reason == "length" else ""
+    return f"the reply has no ```python block{cut}"
+
+
+def reply_record(provider_name: str, prompt: Prompt, settings: ModelSettings, completion, elapsed: float) -> dict:
+    """The fields every generation record has: the model and its settings, the prompt's
+    settings and system message, what the provider reported, the time taken, when, by which pkb."""
+    return {
         "model": {"provider": provider_name, "model": settings.model, "temperature": settings.temperature,
                   "max_tokens": settings.max_tokens},
         "prompt_settings": prompt.settings, "system_message": prompt.system,
@@ -97,5 +112,3 @@ def generate_sample(provider, provider_name: str, prompt: Prompt, settings: Mode
         "elapsed_s": round(elapsed, 3), "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "pkb_version": __version__,
     }
-    record_path.write_text(json.dumps(record, indent=2) + "\n")
-    return SampleResult(stem, solution, error)

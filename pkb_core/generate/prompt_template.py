@@ -26,6 +26,7 @@ DEFAULT_TEMPLATE = Path(__file__).parent / "default_prompt.toml"
 TEMPLATE_KEYS = {
     "system": str, "user": str, "example": str, "max_examples": int,
     "rules": str, "custom_kernels_rule": str, "library_rule": str,
+    "revision": str, "goal_fix": str, "goal_faster": str,
 }
 
 

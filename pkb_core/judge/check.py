@@ -23,6 +23,9 @@ import torch
 
 from pkb_core.harness.trees import leaves
 
+#: Differing elements a finding lists (the first ones in memory order), besides the worst.
+SHOWN_ELEMENTS = 4
+
 #: Default tolerances per floating dtype: (rtol, atol as a fraction of max|ref|).
 DEFAULT_TOLERANCE = {
     torch.float64: (1e-9, 1e-12),
@@ -76,8 +79,25 @@ def compare(candidate, reference, tolerance=None, bound=None) -> str | None:
         limit = bounds[i] if bounds is not None and i < len(bounds) else None
         problem = compare_leaf(cand, ref, tolerance, limit if isinstance(limit, torch.Tensor) else None)
         if problem:
-            return f"{path}: {problem}"
+            return Finding.of(f"{path}: {problem}", problem, output=path)
     return None
+
+
+class Finding(str):
+    """What :func:`compare` says: its one line, which also carries :attr:`detail`,
+    the structured form a model's feedback is made of (:mod:`pkb_core.results.feedback`):
+    ``output`` (the leaf's path), and for a tensor that differs ``count``, ``numel``,
+    ``elements`` (the first :data:`SHOWN_ELEMENTS` differing ones in memory order,
+    then the worst: ``{"index", "got", "expected"}`` as text), ``max_abs_err`` and
+    ``tolerance``. A plain string with an empty detail where there is no more to say."""
+
+    detail: dict
+
+    @classmethod
+    def of(cls, line: str, source=None, **detail) -> "Finding":
+        found = cls(line)
+        found.detail = {**getattr(source, "detail", {}), **detail}
+        return found
 
 
 def compare_leaf(cand, ref, tolerance=None, bound=None) -> str | None:
@@ -161,11 +181,33 @@ def _compare_bounded(cand, ref, bound):
 def _report(bad, cand, ref, label, err=None):
     count = int(bad.sum())
     flat = int(torch.argmax(err.masked_fill(~bad, -1) if err is not None else bad.to(torch.int8)))
-    index = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), bad.shape)) if bad.dim() else ()
+    index = _unravel(flat, bad.shape)
     got, want = cand.reshape(-1)[flat].item(), ref.reshape(-1)[flat].item()
-    worst = f", max abs err {err.reshape(-1)[flat].item():.3g}" if err is not None else ""
-    return (f"{count} of {bad.numel()} elements differ{worst} at {index} "
-            f"(got {got:.6g}, expected {want:.6g}); {label}")
+    max_err = err.reshape(-1)[flat].item() if err is not None else None
+    worst = f", max abs err {max_err:.3g}" if err is not None else ""
+    shown = [i for i in _first_true(bad.reshape(-1), SHOWN_ELEMENTS) if i != flat] + [flat]
+    elements = [{"index": list(_unravel(i, bad.shape)), "got": f"{cand.reshape(-1)[i].item():.6g}",
+                 "expected": f"{ref.reshape(-1)[i].item():.6g}"} for i in shown]
+    return Finding.of(f"{count} of {bad.numel()} elements differ{worst} at {index} "
+                      f"(got {got:.6g}, expected {want:.6g}); {label}",
+                      count=count, numel=bad.numel(), shape=list(bad.shape), elements=elements,
+                      max_abs_err=None if max_err is None else f"{max_err:.3g}", tolerance=label)
+
+
+def _unravel(flat: int, shape) -> tuple:
+    return tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), shape)) if len(shape) else ()
+
+
+def _first_true(flags, count: int, chunk: int = 1 << 20) -> list[int]:
+    """The flat indices of the first ``count`` set flags, scanning in chunks (a
+    256 MiB output that is wrong everywhere must not become a list of every index)."""
+    found: list[int] = []
+    for start in range(0, flags.numel(), chunk):
+        hits = torch.nonzero(flags[start:start + chunk]).reshape(-1)[: count - len(found)]
+        found += [start + int(i) for i in hits]
+        if len(found) >= count:
+            break
+    return found
 
 
 def _dtype(dtype):

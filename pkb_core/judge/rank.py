@@ -39,7 +39,7 @@ from pkb_core.contracts.commands_judge import (Check, CheckSample, Clocks, DrawI
 from pkb_core.contracts.messages import Done, Finding, Packed, Parcel, Profiled, ProfileRequest, Warmed
 from pkb_core.contracts.verdict import Verdict
 from pkb_core.contracts.dtypes import torch_dtype
-from pkb_core.judge.check import compare
+from pkb_core.judge.check import Finding as Difference, compare
 from pkb_core.harness.trees import leaves
 from pkb_core.harness.parcel import TRUSTED, UNTRUSTED, ParcelError, pack, unpack
 from pkb_core.problem.contract import RunContext, read_spec
@@ -136,7 +136,7 @@ class JudgeRank:
         tolerance = EXACT_TOLERANCE if self.trial_exact else self.problem.spec.tolerance
         problem = compare(received["out"], ref_out, tolerance, bound and bound[0]) or self._arguments_after(
             received["args"], self.trial_args, ref_args, tolerance, bound and bound[1])
-        return Finding(verdict=Verdict.FAIL if problem else None, reason=problem or "")
+        return Finding(verdict=Verdict.FAIL if problem else None, reason=problem or "", **_finding(problem))
 
     def _exact_bound(self, args):
         """``(outputs, arguments)``: per element, how far an honest result may lie
@@ -200,7 +200,8 @@ class JudgeRank:
             if i in mutates:
                 problem = compare(after, ref_args[i], tolerance, bound and bound[i])
                 if problem:
-                    return f"argument {i} (updated in place): {problem.replace('out', 'value', 1)}"
+                    return Difference.of(f"argument {i} (updated in place): {problem.replace('out', 'value', 1)}",
+                                      problem, output=f"argument {i} (updated in place)")
                 continue
             for (path, a), (_, b) in zip(leaves(after, f"argument {i}"), leaves(before, f"argument {i}")):
                 if isinstance(b, torch.Tensor) and not (isinstance(a, torch.Tensor) and identical(a, b)):
@@ -328,7 +329,8 @@ class JudgeRank:
                                       bound and bound[1])
             if problem:
                 return Finding(verdict=Verdict.FAIL, reason=f"timed call {index} of a batch, on fresh inputs: {problem} "
-                                                            "(the timed calls must compute what the checked ones do)")
+                                                            "(the timed calls must compute what the checked ones do)",
+                               **_finding(problem, call=f"timed call {index} of a batch"))
         return Finding()
 
     def _timed_tolerance(self, index):
@@ -384,3 +386,10 @@ def _to_cpu(value):
     if isinstance(value, dict):
         return {k: _to_cpu(v) for k, v in value.items()}
     return value
+
+
+def _finding(problem, **more) -> dict:
+    """The answer's ``finding``: the structured detail of a comparison's line
+    (:class:`pkb_core.judge.check.Finding`), for the record's feedback."""
+    detail = getattr(problem, "detail", None)
+    return {"finding": {**detail, **more}} if detail else {}

@@ -326,7 +326,8 @@ class Launch:
         details = {}
         if outcome is not None:
             details = dict(timing=outcome.timing, trials=outcome.trials, barriers=outcome.barriers or None,
-                           lockdown_gaps=tuple(outcome.lockdown) or None, phase_seconds=outcome.phases)
+                           lockdown_gaps=tuple(outcome.lockdown) or None, phase_seconds=outcome.phases,
+                           finding=outcome.finding, running=outcome.running)
         record = job_record(job, self.settings.world_size, verdict, reason,
                             seconds=time.time() - started, machine=self.machine, **details)
         try:

@@ -4,6 +4,9 @@
   category, log scale, a line at 1x;
 * ``sol``: % of the speed-of-light floor reached by the reference and the
   solution, per problem (log scale, a line at 100 %);
+* ``rounds``: for a refinement loop (``pkb generate --rounds``), pass rate and fast_p
+  after each round (:mod:`pkb_core.results.rounds`); the speedup and SOL charts then
+  show each problem's best round;
 * ``sweep-<problem>`` (``-W<n>-<dtype>`` added when a run swept it several
   ways): for ``pkb bench`` runs (size ``sweep:<bytes>``), time and busbw
   against message size, one line per solution and for NCCL (the reference),
@@ -19,6 +22,7 @@ from pathlib import Path
 
 from pkb_core.errors import PkbError
 from pkb_core.results.report import is_correct, is_sweep, solution_name, sweep_bytes
+from pkb_core.results.rounds import by_round, final_states, is_loop
 
 #: Timing mode -> legend word and line style.
 MODE_STYLE = {"latency": ("eager", "-"), "graph": ("graph", "--"), "back-to-back": ("back-to-back", ":")}
@@ -38,6 +42,9 @@ def write_plots(records, out_dir) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     figures = {}
     presets = [r for r in records if not is_sweep(r)]
+    if is_loop(records):  # a refinement loop: the curve by round, and each problem's best round
+        figures["rounds"] = _rounds_figure(plt, by_round(records))
+        presets = final_states(presets)
     speedup_rows = [r for r in presets if is_correct(r) and r.speedup]
     if speedup_rows:
         figures["speedup"] = _speedup_figure(plt, speedup_rows)
@@ -113,6 +120,25 @@ def _speedup_figure(plt, rows):
     _log_labels(ax, "{:g}x")
     _set_ticks(ax, rows)
     _category_legend(plt, ax, colours)
+    return fig
+
+
+def _rounds_figure(plt, rounds):
+    """Pass rate and fast_p after each round of a refinement loop (results/rounds.py)."""
+    fig, ax = plt.subplots(figsize=(7, 4))
+    xs = [r["round"] for r in rounds]
+    ax.plot(xs, [100 * (r["pass_rate"] or 0) for r in rounds], marker="o", color="black", label="pass (fast_0)")
+    for p, style in (("1", "--"), ("1.5", "-."), ("2", ":")):
+        values = [r["fast_p"][p] for r in rounds]
+        if any(v is not None for v in values):
+            ax.plot(xs, [100 * (v or 0) for v in values], marker=".", linestyle=style, label=f"fast_{p}")
+    ax.set_xlabel("round")
+    ax.set_ylabel("% of problems (best round so far)")
+    ax.set_title("Refinement loop: pass and fast_p after each round")
+    ax.set_xticks(xs)
+    ax.set_ylim(0, 105)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
     return fig
 
 

@@ -25,15 +25,19 @@ from pkb_core.contracts.record import Record, TimingOptions
 from pkb_core.contracts.timing import Timing
 from pkb_core.contracts.verdict import Verdict
 from pkb_core.errors import PkbError, describe
+from pkb_core.results.feedback import feedback_of
 from pkb_core.contracts.timing import FASTER, SLOWER
 
 RECORDS = "records.jsonl"
 
 
 def job_record(job: Job, world_size: int, verdict: str, reason: str = "", *, timing: Timing | None = None,
-               trials=0, seconds=None, machine=None, **details) -> Record:
+               trials=0, seconds=None, machine=None, finding: dict | None = None, running: str | None = None,
+               **details) -> Record:
     """The record of one job; ``details`` are :class:`Record`'s launcher fields
-    (``barriers``, ``lockdown_gaps``, ``phase_seconds``)."""
+    (``barriers``, ``lockdown_gaps``, ``phase_seconds``). ``finding`` (the judge's detail
+    of a wrong answer) and ``running`` (what a hung or dead job was doing) go into its
+    feedback (:func:`pkb_core.results.feedback.feedback_of`)."""
     fields = dict(
         key=job.key, problem_id=job.problem_id, problem=job.problem, category=job.category, backend=job.backend,
         solution=job.solution_label, world_size=world_size, size=job.size, dtype=job.dtype, mode=job.mode,
@@ -52,7 +56,10 @@ def job_record(job: Job, world_size: int, verdict: str, reason: str = "", *, tim
             if timing.sol:
                 fields["sol"] = attrs.evolve(timing.sol, reference_fraction=timing.sol.floor_ms / ref,
                                              solution_fraction=timing.sol.floor_ms / cand if cand > 0 else None)
-    return Record(**fields)
+    record = Record(**fields)
+    return attrs.evolve(record, feedback=feedback_of(record, finding=finding, running=running,
+                                                     trials_asked=job.trials,
+                                                     solution=job.solution if verdict == "compile-error" else None))
 
 
 def _rigor(timing: Timing) -> dict:

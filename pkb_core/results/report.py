@@ -301,6 +301,7 @@ def summarize(records, run_dir=None, ks=None, include_cpu: bool = False) -> dict
         "aggregates": aggregates(records, include_cpu),
         "categories": categories(records, include_cpu),
         "at_k": at_k(records, ks, include_cpu),
+        "by_round": None,
         # Timed in CPU mode: host timings, not GPU performance (the report says so).
         # (Timed: it has medians; a speedup may be null where no interval exists.)
         "cpu_timings": any((r.machine or {}).get("device") == "cpu" and r.reference_ms is not None

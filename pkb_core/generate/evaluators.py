@@ -1,0 +1,140 @@
+"""How ``pkb generate --rounds`` has a round's files checked: an :class:`Evaluator`.
+
+Two implementations, one contract (the loop never asks which it has):
+
+:class:`ServiceEvaluator`
+    the reward service (``--server URL``, :class:`pkb_core.client.Client`): every
+    file of a round is submitted at once (``evaluate_many``) and the service's warm
+    groups run them; nothing starts on this machine.
+:class:`LocalEvaluator`
+    one ``pkb run`` launch per round on this node (:func:`pkb_core.launch.jobs.run_jobs`):
+    the compile phase, then one launch for every file of the round, into
+    ``<out>/runs/r<k>/`` (its records and logs).
+
+Both give the records ``pkb run --solution F`` gives for the same file (the same
+planning, compile phase and launch), feedback included.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from pkb_core.contracts.record import Record
+from pkb_core.errors import PkbError
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One file of a round: the problem's key, the file, and the label its record gets."""
+
+    problem: str
+    path: Path
+    label: str
+
+
+@dataclass(frozen=True)
+class EvalOptions:
+    """What ``pkb run`` would be asked for each file (``size``/``dtype`` ``auto``: the device's default)."""
+
+    backend: str
+    world_size: int = 2
+    trials: int = 5
+    size: str = "auto"
+    dtype: str = "auto"
+    measure_perf: bool = False
+    timing_modes: tuple[str, ...] = ("latency",)
+    timeout: float | None = None
+
+
+class Evaluator(Protocol):
+    """Checks (and times) a round's files."""
+
+    def evaluate(self, candidates: list[Candidate], tag: str) -> list[Record]:
+        """The records of ``candidates``, in their order; ``tag`` names the round (``r2``)."""
+
+    def close(self) -> None:
+        """Release what the evaluator holds (a connection)."""
+
+
+class ServiceEvaluator:
+    """A round through the reward service at ``url`` (``pkb serve``)."""
+
+    def __init__(self, url: str, options: EvalOptions, *, token: str | None = None, client: str = "pkb-generate",
+                 concurrency: int = 64):
+        from pkb_core.client.http import Client
+
+        self.client = Client(url, token=token, timeout=60.0)
+        self.options = options
+        self.tag = client
+        self.concurrency = concurrency
+
+    def evaluate(self, candidates: list[Candidate], tag: str) -> list[Record]:
+        o = self.options
+        options = {"backend": o.backend, "world_size": o.world_size, "trials": o.trials, "size": o.size,
+                   "dtype": o.dtype, "measure_perf": o.measure_perf, "timing_modes": list(o.timing_modes),
+                   "timeout": o.timeout, "client": self.tag}
+        items = [(c.problem, c.path.read_text(), {**options, "label": c.label}) for c in candidates]
+        records = self.client.evaluate_many(items, concurrency=self.concurrency)
+        missing = [c.label for c, r in zip(candidates, records) if r is None]
+        if missing:
+            raise PkbError(f"the service cancelled the jobs of {', '.join(missing)}")
+        return records
+
+    def close(self) -> None:
+        self.client.close()
+
+
+class LocalEvaluator:
+    """A round as one launch on this node, run directories under ``runs``."""
+
+    def __init__(self, pm, options: EvalOptions, runs: Path, *, device: str = "auto"):
+        from pkb_core.launch.plan import make_request
+        from pkb_core.machine.device import detect_device, device_count
+        from pkb_core.plugin.manager import get_backend_info
+        from pkb_core.problem.registry import build_registry, require_problems
+
+        self.pm, self.options, self.runs = pm, options, Path(runs)
+        self.device = detect_device(device)
+        self.info = get_backend_info(pm, options.backend)
+        missing = self.info.unavailable_reason(self.device)
+        if missing:
+            raise PkbError(missing)
+        if self.device == "cuda" and options.world_size > device_count(self.device):
+            raise PkbError(f"world size {options.world_size} but only {device_count(self.device)} GPU(s) here")
+        self.registry = require_problems(build_registry(pm))
+        self.request = make_request(backend=self.info.name, device=self.device, nproc=options.world_size,
+                                    trials=options.trials, size=options.size, dtype=options.dtype,
+                                    measure_perf=options.measure_perf, timing_modes=tuple(options.timing_modes))
+        self.calibration = None
+
+    def evaluate(self, candidates: list[Candidate], tag: str) -> list[Record]:
+        from pkb_core.contracts.verdict import Verdict
+        from pkb_core.launch.jobs import run_jobs
+        from pkb_core.launch.plan import launch_settings, plan_jobs
+        from pkb_core.results.records import append_record, job_record
+
+        run_dir = self.runs / tag
+        pairs = [(self.registry.get(c.problem), c.path.resolve(), c.label) for c in candidates]
+        jobs, rejected = plan_jobs(self.request, pairs)
+        by_label = {}
+        for job, why in rejected:
+            by_label[job.solution_label] = job_record(job, self.options.world_size, Verdict.UNSUPPORTED, why)
+            append_record(run_dir, by_label[job.solution_label])
+        if jobs:
+            if self.options.measure_perf and self.calibration is None:
+                from pkb_core.machine.calibrate import calibrate
+
+                self.calibration = calibrate(self.device)
+            settings = launch_settings(self.pm, self.info, device=self.device, nproc=self.options.world_size,
+                                       run_dir=run_dir, job_timeout=self.options.timeout,
+                                       calibration=self.calibration)
+            for record in run_jobs(jobs, settings, skip_recorded=False):
+                by_label[record.solution] = record
+        missing = [c.label for c in candidates if c.label not in by_label]
+        if missing:
+            raise PkbError(f"the launch of {tag} ended without records for {', '.join(missing)} (see {run_dir})")
+        return [by_label[c.label] for c in candidates]
+
+    def close(self) -> None:
+        pass
