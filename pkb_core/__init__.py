@@ -20,7 +20,9 @@ For backend plugins
     solution file as the core does), the multicast rules (:data:`ALLOW_MULTICAST_ENV`,
     :data:`MULTICAST_PATTERNS`, :func:`multicast_use`, :func:`refuse_multicast`),
     preloaded libraries (:func:`mapped_paths`, :func:`preload_errors`), :func:`cache_dir` (the root of
-    pkb's cache: ``$PKB_CACHE_DIR``, ``$XDG_CACHE_HOME/pkb`` or ``~/.cache/pkb``).
+    pkb's cache: ``$PKB_CACHE_DIR``, ``$XDG_CACHE_HOME/pkb`` or ``~/.cache/pkb``); for a backend's
+    builds: :class:`PrecompiledHeader`, :func:`ensure_pch`, :func:`pch_flags` (pkb's precompiled
+    headers), :func:`build_notice`, :func:`file_lock`, :func:`write_atomic` (a cache several builders fill).
 For symmetric heaps
     :func:`handle_of`, :func:`peer_offset`, :func:`register_allocation`,
     :class:`MappedHandle`, :class:`SharedMemoryHeap`, :class:`TorchSymmetricHeap`.
@@ -75,6 +77,12 @@ _EXPORTS = {
     "TorchSymmetricHeap": "pkb_core.symmetric.torch_heap",
     "matrix_for_bytes": "pkb_core.problem.contract",
     "cache_dir": "pkb_core.cache",
+    "PrecompiledHeader": "pkb_core.build.pch",
+    "ensure_pch": "pkb_core.build.pch",
+    "pch_flags": "pkb_core.build.pch",
+    "build_notice": "pkb_core.build.pch",
+    "file_lock": "pkb_core.build.files",
+    "write_atomic": "pkb_core.build.files",
     "evaluate": "pkb_core.evaluation",
     "Client": "pkb_core.client",
     "AsyncClient": "pkb_core.client",

@@ -16,7 +16,7 @@ Layout (``root``, default :func:`pkb_core.cache.pch_dir`)::
     <key>.lock              held (``flock``) while one process builds it
     <key>.failed            why its build failed (retried after :data:`RETRY_FAILED_S`)
 
-The key (:meth:`Header.key`) is a hash of the compiler (its path and
+The key (:meth:`PrecompiledHeader.key`) is a hash of the compiler (its path and
 ``--version``), the flags, the header's text and what the caller adds (torch's
 version): any change names a different folder. ``pch.json`` also records the
 size and modification time of every header the ``.gch`` was made from, so a
@@ -58,13 +58,13 @@ BUILD_TIMEOUT_S = 600.0
 _READY: dict[str, Path] = {}  # key -> header path already checked in this process
 
 
-def notice(message: str) -> None:
+def build_notice(message: str) -> None:
     """Say one line on stderr (why a compile goes on without the PCH)."""
     print(f"pkb: {message}", file=sys.stderr, flush=True)
 
 
 @dataclass(frozen=True)
-class Header:
+class PrecompiledHeader:
     """What a PCH is made of.
 
     :param text: the header's text, e.g. ``"#include <torch/extension.h>\\n"``.
@@ -113,14 +113,14 @@ def is_gcc(compiler) -> bool:
     return compiler_identity(tuple(compiler))["gcc"]
 
 
-def use_flags(header_path: Path) -> list[str]:
+def pch_flags(header_path: Path) -> list[str]:
     """Flags that make a compile load the PCH: ``-include`` it (the file's own
     ``#include <...>`` of the same header is then skipped by its include
     guard) and warn when GCC cannot use the ``.gch`` (it then reads the text)."""
     return ["-include", str(header_path), "-Winvalid-pch"]
 
 
-def ensure(header: Header, root: Path | None = None) -> Path | None:
+def ensure_pch(header: PrecompiledHeader, root: Path | None = None) -> Path | None:
     """The path of ``header``'s PCH (pass it to :func:`use_flags`), built now
     if no valid one exists; ``None``, after one line on stderr, when there is
     none to use (see the module docstring)."""
@@ -140,11 +140,11 @@ def ensure(header: Header, root: Path | None = None) -> Path | None:
     try:
         return _ensure_locked(header, root, key, folder)
     except OSError as exc:  # a read-only cache (a candidate's own build), a full disk: no PCH
-        notice(f"precompiled header {key} unavailable ({type(exc).__name__}: {exc}); compiling without it")
+        build_notice(f"precompiled header {key} unavailable ({type(exc).__name__}: {exc}); compiling without it")
         return None
 
 
-def _ensure_locked(header: Header, root: Path, key: str, folder: Path) -> Path | None:
+def _ensure_locked(header: PrecompiledHeader, root: Path, key: str, folder: Path) -> Path | None:
     """:func:`ensure`'s part under the lock: wait, re-check, set aside, build."""
     root.mkdir(parents=True, exist_ok=True)
     with file_lock(root / f"{key}.lock"):
@@ -154,19 +154,19 @@ def _ensure_locked(header: Header, root: Path, key: str, folder: Path) -> Path |
             return _READY[key]
         if folder.exists():
             # Broken or stale: this compile goes on without it; the next one gets a fresh PCH.
-            notice(f"precompiled header {folder} is unusable ({problem}); compiling without it, rebuilding it "
+            build_notice(f"precompiled header {folder} is unusable ({problem}); compiling without it, rebuilding it "
                    f"for the next compile")
             _set_aside(folder)
             return None
         failed = root / f"{key}.failed"
         if failed.is_file() and time.time() - failed.stat().st_mtime < RETRY_FAILED_S:
-            notice(f"precompiled header {key} failed to build recently; compiling without it "
+            build_notice(f"precompiled header {key} failed to build recently; compiling without it "
                    f"({failed.read_text().splitlines()[0]})")
             return None
         message = _build(header, root, folder)
         if message is not None:
             write_atomic(failed, message + "\n")
-            notice(f"precompiled header {key} could not be built ({message.splitlines()[0]}); "
+            build_notice(f"precompiled header {key} could not be built ({message.splitlines()[0]}); "
                    "compiling without it")
             return None
         with contextlib.suppress(FileNotFoundError):
@@ -195,7 +195,7 @@ def _problem(folder: Path) -> str | None:
     return None
 
 
-def _build(header: Header, root: Path, folder: Path) -> str | None:
+def _build(header: PrecompiledHeader, root: Path, folder: Path) -> str | None:
     """Build ``header``'s PCH into ``folder`` (a scratch folder renamed into
     place once it works); the compiler's message on failure, else ``None``."""
     scratch = Path(root) / f".{folder.name}.{os.getpid()}.tmp"

@@ -36,7 +36,7 @@ import time
 from pathlib import Path
 
 from pkb_core import CompileError
-from pkb_core.build.files import file_lock, write_atomic
+from pkb_core import file_lock, write_atomic
 from pkb_core import cache_dir as pkb_cache_dir
 
 from pkb_cuda.spec import BuildSpec, trim_compiler_output
@@ -204,7 +204,7 @@ def _load_inline(spec: BuildSpec, build_dir: Path, verbose: bool):
     """Build with load_inline from the lightest files that compute the same
     (:mod:`pkb_cuda.sources`); a failure that the lighter files could have
     caused is redone with load_inline's own, so the verdict is always its."""
-    from pkb_core.build.pch import notice
+    from pkb_core import build_notice as notice
 
     from pkb_cuda import sources
 

@@ -33,27 +33,27 @@ USE_DEFINES = ("-DTORCH_EXTENSION_NAME=pkb_pch_probe",)
 def pch_cflags(extra_cflags=(), extra_include_paths=(), with_cuda: bool = True) -> list[str]:
     """Flags to append to load_inline's ``extra_cflags`` so ``main.cpp`` loads
     pkb's precompiled ``torch/extension.h``; ``[]`` when there is none to use."""
-    from pkb_core.build import pch
+    from pkb_core import ensure_pch, pch_flags
 
     header = extension_header(tuple(extra_cflags), tuple(extra_include_paths), with_cuda)
     if header is None:
         return []
-    path = pch.ensure(header)
-    return pch.use_flags(path) if path is not None else []
+    path = ensure_pch(header)
+    return pch_flags(path) if path is not None else []
 
 
 def extension_header(extra_cflags=(), extra_include_paths=(), with_cuda: bool = True):
-    """The :class:`pkb_core.build.pch.Header` for these load_inline arguments, or ``None``."""
+    """The :class:`pkb_core.PrecompiledHeader` for these load_inline arguments, or ``None``."""
     import torch
 
-    from pkb_core.build.pch import Header, notice
+    from pkb_core import PrecompiledHeader, build_notice
 
     found = main_cpp_flags(tuple(extra_cflags), tuple(extra_include_paths), with_cuda)
     if isinstance(found, str):
-        notice(f"no precompiled header for main.cpp ({found}); compiling it without one")
+        build_notice(f"no precompiled header for main.cpp ({found}); compiling it without one")
         return None
     compiler, flags = found
-    return Header(text=HEADER_TEXT, compiler=compiler, flags=flags, use_defines=USE_DEFINES,
+    return PrecompiledHeader(text=HEADER_TEXT, compiler=compiler, flags=flags, use_defines=USE_DEFINES,
                   identity={"torch": torch.__version__, "torch_git": getattr(torch.version, "git_version", "")})
 
 
