@@ -37,10 +37,7 @@ def evaluate(problem, source: str, *, backend: str = "reference", world_size: in
 
     pm = configured_plugin_manager(config_dir)
     device = detect_device(device)
-    info = get_backend_info(pm, backend)
-    missing = info.unavailable_reason(device)
-    if missing:
-        raise PkbError(missing)
+    info = get_backend_info(pm, backend, device)
     if device == "cuda" and world_size > device_count(device):
         raise PkbError(f"world size {world_size} but only {device_count(device)} GPU(s) here")
     spec = require_problems(build_registry(pm)).get(str(problem))

@@ -149,6 +149,8 @@ def test_a_mixed_queue_survives_a_worker_node_that_leaves(cluster, tmp_path):
                  for line in path.read_text().splitlines()]
         labels = [line["solution"] for line in lines]
         assert sorted(labels) == sorted(set(labels)) and set(labels) <= set(expected), labels
+        # The compile pool ran as Ray tasks (each in a folder of its own), not in the front's builders.
+        assert not (tmp_path / "data" / "logs" / "builders.log").exists()
         _a_node_that_returns_gets_a_group(cluster, server)
     finally:
         server.stop()

@@ -23,7 +23,7 @@ from pathlib import Path
 import click
 
 from pkb_core.contracts.verdict import Verdict
-from pkb_core.errors import NothingSelected, PkbError
+from pkb_core.errors import NothingSelected
 from pkb_core.plugin.reference_backend import NAME as REFERENCE
 from pkb_core.results.table import render_table
 
@@ -94,10 +94,7 @@ def bench(pm, problems, backend, solutions, sizes, nproc, dtype, trials, warmup,
 
     byte_sizes = parse_sizes(sizes)
     device = detect_device(device)
-    info = get_backend_info(pm, backend)
-    missing = info.unavailable_reason(device)
-    if missing:
-        raise PkbError(missing)
+    info = get_backend_info(pm, backend, device)
     nproc = nproc or max(device_count(device), 1)
     _, dtype = device_defaults(device, dtype=dtype)
     itemsize = ITEMSIZE[dtype]

@@ -94,10 +94,7 @@ def run(pm, problems, backend, solution, solutions, nproc, nnodes, node_rank, rd
                                "as shards elsewhere")
     # SLURM shards run on other nodes: this machine's GPUs and toolchain say nothing about them.
     device = detect_device(device) if executor.runs_here else executor.node_device(device)
-    info = get_backend_info(pm, backend)
-    missing = info.unavailable_reason(device) if executor.runs_here else None
-    if missing:
-        raise PkbError(missing)
+    info = get_backend_info(pm, backend, device if executor.runs_here else None)
     size, dtype = device_defaults(device, size, dtype)
     if device == "cpu":
         click.echo(f"No GPU: CPU mode (gloo, shared-memory heap, Triton interpreter), size {size}."

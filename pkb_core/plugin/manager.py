@@ -135,10 +135,16 @@ def backend_infos(pm) -> dict:
     return infos
 
 
-def get_backend_info(pm, name: str):
-    """The BackendInfo called ``name``, or a one-line error listing the choices."""
+def get_backend_info(pm, name: str, device: str | None = None):
+    """The BackendInfo called ``name``, or a one-line error listing the choices.
+
+    :param device: where it must run (``cuda``/``cpu``): a backend that cannot run there is
+        a one-line error saying what it lacks. None: no such check (jobs that run elsewhere)."""
     infos = backend_infos(pm)
     if name not in infos:
         choices = ", ".join(sorted(infos)) or "none installed"
         raise PkbError(f"unknown backend {name!r} (choose one of: {choices})")
+    missing = infos[name].unavailable_reason(device) if device is not None else None
+    if missing:
+        raise PkbError(missing)
     return infos[name]

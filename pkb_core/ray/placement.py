@@ -15,8 +15,9 @@ once Ray has placed it. So a group lost with its node is replaced when resources
 return. A world size no alive node can hold is :meth:`never_fits` (the scheduler
 lets such a job wait with that reason in its note, then fails it).
 
-The queue, priorities, deduplication, builds and SQLite records stay with the
-service on its node: the actors are its workers.
+The queue, priorities, deduplication and SQLite records stay with the service on
+its node: the actors are its workers. Builds are Ray CPU tasks on any node
+(:mod:`pkb_core.ray.builds`).
 """
 from __future__ import annotations
 
@@ -134,6 +135,12 @@ class RayPlacement:
         the trainer's devices for nothing)."""
         for world_size in [w for w in self._asked if w not in needed]:
             _remove(self._asked.pop(world_size))
+
+    def build_pool(self, workers: int, log_path: Path):
+        """The compile pool: each build a Ray CPU task on any node (:class:`pkb_core.ray.builds.RayBuilds`)."""
+        from pkb_core.ray.builds import RayBuilds
+
+        return RayBuilds(workers)
 
     def stop(self) -> None:
         self.prune(set())

@@ -18,7 +18,8 @@ which one it has: take room for a group of W now (:meth:`acquire`; ``None``: not
 now), would retiring these idle lanes make room (:meth:`room_after`), can the
 place ever hold W (:meth:`never_fits`), start a lane in the room taken
 (:meth:`start_lane`), give the room back (:meth:`release`), withdraw what was
-asked for world sizes no job waits for any more (:meth:`prune`).
+asked for world sizes no job waits for any more (:meth:`prune`), and where builds
+run (:meth:`build_pool`: this node's threads, or Ray CPU tasks anywhere).
 """
 from __future__ import annotations
 
@@ -61,6 +62,12 @@ class LocalDevices:
 
     def prune(self, needed: set) -> None:
         """Forget room asked for world sizes not in ``needed`` (this node asks for nothing ahead)."""
+
+    def build_pool(self, workers: int, log_path: Path):
+        """The compile pool: builds on this node (:class:`pkb_core.serve.builds.LocalBuilds`)."""
+        from pkb_core.serve.builds import LocalBuilds
+
+        return LocalBuilds(workers, log_path)
 
     def stop(self) -> None:
         pass

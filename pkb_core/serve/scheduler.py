@@ -31,13 +31,11 @@ import itertools
 import queue
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from pkb_core.contracts.job import Job
 from pkb_core.contracts.serve import GroupView, JobState, LaneResult
 from pkb_core.contracts.verdict import Verdict
-from pkb_core.serve.builders import WarmBuilders
 from pkb_core.serve.lanes import Lane
 from pkb_core.serve.placement import LocalDevices
 from pkb_core.serve.store import JobStore
@@ -70,9 +68,9 @@ class Scheduler:
         #: When each job that no group could ever hold began to wait (monotonic seconds).
         self._unplaceable: dict[str, float] = {}
         self.building: dict[str, object] = {}
-        self.builds = ThreadPoolExecutor(max_workers=build_workers, thread_name_prefix="pkb-build")
+        #: The compile pool (:mod:`pkb_core.serve.builds`): this node's, or Ray tasks anywhere in the cluster.
+        self.builds = self.placement.build_pool(build_workers, self.data_dir / "logs" / "builders.log")
         self.build_workers = build_workers
-        self.warm_builders = WarmBuilders(self.data_dir / "logs" / "builders.log")
         #: When each client's recent jobs started (the fair share counts those of the last window).
         self.served: dict[str, collections.deque] = {}
         self._results: queue.Queue = queue.Queue()
@@ -112,8 +110,7 @@ class Scheduler:
             thread.start()
         for thread in stoppers:
             thread.join()
-        self.builds.shutdown(wait=False, cancel_futures=True)
-        self.warm_builders.stop()
+        self.builds.stop()
         self.placement.stop()
 
     def groups(self) -> list[GroupView]:
@@ -146,23 +143,19 @@ class Scheduler:
             if self.store.set_state(item["id"], JobState.BUILDING, note="", only_from=(JobState.QUEUED,)):
                 job = Job.from_json(item["job"])
                 key = self.lane_key_of(item["submission"], item["world_size"])
-                self.building[item["id"]] = self.builds.submit(self._build, item["id"], job, key)
+                self.building[item["id"]] = key
+                self.builds.submit(job, self.settings_for(key), self._built_callback(item["id"], job, key))
 
-    def _build(self, job_id: str, job: Job, key: tuple) -> None:
-        """One job's compile phase (a pool thread); its outcome goes through the results queue."""
-        from pkb_core.launch.jobs import compile_phase
+    def _built_callback(self, job_id: str, job: Job, key: tuple):
+        """What the compile pool calls with a build's outcome (from its thread): the outcome goes
+        through the results queue to the loop."""
+        def done(built, record, error):
+            if error is not None:
+                record = self._error_record(job, key, error)
+            self._results.put(("built", job_id, built, record))
+            self.wake()
 
-        try:
-            settings = self.settings_for(key)
-            built, records = compile_phase([job], settings,
-                                           starter=self.warm_builders.starter(settings.backend, settings.preload))
-            self._results.put(("built", job_id, built[0] if built else None, records[0] if records else None))
-        except Exception as exc:  # noqa: BLE001 - a build the pool could not run is that job's error
-            from pkb_core.errors import describe
-
-            self._results.put(("built", job_id, None, self._error_record(job, key, f"the build could not run: "
-                                                                                  f"{describe(exc)}")))
-        self.wake()
+        return done
 
     @staticmethod
     def _error_record(job: Job, key: tuple, reason: str):

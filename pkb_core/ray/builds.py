@@ -1,0 +1,77 @@
+"""``pkb serve --ray``'s compile pool: each build a Ray CPU task, on whichever node has a free CPU.
+
+The task carries the job and its solution's text (the service's file is not on
+that node), writes the text to a folder of its own, runs the compile phase there
+(:func:`pkb_core.serve.builds.build_one`: the same builder and outcome cache as
+``pkb run``; within one Ray worker process builders are forked from a warm zygote
+kept for the worker's life) and returns the job as built, or the record of a
+solution that did not build. What a backend compiled stays in that node's cache:
+a group on another node builds again before its job (an identical build, so its
+verdict is this one's; :class:`pkb_core.ray.actor.GroupActor`). The service keeps
+at most ``workers`` tasks in flight; Ray places them.
+"""
+from __future__ import annotations
+
+import tempfile
+import threading
+from pathlib import Path
+
+import attrs
+import ray
+
+from pkb_core.contracts.batch import LaunchSettings
+from pkb_core.contracts.job import Job
+from pkb_core.contracts.record import Record
+
+#: This Ray worker process's builder zygotes (kept between the tasks it runs).
+_WARM = None
+
+
+def _warm():
+    global _WARM
+    if _WARM is None:
+        from pkb_core.serve.builders import WarmBuilders
+
+        _WARM = WarmBuilders(Path(tempfile.gettempdir()) / "pkb-ray-builders.log")
+    return _WARM
+
+
+@ray.remote(num_cpus=1)
+def build_task(job_json: dict, source: str, settings_json: dict) -> tuple:
+    """One job's compile phase on this node: ``(built job JSON or None, record JSON or None, error or None)``."""
+    from pkb_core.serve.builds import build_one
+
+    job = Job.from_json(job_json)
+    folder = Path(tempfile.mkdtemp(prefix="pkb-ray-build-"))
+    path = folder / Path(job.solution).name
+    path.write_text(source)
+    settings = attrs.evolve(LaunchSettings.from_json(settings_json), run_dir=folder / "run")
+    built, record, error = build_one(attrs.evolve(job, solution=str(path)), settings, _warm())
+    if built is not None:
+        built = attrs.evolve(built, solution=job.solution)  # the service's own path again
+    return (built.to_json() if built else None), (record.to_json() if record else None), error
+
+
+class RayBuilds:
+    """Builds as Ray tasks, ``workers`` in flight (see the module docstring)."""
+
+    def __init__(self, workers: int):
+        self.workers = workers
+        self._gate = threading.BoundedSemaphore(workers)
+
+    def submit(self, job: Job, settings: LaunchSettings, done) -> None:
+        source = Path(job.solution).read_text() if job.solution else ""
+        threading.Thread(target=self._run, args=(job, settings, source, done), daemon=True,
+                         name="pkb-ray-build").start()
+
+    def _run(self, job, settings, source, done) -> None:
+        with self._gate:
+            try:
+                built, record, error = ray.get(build_task.remote(job.to_json(), source, settings.to_json()))
+            except Exception as exc:  # noqa: BLE001 - a task Ray lost (its node left): this job's error
+                done(None, None, f"the build's Ray task failed: {type(exc).__name__}: {str(exc)[:300]}")
+                return
+        done(Job.from_json(built) if built else None, Record.from_json(record) if record else None, error)
+
+    def stop(self) -> None:
+        """Nothing to stop: tasks in flight finish or die with their nodes; their results are not waited for."""
