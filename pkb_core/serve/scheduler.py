@@ -144,7 +144,15 @@ class Scheduler:
                 job = Job.from_json(item["job"])
                 key = self.lane_key_of(item["submission"], item["world_size"])
                 self.building[item["id"]] = key
-                self.builds.submit(job, self.settings_for(key), self._built_callback(item["id"], job, key))
+                done = self._built_callback(item["id"], job, key)
+                try:
+                    settings = self.settings_for(key)
+                except Exception as exc:  # noqa: BLE001 - a job whose launch cannot be set up ends as its error
+                    from pkb_core.errors import describe
+
+                    done(None, None, f"the job's launch could not be set up: {describe(exc)}")
+                    continue
+                self.builds.submit(job, settings, done)
 
     def _built_callback(self, job_id: str, job: Job, key: tuple):
         """What the compile pool calls with a build's outcome (from its thread): the outcome goes
