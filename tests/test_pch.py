@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import multiprocessing
 import shutil
 import subprocess
 
@@ -107,15 +106,28 @@ def test_not_gcc_means_no_pch(tmp_path):
     assert pch.ensure_pch(pch.PrecompiledHeader(TEXT, ("true",), FLAGS), root=tmp_path / "pch") is None
 
 
-def _ensure_in_child(root):
-    path = pch.ensure_pch(header(), root=root)
-    return str(path)
+#: One builder, as its own process: ensures the header of :func:`header` under the root in argv[1].
+_CHILD = """
+import sys
+from pathlib import Path
+sys.path.insert(0, {tests!r})
+from test_pch import header
+from pkb_core.build import pch
+print(pch.ensure_pch(header(), root=Path(sys.argv[1])))
+"""
 
 
 def test_concurrent_builders_share_one_pch(tmp_path):
+    import sys
+    from pathlib import Path
+
     root = tmp_path / "pch"
-    with multiprocessing.get_context("fork").Pool(4) as pool:
-        paths = pool.map(_ensure_in_child, [root] * 4)
+    # Four processes of their own at once (not forks of this one: a fork of a process with threads
+    # may inherit a held lock and never run).
+    code = _CHILD.format(tests=str(Path(__file__).parent))
+    children = [subprocess.Popen([sys.executable, "-c", code, str(root)], stdout=subprocess.PIPE, text=True)
+                for _ in range(4)]
+    paths = [child.communicate(timeout=300)[0].strip() for child in children]
     assert len(set(paths)) == 1 and paths[0] != "None"
     folders = [p.name for p in root.iterdir()]
     key = header().key
