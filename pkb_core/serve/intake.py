@@ -16,9 +16,11 @@ import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
+from pkb_core.contracts.dtypes import PRECISIONS
 from pkb_core.contracts.job import Job
 from pkb_core.contracts.serve import Submission
 from pkb_core.errors import PkbError
+from pkb_core.launch.plan import TIMING_DEFAULTS
 
 #: Ranges a submission's numbers must fall in (the service's own limits on one job).
 LIMITS = {"trials": (1, 100), "warmup": (0, 10_000), "iters": (1, 100_000), "min_iters": (1, 100_000),
@@ -141,10 +143,11 @@ class Intake:
                 raise Refused(f"{name} {value} is out of range ({low} to {high})")
         if submission.world_size is not None and submission.world_size < 1:
             raise Refused(f"world_size {submission.world_size} must be at least 1")
-        if submission.size not in ("auto", "tiny", "default", "large"):
-            raise Refused(f"size {submission.size!r} is not one of auto, tiny, default, large")
-        if submission.dtype not in ("auto", "bf16", "fp16", "fp32"):
-            raise Refused(f"dtype {submission.dtype!r} is not one of auto, bf16, fp16, fp32")
+        sizes, dtypes = ("auto", *TIMING_DEFAULTS), ("auto", *PRECISIONS)
+        if submission.size not in sizes:
+            raise Refused(f"size {submission.size!r} is not one of {', '.join(sizes)}")
+        if submission.dtype not in dtypes:
+            raise Refused(f"dtype {submission.dtype!r} is not one of {', '.join(dtypes)}")
         unknown = [m for m in submission.timing_modes if m not in MODES]
         if unknown or not submission.timing_modes:
             raise Refused(f"timing mode {', '.join(unknown) or '(none)'} is not one of {', '.join(MODES)}")

@@ -12,6 +12,7 @@ naming the original), unless it asks for a ``fresh`` run. Overload: more than
 """
 from __future__ import annotations
 
+import functools
 import secrets
 import time
 from dataclasses import dataclass
@@ -94,15 +95,20 @@ class Service:
         from pkb_core.launch.plan import launch_settings
 
         backend, world_size, timeout = key
-        calibration = None
-        if self.config.device == "cuda":
-            from pkb_core.machine.calibrate import calibrate
-
-            calibration = calibrate("cuda")  # cached per machine: the physics floor of timed jobs
         return launch_settings(self.pm, self.intake.backend(backend), device=self.config.device, nproc=world_size,
                                run_dir=Path(self.config.data_dir) / "runs" / f"{backend}-W{world_size}",
-                               job_timeout=timeout, calibration=calibration, build_timeout=self.config.build_timeout,
-                               build_workers=1)
+                               job_timeout=timeout, calibration=self._calibration(),
+                               build_timeout=self.config.build_timeout, build_workers=1)
+
+    @functools.cache
+    def _calibration(self):
+        """This machine's ceilings (the physics floor of timed jobs), read once per service: on
+        GPUs only, as ``pkb run`` calibrates; None in CPU mode."""
+        if self.config.device != "cuda":
+            return None
+        from pkb_core.machine.calibrate import calibrate
+
+        return calibrate("cuda")
 
     # -- the API ------------------------------------------------------------------------
     def submit(self, submission: Submission) -> JobView:
