@@ -96,10 +96,7 @@ class LocalEvaluator:
 
         self.pm, self.options, self.runs = pm, options, Path(runs)
         self.device = detect_device(device)
-        self.info = get_backend_info(pm, options.backend)
-        missing = self.info.unavailable_reason(self.device)
-        if missing:
-            raise PkbError(missing)
+        self.info = get_backend_info(pm, options.backend, self.device)
         if self.device == "cuda" and options.world_size > device_count(self.device):
             raise PkbError(f"world size {options.world_size} but only {device_count(self.device)} GPU(s) here")
         self.registry = require_problems(build_registry(pm))
