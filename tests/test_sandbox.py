@@ -178,3 +178,23 @@ def test_no_candidate_reaches_the_judges_store_or_another_groups(pkb_invoke, tmp
     said = [line for log in (run / "logs").glob("job-*.log") for line in log.read_text().splitlines()
             if line.startswith("ATTACK reached")]
     assert said == ["ATTACK reached stores on ports []"]
+
+
+@ROOT_ONLY
+def test_libraries_that_write_under_home_work_as_the_jobs_user(pkb_invoke, plainpy, tmp_path, monkeypatch):
+    """CuPy keeps its kernel cache in ``~/.cupy`` (the NVRTC samples failed there with
+    PermissionError as a job's user on 2xH200): a candidate's HOME and cache variables are its
+    scratch, while pkb's own cache, found from HOME before, is still where the builds are."""
+    honest = (FIXTURES / "1_allreduce_b_honest.py").read_text()
+    writes = ('import os\n'
+              'os.makedirs(os.path.expanduser("~/.cupy/kernel_cache"), exist_ok=True)\n'
+              'os.makedirs(os.path.join(os.environ["XDG_CACHE_HOME"], "somelib"), exist_ok=True)\n'
+              f'assert os.environ["PKB_CACHE_DIR"] == {str(tmp_path / "cache")!r}, os.environ["PKB_CACHE_DIR"]\n')
+    folder = tmp_path / "solutions"
+    folder.mkdir()
+    (folder / "1_allreduce_home.py").write_text(writes + honest)
+    monkeypatch.setenv("PKB_CACHE_DIR", str(tmp_path / "cache"))
+    result = pkb_invoke("run", "--backend", "plainpy", "--solutions", folder, "--problem", "1", "--trials", "1",
+                        "--out", tmp_path / "run", "--json", "--timeout", "60")
+    (record,) = _records(result).values()
+    assert record["verdict"] == "pass", record["reason"]

@@ -119,3 +119,36 @@ def test_only_solution_code_is_served(servesmods, tmp_path):
         assert "harness" not in names
     finally:
         solution_modules.withdraw()
+
+
+PKB_TRITON_TREE_FILE = '''
+import torch
+from utils.cuda_helpers import compile_cuda_extension  # PKB's Triton trees import it (and build CUDA)
+from pkb_core.symmetric import handle_of
+
+_ext = None
+
+def solution(tensor):
+    handle = handle_of(tensor)
+    handle.barrier()
+    out = torch.zeros_like(tensor)
+    for peer in range(handle.world_size):
+        out += handle.get_buffer(peer, tuple(tensor.shape), tensor.dtype)
+    handle.barrier()
+    return out
+'''
+
+
+def test_triton_backend_serves_pkb_cuda_helper(pkb_invoke, tmp_path, monkeypatch):
+    """PKB's Triton trees import ``utils.cuda_helpers`` in 69 of 70 files: with pkb-cuda
+    installed, the triton backend serves it as the cuda backend does (it was
+    ``ModuleNotFoundError: No module named 'utils'``, a compile error for every file)."""
+    pytest.importorskip("pkb_cuda")
+    monkeypatch.setenv("PKB_CACHE_DIR", str(tmp_path / "cache"))
+    folder = tmp_path / "solutions"
+    folder.mkdir()
+    (folder / "1_allreduce_triton.py").write_text(PKB_TRITON_TREE_FILE)
+    result = pkb_invoke("run", "--backend", "triton", "--solutions", folder, "--problem", "1", "--trials", "1",
+                        "--nproc", "2", "--timeout", "60", "--out", tmp_path / "run", "--json")
+    (record,) = json.loads(result.stdout)["results"]
+    assert record["verdict"] == "pass", record.get("reason")

@@ -70,6 +70,7 @@ def _lock_down(run_dir, protected, solution=None) -> None:
 
     from pkb_core.cache import cache_dir
     from pkb_core.candidate.lockdown import lock_down
+    from pkb_core.candidate.sandbox import use_scratch
 
     scratch = tempfile.mkdtemp(prefix="pkb-build-")
     atexit.register(shutil.rmtree, scratch, True)
@@ -77,8 +78,7 @@ def _lock_down(run_dir, protected, solution=None) -> None:
     root.mkdir(parents=True, exist_ok=True)
     inside = solution is not None and Path(solution).resolve().is_relative_to(Path(run_dir).resolve())
     lock_down(network=False, read_only=protected, writable=[scratch, str(root)], hidden=[] if inside else [run_dir])
-    os.environ["TMPDIR"] = scratch
-    tempfile.tempdir = None
+    use_scratch(scratch)  # the same temporary, home and cache variables as a candidate's
 
 
 def main() -> int:

@@ -220,12 +220,25 @@ def switch_user(uid: int) -> str | None:
     return None
 
 
+#: Variables that name a folder libraries write into; a job's candidate gets its scratch in each.
+SCRATCH_VARIABLES = ("TMPDIR", "HOME", "XDG_CACHE_HOME", "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR",
+                     "CUDA_CACHE_PATH", "CUPY_CACHE_DIR", "NUMBA_CACHE_DIR")
+
+
 def use_scratch(folder: str) -> None:
     """Point the temporary and cache folders libraries write to at the job's
     own scratch (everything else is read-only; shared caches are not the
-    candidate's to write)."""
+    candidate's to write). ``HOME`` and ``XDG_CACHE_HOME`` move too: libraries
+    that know no variable of their own write under the home folder (CuPy's
+    kernel cache, ``~/.cupy``, made the NVRTC samples fail as a job's user), and
+    the launcher's home is neither the job's nor writable by it."""
     sys.dont_write_bytecode = True
-    for name in ("TMPDIR", "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "CUDA_CACHE_PATH"):
+    from pkb_core.cache import cache_dir
+
+    # pkb's own cache is found from HOME and XDG_CACHE_HOME: name it before they move,
+    # so the solution still loads the compile phase's builds from it.
+    os.environ["PKB_CACHE_DIR"] = str(cache_dir())
+    for name in SCRATCH_VARIABLES:
         os.environ[name] = folder
     import tempfile
 

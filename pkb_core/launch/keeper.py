@@ -72,6 +72,26 @@ NAMESPACES = ("pkb-harness", "pkb-timing", "pkb-barrier", "pkb-agree")
 MEMORY_HEADROOM = 256 << 20
 
 _EXCHANGE_KEY = re.compile(r"^(?P<prefix>[\w./:-]{1,160})/(?P<seq>\d{1,9})/(?P<rank>\d{1,6})$")
+#: torch names a group's symm_mem store after the group's global ranks (``symmetric_memory-0_2``),
+#: and an exchange's entries by rank within that group.
+_GROUP_RANKS = re.compile(r"(?:^|/)symmetric_memory-(?P<ranks>\d{1,6}(?:_\d{1,6}){0,1023})(?:/|$)")
+
+
+def _exchange_name(prefix: str) -> str:
+    """What an exchange is, whichever group's store it runs over: the last part of its prefix
+    (torch's ``CUDASymmetricMemory``; a sub-group's store only puts its own prefix in front)."""
+    return prefix.rsplit("/", 1)[-1]
+
+
+def _owner(prefix: str, slot: int) -> int | None:
+    """The global rank whose entry ``<prefix>/<seq>/<slot>`` is: ``slot`` is a rank within
+    the group the prefix names (its global ranks), or the global rank itself where it
+    names none; None for a slot outside the group."""
+    named = _GROUP_RANKS.search(prefix)
+    if named is None:
+        return slot
+    ranks = [int(r) for r in named["ranks"].split("_")]
+    return ranks[slot] if slot < len(ranks) else None
 
 
 class Refused(Exception):
@@ -111,7 +131,7 @@ class CounterKeeper:
         self.cuda = cuda
         self.values: dict[str, bytes] = {}
         self.held = 0
-        self.entry_sizes: dict[str, set] = {}  # exchange prefix -> its entries' sizes (seen before the seal)
+        self.entry_sizes: dict[str, set] = {}  # exchange name -> its entries' sizes (seen before the seal)
         self.barriers: dict = {}   # (ns, ranks, generation) -> {rank: (conn, flag)}
         self.parked: list = []     # (conn, request) waiting for keys
         self.selector = selectors.DefaultSelector()
@@ -268,12 +288,15 @@ class CounterKeeper:
         """After the seal: torch symm_mem's handle exchange on CUDA, nothing else.
 
         torch's exchange (``StoreExchange``) sets ``<prefix>/<seq>/<rank>``
-        and reads every rank's entry of the same ``<seq>``; its barrier is
+        and reads every rank's entry of the same ``<seq>``, ``<rank>`` being a rank
+        within the group whose store it runs over (``symmetric_memory-<its global
+        ranks>``: PKB's files rendezvous on a problem's ``cp_group`` or ``pp_group``
+        too); its barrier is
         c10d's ``Store::barrier``: add 1 to ``<prefix>/<seq>/num_members``, the
         last rank sets ``<prefix>/<seq>/last_member``, all wait for it. Each rank
-        sets only its own entry, once, of a size that prefix's entries had
-        before the seal (torch exchanges fixed-size structs; a prefix the
-        heap's first rendezvous did not use is refused); the
+        sets only its own entry, once, of a size that exchange's entries had
+        before the seal, in whichever group (torch exchanges fixed-size structs;
+        an exchange the heap's first rendezvous did not make is refused); the
         barrier's flag is stored as ``1`` whatever was sent; reads are of
         exchanges the rank took part in."""
         key = request.get("key")
@@ -282,9 +305,10 @@ class CounterKeeper:
                           "(moved data through the job's store)")
         head, _, tail = key.rpartition("/")
         entry = _EXCHANGE_KEY.match(key)
-        if op == "set" and entry is not None and int(entry["rank"]) == conn.rank and key not in self.values:
+        if op == "set" and entry is not None and _owner(entry["prefix"], int(entry["rank"])) == conn.rank \
+                and key not in self.values:
             value = _value(request)
-            sizes = self.entry_sizes.get(entry["prefix"])
+            sizes = self.entry_sizes.get(_exchange_name(entry["prefix"]))
             if sizes is None or len(value) not in sizes:  # an exchange the heap never made before the seal
                 raise Refused(f"a SET of {len(value)} bytes after the lockdown (moved data through the job's store)")
             self._count_exchange(conn)
@@ -327,7 +351,7 @@ class CounterKeeper:
             self.values[key] = value
             entry = _EXCHANGE_KEY.match(key)
             if entry is not None and len(value) <= EXCHANGE_BYTES:  # the heap's first rendezvous: its entry size
-                self.entry_sizes.setdefault(entry["prefix"], set()).add(len(value))
+                self.entry_sizes.setdefault(_exchange_name(entry["prefix"]), set()).add(len(value))
             self._send(conn, {"ok": None})
             self._wake()
         elif op == "add":

@@ -22,6 +22,31 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+def compile_solution(state, solution: str):
+    """A backend's compile hook for files that build CUDA: import ``solution``
+    (its import-time builds happen here) and return its ``solution``; in the
+    compile phase (``state.ahead_of_time``) also make the builds it would
+    make lazily. The cuda backend's hook, and the triton backend's for PKB's
+    files that build CUDA through ``utils.cuda_helpers``.
+
+    :raises pkb_core.CompileError: no callable ``solution``, or a build failed.
+    """
+    from pkb_core import CompileError, describe, load_module
+
+    module = load_module(solution)
+    program = getattr(module, "solution", None)
+    if not callable(program):
+        raise CompileError(f"{solution} defines no callable `solution`")
+    if getattr(state, "ahead_of_time", False):
+        try:
+            build_lazy_extensions(module, solution)
+        except CompileError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a failed build is the solution's compile error
+            raise CompileError(f"{solution}: building its CUDA extension raised {describe(exc)}") from None
+    return program
+
+
 #: Names of functions that build CUDA extensions.
 BUILDERS = ("load_inline", "compile_cuda_extension", "compile")
 

@@ -124,7 +124,7 @@ def compile(name, cuda_source, cpp_source="", functions=(), *, extra_cuda_cflags
     build_dir = cache_dir() / key
     module = _load_finished(spec, build_dir)
     if module is None:
-        module = _build(spec, build_dir, verbose)
+        module = _build(spec, _writable(build_dir), verbose)
     _LOADED[key] = module
     return module
 
@@ -164,6 +164,23 @@ def import_extension(module_name: str, so_path: Path):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def _writable(build_dir: Path) -> Path:
+    """``build_dir``, or, where pkb's cache is read-only (a job's candidate: a
+    build the compile phase could not make ahead of time, such as one whose
+    name holds the rank), a folder of the same name in the process's own
+    temporary space: built inside the job, as PKB's harness builds it, and not
+    kept for the next job."""
+    try:
+        build_dir.mkdir(parents=True, exist_ok=True)
+        if os.access(build_dir, os.W_OK):
+            return build_dir
+    except OSError:
+        pass
+    import tempfile
+
+    return Path(tempfile.gettempdir()) / "pkb-cuda" / build_dir.name
 
 
 def _build(spec: BuildSpec, build_dir: Path, verbose: bool):

@@ -58,22 +58,6 @@ def pkb_backend_compile(state, problem, solution):
     compile phase also build what it would build lazily (:mod:`pkb_cuda.ahead`)."""
     if solution is None:
         return None  # the core default runs the problem's reference
-    from pkb_core import CompileError, load_module
+    from pkb_cuda.ahead import compile_solution
 
-    module = load_module(solution)
-    program = getattr(module, "solution", None)
-    if not callable(program):
-        raise CompileError(f"{solution} defines no callable `solution`")
-    if getattr(state, "ahead_of_time", False):
-        from pkb_cuda.ahead import build_lazy_extensions
-
-        try:
-            build_lazy_extensions(module, solution)
-        except CompileError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - a failed build is the solution's compile error
-            from pkb_core import describe
-
-            raise CompileError(f"{solution}: building its CUDA extension raised {describe(exc)}") from None
-    return program
-
+    return compile_solution(state, solution)

@@ -5,6 +5,9 @@ loaded from the file; Triton JIT-compiles kernels on the first call) and
 launched by the core default (``lambda: program(*inputs)``). This module only
 describes the backend, checks its runtime on each rank and keeps the context
 that :func:`pkb_triton.workspace` needs. It imports neither torch nor triton.
+PKB's files, which build CUDA through ``utils.cuda_helpers`` even in its
+Triton trees, get that helper and its ahead-of-time builds from pkb-cuda when
+it is installed, and ``unsupported`` with the reason when it is not.
 """
 from __future__ import annotations
 
@@ -12,6 +15,16 @@ import os
 from pathlib import Path
 
 from pkb_core import BackendInfo, hookimpl
+
+try:
+    # PKB's Triton trees build CUDA through PKB's helper too (69 of the 70 files of its first
+    # Gemini Triton tree import ``utils.cuda_helpers``): served, with its ahead-of-time builds,
+    # wherever the cuda backend's distribution is installed.
+    from pkb_cuda.pkb_helpers import SOLUTION_MODULES, UNSUPPORTED_MODULES
+except ImportError:  # pkb-triton does not depend on pkb-cuda
+    SOLUTION_MODULES = {}
+    UNSUPPORTED_MODULES = {"utils.cuda_helpers": "PKB's CUDA helper is served by the pkb-cuda distribution, "
+                                                 "which is not installed here (pip install backends/cuda)"}
 
 
 SAMPLES = Path(__file__).parent / "samples"
@@ -45,6 +58,8 @@ def pkb_backend_info():
         description="Triton kernels reading peers through symmetric-memory pointer tables "
                     "(CPU: the Triton interpreter)",
         prompt=_prompt,
+        solution_modules=SOLUTION_MODULES,
+        unsupported_modules=UNSUPPORTED_MODULES,
     )
 
 
@@ -54,6 +69,18 @@ def _prompt():
     from pkb_triton.prompt import backend_prompt
 
     return backend_prompt()
+
+@hookimpl
+def pkb_backend_compile(state, problem, solution):
+    """The core default (import the file, take its ``solution``), plus, where
+    pkb-cuda serves PKB's helper, the ahead-of-time builds of the CUDA
+    extensions a file would build lazily (:func:`pkb_cuda.ahead.compile_solution`)."""
+    if solution is None or not SOLUTION_MODULES:
+        return None
+    from pkb_cuda.ahead import compile_solution
+
+    return compile_solution(state, solution)
+
 
 @hookimpl
 def pkb_backend_init(ctx):
