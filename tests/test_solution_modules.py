@@ -124,26 +124,22 @@ def test_only_solution_code_is_served(servesmods, tmp_path):
 PKB_TRITON_TREE_FILE = '''
 import torch
 from utils.cuda_helpers import compile_cuda_extension  # PKB's Triton trees import it (and build CUDA)
-from pkb_core.symmetric import handle_of
-
-_ext = None
 
 def solution(tensor):
-    handle = handle_of(tensor)
-    handle.barrier()
-    out = torch.zeros_like(tensor)
-    for peer in range(handle.world_size):
-        out += handle.get_buffer(peer, tuple(tensor.shape), tensor.dtype)
-    handle.barrier()
-    return out
+    return tensor
 '''
 
 
-def test_triton_backend_serves_pkb_cuda_helper(pkb_invoke, tmp_path, monkeypatch):
-    """PKB's Triton trees import ``utils.cuda_helpers`` in 69 of 70 files: with pkb-cuda
-    installed, the triton backend serves it as the cuda backend does (it was
-    ``ModuleNotFoundError: No module named 'utils'``, a compile error for every file)."""
+def test_triton_backend_serves_pkb_cuda_helper_on_gpus_and_says_why_not_on_cpu(pkb_invoke, tmp_path, monkeypatch):
+    """PKB's Triton trees import ``utils.cuda_helpers`` in 69 of 70 files. With pkb-cuda
+    installed the triton backend serves it on GPUs, as the cuda backend does; in CPU mode
+    the file is ``unsupported`` with the reason. (Both were ``ModuleNotFoundError: No module
+    named 'utils'``, a compile error for every file.)"""
     pytest.importorskip("pkb_cuda")
+    import pkb_triton.plugin as triton_plugin
+
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    assert triton_plugin.pkb_backend_info().solution_modules == {"utils.cuda_helpers": "pkb_cuda.pkb_helpers"}
     monkeypatch.setenv("PKB_CACHE_DIR", str(tmp_path / "cache"))
     folder = tmp_path / "solutions"
     folder.mkdir()
@@ -151,4 +147,5 @@ def test_triton_backend_serves_pkb_cuda_helper(pkb_invoke, tmp_path, monkeypatch
     result = pkb_invoke("run", "--backend", "triton", "--solutions", folder, "--problem", "1", "--trials", "1",
                         "--nproc", "2", "--timeout", "60", "--out", tmp_path / "run", "--json")
     (record,) = json.loads(result.stdout)["results"]
-    assert record["verdict"] == "pass", record.get("reason")
+    assert record["verdict"] == "unsupported", record
+    assert record["reason"] == "imports utils.cuda_helpers: " + triton_plugin.CPU_UNSUPPORTED["utils.cuda_helpers"]

@@ -23,6 +23,7 @@ throughput, builds per hour of wall time, is in :attr:`BuildPhase.summary`
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -49,6 +50,31 @@ BUILD_MEMORY_BYTES = 7 << 29
 BUILD_JOBS = 2
 
 
+@functools.lru_cache(maxsize=1)
+def code_fingerprint() -> str:
+    """Which code of pkb's decides an outcome: the path, size and modification
+    time of every Python file of ``pkb_core`` and of the packages behind the
+    ``pkb.backends`` and ``pkb.problems`` entry points. A version number alone
+    did not move when a backend learned to serve a module (a stale
+    ``compile-error`` came back from the cache); an edit, an upgrade or a
+    reinstall now does. Costs a few milliseconds, once per process."""
+    import importlib.util
+    from importlib import metadata
+
+    roots = {"pkb_core"}
+    for group in ("pkb.backends", "pkb.problems"):
+        roots.update(ep.module.split(".")[0] for ep in metadata.entry_points(group=group))
+    digest = hashlib.sha256()
+    for root in sorted(roots):
+        spec = importlib.util.find_spec(root)
+        if spec is None or not spec.origin:
+            continue
+        for path in sorted(Path(spec.origin).parent.rglob("*.py")):
+            stat = path.stat()
+            digest.update(f"{path}:{stat.st_size}:{stat.st_mtime_ns}\n".encode())
+    return digest.hexdigest()[:16]
+
+
 def outcome_key(backend: str, solution: Path, device: str) -> str:
     """What a build's outcome depends on, as a hash."""
     import torch
@@ -57,7 +83,7 @@ def outcome_key(backend: str, solution: Path, device: str) -> str:
 
     payload = {
         "backend": backend, "device": device, "source": hashlib.sha256(Path(solution).read_bytes()).hexdigest(),
-        "torch": torch.__version__, "pkb": __version__,
+        "torch": torch.__version__, "pkb": __version__, "code": code_fingerprint(),
         "env": {name: os.environ.get(name, "") for name in KEY_ENVIRONMENT},
     }
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:32]
@@ -82,11 +108,16 @@ def default_workers(builds: int) -> int:
     return max(1, min(cores, builds))
 
 
-def build_environment() -> dict:
+def build_environment(device: str) -> dict:
     """What a builder's environment adds: ninja runs the build's two compiles
     at once (``MAX_JOBS``, unless the caller set it: torch's default is a job
-    per core for every build, which oversubscribes a pool of builds)."""
-    return {} if os.environ.get("MAX_JOBS") else {"MAX_JOBS": str(BUILD_JOBS)}
+    per core for every build, which oversubscribes a pool of builds), and the
+    variables of the device's mode that the jobs' workers get
+    (:func:`pkb_core.machine.device.device_environment`)."""
+    from pkb_core.machine.device import device_environment
+
+    jobs = {} if os.environ.get("MAX_JOBS") else {"MAX_JOBS": str(BUILD_JOBS)}
+    return {**jobs, **device_environment(device)}
 
 
 class BuildPhase:
@@ -165,12 +196,12 @@ class BuildPhase:
         log = open(logs / f"{Path(solution).stem}-{hashlib.sha1(solution.encode()).hexdigest()[:6]}.log", "wb")
         read_fd, write_fd = os.pipe()
         env = dict(os.environ, PYTHONUNBUFFERED="1", **{REPLY_FD_ENV: str(write_fd)},
-                   **preload_environment(self.preload), **build_environment())
+                   **preload_environment(self.preload), **build_environment(self.device))
         request = BuildRequest(backend=self.backend, solution=solution, problem_path=problem_path,
                                device=self.device, options=self.options, run_dir=str(self.run_dir))
         line = json.dumps(request.to_json()).encode()
         if self.starter is not None:
-            proc = self.starter(line, log, write_fd)
+            proc = self.starter(line, log, write_fd, build_environment(self.device))
         else:
             proc = subprocess.Popen([sys.executable, "-m", "pkb_core.build.builder"], stdin=subprocess.PIPE,
                                     stdout=log, stderr=subprocess.STDOUT, env=env, pass_fds=(write_fd,),

@@ -72,26 +72,10 @@ NAMESPACES = ("pkb-harness", "pkb-timing", "pkb-barrier", "pkb-agree")
 MEMORY_HEADROOM = 256 << 20
 
 _EXCHANGE_KEY = re.compile(r"^(?P<prefix>[\w./:-]{1,160})/(?P<seq>\d{1,9})/(?P<rank>\d{1,6})$")
-#: torch names a group's symm_mem store after the group's global ranks (``symmetric_memory-0_2``),
-#: and an exchange's entries by rank within that group.
-_GROUP_RANKS = re.compile(r"(?:^|/)symmetric_memory-(?P<ranks>\d{1,6}(?:_\d{1,6}){0,1023})(?:/|$)")
-
-
 def _exchange_name(prefix: str) -> str:
     """What an exchange is, whichever group's store it runs over: the last part of its prefix
     (torch's ``CUDASymmetricMemory``; a sub-group's store only puts its own prefix in front)."""
     return prefix.rsplit("/", 1)[-1]
-
-
-def _owner(prefix: str, slot: int) -> int | None:
-    """The global rank whose entry ``<prefix>/<seq>/<slot>`` is: ``slot`` is a rank within
-    the group the prefix names (its global ranks), or the global rank itself where it
-    names none; None for a slot outside the group."""
-    named = _GROUP_RANKS.search(prefix)
-    if named is None:
-        return slot
-    ranks = [int(r) for r in named["ranks"].split("_")]
-    return ranks[slot] if slot < len(ranks) else None
 
 
 class Refused(Exception):
@@ -289,14 +273,17 @@ class CounterKeeper:
 
         torch's exchange (``StoreExchange``) sets ``<prefix>/<seq>/<rank>``
         and reads every rank's entry of the same ``<seq>``, ``<rank>`` being a rank
-        within the group whose store it runs over (``symmetric_memory-<its global
-        ranks>``: PKB's files rendezvous on a problem's ``cp_group`` or ``pp_group``
-        too); its barrier is
+        within the group whose store it runs over (PKB's files rendezvous on a
+        problem's ``ep_group`` or ``pp_group`` too: ``0//2//CUDASymmetricMemory/8/0``
+        on torch 2.11, a key that names no global rank); its barrier is
         c10d's ``Store::barrier``: add 1 to ``<prefix>/<seq>/num_members``, the
         last rank sets ``<prefix>/<seq>/last_member``, all wait for it. Each rank
-        sets only its own entry, once, of a size that exchange's entries had
-        before the seal, in whichever group (torch exchanges fixed-size structs;
-        an exchange the heap's first rendezvous did not make is refused); the
+        sets one entry per exchange (which slot is not checked: a sub-group's
+        slot numbers name no global rank, and a rank taking a peer's slot only
+        breaks its own job), never one already set, of a size that exchange's
+        entries had before the seal, in whichever group (torch exchanges
+        fixed-size structs; an exchange the heap's first rendezvous did not
+        make is refused); the
         barrier's flag is stored as ``1`` whatever was sent; reads are of
         exchanges the rank took part in."""
         key = request.get("key")
@@ -305,8 +292,7 @@ class CounterKeeper:
                           "(moved data through the job's store)")
         head, _, tail = key.rpartition("/")
         entry = _EXCHANGE_KEY.match(key)
-        if op == "set" and entry is not None and _owner(entry["prefix"], int(entry["rank"])) == conn.rank \
-                and key not in self.values:
+        if op == "set" and entry is not None and head not in conn.exchanged and key not in self.values:
             value = _value(request)
             sizes = self.entry_sizes.get(_exchange_name(entry["prefix"]))
             if sizes is None or len(value) not in sizes:  # an exchange the heap never made before the seal

@@ -27,6 +27,7 @@ from pkb_core.contracts.record import Record
 from pkb_core.contracts.verdict import Verdict
 from pkb_core.contracts.worker_settings import WorkerSettings
 from pkb_core.launch.feed import JobFeed, ListFeed
+from pkb_core.machine.device import device_environment
 from pkb_core.plugin.preload import preload_environment
 from pkb_core.errors import PkbError, describe
 from pkb_core.results.records import append_record, job_record
@@ -85,9 +86,8 @@ class Launch:
             shm_dir = self.scratch.group(forwarded["run_id"], uid)
         if role == "candidate":
             env.update(preload_environment(settings.preload))
-        if settings.device == "cpu":
-            env.setdefault("OMP_NUM_THREADS", "1")
-            env.setdefault("TRITON_INTERPRET", "1")
+        for name, value in device_environment(settings.device).items():
+            env.setdefault(name, value)
         worker = WorkerSettings(
             role=role, world_size=settings.world_size, local_world_size=settings.nproc, device_type=settings.device,
             store=forwarded["store"], store_token=forwarded.get("store_token", ""),

@@ -17,6 +17,21 @@ def detect_device(choice: str = "auto") -> str:
     return "cuda" if torch.cuda.is_available() and torch.cuda.device_count() > 0 else "cpu"
 
 
+#: What a process that runs solution code gets in CPU mode, unless the caller's environment says
+#: otherwise: one OpenMP thread (the ranks share the cores) and Triton's interpreter.
+CPU_ENVIRONMENT = {"OMP_NUM_THREADS": "1", "TRITON_INTERPRET": "1"}
+
+
+def device_environment(device: str) -> dict:
+    """The variables of ``device``'s mode (:data:`CPU_ENVIRONMENT` on CPU, none on
+    GPU) that the caller's environment does not set. Workers and builders both
+    get them, so a file imports the same way in the compile phase as in its job
+    (a builder without ``TRITON_INTERPRET`` took a Triton file for a GPU one)."""
+    if device != "cpu":
+        return {}
+    return {name: value for name, value in CPU_ENVIRONMENT.items() if name not in os.environ}
+
+
 def device_count(device: str) -> int:
     """GPUs on this node (CPU mode: 2 ranks by default)."""
     if device == "cuda":

@@ -18,7 +18,6 @@ import time
 
 from pkb_core.launch.ranks import wait_for_exit
 from pkb_core.launch.zygotes import _Zygote
-from pkb_core.build.phase import build_environment
 from pkb_core.plugin.preload import preload_environment
 
 #: Seconds a builder zygote may take to start (Python, torch, the backend's modules).
@@ -53,14 +52,14 @@ class WarmBuilders:
 
     def starter(self, backend: str, preload=()):
         """A :attr:`BuildPhase.starter <pkb_core.build.phase.BuildPhase.starter>` for ``backend``."""
-        def start(request: bytes, log, reply_fd: int) -> _ForkedBuilder:
+        def start(request: bytes, log, reply_fd: int, environment: dict) -> _ForkedBuilder:
             zygote = self._zygote(backend, tuple(preload))
             child_stdin, stdin = os.pipe()
             log_fd = os.dup(log.fileno())
             try:
                 with self.lock:
-                    # A build's two compiles at once (MAX_JOBS), as for builders the phase spawns.
-                    pid = zygote.fork({"PYTHONUNBUFFERED": "1", **build_environment()}, [child_stdin, reply_fd, log_fd],
+                    # What builders the phase spawns get (MAX_JOBS, the device's mode).
+                    pid = zygote.fork({"PYTHONUNBUFFERED": "1", **environment}, [child_stdin, reply_fd, log_fd],
                                       time.monotonic() + STARTUP_S, role="builder")
             finally:
                 os.close(child_stdin)

@@ -25,6 +25,9 @@ except ImportError:  # pkb-triton does not depend on pkb-cuda
     SOLUTION_MODULES = {}
     UNSUPPORTED_MODULES = {"utils.cuda_helpers": "PKB's CUDA helper is served by the pkb-cuda distribution, "
                                                  "which is not installed here (pip install backends/cuda)"}
+#: In CPU mode (the Triton interpreter) nothing can run the CUDA that PKB's helper builds.
+CPU_UNSUPPORTED = {"utils.cuda_helpers": "PKB's CUDA helper builds CUDA kernels, which CPU mode (the Triton "
+                                         "interpreter) cannot run: run the file on a GPU"}
 
 
 SAMPLES = Path(__file__).parent / "samples"
@@ -58,8 +61,8 @@ def pkb_backend_info():
         description="Triton kernels reading peers through symmetric-memory pointer tables "
                     "(CPU: the Triton interpreter)",
         prompt=_prompt,
-        solution_modules=SOLUTION_MODULES,
-        unsupported_modules=UNSUPPORTED_MODULES,
+        solution_modules={} if _interpreting() else SOLUTION_MODULES,
+        unsupported_modules={**UNSUPPORTED_MODULES, **CPU_UNSUPPORTED} if _interpreting() else UNSUPPORTED_MODULES,
     )
 
 
@@ -75,7 +78,7 @@ def pkb_backend_compile(state, problem, solution):
     """The core default (import the file, take its ``solution``), plus, where
     pkb-cuda serves PKB's helper, the ahead-of-time builds of the CUDA
     extensions a file would build lazily (:func:`pkb_cuda.ahead.compile_solution`)."""
-    if solution is None or not SOLUTION_MODULES:
+    if solution is None or not SOLUTION_MODULES or _interpreting():
         return None
     from pkb_cuda.ahead import compile_solution
 
