@@ -478,3 +478,16 @@ def test_the_barrier_kernel_compiles_for_a_gpu_without_one():
     assert ptx.count("atom.global.sys.release.exch.b32") == 2  # one flag into each rank's pad
     assert "ld.global.sys.acquire.b32" in ptx and "%globaltimer" in ptx
     assert "cubin" in compiled.asm
+
+
+
+def test_graph_replays_are_bounded_by_the_warm_ups_pace():
+    """As many replays as calls (at most MAX_REPLAYS), and few enough for GRAPH_BATCH_S at the
+    pace the warm-up showed, so a heavy problem's graph batch cannot outlast its job."""
+    from pkb_core.conduct.timed_rounds import GRAPH_BATCH_S, MAX_REPLAYS, graph_replays
+
+    assert (MAX_REPLAYS, GRAPH_BATCH_S) == (50, 2.0)
+    assert graph_replays(50, None) == graph_replays(50, 0.01) == 50  # a 4 KiB all-reduce's pace
+    assert graph_replays(3, 0.01) == 3
+    assert graph_replays(50, 10.0) == 4  # 2 s over 50 calls of 10 ms
+    assert graph_replays(50, 1000.0) == 1

@@ -51,6 +51,11 @@ from pkb_core.machine.roofline import below_floor
 
 #: Most calls per timed batch (each on its own input set of the round's pool).
 MAX_CALLS = 50
+#: Graph mode's most replays per batch (each runs all the batch's calls) ...
+MAX_REPLAYS = 50
+#: ... and few enough that a batch's replays take about this long at the warm-up's pace
+#: (a heavy problem's 50 x 50 calls would otherwise outlast the job's timeout).
+GRAPH_BATCH_S = 2.0
 #: Rounds needed for a 95 % interval (:func:`pkb_core.conduct.intervals.median_interval`).
 MIN_ROUNDS = 6
 #: Bytes of one side's pool of inputs plus outputs, per rank, beyond which batches get fewer calls.
@@ -68,6 +73,17 @@ def batch_calls(iters: int, set_bytes: int) -> int:
     :data:`MIN_ROUNDS` rounds."""
     by_bytes = POOL_BYTES // max(1, 3 * set_bytes)
     return max(1, min(MAX_CALLS, by_bytes, iters // MIN_ROUNDS))
+
+
+def graph_replays(calls: int, warm_ms_per_call: float | None) -> int:
+    """Replays of a captured batch of ``calls``: as many as the calls
+    (at most :data:`MAX_REPLAYS`), and few enough for :data:`GRAPH_BATCH_S` at
+    ``warm_ms_per_call`` (the launcher's time for the warm-up over its calls:
+    an overestimate, it holds the capture too; None: no warm-up, no bound)."""
+    most = min(calls, MAX_REPLAYS)
+    if not warm_ms_per_call:
+        return max(1, most)
+    return max(1, min(most, int(GRAPH_BATCH_S * 1e3 / (calls * warm_ms_per_call))))
 
 
 def time_job(run) -> None:
@@ -134,17 +150,18 @@ def _time_mode(run, mode: str, budget_s: float) -> ModeTiming:
     per_call = {"reference": [], "candidate": []}  # per round: wall / calls, the independent units
     reported = {"reference": [], "candidate": []}
     alignment = {}
-    replays = calls if mode == "graph" else 0
-    executed = calls * (replays or 1)  # calls a batch makes (graph: every replay runs all of them)
-
     skeletons, paths, warm_slots = _draw(run, f"{mode}-warm", f"{mode}/warm", calls)
     failures = [a.failure for a in run._judge(judge.WarmReference(mode=mode, count=job.warmup))]
+    warm_ms = run.wall_ms
     failures += [a.failure for a in run._candidate([
         candidate.WarmCandidate(mode=mode, count=job.warmup, skeleton=s, path=p, slots=warm_slots)
         for s, p in zip(skeletons, paths)])]
+    warm_ms = max(warm_ms, run.wall_ms)
     failure = next((f for f in failures if f), None)
     if failure:
         return ModeTiming(unavailable=failure)
+    replays = graph_replays(calls, warm_ms / job.warmup if job.warmup else None) if mode == "graph" else 0
+    executed = calls * (replays or 1)  # calls a batch makes (graph: every replay runs all of them)
 
     started = time.monotonic()
     round_, stopped = 0, None

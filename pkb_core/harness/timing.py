@@ -24,9 +24,11 @@ a batch. Three modes:
     launch cost where the host cannot keep up. No flush.
 ``graph``
     The ``k`` calls captured once in one CUDA graph (the pool's buffers stay
-    put, so later rounds replay the same graph on new values); each sample is
-    one replay, flushed, barrier-aligned and held like a latency call, divided
-    by ``k``. CUDA only; a side that cannot be captured gets an explanation.
+    put, so later rounds replay the same graph on new values); one host
+    barrier, hold and device barrier, then the replays queued back to back,
+    each after an L2 flush queued before it; a diagnostic sample is one
+    replay divided by ``k``. CUDA only; a side that cannot be captured gets an
+    explanation.
 
 The L2 policy is the same for both sides because it is this code on both
 sides: flushed before every latency call and every graph replay, never inside
@@ -206,15 +208,21 @@ class BatchTimer:
         return None
 
     def _graph_replays(self, calls, replays):
+        """One alignment, then the replays queued back to back, each after an L2
+        flush queued on the same stream. Aligning every replay (host barrier,
+        hold, device barrier: about 0.5 ms on 2xH200) cost each call of a
+        50-call graph 10 us of the launcher's clock, more than a 4 KiB
+        all-reduce takes; the replays' collectives keep the ranks in step."""
         if self._graph is None:
             raise GraphUnavailable("the batch was not captured")
-        times = []
+        self._aligned(flush=False)
+        events = []
         for _ in range(replays):
-            self._aligned()
+            self.flush()
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
             self._graph.replay()
             end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end) / len(calls))
-        return times, list(self._graph_outputs)
+            events.append((start, end))
+        events[-1][1].synchronize()
+        return [start.elapsed_time(end) / len(calls) for start, end in events], list(self._graph_outputs)
