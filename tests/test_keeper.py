@@ -166,35 +166,34 @@ def test_cuda_handle_exchange_is_served_bounded_after_the_seal(start_keeper):
     assert _both(subgroup_exchange) == [[b"\x01" * 40, b"\x00" * 40]] * 2
     assert report() == []
 
-    def two_entries_in_one_exchange():
+
+EXCHANGE_ATTACKS = {
+    # a rank's second entry in one exchange (its own slot, then its peer's)
+    "two entries": (lambda store: (store.set("0/symm/9/1", b"x" * 40), store.set("0/symm/9/0", b"x" * 40)),
+                    "a 'set' of '0/symm/9/0'"),
+    "oversized": (lambda store: store.set("0/symm/10/1", b"x" * (keeper.EXCHANGE_BYTES + 1)),
+                  f"a SET of {keeper.EXCHANGE_BYTES + 1} bytes"),
+    # entries keep the size of the exchange's first (pre-seal) entries, in any group
+    "other size": (lambda store: store.set("0//2//symm/11/0", b"x" * 41), "a SET of 41 bytes"),
+    # an "exchange" the heap never made before the seal: a payload in disguise
+    "new exchange": (lambda store: store.set("0/payload/1/1", b"x" * 40), "a SET of 40 bytes"),
+}
+
+
+@pytest.mark.parametrize("attack", sorted(EXCHANGE_ATTACKS))
+def test_a_sealed_rank_that_stretches_the_handle_exchange_is_killed(start_keeper, attack):
+    connect, report = start_keeper(cuda=True)
+    action, reason = EXCHANGE_ATTACKS[attack]
+
+    def attacker():
         store = connect(1)
+        store.set("0/symm/0/1", b"\x07" * 40)  # the heap's first rendezvous, before the seal
         store.seal()
-        store.set("0/symm/9/1", b"x" * 40)
-        store.set("0/symm/9/0", b"x" * 40)
+        action(store)
 
-    assert _in_child(two_entries_in_one_exchange) == -signal.SIGKILL
-
-    def oversized():
-        store = connect(1)
-        store.seal()
-        store.set("0/symm/10/1", b"x" * (keeper.EXCHANGE_BYTES + 1))
-
-    assert _in_child(oversized) == -signal.SIGKILL
-
-    def other_size():  # entries keep the size of the prefix's first exchange
-        store = connect(1)
-        store.seal()
-        store.set("0/symm/11/1", b"x" * 41)
-
-    assert _in_child(other_size) == -signal.SIGKILL
-
-    def new_prefix():  # an "exchange" the heap never made before the seal: a payload in disguise
-        store = connect(1)
-        store.seal()
-        store.set("0/payload/1/1", b"x" * 40)
-
-    assert _in_child(new_prefix) == -signal.SIGKILL
-    assert [line["rank"] for line in report()] == [1, 1, 1, 1]
+    assert _in_child(attacker) == -signal.SIGKILL
+    (line,) = report()
+    assert line["rank"] == 1 and line["refused"].startswith(reason), line
 
 
 def _raw(connect):
