@@ -69,7 +69,9 @@ def code_fingerprint() -> str:
         spec = importlib.util.find_spec(root)
         if spec is None or not spec.origin:
             continue
-        for path in sorted(Path(spec.origin).parent.rglob("*.py")):
+        # A package: its folder's files; a module of one file: that file (not its folder's).
+        files = Path(spec.origin).parent.rglob("*.py") if spec.submodule_search_locations else [Path(spec.origin)]
+        for path in sorted(files):
             stat = path.stat()
             digest.update(f"{path}:{stat.st_size}:{stat.st_mtime_ns}\n".encode())
     return digest.hexdigest()[:16]
