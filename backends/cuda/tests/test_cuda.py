@@ -287,6 +287,46 @@ def test_one_process_builds_the_others_wait_and_load(tmp_path):
     assert outputs == ["built-here", "loaded-from-cache", "loaded-from-cache"]
 
 
+READ_ONLY_CACHE_SCRIPT = textwrap.dedent("""
+    import os, sys
+    import pkb_cuda.build as b
+    import pkb_cuda.toolchain
+    from pkb_core.candidate.lockdown import lock_down
+
+    pkb_cuda.toolchain.toolchain = lambda: {"torch": "fake"}
+    scratch = sys.argv[1]
+    missing = lock_down(network=False, writable=[scratch])  # pkb's cache is read-only now, as in a job
+    assert not any(gap.startswith("read-only") for gap in missing), missing
+    os.environ["TMPDIR"] = scratch
+
+    def fake_load_inline(spec, build_dir, verbose):
+        (build_dir / f"{spec.module_name}.so").write_text("not really a module")
+        return str(build_dir)
+
+    b._load_inline = fake_load_inline
+    print(b.compile("lazy_rank1", "__global__ void k() {}", "", []))
+""")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the lockdown's read-only mounts need root")
+def test_a_build_in_a_job_with_a_read_only_cache_builds_in_its_temporary_folder(tmp_path):
+    """A build the compile phase could not make ahead (PKB's GPT ring attention names its
+    extension after the rank) raised ``Read-only file system`` in the job: it builds in the
+    job's own temporary folder instead, and pkb's cache is left as it was."""
+    script = tmp_path / "read_only_cache.py"
+    script.write_text(READ_ONLY_CACHE_SCRIPT)
+    cache, scratch = tmp_path / "cache", tmp_path / "scratch"
+    (cache / "cuda").mkdir(parents=True)
+    scratch.mkdir()
+    env = dict(os.environ, PKB_CACHE_DIR=str(cache), TORCH_CUDA_ARCH_LIST="9.0a")
+    done = subprocess.run([sys.executable, str(script), str(scratch)], env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    built_in = done.stdout.strip().splitlines()[-1]
+    assert built_in.startswith(str(scratch / "pkb-cuda")), built_in
+    assert not list((cache / "cuda").iterdir())
+
+
 # ---------------------------------------------------------------------------
 # nvcc: the device header assembles for sm_90a, errors keep nvcc's message
 # ---------------------------------------------------------------------------
