@@ -482,14 +482,13 @@ def test_the_barrier_kernel_compiles_for_a_gpu_without_one():
 
 
 def test_graph_replays_are_bounded_by_the_warm_ups_pace():
-    """As many replays as GRAPH_BATCH_S holds at the pace the warm-up showed, at most MAX_REPLAYS,
-    whatever the batch's calls: a heavy problem's graph batch cannot outlast its job, and two sets
-    of 256 MiB still get enough replays to spread their placing over."""
+    """As many replays as calls (at most MAX_REPLAYS: every replay runs on the same sets), and few
+    enough for GRAPH_BATCH_S at the pace the warm-up showed, so a heavy problem's graph batch cannot
+    outlast its job."""
     from pkb_core.conduct.timed_rounds import GRAPH_BATCH_S, MAX_REPLAYS, graph_replays
 
-    assert (MAX_REPLAYS, GRAPH_BATCH_S) == (200, 2.0)
-    assert graph_replays(50, None) == 50 and graph_replays(3, None) == 3  # no warm-up: as many as the calls
-    assert graph_replays(50, 0.01) == 200  # a 4 KiB all-reduce's pace
-    assert graph_replays(2, 30.0) == 33  # two 256 MiB sets, placing included
+    assert (MAX_REPLAYS, GRAPH_BATCH_S) == (50, 2.0)
+    assert graph_replays(50, None) == graph_replays(50, 0.01) == 50  # a 4 KiB all-reduce's pace
+    assert graph_replays(3, 0.01) == 3 and graph_replays(2, 30.0) == 2  # never more replays than calls
     assert graph_replays(50, 10.0) == 4  # 2 s over 50 calls of 10 ms
     assert graph_replays(50, 1000.0) == 1

@@ -51,11 +51,12 @@ from pkb_core.machine.roofline import below_floor
 
 #: Most calls per timed batch (each on its own input set of the round's pool).
 MAX_CALLS = 50
-#: Graph mode's most replays per batch (each runs all the batch's calls: the batch's fixed
-#: cost, placing and exporting its sets inside the window, is spread over calls x replays) ...
-MAX_REPLAYS = 200
+#: Graph mode's most replays per batch (each runs all the batch's calls, on the same sets: a
+#: kernel that recognised inputs it had seen could skip the work of every replay but the first,
+#: so there are never more replays than calls, as before: docs/trust.md) ...
+MAX_REPLAYS = 50
 #: ... and few enough that a batch's replays take about this long at the warm-up's pace
-#: (a heavy problem's 50 x 200 calls would otherwise outlast the job's timeout).
+#: (a heavy problem's 50 x 50 calls would otherwise outlast the job's timeout).
 GRAPH_BATCH_S = 2.0
 #: Rounds needed for a 95 % interval (:func:`pkb_core.conduct.intervals.median_interval`).
 MIN_ROUNDS = 6
@@ -77,16 +78,17 @@ def batch_calls(iters: int, set_bytes: int) -> int:
 
 
 def graph_replays(calls: int, warm_ms_per_call: float | None) -> int:
-    """Replays of a captured batch of ``calls``: as many as :data:`GRAPH_BATCH_S`
-    holds at ``warm_ms_per_call`` (the launcher's time for the warm-up over its
-    calls: an overestimate, it holds the capture and the sets' placing too),
-    at most :data:`MAX_REPLAYS`; without a warm-up, as many as the calls.
-    Replays are not tied to the calls: two sets of 256 MiB fill a batch, and
-    with two replays their placing and export, host to device and back, would
-    be most of what the launcher's clock sees."""
+    """Replays of a captured batch of ``calls``: as many as the calls (at most
+    :data:`MAX_REPLAYS`), and few enough for :data:`GRAPH_BATCH_S` at
+    ``warm_ms_per_call`` (the launcher's time for the warm-up over its calls:
+    an overestimate, it holds the capture too; None: no warm-up, no bound).
+    More replays would spread the batch's placing and export further, but
+    every replay runs on the same sets (docs/trust.md, "What pkb does not
+    guarantee")."""
+    most = min(calls, MAX_REPLAYS)
     if not warm_ms_per_call:
-        return max(1, min(calls, MAX_REPLAYS))
-    return max(1, min(MAX_REPLAYS, int(GRAPH_BATCH_S * 1e3 / (calls * warm_ms_per_call))))
+        return max(1, most)
+    return max(1, min(most, int(GRAPH_BATCH_S * 1e3 / (calls * warm_ms_per_call))))
 
 
 def time_job(run) -> None:
