@@ -55,6 +55,16 @@ class Parcels:
                     pass
 
 
+#: Seconds the launcher watches a candidate's processes after each answer (work left running
+#: is flagged), and so the quiet stretch before every timed batch (:meth:`JobRun.settle`). Only
+#: the candidate's answers were followed by one, so in rounds where the candidate went first the
+#: reference's batch alone started after 20 ms of idle, and ran slower. The reference against
+#: itself (CPU, problem 1, latency mode, 240 calls a side) read a median 1.26x for the candidate
+#: in nine runs (0.92-1.36) before, 1.13x in six (1.06-1.33) with the stretch before both sides:
+#: part of that bias, not all of it (docs/trust.md).
+QUIET_S = 0.02
+
+
 class JobRun:
     """Conducts one job between ``judges`` (the launch's) and ``candidates`` (its own).
 
@@ -78,6 +88,14 @@ class JobRun:
         #: Where the job is, and the last command sent (for a timeout's or a crash's feedback).
         self.stage = "starting"
         self.command = ""
+        #: When the last command's answers arrived (:meth:`settle`).
+        self.answered_at = 0.0
+
+    def settle(self) -> None:
+        """Wait until :data:`QUIET_S` has passed since the last command's answers:
+        called before each side's timed batch, so every batch follows the same
+        quiet stretch, whichever side went before it."""
+        time.sleep(max(0.0, QUIET_S - (time.monotonic() - self.answered_at)))
 
     def _count(self, name: str, started: float) -> None:
         """Add the seconds since ``started`` to the record's per-command tally."""
@@ -91,7 +109,8 @@ class JobRun:
         try:
             started = time.monotonic()
             answers = self.judges.command(request, deadline=self.deadline)
-            self.wall_ms = (time.monotonic() - started) * 1e3
+            self.answered_at = time.monotonic()
+            self.wall_ms = (self.answered_at - started) * 1e3
             self._count(f"judge {op}", started)
             return answers
         except JobEnded as ended:
@@ -105,11 +124,12 @@ class JobRun:
         try:
             started = time.monotonic()
             answers = self.candidates.command(request, deadline=self.deadline)
-            self.wall_ms = (time.monotonic() - started) * 1e3
+            self.answered_at = time.monotonic()
+            self.wall_ms = (self.answered_at - started) * 1e3
             self._count(f"candidate {op}", started)
             if op in (candidate.Trial.OP, candidate.TimeCandidate.OP, candidate.WarmCandidate.OP):
                 started = time.monotonic()
-                busy = self.candidates.busy_after_answer()
+                busy = self.candidates.busy_after_answer(QUIET_S)
                 self._count("host probe", started)
                 if busy:
                     rank, used = busy[0]

@@ -177,6 +177,7 @@ def _time_mode(run, mode: str, budget_s: float) -> ModeTiming:
                                           "cannot replay on them")
         order = ("reference", "candidate") if round_ % 2 == 0 else ("candidate", "reference")
         for side in order:
+            run.settle()  # the same quiet stretch before either side's batch (jobrun.QUIET_S)
             if side == "reference":
                 answers = run._judge([judge.TimeReference(mode=mode, skeleton=s, path=p, replays=replays)
                                       for s, p in zip(skeletons, paths)])
