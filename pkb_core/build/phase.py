@@ -59,11 +59,12 @@ def code_fingerprint() -> str:
     ``compile-error`` came back from the cache); an edit, an upgrade or a
     reinstall now does. Costs a few milliseconds, once per process."""
     import importlib.util
-    from importlib import metadata
+
+    from pkb_core.plugin.manager import BACKEND_GROUP, entry_points
 
     roots = {"pkb_core"}
-    for group in ("pkb.backends", "pkb.problems"):
-        roots.update(ep.module.split(".")[0] for ep in metadata.entry_points(group=group))
+    for group in (BACKEND_GROUP, "pkb.problems"):
+        roots.update(ep.module.split(".")[0] for _, ep in entry_points(group))
     digest = hashlib.sha256()
     for root in sorted(roots):
         spec = importlib.util.find_spec(root)
@@ -197,13 +198,14 @@ class BuildPhase:
         logs.mkdir(parents=True, exist_ok=True)
         log = open(logs / f"{Path(solution).stem}-{hashlib.sha1(solution.encode()).hexdigest()[:6]}.log", "wb")
         read_fd, write_fd = os.pipe()
+        extra = build_environment(self.device)
         env = dict(os.environ, PYTHONUNBUFFERED="1", **{REPLY_FD_ENV: str(write_fd)},
-                   **preload_environment(self.preload), **build_environment(self.device))
+                   **preload_environment(self.preload), **extra)
         request = BuildRequest(backend=self.backend, solution=solution, problem_path=problem_path,
                                device=self.device, options=self.options, run_dir=str(self.run_dir))
         line = json.dumps(request.to_json()).encode()
         if self.starter is not None:
-            proc = self.starter(line, log, write_fd, build_environment(self.device))
+            proc = self.starter(line, log, write_fd, extra)
         else:
             proc = subprocess.Popen([sys.executable, "-m", "pkb_core.build.builder"], stdin=subprocess.PIPE,
                                     stdout=log, stderr=subprocess.STDOUT, env=env, pass_fds=(write_fd,),

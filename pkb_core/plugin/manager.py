@@ -54,7 +54,7 @@ class PkbPluginManager(pluggy.PluginManager):
         return [r for r in self.records if r.error]
 
 
-def _entry_points(group):
+def entry_points(group):
     """(distribution, entry point) pairs of a group, in a stable order."""
     seen = set()
     for dist in metadata.distributions():
@@ -71,7 +71,7 @@ def _strict() -> bool:
 def load_entry_points(pm: PkbPluginManager, group: str, only: str | None = None) -> None:
     """Register the entry points of ``group`` (just the one named ``only`` if given)."""
     blocked = {b.strip() for b in os.environ.get("PKB_DISABLED_PLUGINS", "").split(",") if b.strip()}
-    for dist, ep in _entry_points(group):
+    for dist, ep in entry_points(group):
         key = f"{group}:{ep.name}"
         if (only is not None and ep.name != only) or key in blocked or pm.has_plugin(key):
             continue

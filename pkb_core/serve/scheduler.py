@@ -67,7 +67,8 @@ class Scheduler:
         self.place_timeout = place_timeout
         #: When each job that no group could ever hold began to wait (monotonic seconds).
         self._unplaceable: dict[str, float] = {}
-        self.building: dict[str, object] = {}
+        #: Ids of the jobs whose builds are in the compile pool.
+        self.building: set[str] = set()
         #: The compile pool (:mod:`pkb_core.serve.builds`): this node's, or Ray tasks anywhere in the cluster.
         self.builds = self.placement.build_pool(build_workers, self.data_dir / "logs" / "builders.log")
         self.build_workers = build_workers
@@ -143,7 +144,7 @@ class Scheduler:
             if self.store.set_state(item["id"], JobState.BUILDING, note="", only_from=(JobState.QUEUED,)):
                 job = Job.from_json(item["job"])
                 key = self.lane_key_of(item["submission"], item["world_size"])
-                self.building[item["id"]] = key
+                self.building.add(item["id"])
                 done = self._built_callback(item["id"], job, key)
                 try:
                     settings = self.settings_for(key)
@@ -265,7 +266,7 @@ class Scheduler:
     def _on_result(self, kind, *args) -> None:
         if kind == "built":
             job_id, job, record = args
-            self.building.pop(job_id, None)
+            self.building.discard(job_id)
             if record is not None:
                 self.store.finish(job_id, record)
             elif job is not None:
