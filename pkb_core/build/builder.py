@@ -38,7 +38,7 @@ def build(request: BuildRequest, announce=lambda message: None) -> BuildAnswer:
 
     pm = worker_plugin_manager(request.backend, CoreDefaults())
     problem = read_spec(request.problem_path).load()
-    _lock_down(request.run_dir, protected_caches(), request.solution)
+    _lock_down(request.run_dir, protected_caches(), request.solution, request.hidden)
     state = BuildContext(device=request.device, options=request.options)
     try:
         check_source(pm, request.solution)
@@ -55,7 +55,7 @@ def build(request: BuildRequest, announce=lambda message: None) -> BuildAnswer:
     return BuildAnswer(ok=True)
 
 
-def _lock_down(run_dir, protected, solution=None) -> None:
+def _lock_down(run_dir, protected, solution=None, hidden=()) -> None:
     """The builder's lockdown: the solution's code runs here, as the
     launcher's user, so every folder is read-only but pkb's cache (what it
     builds lands there; the calibration and the build outcomes in it stay
@@ -63,7 +63,9 @@ def _lock_down(run_dir, protected, solution=None) -> None:
     solutions' folder and ``/tmp`` itself are not its to write). The run
     directory is hidden, unless the solution itself lies in it (the backend
     reads the file, and what sits beside it, after the lockdown): it then
-    stays read-only like every other folder."""
+    stays read-only like every other folder. The ``hidden`` folders (a
+    service's data directory: its queue, every client's sources) are hidden
+    too, but for the solution's own folder."""
     import atexit
     import shutil
     import tempfile
@@ -77,15 +79,22 @@ def _lock_down(run_dir, protected, solution=None) -> None:
     root = cache_dir()
     root.mkdir(parents=True, exist_ok=True)
     inside = solution is not None and Path(solution).resolve().is_relative_to(Path(run_dir).resolve())
-    lock_down(network=False, read_only=protected, writable=[scratch, str(root)], hidden=[] if inside else [run_dir])
+    folder = [os.path.dirname(os.path.abspath(solution))] if solution else []
+    lock_down(network=False, read_only=protected, writable=[scratch, str(root)],
+              hidden=([] if inside else [run_dir]) + list(hidden), revealed=folder)
     use_scratch(scratch)  # the same temporary, home and cache variables as a candidate's
 
 
 def main() -> int:
     from pkb_core.plugin.preload import import_torch_after_preloads
+    from pkb_core.process.log_cap import cap_output
+    from pkb_core.process.sessions import die_with_spawner
 
+    die_with_spawner()  # a spawned builder dies with the phase that started it (a forked one: with its zygote)
     import_torch_after_preloads()
     request = BuildRequest.from_json(json.loads(sys.stdin.read()))
+    if request.log_cap:
+        cap_output(request.log_cap)  # before the solution's code: what it prints is capped
     reply = os.fdopen(int(os.environ["PKB_REPLY_FD"]), "w")
 
     def announce(message):

@@ -134,7 +134,9 @@ class BuildPhase:
     """
 
     def __init__(self, *, backend: str, device: str, run_dir: Path, options: dict | None = None, preload=(),
-                 workers: int | None = None, timeout: float = BUILD_TIMEOUT_S, on_result=None, starter=None):
+                 workers: int | None = None, timeout: float = BUILD_TIMEOUT_S, on_result=None, starter=None,
+                 memory_mib: int | None = None, max_processes: int | None = None, log_cap_mib: int | None = None,
+                 hidden=()):
         self.backend = backend
         self.device = device
         self.run_dir = Path(run_dir)
@@ -146,6 +148,14 @@ class BuildPhase:
         #: How a builder process starts: None spawns ``python -m pkb_core.build.builder``; the
         #: reward service forks warm ones (:class:`pkb_core.serve.builders.WarmBuilders`).
         self.starter = starter
+        #: Each builder's limits (its cgroup: :func:`pkb_core.machine.limits.build_memory_mib`) and log cap.
+        from pkb_core.machine import limits
+
+        self.memory_bytes = limits.build_memory_mib(memory_mib) << 20
+        self.max_processes = limits.max_processes(max_processes)
+        self.log_cap = limits.log_cap_bytes(log_cap_mib)
+        #: Folders hidden from every build besides the run directory (the service's data directory).
+        self.hidden = tuple(str(folder) for folder in hidden)
         self.summary: dict = {}
 
     def run(self, requests: list[tuple]) -> dict:
@@ -181,7 +191,8 @@ class BuildPhase:
             # Interrupted (Ctrl-C, a signal turned into SystemExit): builders run in sessions of
             # their own, so nothing else would stop them or the compilers they started.
             for build in running:
-                _kill(build["proc"])
+                _kill(build)
+                build["containment"].close()
         wall = time.monotonic() - started
         fresh = [result for result in results.values() if not result.cached]
         self.summary = {"built": len(fresh), "failed": sum(not r.ok for r in fresh),
@@ -193,29 +204,45 @@ class BuildPhase:
     # -- one build ---------------------------------------------------------------
     def _start(self, solution: str, problem_path: str) -> dict:
         from pkb_core.plugin.preload import preload_environment
+        from pkb_core.process.containment import contain
+        from pkb_core.process.environment import allowed_environment
+        from pkb_core.process.reaper import spawned
+        from pkb_core.process.sessions import spawner_environment
 
         logs = self.run_dir / "logs" / "builds"
         logs.mkdir(parents=True, exist_ok=True)
         log = open(logs / f"{Path(solution).stem}-{hashlib.sha1(solution.encode()).hexdigest()[:6]}.log", "wb")
         read_fd, write_fd = os.pipe()
         extra = build_environment(self.device)
-        env = dict(os.environ, PYTHONUNBUFFERED="1", **{REPLY_FD_ENV: str(write_fd)},
-                   **preload_environment(self.preload), **extra)
+        # A builder runs the solution's code: it gets an allow-listed environment (no token, no key).
+        env = dict(allowed_environment(os.environ), PYTHONUNBUFFERED="1", **{REPLY_FD_ENV: str(write_fd)},
+                   **preload_environment(self.preload), **extra, **spawner_environment())
         request = BuildRequest(backend=self.backend, solution=solution, problem_path=problem_path,
-                               device=self.device, options=self.options, run_dir=str(self.run_dir))
+                               device=self.device, options=self.options, run_dir=str(self.run_dir),
+                               hidden=self.hidden, log_cap=self.log_cap)
         line = json.dumps(request.to_json()).encode()
+        # A cgroup of its own, which the builder is in before it reads its request (so before
+        # any of the solution's code runs): its compilers too, ended with it, within its limits.
+        containment, _ = contain(f"build-{Path(solution).stem[:40]}", memory_bytes=self.memory_bytes,
+                                 max_processes=self.max_processes)
         if self.starter is not None:
-            proc = self.starter(line, log, write_fd, extra)
+            proc = self.starter(line, log, write_fd, extra, containment)
         else:
             proc = subprocess.Popen([sys.executable, "-m", "pkb_core.build.builder"], stdin=subprocess.PIPE,
                                     stdout=log, stderr=subprocess.STDOUT, env=env, pass_fds=(write_fd,),
                                     start_new_session=True)
+            spawned(proc.pid)
+            if containment.cgroup is not None:
+                try:
+                    containment.cgroup.join(proc.pid)
+                except OSError as exc:
+                    containment.gaps.append(f"a cgroup per build ({exc.strerror})")
             proc.stdin.write(line)
             proc.stdin.close()
         os.close(write_fd)
         os.set_blocking(read_fd, False)
         return {"solution": solution, "proc": proc, "reply": read_fd, "data": b"", "log": log,
-                "started": time.monotonic()}
+                "started": time.monotonic(), "containment": containment}
 
     def _finished(self, build: dict) -> BuildResult | None:
         try:
@@ -231,14 +258,15 @@ class BuildPhase:
         if code is None:
             if seconds <= self.timeout:
                 return None
-            _kill(build["proc"])
+            _kill(build)
             result, cacheable = BuildResult(
                 False, f"the build did not finish within {self.timeout:.0f} s (--build-timeout)", seconds), False
         else:
             result, cacheable = self._answer(build, code, seconds)
-            _kill(build["proc"])  # whatever the solution's import left running dies with its builder
+            _kill(build)  # whatever the solution's import left running dies with its builder
         os.close(build["reply"])
         build["log"].close()
+        build["containment"].close()
         if cacheable:
             self._store(build["solution"], result)
         return result
@@ -246,15 +274,18 @@ class BuildPhase:
     def _answer(self, build, code, seconds) -> tuple[BuildResult, bool]:
         """The builder's answer and whether it may be cached (a process that
         died or answered nothing may have met the machine's trouble, not the
-        solution's)."""
+        solution's). A builder that died says how, before anything it wrote
+        is read: the line it wrote before it died is no answer."""
+        lines = build["data"].decode(errors="replace").strip().splitlines()
+        checked = json.dumps(SourceChecked().to_json())
+        if code != 0 or not lines or lines[-1] == checked:
+            return self._died(build, code, seconds), False
         try:
-            lines = build["data"].decode(errors="replace").strip().splitlines()
             line = json.loads(lines[-1])
             if not isinstance(line, dict):
                 raise ValueError
         except (ValueError, IndexError, RecursionError):
-            how = f"died with {signal.Signals(-code).name}" if code < 0 else f"exited with status {code}"
-            return BuildResult(False, f"the build process {how} without an answer (log: {build['log'].name})",
+            return BuildResult(False, f"the build process sent no answer it could read (log: {build['log'].name})",
                                seconds), False
         try:
             answer = BuildAnswer.from_json(line)
@@ -265,11 +296,29 @@ class BuildPhase:
             return BuildResult(True, "", seconds), True
         message = answer.message or "the build failed"
         verdict = _failure_verdict(answer.verdict)
-        if verdict == Verdict.UNSUPPORTED and lines[0] == json.dumps(SourceChecked().to_json()):
+        if verdict == Verdict.UNSUPPORTED and lines[0] == checked:
             # Said after the solution's code ran (the source check had passed): not believed.
             verdict = Verdict.COMPILE_ERROR
             message += " (reported once its code was imported: a compile error, not unsupported)"
         return BuildResult(False, message, seconds, verdict=verdict), True
+
+    def _died(self, build, code, seconds) -> BuildResult:
+        """How a builder that gave no answer ended, in words: killed by the lockdown (a network
+        socket or an io_uring while the solution's code ran: ``flagged``), by its memory
+        limit, by another signal, or an exit without an answer."""
+        log = build["log"].name
+        hit = build["containment"].limit_hit()
+        if hit:
+            return BuildResult(False, f"the build was {hit} (log: {log})", seconds)
+        if code is not None and code < 0:
+            name = signal.Signals(-code).name
+            if name == "SIGSYS":
+                return BuildResult(False, "the build process was killed for a system call the lockdown forbids "
+                                          "(a network socket or an io_uring) while the solution's code ran "
+                                          f"(log: {log})", seconds, verdict=Verdict.FLAGGED)
+            return BuildResult(False, f"the build process died with {name} without an answer (log: {log})", seconds)
+        return BuildResult(False, f"the build process exited with status {code} without an answer (log: {log})",
+                           seconds)
 
     # -- the outcome cache ------------------------------------------------------------
     def _path(self, solution: str) -> Path:
@@ -305,8 +354,14 @@ def _failure_verdict(verdict) -> str:
     return Verdict.UNSUPPORTED if verdict == Verdict.UNSUPPORTED else Verdict.COMPILE_ERROR
 
 
-def _kill(proc) -> None:
+def _kill(build: dict) -> None:
+    """End a builder and everything it started (its compilers): its cgroup as a whole, else its session."""
+    from pkb_core.process.reaper import reap_orphans
     from pkb_core.process.sessions import kill_sessions
 
-    kill_sessions([proc.pid])  # the compilers it started too
+    containment, proc = build["containment"], build["proc"]
+    if containment.cgroup is None or not containment.cgroup.has("freeze"):
+        kill_sessions([proc.pid])
+    containment.end()
     proc.wait()
+    reap_orphans()

@@ -190,7 +190,7 @@ def protected_caches() -> list[str]:
 
 
 def lock_down(*, network: bool, read_only=(), writable=(), hidden=(), user: int | None = None,
-              expose=()) -> list[str]:
+              expose=(), revealed=()) -> list[str]:
     """Apply the lockdown to this process; return what could not be applied.
 
     :param network: ``False`` refuses new internet sockets (custom-kernel
@@ -203,6 +203,8 @@ def lock_down(*, network: bool, read_only=(), writable=(), hidden=(), user: int 
         mount namespace (:func:`pkb_core.candidate.sandbox.seal`). Needs
         ``CAP_SYS_ADMIN``; without it this item is reported missing.
     :param hidden: folders this process sees empty (the run directory).
+    :param revealed: folders inside ``hidden`` ones it still reads (a builder's solution in a
+        service's data directory).
     :param user: the uid (and gid) this process becomes
         (:func:`pkb_core.candidate.sandbox.switch_user`; a candidate group's
         own, from the launcher). ``None`` keeps the user (a builder).
@@ -222,7 +224,7 @@ def lock_down(*, network: bool, read_only=(), writable=(), hidden=(), user: int 
     else:
         if user is not None:
             missing += sandbox.expose(libc, sandbox.needed_paths(expose), user)
-        missing += sandbox.seal(libc, writable=writable, read_only=read_only, hidden=hidden)
+        missing += sandbox.seal(libc, writable=writable, read_only=read_only, hidden=hidden, revealed=revealed)
     for cap in range(_CAP_LAST + 1):  # the bounding set needs CAP_SETPCAP: before the user changes
         libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)  # EINVAL past the kernel's last cap: fine
     if user is not None:

@@ -51,6 +51,8 @@ _FLAG_BY_OPTION = {"nosuid": _MS_NOSUID, "nodev": _MS_NODEV, "noexec": _MS_NOEXE
 #: Mounts left as they are: kernel interfaces whose writable files are per
 #: process or guarded by their own permission checks.
 _KEEP = ("/proc", "/sys", "/dev/pts")
+#: Kept (under ``/sys``) but read-only: the cgroup file system.
+_CGROUPS = "/sys/fs/cgroup"
 
 
 def new_sandbox_uid(in_use=()) -> int:
@@ -102,21 +104,26 @@ def _under(path: str, folder: str) -> bool:
     return path == folder or path.startswith(folder.rstrip("/") + "/")
 
 
-def seal(libc, *, writable=(), read_only=(), hidden=()) -> list[str]:
+def seal(libc, *, writable=(), read_only=(), hidden=(), revealed=()) -> list[str]:
     """Remount every mount read-only (but :data:`_KEEP` and ``writable``
     folders, bound writable onto themselves), then bind ``read_only`` folders
     inside a writable one read-only again, and cover ``hidden`` folders (the
-    run directory: records, logs, saved outputs) with an empty read-only
-    tmpfs. Call inside :func:`private_mounts`."""
+    run directory: records, logs, saved outputs; a service's data directory)
+    with an empty read-only tmpfs, into which only the ``revealed`` folders
+    inside them are bound back (a builder's solution in a service's data
+    directory). The cgroup file system is read-only too, whoever the process
+    is: no process of a job moves itself out of its cgroup or changes its
+    limits. Call inside :func:`private_mounts`."""
     missing = []
     for path in hidden:
         path = os.path.realpath(str(path))
-        if os.path.isdir(path) and \
-                libc.mount(b"tmpfs", path.encode(), b"tmpfs", _MS_RDONLY | _MS_NOSUID | _MS_NODEV, b"mode=0555") != 0:
-            missing.append(_fail(f"hiding {path}"))
+        if os.path.isdir(path):
+            missing += _cover(libc, path, [os.path.realpath(str(r)) for r in revealed
+                                           if _under(os.path.realpath(str(r)), path)])
     writable = [os.path.realpath(p) for p in writable if os.path.isdir(p)]
     for point, flags in _mounts():
-        if any(_under(point, keep) for keep in _KEEP) or any(_under(point, w) for w in writable):
+        if (any(_under(point, keep) for keep in _KEEP) and not _under(point, _CGROUPS)) or \
+                any(_under(point, w) for w in writable):
             continue
         if libc.mount(None, point.encode(), None, _MS_BIND | _MS_REMOUNT | _MS_RDONLY | flags, None) != 0:
             missing.append(_fail(f"read-only {point}"))
@@ -132,6 +139,36 @@ def seal(libc, *, writable=(), read_only=(), hidden=()) -> list[str]:
             if libc.mount(target, target, None, _MS_BIND | _MS_REC, None) != 0 or \
                     libc.mount(None, target, None, _MS_BIND | _MS_REMOUNT | _MS_RDONLY, None) != 0:
                 missing.append(_fail(f"read-only {path}"))
+    return missing
+
+
+def _cover(libc, path: str, revealed: list[str]) -> list[str]:
+    """Cover ``path`` with an empty tmpfs, bind each of ``revealed`` (folders inside it) back
+    read-only, then make the cover read-only."""
+    sources = {}
+    for folder in revealed:
+        try:
+            sources[folder] = os.open(folder, os.O_PATH | os.O_DIRECTORY)
+        except OSError:
+            continue
+    missing = []
+    try:
+        if libc.mount(b"tmpfs", path.encode(), b"tmpfs", _MS_NOSUID | _MS_NODEV, b"mode=0555") != 0:
+            return [_fail(f"hiding {path}")]
+        for folder, fd in sources.items():
+            try:
+                os.makedirs(folder, exist_ok=True)
+            except OSError as exc:
+                missing.append(f"revealing {folder} ({exc.strerror})")
+                continue
+            if libc.mount(f"/proc/self/fd/{fd}".encode(), folder.encode(), None, _MS_BIND | _MS_REC, None) != 0 or \
+                    libc.mount(None, folder.encode(), None, _MS_BIND | _MS_REMOUNT | _MS_RDONLY, None) != 0:
+                missing.append(_fail(f"revealing {folder}"))
+        if libc.mount(None, path.encode(), None, _MS_REMOUNT | _MS_RDONLY | _MS_NOSUID | _MS_NODEV, None) != 0:
+            missing.append(_fail(f"hiding {path} read-only"))
+    finally:
+        for fd in sources.values():
+            os.close(fd)
     return missing
 
 

@@ -50,6 +50,14 @@ class LaunchSettings(Contract):
     #: The compile phase: seconds one build may take, builds at once (None: by cores and memory).
     build_timeout: float = 600.0
     build_workers: int | None = None
+    #: Each job's limits, in its candidate group's cgroup (a build's too; None: this machine's
+    #: defaults, :mod:`pkb_core.machine.limits`): memory in MiB (shared-memory files included),
+    #: processes and threads, the log's MiB (the rest dropped with a note).
+    memory_mib: int | None = None
+    max_processes: int | None = None
+    log_cap_mib: int | None = None
+    #: Folders no job or build may see, besides the run directory (the reward service's data directory).
+    hidden: tuple[str, ...] = attrs.field(default=(), converter=tuple)
 
     @property
     def world_size(self) -> int:

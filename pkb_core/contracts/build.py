@@ -41,6 +41,11 @@ class BuildRequest(Contract):
     options: dict = attrs.field(factory=dict)
     #: The run directory, hidden from the build (unless the solution lies in it).
     run_dir: str
+    #: Folders hidden from the build besides the run directory (the reward service's data
+    #: directory), but for the solution's own folder.
+    hidden: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    #: Bytes of output the build's log takes before the rest is dropped (None: no cap).
+    log_cap: int | None = None
 
 
 @attrs.frozen(kw_only=True)

@@ -38,3 +38,5 @@ class Outcome:
     #: What was running when the job ended otherwise than by passing (``trial 2: the
     #: candidate's `trial` command``), for a timeout's or a crash's feedback.
     running: str | None = None
+    #: What pkb noted about the job besides its verdict (its log reached its cap).
+    notes: list = field(default_factory=list)

@@ -84,6 +84,8 @@ class Record(Contract):
     barriers: int | None = optional()
     #: Lockdown layers this system could not apply (docs/trust.md).
     lockdown_gaps: tuple[str, ...] | None = optional()
+    #: What pkb noted about the job besides its verdict (its log reached its cap and the rest was dropped).
+    notes: tuple[str, ...] | None = optional()
     #: Wall seconds of the job's phases and commands.
     phase_seconds: dict | None = optional()
     compile: Built | None = optional()

@@ -60,7 +60,9 @@ def compile_phase(jobs: list[Job], settings: LaunchSettings, reporter: Reporter 
     reporter = reporter or Reporter()
     phase = BuildPhase(backend=settings.backend, device=settings.device, run_dir=settings.run_dir,
                        options=settings.options, preload=settings.preload, workers=settings.build_workers,
-                       timeout=settings.build_timeout, on_result=reporter.build, starter=starter)
+                       timeout=settings.build_timeout, on_result=reporter.build, starter=starter,
+                       memory_mib=settings.memory_mib, max_processes=settings.max_processes,
+                       log_cap_mib=settings.log_cap_mib, hidden=settings.hidden)
     results = phase.run([(job.solution, job.problem_path) for job in jobs])
     built, records = [], []
     for job in jobs:

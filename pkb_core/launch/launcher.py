@@ -44,8 +44,10 @@ class Launch:
 
     def __init__(self, settings: LaunchSettings, reporter: Reporter | None = None, remote=None):
         from pkb_core.candidate.lockdown import protect_from_peers
+        from pkb_core.process.reaper import become_subreaper
 
         protect_from_peers()  # the process that holds the secret and writes the records
+        become_subreaper()  # an orphan of anything this launch starts stays its child, and is reaped
         self.settings = settings
         #: The other nodes of a multi-node launch (:class:`pkb_core.launch.nodes.Conductor`), or None.
         self.remote = remote
@@ -74,8 +76,12 @@ class Launch:
         settings for the launch, with ``forwarded``: the group's ``store``,
         ``store_token``, ``run_id``, ``scratch`` and ``sandbox_uid``; from node 0
         on other nodes). The rank fields are each process's own (set as it starts)."""
+        from pkb_core.process.environment import allowed_environment
+
         settings = self.settings
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        # A candidate's processes (and the zygotes they start from) run solution code: only the
+        # variables they need, never the launcher's tokens or keys.
+        env = dict(allowed_environment(os.environ) if role == "candidate" else os.environ, PYTHONUNBUFFERED="1")
         shm_dir = None
         uid = forwarded.get("sandbox_uid")
         if forwarded.get("scratch") and forwarded.get("run_id"):  # the group's own shared-memory folder
@@ -122,8 +128,12 @@ class Launch:
         from pkb_core.launch.zygotes import Zygotes
 
         settings = self.settings
-        store = (JudgeStore(settings.world_size, self.store_host, STARTUP_TIMEOUT_S) if role == "judge"
-                 else KeeperSocket(self.store_host, unix=self.remote is None and settings.custom_kernels))
+        containment = None
+        if role == "judge":
+            store = JudgeStore(settings.world_size, self.store_host, STARTUP_TIMEOUT_S)
+        else:
+            containment, store = self._contain(run_id, lambda: KeeperSocket(
+                self.store_host, unix=self.remote is None and settings.custom_kernels))
         if role == "judge":  # names the judge's shared-memory heap segments (CPU), apart from any candidate's
             run_id = f"{self.launch_id}-judge{self._groups + 1}"
         uid = self._sandbox_uid() if role == "candidate" else None
@@ -139,7 +149,8 @@ class Launch:
                 self.zygotes = Zygotes(local_ranks, settings.backend, env=env, log_path=self.log_path,
                                        startup_s=STARTUP_TIMEOUT_S)
             try:
-                workers = self.zygotes.fork_workers(worker, log_path=self.job_log(run_id), keeper_fds=store.fds())
+                workers = self.zygotes.fork_workers(worker, log_path=self.job_log(run_id), keeper_fds=store.fds(),
+                                                    containment=containment)
             finally:
                 store.handed_over()
         self._groups += 1
@@ -148,10 +159,9 @@ class Launch:
             workers += self.remote.start_group(role, group_id, forwarded,
                                                deadline=time.monotonic() + STARTUP_TIMEOUT_S)
         group = RankGroup(role, workers, label="judge rank" if role == "judge" else "rank", log=log,
-                          remote=self.remote, group_id=group_id)
+                          remote=self.remote, group_id=group_id, containment=containment)
         group.shm_name = run_id
-        if uid is not None:
-            self._uids[id(group)] = uid
+        self._watch(group, uid)
         if role == "judge":
             self._stores[id(group)] = store  # served as long as the group lives
         else:
@@ -161,10 +171,25 @@ class Launch:
                 worker.send(Secret(secret=self.secret).to_json())
         return group
 
+    def _contain(self, run_id: str, make_store):
+        """A new candidate group's containment (:mod:`pkb_core.process.containment`: its cgroup with
+        the launch's limits, a network of its own on one node, its log cap) and its store keeper's
+        socket, made inside that network."""
+        from pkb_core.machine import limits
+        from pkb_core.process.containment import contain
+
+        settings = self.settings
+        return contain(run_id, memory_bytes=limits.memory_mib(settings.nproc, settings.memory_mib) << 20,
+                       max_processes=limits.max_processes(settings.max_processes), ranks=settings.nproc,
+                       network=self.remote is None, make=make_store,
+                       log_cap=limits.log_cap_bytes(settings.log_cap_mib))
+
     def _ready(self, group) -> None:
         if not group.ready:
             answers = group.gather("ready", Ready, deadline=time.monotonic() + STARTUP_TIMEOUT_S)
             group.ready = True
+            if group.containment is not None:  # each rank in its cgroup and network, or a gap on record
+                group.containment.verify([w.proc.pid for w in group.workers if w.proc.pid is not None])
             # Said before any solution code ran in the group: the one source of a job's
             # `unsupported` that a candidate may report (the backend cannot start here).
             group.unsupported = next((a.unsupported for a in answers if a.unsupported), None)
@@ -176,6 +201,7 @@ class Launch:
     def _stop(self, group, **kwargs) -> None:
         if group is not None:
             from pkb_core.launch.scratch import sweep_owned
+            from pkb_core.process.reaper import reap_orphans
 
             group.stop(**kwargs)
             self._stores.pop(id(group), None)
@@ -184,6 +210,32 @@ class Launch:
             uid = self._uids.pop(id(group), None)
             if uid is not None:
                 sweep_owned(uid)  # what its user left in /dev/shm itself
+            if group.containment is not None:
+                group.containment.close()  # after its files: their memory was charged to it
+            self._unwatch(group, uid)
+            reap_orphans()
+
+    def _watch(self, group, uid) -> None:
+        """Tell this process's warden (:mod:`pkb_core.process.warden`) what of ``group`` must not
+        outlive the launch however it ends: its user's files, and its sessions where no cgroup
+        holds it (the cgroup tree is the warden's already)."""
+        from pkb_core.process.warden import warden
+
+        if uid is not None:
+            self._uids[id(group)] = uid
+            warden().watch(user=uid)
+        if group.containment is None or group.containment.cgroup is None:
+            for pid in group.pids:
+                warden().watch(session=pid)
+
+    def _unwatch(self, group, uid) -> None:
+        from pkb_core.process.warden import warden
+
+        if uid is not None:
+            warden().forget(user=uid)
+        if group.containment is None or group.containment.cgroup is None:
+            for pid in group.pids:
+                warden().forget(session=pid)
 
     def run(self, pending) -> list[Record]:
         """Run ``pending`` in order (until an observer stops the run); the records made.
@@ -304,6 +356,7 @@ class Launch:
             self._stop(judges, stacks=True)  # its state is unknown: the next job gets a fresh judge
             judges = None
         finally:
+            self._contained_outcome(candidates, outcome, run_id)
             stopping = time.time()
             healthy = outcome.verdict not in (Verdict.TIMEOUT, Verdict.CRASH, Verdict.ERROR)
             self._stop(candidates, stacks=outcome.verdict == Verdict.TIMEOUT,
@@ -322,12 +375,31 @@ class Launch:
             judges = None
         return judges
 
+    def _contained_outcome(self, candidates, outcome, run_id: str) -> None:
+        """What the group's containment adds to its job's outcome: the limit the kernel enforced
+        (an OOM kill is a ``crash`` that says so, whatever it looked like from outside), the
+        protections that could not be made (``lockdown_gaps``), a log that reached its cap."""
+        from pkb_core.process.log_cap import capped
+
+        containment = candidates.containment
+        if containment is None:
+            return
+        outcome.lockdown = sorted(set(outcome.lockdown) | set(containment.gaps))
+        hit = containment.limit_hit()
+        if hit and outcome.verdict != Verdict.PASS:
+            if hit.startswith("killed by the memory limit") and outcome.verdict != Verdict.FLAGGED:
+                outcome.verdict = Verdict.CRASH
+            outcome.reason = f"{hit} ({outcome.reason})" if outcome.reason else hit
+        if capped(self.job_log(run_id)):
+            cap = containment.log_cap_per_rank * self.settings.nproc >> 20
+            outcome.notes.append(f"its log reached the cap of {cap} MiB; the rest of its output was dropped")
+
     def _record(self, job, verdict, reason, *, started, outcome=None):
         details = {}
         if outcome is not None:
             details = dict(timing=outcome.timing, trials=outcome.trials, barriers=outcome.barriers or None,
                            lockdown_gaps=tuple(outcome.lockdown) or None, phase_seconds=outcome.phases,
-                           finding=outcome.finding, running=outcome.running)
+                           finding=outcome.finding, running=outcome.running, notes=tuple(outcome.notes) or None)
         record = job_record(job, self.settings.world_size, verdict, reason,
                             seconds=time.time() - started, machine=self.machine, **details)
         try:

@@ -12,10 +12,14 @@ its peers hang ends after a short grace as ``error``; a process that dies is
 ``flagged``).
 
 :meth:`RankGroup.freeze` and :meth:`RankGroup.thaw` stop and continue every
-process of every rank's session with SIGSTOP/SIGCONT. The launcher freezes a
-candidate whenever it is not its turn, so nothing it left running on the host
-(a thread, a child) can run while the judge works or the reference is timed.
-A candidate cannot leave its session (:mod:`pkb_core.process.sessions`).
+process of a candidate group. The launcher freezes a candidate whenever it is
+not its turn, so nothing it left running on the host (a thread, a child) can run
+while the judge works or the reference is timed. Where the group has a cgroup
+(:mod:`pkb_core.process.containment`), the kernel freezes, measures and ends it
+as a whole, every process a member forked included, none able to leave; else
+every process of every rank's session gets SIGSTOP/SIGCONT (a candidate cannot
+leave its session, :mod:`pkb_core.process.sessions`, but a fork chain can outrun
+the scans that find them).
 
 Where the processes come from: the judge's are spawned (``python -m
 pkb_core.launch.worker judge``); a candidate's are forked by the launch's
@@ -85,8 +89,11 @@ class RankGroup:
     :param remote: the other nodes' part of the group (:class:`pkb_core.launch.nodes.Conductor`), if any.
     """
 
-    def __init__(self, role: str, workers: list, *, label: str, log=None, remote=None, group_id: str = ""):
+    def __init__(self, role: str, workers: list, *, label: str, log=None, remote=None, group_id: str = "",
+                 containment=None):
         self.role = role
+        #: The group's cgroup, network namespace and log cap (:mod:`pkb_core.process.containment`), if any.
+        self.containment = containment
         self.label = label
         self.log = log
         self.remote = remote
@@ -118,14 +125,19 @@ class RankGroup:
             (each process gets them for its rank).
         :param env: environment of every process (the settings are added).
         """
+        from pkb_core.process.reaper import spawned
+        from pkb_core.process.sessions import spawner_environment
+
         workers = []
         for local, rank in enumerate(ranks):
             read_fd, write_fd = os.pipe()
-            worker_env = dict(env, **settings.for_rank(rank, local).environ(), **{REPLY_FD_ENV: str(write_fd)})
+            worker_env = dict(env, **settings.for_rank(rank, local).environ(), **{REPLY_FD_ENV: str(write_fd)},
+                              **spawner_environment())
             proc = subprocess.Popen([sys.executable, "-m", "pkb_core.launch.worker", settings.role],
                                     stdin=subprocess.PIPE,
                                     stdout=log, stderr=subprocess.STDOUT, env=worker_env,
                                     pass_fds=(write_fd,), start_new_session=True)
+            spawned(proc.pid)
             os.close(write_fd)
             workers.append(_Worker(rank, _Popen(proc), proc.stdin, read_fd))
         return workers
@@ -265,11 +277,30 @@ class RankGroup:
         if self.remote is not None:
             self.remote.request_busy(self.group_id, probe_s)
         local = [w for w in self.workers if w.proc.pid is not None]
-        used = cpu_ms_during(probe_s, [w.proc.pid for w in local])
+        used = self._cgroup_cpu_ms_during(probe_s)
+        if used is None:
+            used = cpu_ms_during(probe_s, [w.proc.pid for w in local])
         busy = [(w.rank, ms) for w, ms in zip(local, used) if ms > probe_s * 1e3 / 3]
         if self.remote is not None:
             busy += self.remote.busy(self.group_id)
         return sorted(busy)
+
+    def _cgroup_cpu_ms_during(self, probe_s: float) -> list[float] | None:
+        """Each local rank's CPU milliseconds during the probe, from its cgroup's accounting
+        (the processes that ended meanwhile included: a fork chain cannot hide); None
+        without it."""
+        if self.containment is None or not self.containment.leaves:
+            return None
+        before = self.containment.cpu_ns()
+        if None in before:
+            return None
+        time.sleep(probe_s)
+        after = self.containment.cpu_ns()
+        return [((a or 0) - b) / 1e6 for a, b in zip(after, before)]
+
+    def _contained(self) -> bool:
+        """Whether the kernel freezes and ends this group as a whole (its cgroup)."""
+        return self.containment is not None and self.containment.can_freeze
 
     # -- freezing and stopping -------------------------------------------------
     def _signal_groups(self, sig) -> None:
@@ -282,23 +313,36 @@ class RankGroup:
 
     def freeze(self) -> None:
         if not self.frozen:
-            # A stopped process cannot fork: the thaw continues exactly these, with no /proc scan
-            # inside a timed command's clock (the reference's side has none).
-            self._stopped = signal_sessions(self.pids, signal.SIGSTOP)
+            if self._contained():
+                self.containment.cgroup.freeze()  # every member at once, and whatever it forks meanwhile
+            else:
+                # A stopped process cannot fork: the thaw continues exactly these, with no /proc scan
+                # inside a timed command's clock (the reference's side has none).
+                self._stopped = signal_sessions(self.pids, signal.SIGSTOP)
             self._signal_remote(signal.SIGSTOP)
             self.frozen = True
 
     def thaw(self) -> None:
         if self.frozen:
-            signal_pids(self._stopped, signal.SIGCONT)
+            if self._contained():
+                self.containment.cgroup.thaw()
+            else:
+                signal_pids(self._stopped, signal.SIGCONT)
             self._signal_remote(signal.SIGCONT)
             self.frozen = False
+
+    def _kill_local(self) -> None:
+        """End every process of the group on this node: its cgroup as a whole, else its sessions."""
+        if self._contained():
+            self.containment.end()
+        else:
+            kill_sessions(self.pids)
 
     def cancel(self, reason: str) -> None:
         """End the group's job from another thread: its processes are killed and the
         command waiting on them ends at once with ``reason``."""
         self.cancelled = reason
-        kill_sessions(self.pids)
+        self._kill_local()
 
     def alive(self) -> bool:
         return all(w.proc.poll() is None for w in self.workers)
@@ -323,9 +367,14 @@ class RankGroup:
                 except (ProcessLookupError, PermissionError):
                     pass
             time.sleep(0.5)
-        self._signal_groups(signal.SIGKILL)
-        kill_sessions(self.pids)  # again until none is left: a fork chain outruns one sweep
-        self._signal_groups(signal.SIGCONT)
+        if self._contained():
+            self.containment.end()  # frozen, killed, thawed: no fork outruns it
+            self._signal_remote(signal.SIGKILL)
+            self._signal_remote(signal.SIGCONT)
+        else:
+            self._signal_groups(signal.SIGKILL)
+            kill_sessions(self.pids)  # again until none is left: a fork chain outruns one sweep
+            self._signal_groups(signal.SIGCONT)
         if self.remote is not None:
             self.remote.stop(self.group_id)
         for worker in self.workers:

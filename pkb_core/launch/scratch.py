@@ -17,6 +17,11 @@ so it can open only its own job's folder: not the judge's, not another job's
 (whose names it does not know and could not enter), not the launch folder's
 listing. The launcher removes each job's folder with its job, the launch folder
 at its end, and whatever a candidate's user left directly in ``/dev/shm``.
+
+Where the launcher ends without running its code (``kill -9``, a crash), its warden
+(:mod:`pkb_core.process.warden`) removes the launch folder; and every launch folder
+names its maker in a root-only ``.owner`` file (pid and start time), so the next
+launch on the machine removes the folders of makers that are gone (:func:`sweep_stale`).
 """
 from __future__ import annotations
 
@@ -49,9 +54,14 @@ class Scratch:
     def _ensure(self) -> None:
         if self.made:
             return
+        from pkb_core.process.warden import warden
+
+        sweep_stale()
         try:
             os.mkdir(self.path, 0o711)
             os.chmod(self.path, 0o711)  # whatever the umask
+            warden().watch(folder=self.path)
+            _write_owner(self.path)
         except FileExistsError:
             # Another node of this launch on the same machine made it; anything
             # else under this name (a link, a folder of another user) is refused.
@@ -79,8 +89,55 @@ class Scratch:
 
     def remove(self) -> None:
         if self.made:
+            from pkb_core.process.warden import warden
+
             shutil.rmtree(self.path, ignore_errors=True)
+            warden().forget(folder=self.path)
             self.made = False
+
+
+#: The file in a launch folder that names the process that made it.
+OWNER_FILE = ".owner"
+_SWEPT: list = []
+
+
+def _start_time(pid: int) -> str | None:
+    """The kernel's start time of ``pid`` (clock ticks since boot), or None if it is gone:
+    with the pid, it names one process (a pid alone may be reused)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def _write_owner(folder: str) -> None:
+    fd = os.open(os.path.join(folder, OWNER_FILE), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as owner:
+        owner.write(f"{os.getpid()} {_start_time(os.getpid())}\n")
+
+
+def sweep_stale() -> None:
+    """Remove the launch folders (``pkb-*``, this user's) whose maker is gone: what a
+    launch killed without running its cleanup left. Once per process."""
+    if _SWEPT:
+        return
+    _SWEPT.append(True)
+    root = shm_root()
+    for entry in os.listdir(root):
+        folder = os.path.join(root, entry)
+        if not entry.startswith("pkb-"):
+            continue
+        try:
+            st = os.lstat(folder)
+            if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+                continue
+            with open(os.path.join(folder, OWNER_FILE)) as owner:
+                pid, started = owner.read().split()
+        except (OSError, ValueError):
+            continue  # not a folder this pkb made (or its maker is writing it now)
+        if _start_time(int(pid)) != started:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def _check_owned(path: str, uid: int, mode: int) -> None:
@@ -93,19 +150,6 @@ def _check_owned(path: str, uid: int, mode: int) -> None:
 def sweep_owned(uid: int) -> None:
     """Remove what the user ``uid`` (a finished candidate group's) left directly
     in the shared-memory folder: it may not keep memory after its job."""
-    root = shm_root()
-    for entry in os.listdir(root):
-        path = os.path.join(root, entry)
-        try:
-            st = os.lstat(path)
-        except OSError:
-            continue
-        if st.st_uid != uid:
-            continue
-        if stat.S_ISDIR(st.st_mode):
-            shutil.rmtree(path, ignore_errors=True)
-        else:
-            try:
-                os.unlink(path)
-            except OSError:
-                pass
+    from pkb_core.process.warden import sweep_users
+
+    sweep_users([uid], shm_root())

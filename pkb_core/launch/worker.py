@@ -123,6 +123,10 @@ def serve(channel, handler, role: str) -> None:
 
 def main(argv=None) -> int:
     role = (sys.argv[1:] if argv is None else argv)[0]
+    if role == "judge":  # spawned by the launcher (a candidate was forked by a zygote, which armed it)
+        from pkb_core.process.sessions import die_with_spawner
+
+        die_with_spawner()
     faulthandler.register(signal.SIGUSR1, all_threads=True)
     settings = WorkerSettings.from_environ()  # read once: nothing below reads pkb's settings from the environment
     if settings.role != role:

@@ -14,13 +14,24 @@ The zygote reaps its children and reports each exit status to the launcher,
 which needs it to name the signal a crashed candidate died of.
 
 Started as ``python -m pkb_core.launch.zygote BACKEND``. Protocol on the zygote's
-control socket (a socketpair with the launcher): ``{"env": {...}, "role": "candidate" | "builder"}``
-(a candidate's :class:`pkb_core.contracts.worker_settings.WorkerSettings` and rank variables)
-with three descriptors attached (the child's stdin, its
-reply pipe and its log: standard output and error; for global rank 0 also its
-group's store keeper's listening socket and report pipe,
-:func:`pkb_core.launch.worker.start_keeper`) -> ``{"pid": N}``; ``{"exited": N, "code": C}`` whenever a child
-ends (``C`` negative for a signal, as ``subprocess`` reports it).
+control socket (a socketpair with the launcher): a
+:class:`pkb_core.contracts.fork.ForkRequest` line (the role, the candidate's
+:class:`pkb_core.contracts.worker_settings.WorkerSettings` and rank variables, the
+cgroup to join, the log cap) with the descriptors it names attached (the child's
+stdin, its reply pipe, its output; for global rank 0 also its group's store
+keeper's listening socket and report pipe, :func:`pkb_core.launch.worker.start_keeper`;
+the group's network namespace) -> ``{"pid": N}``; ``{"exited": N, "code": C}``
+whenever a child ends (``C`` negative for a signal, as ``subprocess`` reports it).
+
+The child's first acts, before any of pkb's worker code: its own session, death
+with the zygote, its cgroup (every process it forks is then the job's, the store
+keeper and the log pump included: :mod:`pkb_core.process.cgroups`), its group's
+network namespace (:mod:`pkb_core.process.netns`), its output through a capped
+pump (:mod:`pkb_core.process.log_cap`).
+
+The zygote is the child subreaper of its children (:mod:`pkb_core.process.reaper`):
+a process a candidate forked and left behind becomes the zygote's child when its
+parent dies, still in the job's cgroup, and is reaped here when it ends.
 """
 from __future__ import annotations
 
@@ -31,6 +42,7 @@ import signal
 import socket
 import sys
 
+from pkb_core.contracts.fork import DESCRIPTORS, ForkRequest
 from pkb_core.process.sessions import die_with_parent
 
 
@@ -69,7 +81,7 @@ def serve(sock: socket.socket, backend: str) -> int:
     while True:
         for _key, _ in selector.select(timeout=0.05):
             try:
-                data, fds, _flags, _addr = socket.recv_fds(sock, 1 << 16, 5)
+                data, fds, _flags, _addr = socket.recv_fds(sock, 1 << 16, len(DESCRIPTORS))
             except OSError:
                 data, fds = b"", []
             if not data:
@@ -77,27 +89,29 @@ def serve(sock: socket.socket, backend: str) -> int:
             buffer += data
             while b"\n" in buffer:
                 line, buffer = buffer.split(b"\n", 1)
-                request = json.loads(line)
+                request = ForkRequest.from_json(json.loads(line))
                 pid = os.fork()
                 if pid == 0:
-                    _become(sock, request["env"], fds, request.get("role", "candidate"), zygote)  # never returns
+                    _become(sock, request, fds, zygote)  # never returns
                 for fd in fds:
                     os.close(fd)
                 children.add(pid)
                 sock.sendall(json.dumps({"pid": pid}).encode() + b"\n")
-        for pid in list(children):
+        # Every child of this process is reaped: its own, and the orphans it adopted.
+        while True:
             try:
-                done, status = os.waitpid(pid, os.WNOHANG)
+                pid, status = os.waitpid(-1, os.WNOHANG)
             except ChildProcessError:
-                children.discard(pid)
-                continue
-            if done:
+                break
+            if not pid:
+                break
+            if pid in children:
                 children.discard(pid)
                 code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
                 sock.sendall(json.dumps({"exited": pid, "code": code}).encode() + b"\n")
 
 
-def _become(sock, env: dict, fds, role: str, zygote: int) -> None:
+def _become(sock, request: ForkRequest, fds, zygote: int) -> None:
     """The child's life: a candidate worker (:mod:`pkb_core.launch.worker`) or, for the
     reward service's compile pool, a builder (:mod:`pkb_core.build.builder`: its request
     on the standard input, its answer on the reply pipe)."""
@@ -106,26 +120,47 @@ def _become(sock, env: dict, fds, role: str, zygote: int) -> None:
         sock.close()
         os.setsid()
         die_with_parent(zygote)  # a zygote ends with its launcher, and takes its children along
-        stdin_fd, reply_fd, log_fd, *keeper_fds = fds  # rank 0 also gets its group's store keeper's
-        os.dup2(stdin_fd, 0)
-        os.close(stdin_fd)
+        named = dict(zip(request.fds, fds))
+        if request.cgroup:
+            from pkb_core.process.cgroups import join_cgroup
+
+            try:
+                join_cgroup(request.cgroup)  # first: whatever it starts from here on is the job's
+            except OSError as exc:
+                print(f"pkb: could not join the job's cgroup ({exc})", file=sys.stderr, flush=True)
+        if "netns" in named:
+            from pkb_core.process.netns import enter
+
+            try:
+                enter(named["netns"])
+            except OSError as exc:
+                print(f"pkb: {exc}", file=sys.stderr, flush=True)
+            os.close(named["netns"])
+        os.dup2(named["stdin"], 0)
+        os.close(named["stdin"])
         # Its own log: the launch log (the zygote's output) is no candidate's to write.
         sys.stdout.flush()
         sys.stderr.flush()
-        os.dup2(log_fd, 1)
-        os.dup2(log_fd, 2)
-        os.close(log_fd)
-        if keeper_fds:  # known only here, once the descriptors arrived: the settings say where they are
+        os.dup2(named["output"], 1)
+        os.dup2(named["output"], 2)
+        os.close(named["output"])
+        if request.log_cap:
+            from pkb_core.process.log_cap import cap_output
+
+            cap_output(request.log_cap)
+        env = dict(request.env)
+        if "keeper_listen" in named:  # known only here, once the descriptors arrived: the settings say where
             import attrs
 
             from pkb_core.contracts.worker_settings import WorkerSettings
 
-            settings = attrs.evolve(WorkerSettings.from_environ(env), keeper_fds=tuple(keeper_fds))
+            settings = attrs.evolve(WorkerSettings.from_environ(env),
+                                    keeper_fds=(named["keeper_listen"], named["keeper_report"]))
             env = dict(env, **{WorkerSettings.ENV: settings.environ()[WorkerSettings.ENV]})
         os.environ.update(env)
-        os.environ["PKB_REPLY_FD"] = str(reply_fd)
+        os.environ["PKB_REPLY_FD"] = str(named["reply"])
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        if role == "builder":
+        if request.role == "builder":
             from pkb_core.build.builder import main as build
 
             code = build()
@@ -145,7 +180,11 @@ def _become(sock, env: dict, fds, role: str, zygote: int) -> None:
 
 def main() -> int:
     from pkb_core.plugin.preload import import_torch_after_preloads
+    from pkb_core.process.reaper import become_subreaper
+    from pkb_core.process.sessions import die_with_spawner
 
+    die_with_spawner()  # no zygote outlives the launcher that started it, however it ends
+    become_subreaper()
     import_torch_after_preloads()  # a backend's own build of a library must load before torch's
     sock = socket.socket(fileno=int(os.environ["PKB_ZYGOTE_FD"]))
     return serve(sock, sys.argv[1])  # the backend whose modules its children import

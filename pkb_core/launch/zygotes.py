@@ -14,6 +14,7 @@ import sys
 import time
 from pathlib import Path
 
+from pkb_core.contracts.fork import ForkRequest
 from pkb_core.contracts.outcome import JobEnded
 from pkb_core.contracts.verdict import Verdict
 from pkb_core.launch.ranks import _Worker, wait_for_exit
@@ -39,11 +40,15 @@ class _Zygote:
     """One rank's fork server process (:mod:`pkb_core.launch.zygote`) and its control socket."""
 
     def __init__(self, backend: str, env: dict, log):
+        from pkb_core.process.reaper import spawned
+        from pkb_core.process.sessions import spawner_environment
+
         self.sock, child = socket.socketpair()
-        env = dict(env, PKB_ZYGOTE_FD=str(child.fileno()))
+        env = dict(env, PKB_ZYGOTE_FD=str(child.fileno()), **spawner_environment())
         self.proc = subprocess.Popen([sys.executable, "-m", "pkb_core.launch.zygote", backend], stdout=log,
                                      stderr=subprocess.STDOUT, env=env, pass_fds=(child.fileno(),),
                                      start_new_session=True)
+        spawned(self.proc.pid)
         child.close()
         self.reader = LineReader(self.sock.fileno())
         self.exits: dict = {}
@@ -88,13 +93,12 @@ class _Zygote:
             pass
         self.proc.wait()
 
-    def fork(self, env: dict, fds: list, deadline: float, role: str = "candidate") -> int:
-        """A new child with ``fds``: its standard input, its reply pipe, its standard output and error,
-        then (global rank 0 only) its group's store keeper's listening socket and report pipe."""
+    def fork(self, request: ForkRequest, fds: list, deadline: float) -> int:
+        """A new child as ``request`` says, handed ``fds`` (in the order ``request.fds`` names them)."""
         if not self.ready:
             self._wait_for(deadline, lambda m: "ready" in m)
             self.ready = True
-        socket.send_fds(self.sock, [json.dumps({"env": env, "role": role}).encode() + b"\n"], fds)
+        socket.send_fds(self.sock, [json.dumps(request.to_json()).encode() + b"\n"], fds)
         return self._wait_for(deadline, lambda m: "pid" in m)["pid"]
 
 
@@ -112,7 +116,7 @@ class Zygotes:
         self.log = open(log_path, "ab")
         self.zygotes = [_Zygote(backend, env, self.log) for _ in self.ranks]
 
-    def fork_workers(self, settings, log_path: Path | None = None, keeper_fds=()) -> list:
+    def fork_workers(self, settings, log_path: Path | None = None, keeper_fds=(), containment=None) -> list:
         """One fresh candidate process per local rank, each with ``settings``
         (:class:`pkb_core.contracts.worker_settings.WorkerSettings`, the group's) for its rank.
 
@@ -121,16 +125,28 @@ class Zygotes:
             job's log, nor the launch's.
         :param keeper_fds: the group's store keeper's listening socket and report
             pipe; they go to global rank 0, which forks the keeper
-            (:mod:`pkb_core.launch.keeper`)."""
+            (:mod:`pkb_core.launch.keeper`).
+        :param containment: the group's :class:`pkb_core.launch.containment.Containment`
+            (each rank's cgroup, the group's network namespace, the log cap), if any."""
         workers = []
         log_fd = os.open(log_path or self.log.name, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
         for local, (rank, zygote) in enumerate(zip(self.ranks, self.zygotes)):
             child_stdin, stdin = os.pipe()
             reply_read, reply_write = os.pipe()
+            names, fds = ["stdin", "reply", "output"], [child_stdin, reply_write, log_fd]
+            if rank == 0 and keeper_fds:
+                names += ["keeper_listen", "keeper_report"]
+                fds += list(keeper_fds)
+            cgroup, log_cap = (), None
+            if containment is not None:
+                cgroup, log_cap = containment.procs_files(local), containment.log_cap_per_rank
+                if containment.netns_fd is not None:
+                    names.append("netns")
+                    fds.append(containment.netns_fd)
+            request = ForkRequest(role="candidate", env=settings.for_rank(rank, local).environ(), fds=names,
+                                  cgroup=cgroup, log_cap=log_cap)
             try:
-                pid = zygote.fork(settings.for_rank(rank, local).environ(),
-                                  [child_stdin, reply_write, log_fd, *(keeper_fds if rank == 0 else ())],
-                                  time.monotonic() + self.startup_s)
+                pid = zygote.fork(request, fds, time.monotonic() + self.startup_s)
             finally:
                 os.close(child_stdin)
                 os.close(reply_write)

@@ -116,6 +116,25 @@ def die_with_parent(parent: int | None = None) -> None:
         os._exit(137)
 
 
+#: The variable that tells a spawned process which pid spawned it (:func:`die_with_spawner`).
+SPAWNER_ENV = "PKB_PARENT_PID"
+
+
+def spawner_environment() -> dict:
+    """What to add to the environment of a process this one spawns, so that it dies with
+    this one (it calls :func:`die_with_spawner` as it starts)."""
+    return {SPAWNER_ENV: str(os.getpid())}
+
+
+def die_with_spawner() -> None:
+    """:func:`die_with_parent` for a spawned process: the parent named in its environment
+    (which is removed, so nothing this process starts inherits it). The judge's ranks, the
+    zygotes and the builders call it, so ``kill -9`` of pkb takes them along."""
+    parent = os.environ.pop(SPAWNER_ENV, None)
+    if parent and parent.isdigit():
+        die_with_parent(int(parent))
+
+
 # Loaded with this module: after a user switch, the library folders may be out of reach.
 try:
     _LIBC = ctypes.CDLL(None, use_errno=True)

@@ -16,9 +16,11 @@ import os
 import threading
 import time
 
+from pkb_core.contracts.fork import ForkRequest
 from pkb_core.launch.ranks import wait_for_exit
 from pkb_core.launch.zygotes import _Zygote
 from pkb_core.plugin.preload import preload_environment
+from pkb_core.process.environment import allowed_environment
 
 #: Seconds a builder zygote may take to start (Python, torch, the backend's modules).
 STARTUP_S = 180.0
@@ -52,15 +54,17 @@ class WarmBuilders:
 
     def starter(self, backend: str, preload=()):
         """A :attr:`BuildPhase.starter <pkb_core.build.phase.BuildPhase.starter>` for ``backend``."""
-        def start(request: bytes, log, reply_fd: int, environment: dict) -> _ForkedBuilder:
+        def start(request: bytes, log, reply_fd: int, environment: dict, containment) -> _ForkedBuilder:
             zygote = self._zygote(backend, tuple(preload))
             child_stdin, stdin = os.pipe()
             log_fd = os.dup(log.fileno())
             try:
                 with self.lock:
-                    # What builders the phase spawns get (MAX_JOBS, the device's mode).
-                    pid = zygote.fork({"PYTHONUNBUFFERED": "1", **environment}, [child_stdin, reply_fd, log_fd],
-                                      time.monotonic() + STARTUP_S, role="builder")
+                    # What builders the phase spawns get (MAX_JOBS, the device's mode); the child joins
+                    # its cgroup before it reads its request (so before the solution's code runs).
+                    fork = ForkRequest(role="builder", env={"PYTHONUNBUFFERED": "1", **environment},
+                                       fds=("stdin", "reply", "output"), cgroup=containment.procs_files())
+                    pid = zygote.fork(fork, [child_stdin, reply_fd, log_fd], time.monotonic() + STARTUP_S)
             finally:
                 os.close(child_stdin)
                 os.close(log_fd)
@@ -77,7 +81,8 @@ class WarmBuilders:
                 if self._log is None:
                     self.log_path.parent.mkdir(parents=True, exist_ok=True)
                     self._log = open(self.log_path, "ab")
-                env = dict(os.environ, PYTHONUNBUFFERED="1", **preload_environment(preload))
+                # Its children run solution code: only the variables they need (no token, no key).
+                env = dict(allowed_environment(os.environ), PYTHONUNBUFFERED="1", **preload_environment(preload))
                 self._zygotes[key] = _Zygote(backend, env, self._log)
             return self._zygotes[key]
 

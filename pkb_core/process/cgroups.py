@@ -1,0 +1,498 @@
+"""Cgroups: the kernel's own hold on a job's processes.
+
+A process tree found through ``/proc`` loses races: a fork chain (each link forks
+and exits at once) is gone from every pid a scan read before the signal arrives,
+and escapes the freeze, the kill and the CPU probe that a scan drives. A cgroup
+does not: every process a member forks is a member, no member can leave it (its
+files are root's, and the lockdown mounts them read-only), and the kernel
+freezes, counts and limits the members as a whole.
+
+pkb makes, beneath the cgroup it runs in, a tree of its own per process
+(:class:`CgroupTree`, ``pkb-<pid>-<token>``), and in it one :class:`Cgroup` per
+candidate group (with a leaf per rank, so each rank's CPU use is its own) and
+per builder. pkb's own processes (launcher, judge, zygotes, lanes) are never in
+one, so the memory limit's OOM killer picks only among the job's processes. A
+cgroup gives:
+
+* **freeze and thaw as a whole**: ``cgroup.freeze`` (v2), ``freezer.state`` (v1);
+* **an end as a whole**: ``cgroup.kill`` (v2), or frozen, then every member killed,
+  then thawed (a frozen process cannot fork, so no fork outruns the kill);
+* **CPU use from the kernel's accounting**, dead members included:
+  ``cpu.stat``'s ``usage_usec`` (v2), ``cpuacct.usage`` (v1);
+* **a process cap**: ``pids.max`` (threads count);
+* **a memory limit** that covers the job's shared-memory files (tmpfs pages are
+  charged to the cgroup of the process that wrote them): ``memory.max`` with
+  ``memory.oom.group`` (v2), ``memory.limit_in_bytes`` (v1);
+* **which limit was hit**: ``memory.events``/``memory.oom_control``'s ``oom_kill``,
+  ``pids.events``' ``max``.
+
+Version 2 is used where the machine delegates its memory and pids controllers to
+the cgroup pkb runs in; else the version 1 controllers ``freezer``, ``cpuacct``,
+``memory`` and ``pids`` (a hybrid machine's, or a v1 one's); else version 2 without
+limits. Where no cgroup can be made (not root, nothing mounted, a read-only
+``/sys/fs/cgroup``), :func:`process_tree` says why, and the callers fall back to
+sessions (:mod:`pkb_core.process.sessions`) and record the gap.
+"""
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import time
+
+#: The v1 controllers pkb uses, and what each gives.
+V1_CONTROLLERS = {"freezer": "freezing and ending a job as a whole",
+                  "cpuacct": "CPU use from the kernel's accounting",
+                  "memory": "a memory limit", "pids": "a process cap"}
+#: The v2 controllers whose delegation makes version 2 the one to use.
+V2_LIMITS = ("memory", "pids")
+#: Prefix of the trees pkb makes (``pkb-<pid>-<token>``).
+TREE_PREFIX = "pkb-"
+#: Seconds to wait for a freeze to take hold, and for the members of a killed cgroup to be gone.
+FREEZE_WAIT_S = 2.0
+KILL_WAIT_S = 10.0
+
+
+class Cgroup:
+    """One cgroup: a directory in the v2 hierarchy, or one per v1 controller.
+
+    :param dirs: ``{controller: directory}`` (v1), or ``{"": directory}`` (v2).
+    """
+
+    def __init__(self, version: int, dirs: dict):
+        self.version = version
+        self.dirs = dict(dirs)
+        #: The limits set on it (``memory_bytes``, ``pids``), for verdicts that name them.
+        self.limits: dict = {}
+
+    def __repr__(self) -> str:
+        return f"Cgroup(v{self.version}, {self.path})"
+
+    @property
+    def path(self) -> str:
+        """One of its directories (the one to enumerate members by)."""
+        return self._dir("freezer", "pids", "cpuacct", "memory", "")
+
+    def _dir(self, *controllers) -> str | None:
+        for name in controllers:
+            if name in self.dirs:
+                return self.dirs[name]
+        return next(iter(self.dirs.values()))
+
+    def has(self, feature: str) -> bool:
+        """Whether it offers ``feature``: ``freeze``, ``cpu``, ``memory`` or ``pids``."""
+        if self.version == 2:
+            files = {"freeze": "cgroup.freeze", "cpu": "cpu.stat", "memory": "memory.max", "pids": "pids.max"}
+            return os.path.exists(os.path.join(self.dirs[""], files[feature]))
+        return {"freeze": "freezer", "cpu": "cpuacct", "memory": "memory", "pids": "pids"}[feature] in self.dirs
+
+    # -- the tree ----------------------------------------------------------------------
+    def child(self, name: str) -> "Cgroup":
+        """A new cgroup inside this one (its directories made, mode 0755, root's)."""
+        dirs = {}
+        for controller, folder in self.dirs.items():
+            path = os.path.join(folder, name)
+            os.mkdir(path, 0o755)
+            dirs[controller] = path
+        return Cgroup(self.version, dirs)
+
+    def enable_limits(self) -> None:
+        """Let this cgroup's children have memory and pids limits (v2: ``cgroup.subtree_control``;
+        a cgroup that does so may hold no process itself)."""
+        if self.version == 2:
+            available = _read(os.path.join(self.dirs[""], "cgroup.controllers")).split()
+            wanted = " ".join(f"+{c}" for c in V2_LIMITS if c in available)
+            if wanted:
+                _write(os.path.join(self.dirs[""], "cgroup.subtree_control"), wanted)
+
+    def set_limits(self, *, memory_bytes: int | None, pids: int | None) -> list[str]:
+        """Cap its memory (with everything its members write to shared memory) and its
+        process count; what could not be set, as lockdown gaps."""
+        gaps = []
+        if memory_bytes:
+            if not self.has("memory"):
+                gaps.append("a memory limit per job (no memory cgroup controller)")
+            else:
+                try:
+                    if self.version == 2:
+                        _write(os.path.join(self.dirs[""], "memory.max"), str(memory_bytes))
+                        _write(os.path.join(self.dirs[""], "memory.oom.group"), "1")  # the whole job, never a part
+                        _write_if_exists(os.path.join(self.dirs[""], "memory.swap.max"), "0")
+                    else:
+                        _write(os.path.join(self.dirs["memory"], "memory.limit_in_bytes"), str(memory_bytes))
+                        _write_if_exists(os.path.join(self.dirs["memory"], "memory.memsw.limit_in_bytes"),
+                                         str(memory_bytes))
+                    self.limits["memory_bytes"] = memory_bytes
+                except OSError as exc:
+                    gaps.append(f"a memory limit per job ({exc.strerror})")
+        if pids:
+            if not self.has("pids"):
+                gaps.append("a process cap per job (no pids cgroup controller)")
+            else:
+                try:
+                    _write(os.path.join(self.dirs["" if self.version == 2 else "pids"], "pids.max"), str(pids))
+                    self.limits["pids"] = pids
+                except OSError as exc:
+                    gaps.append(f"a process cap per job ({exc.strerror})")
+        return gaps
+
+    def procs_files(self) -> list[str]:
+        """The files a process writes its pid (or 0: itself) into to join this cgroup."""
+        return [os.path.join(folder, "cgroup.procs") for folder in self.dirs.values()]
+
+    def join(self, pid: int = 0) -> None:
+        """Move ``pid`` (0: this process) into this cgroup, in every hierarchy."""
+        join_cgroup(self.procs_files(), pid)
+
+    def _folders(self, controller_dir: str) -> list[str]:
+        """``controller_dir`` and every cgroup below it, deepest first."""
+        return [root for root, _subdirs, _files in os.walk(controller_dir, topdown=False)]
+
+    def pids(self) -> list[int]:
+        """The live processes in it and in every cgroup below it."""
+        found = []
+        for folder in self._folders(self.path):
+            try:
+                found += [int(line) for line in _read(os.path.join(folder, "cgroup.procs")).split()]
+            except (OSError, ValueError):
+                continue
+        return found
+
+    def populated(self) -> bool:
+        if self.version == 2:
+            try:
+                return "populated 1" in _read(os.path.join(self.dirs[""], "cgroup.events"))
+            except OSError:
+                return False
+        return bool(self.pids())
+
+    # -- freezing ----------------------------------------------------------------------
+    def freeze(self) -> bool:
+        """Freeze every member (and every process a member forks meanwhile); waits until
+        the kernel says the cgroup is frozen. False where it has no freezer or the freeze
+        did not take hold in :data:`FREEZE_WAIT_S`."""
+        if not self.has("freeze"):
+            return False
+        if self.version == 2:
+            _write(os.path.join(self.dirs[""], "cgroup.freeze"), "1")
+            return _until(lambda: "frozen 1" in _read(os.path.join(self.dirs[""], "cgroup.events")), FREEZE_WAIT_S)
+        state = os.path.join(self.dirs["freezer"], "freezer.state")
+        _write(state, "FROZEN")
+        # Reading the state moves FREEZING to FROZEN once every member stopped.
+        return _until(lambda: _read(state).strip() == "FROZEN", FREEZE_WAIT_S)
+
+    def thaw(self) -> None:
+        if not self.has("freeze"):
+            return
+        if self.version == 2:
+            _write(os.path.join(self.dirs[""], "cgroup.freeze"), "0")
+        else:
+            _write(os.path.join(self.dirs["freezer"], "freezer.state"), "THAWED")
+
+    # -- ending ------------------------------------------------------------------------
+    def kill(self, wait_s: float = KILL_WAIT_S) -> bool:
+        """End every member at once: ``cgroup.kill`` (v2), else frozen, each member killed,
+        thawed (a frozen process cannot fork, so no fork outruns the kill; a member that was
+        frozen dies as it thaws). Waits until it is empty; whether it is."""
+        try:
+            if self.version == 2 and os.path.exists(os.path.join(self.dirs[""], "cgroup.kill")):
+                _write(os.path.join(self.dirs[""], "cgroup.kill"), "1")
+            else:
+                frozen = self.freeze()
+                deadline = time.monotonic() + wait_s
+                while True:
+                    members = self.pids()
+                    for pid in members:
+                        try:
+                            os.kill(pid, signal.SIGKILL)
+                        except (ProcessLookupError, PermissionError):
+                            pass
+                    # Without a freeze, sweep until a sweep finds nobody (no member can leave).
+                    if frozen or not members or time.monotonic() > deadline:
+                        break
+                    time.sleep(0.001)
+                self.thaw()
+        except OSError:
+            pass  # gone already
+        return _until(lambda: not self.populated(), wait_s)
+
+    # -- accounting --------------------------------------------------------------------
+    def cpu_ns(self) -> int | None:
+        """CPU time its members used so far, in nanoseconds, members that are gone
+        included (None without CPU accounting)."""
+        try:
+            if self.version == 2:
+                for line in _read(os.path.join(self.dirs[""], "cpu.stat")).splitlines():
+                    if line.startswith("usage_usec "):
+                        return int(line.split()[1]) * 1000
+                return None
+            if "cpuacct" not in self.dirs:
+                return None
+            return int(_read(os.path.join(self.dirs["cpuacct"], "cpuacct.usage")))
+        except (OSError, ValueError):
+            return None
+
+    def limit_hit(self) -> str | None:
+        """Which limit the kernel enforced on its members, in words, or None: the memory
+        limit's OOM kill first (it ends processes), then the process cap (a fork refused)."""
+        memory_mib = self.limits.get("memory_bytes", 0) >> 20
+        if memory_mib and _counter(self._events("memory"), "oom_kill"):
+            return f"killed by the memory limit ({memory_mib} MiB, shared-memory files included)"
+        pids = self.limits.get("pids")
+        if pids and _counter(self._events("pids"), "max"):
+            return f"its processes reached the process cap ({pids} processes and threads)"
+        return None
+
+    def _events(self, controller: str) -> str:
+        if controller == "memory":
+            name = "memory.events" if self.version == 2 else "memory.oom_control"
+        else:
+            name = "pids.events"
+        folder = self.dirs.get("" if self.version == 2 else controller)
+        try:
+            return _read(os.path.join(folder, name)) if folder else ""
+        except OSError:
+            return ""
+
+    def remove(self) -> bool:
+        """Remove it and every cgroup below it (they must be empty); whether all went."""
+        done = True
+        for folder in self.dirs.values():
+            for path in self._folders(folder):
+                try:
+                    os.rmdir(path)
+                except FileNotFoundError:
+                    pass
+                except OSError:
+                    done = False
+        return done
+
+
+def join_cgroup(procs_files, pid: int = 0) -> None:
+    """Write ``pid`` (0: the writing process) into each ``cgroup.procs`` file: a zygote's child
+    joins its job's cgroup this way before it runs anything else."""
+    for path in procs_files:
+        _write(path, str(pid))
+
+
+class CgroupTree:
+    """This process's own cgroup tree (``<the cgroup it runs in>/pkb-<pid>-<token>``), where
+    every cgroup it makes lives. Made once per process by :func:`process_tree`."""
+
+    def __init__(self, root: Cgroup):
+        self.root = root
+        self._count = 0
+
+    @property
+    def version(self) -> int:
+        return self.root.version
+
+    def group(self, name: str, *, memory_bytes: int | None = None, pids: int | None = None,
+              leaves=()) -> tuple[Cgroup, list, list[str]]:
+        """A new cgroup for a group of processes, with its limits, and a leaf cgroup inside it
+        for each of ``leaves`` (a candidate group's ranks; none: the processes join the group
+        itself); ``(group, leaves, gaps)``. Raises OSError if it cannot be made."""
+        self._count += 1
+        group = self.root.child(f"{name}-{self._count}")
+        try:
+            gaps = group.set_limits(memory_bytes=memory_bytes, pids=pids)
+            made = [group.child(leaf) for leaf in leaves]
+        except OSError:
+            group.remove()
+            raise
+        if not group.has("freeze"):
+            gaps.append("freezing and ending a job as a whole (no freezer cgroup controller)")
+        if not group.has("cpu"):
+            gaps.append("the job's CPU use from the kernel's accounting (no cpuacct cgroup controller)")
+        return group, made, gaps
+
+    def remove(self) -> None:
+        """End whatever is left in the tree and remove it (at this process's end)."""
+        from pkb_core.process.warden import warden
+
+        self.root.kill(wait_s=2.0)
+        if self.root.remove():
+            warden().forget(cgroup=self.root.dirs)
+
+
+_TREE: list = []  # [CgroupTree | None, why not]
+
+
+def process_tree() -> tuple[CgroupTree | None, str | None]:
+    """This process's cgroup tree, made on first use (and the stale trees of pkb processes
+    that died without removing theirs, ended and removed on the way); or None and why
+    there is none (the gap records list)."""
+    if not _TREE:
+        _TREE.extend(_make_tree())
+    return _TREE[0], _TREE[1]
+
+
+def _make_tree() -> tuple[CgroupTree | None, str | None]:
+    if os.geteuid() != 0:
+        return None, "cgroups per job (pkb is not root): a job's processes are found through /proc"
+    own = own_cgroups()
+    choice = _choose(own)
+    if choice is None:
+        return None, ("cgroups per job (no usable cgroup hierarchy under /sys/fs/cgroup): a job's processes "
+                      "are found through /proc")
+    version, dirs = choice
+    parent = Cgroup(version, dirs)
+    sweep_stale_trees(parent)
+    try:
+        root = parent.child(f"{TREE_PREFIX}{os.getpid()}-{secrets.token_hex(4)}")
+        root.enable_limits()
+    except OSError as exc:
+        return None, f"cgroups per job ({exc.strerror} under {parent.path}): a job's processes are found through /proc"
+    tree = CgroupTree(root)
+    import atexit
+
+    from pkb_core.process.warden import warden
+
+    warden().watch(cgroup=root.dirs)  # ended and removed even if this process is killed
+    atexit.register(tree.remove)
+    return tree, None
+
+
+def own_cgroups() -> dict:
+    """``{"v2": dir}`` and ``{controller: dir}`` for each v1 controller pkb uses: the
+    directories of the cgroups this process is in, where their hierarchies are mounted."""
+    mounts = {}
+    try:
+        with open("/proc/self/mountinfo") as info:
+            for line in info:
+                fields = line.split()
+                sep = fields.index("-")
+                fstype, options = fields[sep + 1], fields[sep + 3].split(",")
+                root, point = fields[3], fields[4]
+                if fstype == "cgroup2":
+                    mounts.setdefault("v2", (root, point))
+                elif fstype == "cgroup":
+                    for controller in V1_CONTROLLERS:
+                        if controller in options:
+                            mounts.setdefault(controller, (root, point))
+        with open("/proc/self/cgroup") as cgroups:
+            memberships = [line.rstrip("\n").split(":", 2) for line in cgroups]
+    except (OSError, ValueError):
+        return {}
+    found = {}
+    for _id, controllers, path in memberships:
+        names = ["v2"] if controllers == "" else controllers.split(",")
+        for name in names:
+            if name in mounts:
+                root, point = mounts[name]
+                relative = os.path.relpath(path, root) if path.startswith(root) else path.lstrip("/")
+                folder = os.path.normpath(os.path.join(point, relative))
+                if os.path.isdir(folder):
+                    found[name] = folder
+    return found
+
+
+def _choose(own: dict) -> tuple[int, dict] | None:
+    """Version 2 where its memory and pids controllers reach pkb's cgroup, else the v1
+    controllers there are, else version 2 without limits, else None."""
+    v2 = own.get("v2")
+    if v2 and os.access(v2, os.W_OK):
+        delegated = _read_or(os.path.join(v2, "cgroup.subtree_control")).split()
+        if all(c in delegated for c in V2_LIMITS) or _delegate(v2):
+            return 2, {"": v2}
+    v1 = {c: own[c] for c in V1_CONTROLLERS if c in own and os.access(own[c], os.W_OK)}
+    if v1:
+        return 1, v1
+    if v2 and os.access(v2, os.W_OK) and os.path.exists(os.path.join(v2, "cgroup.freeze")):
+        return 2, {"": v2}
+    return None
+
+
+def _delegate(v2: str) -> bool:
+    """Try to enable the memory and pids controllers for the children of ``v2`` (possible
+    where it holds no process itself, or it is the root)."""
+    available = _read_or(os.path.join(v2, "cgroup.controllers")).split()
+    if not all(c in available for c in V2_LIMITS):
+        return False
+    try:
+        _write(os.path.join(v2, "cgroup.subtree_control"), " ".join(f"+{c}" for c in V2_LIMITS))
+        return True
+    except OSError:
+        return False
+
+
+def sweep_stale_trees(parent: Cgroup) -> None:
+    """End and remove the trees (``pkb-<pid>-...``) of pkb processes that are gone."""
+    try:
+        entries = os.listdir(parent.path)
+    except OSError:
+        return
+    for entry in entries:
+        if not entry.startswith(TREE_PREFIX):
+            continue
+        try:
+            owner = int(entry[len(TREE_PREFIX):].split("-", 1)[0])
+        except ValueError:
+            continue
+        if owner == os.getpid() or _alive(owner):
+            continue
+        stale = Cgroup(parent.version, {c: os.path.join(folder, entry) for c, folder in parent.dirs.items()
+                                        if os.path.isdir(os.path.join(folder, entry))})
+        if stale.dirs:
+            stale.kill(wait_s=2.0)
+            stale.remove()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _counter(text: str, name: str) -> int:
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[0] == name:
+            try:
+                return int(parts[1])
+            except ValueError:
+                return 0
+    return 0
+
+
+def _until(done, wait_s: float) -> bool:
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            if done():
+                return True
+        except OSError:
+            return True  # removed meanwhile: nothing left in it
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.001)
+
+
+def _read(path: str) -> str:
+    with open(path) as handle:
+        return handle.read()
+
+
+def _read_or(path: str, default: str = "") -> str:
+    try:
+        return _read(path)
+    except OSError:
+        return default
+
+
+def _write(path: str, text: str) -> None:
+    with open(path, "w") as handle:
+        handle.write(text)
+
+
+def _write_if_exists(path: str, text: str) -> None:
+    if os.path.exists(path):
+        try:
+            _write(path, text)
+        except OSError:
+            pass
+
