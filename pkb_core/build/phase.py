@@ -160,6 +160,9 @@ class BuildPhase:
 
     def run(self, requests: list[tuple]) -> dict:
         """``requests``: ``(solution path, problem path)`` pairs; returns ``{solution path: BuildResult}``."""
+        from pkb_core.process.reaper import become_subreaper
+
+        become_subreaper()  # a compiler whose builder was killed becomes this process's child, and is reaped
         distinct = {}
         for solution, problem_path in requests:
             if solution:
@@ -173,13 +176,26 @@ class BuildPhase:
             else:
                 queue.append((solution, problem_path))
         running: list[tuple] = []
-        workers = self.workers or default_workers(len(queue))
+        # Files of the same content build once: a copy waits for its first to finish, then takes
+        # its outcome from the cache (a batch of a model's completions repeats itself).
+        content = {solution: self._path(solution) for solution, _ in queue}
+        workers = self.workers or default_workers(len({content[s] for s, _ in queue}))
         started, made = time.monotonic(), len(queue)
         try:
             while queue or running:
-                while queue and len(running) < workers:
-                    solution, problem_path = queue.pop(0)
+                building = {content[build["solution"]] for build in running}
+                for item in [item for item in queue if content[item[0]] not in building]:
+                    if len(running) >= workers:
+                        break
+                    queue.remove(item)
+                    solution, problem_path = item
+                    cached = self._cached(solution)
+                    if cached is not None:
+                        results[solution] = cached
+                        self._report(solution, cached, results, len(distinct))
+                        continue
                     running.append(self._start(solution, problem_path))
+                    building.add(content[solution])
                 time.sleep(0.05)
                 for build in list(running):
                     result = self._finished(build)

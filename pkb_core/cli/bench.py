@@ -22,6 +22,8 @@ from pathlib import Path
 
 import click
 
+from pkb_core.cli.limits import limit_options
+
 from pkb_core.contracts.verdict import Verdict
 from pkb_core.errors import NothingSelected
 from pkb_core.plugin.reference_backend import NAME as REFERENCE
@@ -76,8 +78,9 @@ def parse_sizes(text: str) -> list[int]:
               help="Also time torch symm_mem's all-reduce kernels (one_shot, two_shot) on GPU.")
 @click.option("--json", "json_", is_flag=True)
 @click.pass_obj
+@limit_options  # --memory-limit, --max-processes, --log-cap: pkb_core/cli/limits.py
 def bench(pm, problems, backend, solutions, sizes, nproc, dtype, trials, warmup, iters, device, job_timeout,
-          build_timeout, build_jobs, out, force, baselines, json_):
+          build_timeout, build_jobs, out, force, baselines, json_, limits):
     """Sweep message sizes: solutions vs NCCL (eager and CUDA graph), with busbw."""
     from pkb_core.baselines import baselines_for
     from pkb_core.machine.calibrate import calibrate
@@ -146,7 +149,7 @@ def bench(pm, problems, backend, solutions, sizes, nproc, dtype, trials, warmup,
             if batch:
                 settings = launch_settings(pm, batch_info, device=device, nproc=nproc, run_dir=run_dir,
                                            job_timeout=job_timeout, calibration=calibration,
-                                           build_timeout=build_timeout, build_workers=build_jobs)
+                                           build_timeout=build_timeout, build_workers=build_jobs, **limits)
                 run_jobs(batch, settings, reporter, skip_recorded=False)
     finally:
         progress.close()

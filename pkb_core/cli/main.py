@@ -320,6 +320,7 @@ def main(argv=None) -> None:
         click.echo(f"warning: plugin {record.key} from {record.distribution} failed to load: {record.error}",
                    err=True)
     cli = prepare(pm, config)
+    _exit_on_termination()
     try:
         cli.main(args=argv, prog_name="pkb", obj=pm, **context_settings(config, cli))
     except (SystemExit, KeyboardInterrupt):
@@ -330,3 +331,19 @@ def main(argv=None) -> None:
         traceback.print_exc()
         click.echo("pkb: internal error (the traceback above is a bug in pkb or a plugin)", err=True)
         sys.exit(INTERNAL_ERROR)
+
+
+def _exit_on_termination() -> None:
+    """SIGTERM and SIGHUP end ``pkb`` as an exit does (``SystemExit``, status 128 + the signal),
+    so every ``finally`` runs: a launch stops its groups and zygotes and removes its
+    shared-memory folders, a compile phase kills its builders. Python's default would end
+    the process on the spot and leave them to the warden (:mod:`pkb_core.process.warden`).
+    A handler someone else installed (an embedding program's) is left as it is."""
+    import signal
+
+    def leave(signum, _frame):
+        raise SystemExit(128 + signum)
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(sig) == signal.SIG_DFL:
+            signal.signal(sig, leave)

@@ -11,6 +11,7 @@ import click
 
 from pkb_core.errors import PkbError
 from pkb_core.plugin.reference_backend import NAME as REFERENCE
+from pkb_core.cli.limits import limit_options
 from pkb_core.launch.fanout import executor_options
 from pkb_core.cli.progress import JobProgress
 from pkb_core.contracts.verdict import FAILING, Verdict
@@ -70,9 +71,10 @@ from pkb_core.plugin.hookspecs import hookimpl
 @click.option("--json", "json_", is_flag=True, help="Print one JSON object with every record.")
 @click.pass_obj
 @executor_options  # --executor, --jobs-per-shard, --slurm-*: pkb_core/launch/fanout.py
+@limit_options  # --memory-limit, --max-processes, --log-cap: pkb_core/cli/limits.py
 def run(pm, problems, backend, solution, solutions, nproc, nnodes, node_rank, rdzv_endpoint, rdzv_id, trials, dtype, size, mode, measure_perf, timing_modes,
         profile, warmup, iters, min_iters, device, build_timeout, build_jobs, job_timeout, out, force, exitfirst, junitxml,
-        save_outputs, json_, executor):
+        save_outputs, json_, executor, limits):
     """Check (and with --measure-perf, time) solutions against the references.
 
     Exit status (as pytest's): 0 every job passed or is unsupported here, 1 a job
@@ -145,7 +147,7 @@ def run(pm, problems, backend, solution, solutions, nproc, nnodes, node_rank, rd
         calibration = calibrate(device)
     settings = launch_settings(pm, info, device=device, nproc=nproc, run_dir=run_dir, job_timeout=job_timeout,
                                calibration=calibration, nodes=nodes, build_timeout=build_timeout,
-                               build_workers=build_jobs)
+                               build_workers=build_jobs, **limits)
     pending = [job for job in jobs if job.key not in recorded]
     interrupted = False
     started = time.monotonic()

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from pkb_core.cli.limits import limit_options
 from pkb_core.errors import PkbError
 
 LOCALHOST = ("127.0.0.1", "::1", "localhost")
@@ -38,8 +39,9 @@ LOCALHOST = ("127.0.0.1", "::1", "localhost")
 @click.option("--place-timeout", type=click.FloatRange(min=0, min_open=True), default=600.0, show_default=True,
               help="Seconds a job waits for a world size no node can hold before it is an error (--ray).")
 @click.pass_obj
+@limit_options  # --memory-limit, --max-processes, --log-cap: pkb_core/cli/limits.py
 def serve(pm, host, port, data_dir, device, devices, max_queued, max_source_kb, job_timeout, build_jobs, token,
-          ray_address, place_timeout):
+          ray_address, place_timeout, limits):
     """Run the reward service: an HTTP queue of jobs on warm groups of this node, or of a Ray cluster's
     nodes with --ray (docs/serve.md)."""
     import uvicorn
@@ -50,6 +52,8 @@ def serve(pm, host, port, data_dir, device, devices, max_queued, max_source_kb, 
 
     if not _is_local(host) and not token:
         raise click.UsageError(f"--host {host} listens beyond localhost: give --token (or PKB_SERVE_TOKEN)")
+    # The token lives in this process's memory only: nothing it starts inherits it.
+    os.environ.pop("PKB_SERVE_TOKEN", None)
     device = detect_device(device)
     placement = None
     if ray_address:
@@ -62,7 +66,10 @@ def serve(pm, host, port, data_dir, device, devices, max_queued, max_source_kb, 
             raise PkbError(f"--devices {devices} but only {available} GPU(s) here")
     config = ServiceConfig(data_dir=data_dir, device=device, devices=devices, max_queued=max_queued,
                            max_source_bytes=max_source_kb << 10, job_timeout=job_timeout, build_workers=build_jobs,
-                           place_timeout=place_timeout)
+                           place_timeout=place_timeout, limits=limits)
+    from pkb_core.process.reaper import become_subreaper
+
+    become_subreaper()  # what a dead lane leaves becomes the service's child (reaped by its scheduler)
     service = Service(config, pm, placement)
     service.start()
     if service.recovered:

@@ -213,16 +213,21 @@ def skip_recorded(run_dir, keys, force: bool) -> dict:
 
 def launch_settings(pm, info, *, device: str, nproc: int, run_dir, job_timeout: float | None = None,
                     calibration=None, nodes=None, build_timeout: float = 600.0,
-                    build_workers: int | None = None) -> LaunchSettings:
+                    build_workers: int | None = None, memory_mib: int | None = None,
+                    max_processes: int | None = None, log_cap_mib: int | None = None,
+                    hidden=()) -> LaunchSettings:
     """The settings of a launch of ``info``'s backend: its options from ``pkb.toml``'s
-    ``[backends.<name>]`` table (handed to its init hook), its preloads and kind, and
-    the compile phase's settings."""
+    ``[backends.<name>]`` table (handed to its init hook), its preloads and kind, the
+    compile phase's settings, each job's limits (``--memory-limit``, ``--max-processes``,
+    ``--log-cap``: None for this machine's defaults) and the folders no job may see
+    (``hidden``: a service's data directory)."""
     options = getattr(pm, "pkb_config", {}).get("backends", {}).get(info.name, {})
     return LaunchSettings(nproc=nproc, device=device, backend=info.name, run_dir=run_dir,
                           job_timeout=job_timeout or default_job_timeout(device), options=options,
                           calibration=calibration, nodes=nodes, preload=tuple(info.preload()),
                           custom_kernels=info.custom_kernels, build_timeout=build_timeout,
-                          build_workers=build_workers)
+                          build_workers=build_workers, memory_mib=memory_mib, max_processes=max_processes,
+                          log_cap_mib=log_cap_mib, hidden=tuple(str(h) for h in hidden))
 
 
 def record_refusals(run_dir, rejected, recorded, world_size: int, reporter) -> None:

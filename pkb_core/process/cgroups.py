@@ -244,15 +244,27 @@ class Cgroup:
         return None
 
     def _events(self, controller: str) -> str:
+        """The controller's event counters, summed over this cgroup and every one below it
+        (v1 counts an OOM kill in the cgroup of the process killed, a leaf; v2 counts
+        hierarchically, so only the top is read)."""
         if controller == "memory":
             name = "memory.events" if self.version == 2 else "memory.oom_control"
         else:
             name = "pids.events"
         folder = self.dirs.get("" if self.version == 2 else controller)
-        try:
-            return _read(os.path.join(folder, name)) if folder else ""
-        except OSError:
+        if not folder:
             return ""
+        totals: dict = {}
+        for path in [folder] if self.version == 2 else self._folders(folder):
+            try:
+                text = _read(os.path.join(path, name))
+            except OSError:
+                continue
+            for line in text.splitlines():
+                parts = line.split()
+                if len(parts) == 2 and parts[1].isdigit():
+                    totals[parts[0]] = totals.get(parts[0], 0) + int(parts[1])
+        return "\n".join(f"{key} {value}" for key, value in totals.items())
 
     def remove(self) -> bool:
         """Remove it and every cgroup below it (they must be empty); whether all went."""

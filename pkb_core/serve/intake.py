@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import secrets
 from dataclasses import dataclass
 from pathlib import Path
@@ -160,11 +161,16 @@ class Intake:
 
     def _write_source(self, source: str, problem_key: str) -> Path:
         """The source as a file named after its problem, in a folder named by its content
-        (written once; a file with the same content is the same file)."""
+        (written once; a file with the same content is the same file). Every folder on the
+        way is the service's alone (0700): a job's candidate, which runs as a user of its
+        own, reaches its own file and nothing beside it (the lockdown binds back only the
+        path it needs, :func:`pkb_core.candidate.sandbox.expose`)."""
         digest = hashlib.sha256(source.encode()).hexdigest()
         path = self.sources / digest[:2] / digest / f"{problem_key}.py"
         if not path.exists():
-            path.parent.mkdir(parents=True, exist_ok=True)
+            for folder in (self.sources, path.parent.parent, path.parent):
+                folder.mkdir(mode=0o700, exist_ok=True)
+                os.chmod(folder, 0o700)
             tmp = path.with_suffix(f".{secrets.token_hex(4)}.tmp")  # two submissions of one text race here
             tmp.write_text(source)
             tmp.replace(path)

@@ -119,9 +119,12 @@ class Scheduler:
 
     # -- the loop ----------------------------------------------------------------------
     def _loop(self) -> None:
+        from pkb_core.process.reaper import reap_orphans
+
         while not self._stopping:
             self._wake.wait(timeout=0.5)
             self._wake.clear()
+            reap_orphans()  # what a dead lane left (the service is their child subreaper)
             try:
                 while not self._results.empty():
                     self._on_result(*self._results.get())

@@ -13,9 +13,10 @@ naming the original), unless it asks for a ``fresh`` run. Overload: more than
 from __future__ import annotations
 
 import functools
+import os
 import secrets
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from pkb_core.contracts.serve import Health, JobState, JobView, QueueStats, Submission
@@ -42,6 +43,17 @@ class ServiceConfig:
     #: Seconds a job waits for a group its placement can never hold (a Ray cluster without a node
     #: of its world size) before it is recorded as ``error``.
     place_timeout: float = 600.0
+    #: Each job's limits (``--memory-limit``, ``--max-processes``, ``--log-cap``: the
+    #: :func:`pkb_core.launch.plan.launch_settings` keywords; absent: the machine's defaults).
+    limits: dict = field(default_factory=dict)
+
+
+def private_folder(path: Path) -> None:
+    """Make ``path`` (the service's data directory) a folder only its owner may enter (0700).
+    Jobs and builds never see it at all (the lockdown hides it: docs/trust.md); the mode keeps
+    the machine's other users out too."""
+    path.mkdir(parents=True, exist_ok=True)
+    os.chmod(path, 0o700)
 
 
 class Overloaded(Refused):
@@ -66,6 +78,7 @@ class Service:
         self.config = config
         self.pm = pm
         data = config.data_dir
+        private_folder(data)  # its queue and every client's sources: the service's alone
         self.store = JobStore(data / "jobs.sqlite")
         self.intake = Intake(pm, device=config.device, devices=config.devices, sources=data / "sources",
                              max_source_bytes=config.max_source_bytes, job_timeout=config.job_timeout,
@@ -98,7 +111,8 @@ class Service:
         return launch_settings(self.pm, self.intake.backend(backend), device=self.config.device, nproc=world_size,
                                run_dir=Path(self.config.data_dir) / "runs" / f"{backend}-W{world_size}",
                                job_timeout=timeout, calibration=self._calibration(),
-                               build_timeout=self.config.build_timeout, build_workers=1)
+                               build_timeout=self.config.build_timeout, build_workers=1,
+                               hidden=(self.config.data_dir,), **self.config.limits)
 
     @functools.cache
     def _calibration(self):
