@@ -170,3 +170,33 @@ def test_a_candidates_environment_is_an_allow_list():
            "PKB_SERVE_TOKEN": "t", "OPENAI_API_KEY": "k", "AWS_SECRET_ACCESS_KEY": "s", "RAY_ADDRESS": "r",
            "HF_TOKEN": "h", "SSH_AUTH_SOCK": "/a", "MY_VARIABLE": "v"}
     assert set(allowed_environment(env)) == {"PATH", "PYTHONPATH", "NCCL_DEBUG", "PKB_CACHE_DIR", "CUDA_HOME"}
+
+
+@ROOT_ONLY
+def test_a_candidate_of_the_service_finds_no_token_no_queue_and_no_port(tmp_path, monkeypatch):
+    """The service's token (its environment), its queue database and every client's sources (its data
+    directory) and its port: a candidate of one of its lanes finds none of them, and the honest job
+    after it on the same lane passes."""
+    import tests.test_serve as serving
+    from pkb_core.client import Client
+
+    _tree()
+    port = serving._free_port()
+    monkeypatch.setattr(serving, "_free_port", lambda: port)
+    monkeypatch.setenv("PKB_SNOOP_PORT", str(port))
+    token = "snoop-target-token"
+    server = serving.Server(tmp_path / "data", "--devices", "2", "--timeout", "60", token=token)
+    try:
+        with Client(server.url, token=token) as client:
+            snoop = client.submit(1, (FIXTURES / "1_allreduce_g_snoops.py").read_text(), backend="reference",
+                                  trials=2)
+            honest = client.submit(1, (FIXTURES / "1_allreduce_b_honest.py").read_text(), backend="reference",
+                                   trials=2)
+            snooped, after = client.wait(snoop.id, timeout=300), client.wait(honest.id, timeout=300)
+        assert snooped.record.verdict.value == "pass", snooped.record.reason  # it found nothing
+        assert not snooped.record.lockdown_gaps, snooped.record.lockdown_gaps
+        assert after.record.verdict.value == "pass", after.record.reason
+        data = tmp_path / "data"
+        assert oct(data.stat().st_mode & 0o777) == "0o700" and oct((data / "jobs.sqlite").stat().st_mode & 0o777) == "0o600"
+    finally:
+        server.stop()
