@@ -16,14 +16,14 @@ from pathlib import Path
 
 import pytest
 
-from pkb_core.process.cgroups import process_tree
+from pkb_core.process.containment import own_tree
 
 FIXTURES = Path(__file__).parent / "fixtures" / "containment"
 ROOT_ONLY = pytest.mark.skipif(os.geteuid() != 0, reason="cgroups and a user per job need root")
 
 
 def _tree():
-    tree, why = process_tree()
+    tree, why = own_tree()
     if tree is None:
         pytest.skip(f"no cgroup can be made here: {why}")
     return tree

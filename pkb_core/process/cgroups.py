@@ -318,13 +318,10 @@ class CgroupTree:
             gaps.append("the job's CPU use from the kernel's accounting (no cpuacct cgroup controller)")
         return group, made, gaps
 
-    def remove(self) -> None:
-        """End whatever is left in the tree and remove it (at this process's end)."""
-        from pkb_core.process.warden import warden
-
+    def remove(self) -> bool:
+        """End whatever is left in the tree and remove it (at this process's end); whether it went."""
         self.root.kill(wait_s=2.0)
-        if self.root.remove():
-            warden().forget(cgroup=self.root.dirs)
+        return self.root.remove()
 
 
 _TREE: list = []  # [CgroupTree | None, why not]
@@ -355,14 +352,7 @@ def _make_tree() -> tuple[CgroupTree | None, str | None]:
         root.enable_limits()
     except OSError as exc:
         return None, f"cgroups per job ({exc.strerror} under {parent.path}): a job's processes are found through /proc"
-    tree = CgroupTree(root)
-    import atexit
-
-    from pkb_core.process.warden import warden
-
-    warden().watch(cgroup=root.dirs)  # ended and removed even if this process is killed
-    atexit.register(tree.remove)
-    return tree, None
+    return CgroupTree(root), None
 
 
 def own_cgroups() -> dict:

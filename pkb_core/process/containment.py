@@ -17,7 +17,29 @@ from __future__ import annotations
 
 import os
 
-from pkb_core.process.cgroups import Cgroup, process_tree
+from pkb_core.process.cgroups import Cgroup, CgroupTree, process_tree
+
+_WATCHED: list = []
+
+
+def own_tree() -> tuple[CgroupTree | None, str | None]:
+    """This process's cgroup tree; the first time, handed to its warden (ended and removed even if
+    this process is killed) and removed at its exit."""
+    tree, why = process_tree()
+    if tree is not None and not _WATCHED:
+        import atexit
+
+        from pkb_core.process.warden import warden
+
+        _WATCHED.append(tree)
+        warden().watch(cgroup=tree.root.dirs)
+
+        def remove():
+            if tree.remove():
+                warden().forget(cgroup=tree.root.dirs)
+
+        atexit.register(remove)
+    return tree, why
 
 
 class Containment:
@@ -98,7 +120,7 @@ def contain(name: str, *, memory_bytes: int | None, max_processes: int | None, r
     :param log_cap: bytes of output the group's log takes (split among its ranks)."""
     gaps = []
     cgroup, leaves = None, []
-    tree, why = process_tree()
+    tree, why = own_tree()
     if tree is None:
         gaps.append(why)
     else:
