@@ -133,10 +133,10 @@ def test_hostile_jobs_meet_their_limits_and_each_next_job_passes(pkb_invoke, tmp
 
 
 @ROOT_ONLY
-def test_no_job_can_write_its_cgroup():
-    """The cgroup files are root's, and the lockdown mounts the cgroup file system read-only: a
-    job's process cannot leave its cgroup or raise its limits, even one that kept root's uid (a
-    builder) once its capabilities are gone."""
+def test_no_job_can_write_its_cgroup_or_a_sysctl():
+    """The cgroup files are root's, and the lockdown mounts /sys (the cgroup file system with it) and
+    /proc/sys read-only: a job's process cannot leave its cgroup, raise its limits or write a sysctl,
+    even one that kept root's uid (a builder) once its capabilities are gone."""
     tree = _tree()
     group, _leaves, _gaps = tree.group("test-ro", memory_bytes=256 << 20, pids=64)
     procs = group.procs_files()[0]
@@ -152,12 +152,18 @@ for path in ({procs!r}, {parent!r}):
         print("escaped", path)
     except OSError as exc:
         print("refused", exc.errno)
+hostname = open("/proc/sys/kernel/hostname").read()
+try:
+    open("/proc/sys/kernel/hostname", "w").write(hostname)  # the same value: harmless if it got through
+    print("escaped sysctl")
+except OSError as exc:
+    print("refused", exc.errno)
 """
     try:
         child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, cwd="/")
         group.join(child.pid)
         out, _ = child.communicate(timeout=60)
-        assert "escaped" not in out and out.count("refused") == 2, out
+        assert "escaped" not in out and out.count("refused") == 3, out
     finally:
         group.kill()
         group.remove()
@@ -200,3 +206,15 @@ def test_a_candidate_of_the_service_finds_no_token_no_queue_and_no_port(tmp_path
         assert oct(data.stat().st_mode & 0o777) == "0o700" and oct((data / "jobs.sqlite").stat().st_mode & 0o777) == "0o600"
     finally:
         server.stop()
+
+
+def test_a_builder_killed_for_a_socket_says_so(pkb_invoke):
+    """A solution that opens a network socket when imported kills its builder (the lockdown's
+    SIGSYS): ``flagged``, saying so, not "a malformed answer"."""
+    result = pkb_invoke("build", "--backend", "reference", "--solution",
+                        Path(__file__).parent / "fixtures" / "containment_build" / "1_allreduce_socket_at_import.py",
+                        "--json")
+    outcome = json.loads(result.stdout.splitlines()[0])["build"]
+    assert outcome["verdict"] == "flagged", outcome
+    assert outcome["message"].startswith("the build process was killed for a system call the lockdown forbids"), \
+        outcome["message"]

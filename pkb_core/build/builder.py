@@ -85,12 +85,28 @@ def _lock_down(run_dir, protected, solution=None, hidden=()) -> None:
     use_scratch(scratch)  # the same temporary, home and cache variables as a candidate's
 
 
+def _enter_network() -> None:
+    """Enter the build's own network namespace, if the phase made one (a spawned builder; a forked
+    one entered it as it was forked): before the request, so before the solution's code."""
+    from pkb_core.build.phase import NETNS_FD_ENV
+    from pkb_core.process.netns import enter
+
+    fd = os.environ.pop(NETNS_FD_ENV, None)
+    if fd is not None:
+        try:
+            enter(int(fd))
+        except OSError as exc:
+            print(f"pkb: {exc}", file=sys.stderr, flush=True)
+        os.close(int(fd))
+
+
 def main() -> int:
     from pkb_core.plugin.preload import import_torch_after_preloads
     from pkb_core.process.log_cap import cap_output
     from pkb_core.process.sessions import die_with_spawner
 
     die_with_spawner()  # a spawned builder dies with the phase that started it (a forked one: with its zygote)
+    _enter_network()
     import_torch_after_preloads()
     request = BuildRequest.from_json(json.loads(sys.stdin.read()))
     if request.log_cap:

@@ -39,6 +39,9 @@ from pkb_core.contracts.build import BuildAnswer, BuildRequest, BuildResult, Sou
 from pkb_core.contracts.serial import ContractError
 from pkb_core.process.channel import REPLY_FD_ENV
 
+#: The variable that tells a spawned builder which descriptor is its network namespace.
+NETNS_FD_ENV = "PKB_NETNS_FD"
+
 #: Environment variables that change what a build produces.
 KEY_ENVIRONMENT = ("TORCH_CUDA_ARCH_LIST", "CUDA_HOME", "CUDAHOSTCXX", "CXX", "PKB_NVSHMEM4PY_HOME")
 #: Seconds one build may take unless told otherwise.
@@ -239,13 +242,17 @@ class BuildPhase:
         line = json.dumps(request.to_json()).encode()
         # A cgroup of its own, which the builder is in before it reads its request (so before
         # any of the solution's code runs): its compilers too, ended with it, within its limits.
+        # And a network of its own (only its loopback): no abstract Unix socket of the machine's.
         containment, _ = contain(f"build-{Path(solution).stem[:40]}", memory_bytes=self.memory_bytes,
-                                 max_processes=self.max_processes)
+                                 max_processes=self.max_processes, network=True)
         if self.starter is not None:
             proc = self.starter(line, log, write_fd, extra, containment)
         else:
+            netns = () if containment.netns_fd is None else (containment.netns_fd,)
+            if netns:
+                env[NETNS_FD_ENV] = str(containment.netns_fd)
             proc = subprocess.Popen([sys.executable, "-m", "pkb_core.build.builder"], stdin=subprocess.PIPE,
-                                    stdout=log, stderr=subprocess.STDOUT, env=env, pass_fds=(write_fd,),
+                                    stdout=log, stderr=subprocess.STDOUT, env=env, pass_fds=(write_fd, *netns),
                                     start_new_session=True)
             spawned(proc.pid)
             if containment.cgroup is not None:

@@ -49,10 +49,13 @@ _MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 0x1, 0x2, 0x4, 0x8
 _MS_REMOUNT, _MS_BIND, _MS_REC, _MS_PRIVATE = 0x20, 0x1000, 0x4000, 0x40000
 _FLAG_BY_OPTION = {"nosuid": _MS_NOSUID, "nodev": _MS_NODEV, "noexec": _MS_NOEXEC}
 #: Mounts left as they are: kernel interfaces whose writable files are per
-#: process or guarded by their own permission checks.
-_KEEP = ("/proc", "/sys", "/dev/pts")
-#: Kept (under ``/sys``) but read-only: the cgroup file system.
-_CGROUPS = "/sys/fs/cgroup"
+#: process or guarded by their own permission checks. ``/sys`` (the cgroup file
+#: system included) and ``/proc/sys`` are read-only like every other mount: a
+#: process that keeps root's uid without capabilities (a builder) may still
+#: write what root owns there (a cgroup's ``cgroup.procs``, a sysctl).
+_KEEP = ("/proc", "/dev/pts")
+#: Bound read-only onto itself (it is part of the ``/proc`` mount).
+_SYSCTLS = "/proc/sys"
 
 
 def new_sandbox_uid(in_use=()) -> int:
@@ -111,9 +114,10 @@ def seal(libc, *, writable=(), read_only=(), hidden=(), revealed=()) -> list[str
     run directory: records, logs, saved outputs; a service's data directory)
     with an empty read-only tmpfs, into which only the ``revealed`` folders
     inside them are bound back (a builder's solution in a service's data
-    directory). The cgroup file system is read-only too, whoever the process
-    is: no process of a job moves itself out of its cgroup or changes its
-    limits. Call inside :func:`private_mounts`."""
+    directory). ``/sys`` (the cgroup file system with it) and ``/proc/sys`` are
+    read-only too, whoever the process is: no process of a job moves itself out
+    of its cgroup, changes its limits or writes a sysctl. Call inside
+    :func:`private_mounts`."""
     missing = []
     for path in hidden:
         path = os.path.realpath(str(path))
@@ -122,11 +126,16 @@ def seal(libc, *, writable=(), read_only=(), hidden=(), revealed=()) -> list[str
                                            if _under(os.path.realpath(str(r)), path)])
     writable = [os.path.realpath(p) for p in writable if os.path.isdir(p)]
     for point, flags in _mounts():
-        if (any(_under(point, keep) for keep in _KEEP) and not _under(point, _CGROUPS)) or \
-                any(_under(point, w) for w in writable):
+        if any(_under(point, keep) for keep in _KEEP) or any(_under(point, w) for w in writable):
             continue
         if libc.mount(None, point.encode(), None, _MS_BIND | _MS_REMOUNT | _MS_RDONLY | flags, None) != 0:
             missing.append(_fail(f"read-only {point}"))
+    if os.path.isdir(_SYSCTLS):
+        target = _SYSCTLS.encode()
+        if libc.mount(target, target, None, _MS_BIND, None) != 0 or \
+                libc.mount(None, target, None, _MS_BIND | _MS_REMOUNT | _MS_RDONLY | _MS_NOSUID | _MS_NODEV |
+                           _MS_NOEXEC, None) != 0:
+            missing.append(_fail(f"read-only {_SYSCTLS}"))
     for path in writable:
         target = path.encode()
         if libc.mount(target, target, None, _MS_BIND | _MS_REC, None) != 0 or \

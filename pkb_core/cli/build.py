@@ -66,15 +66,18 @@ def build(pm, backend, solution, solutions, problems, device, build_timeout, bui
         results = phase.run([(path, spec.path) for spec, path, _ in pairs])
     failed = {path: r for path, r in results.items() if not r.ok}
     unsupported = sum(r.verdict == Verdict.UNSUPPORTED for r in failed.values())
+    flagged = sum(r.verdict == Verdict.FLAGGED for r in failed.values())  # killed by the lockdown
     if json_:
-        click.echo(json.dumps({"summary": {"built": len(results) - len(failed),
-                                           "compile_error": len(failed) - unsupported, "unsupported": unsupported,
-                                           "phase": phase.summary}}))
+        summary = {"built": len(results) - len(failed), "compile_error": len(failed) - unsupported - flagged,
+                   "unsupported": unsupported}
+        if flagged:
+            summary["flagged"] = flagged
+        click.echo(json.dumps({"summary": {**summary, "phase": phase.summary}}))
     else:
         for path, result in failed.items():
             click.echo(f"\n{Path(path).name}: {result.message}")
-        tail = f", {unsupported} unsupported" if unsupported else ""
-        click.echo(f"\n{len(results) - len(failed)} built, {len(failed) - unsupported} compile-error{tail}"
+        tail = (f", {unsupported} unsupported" if unsupported else "") + (f", {flagged} flagged" if flagged else "")
+        click.echo(f"\n{len(results) - len(failed)} built, {len(failed) - unsupported - flagged} compile-error{tail}"
                    f"{_throughput(phase.summary)}")
     if failed:
         raise SystemExit(1)

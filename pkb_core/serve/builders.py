@@ -62,9 +62,13 @@ class WarmBuilders:
                 with self.lock:
                     # What builders the phase spawns get (MAX_JOBS, the device's mode); the child joins
                     # its cgroup before it reads its request (so before the solution's code runs).
-                    fork = ForkRequest(role="builder", env={"PYTHONUNBUFFERED": "1", **environment},
-                                       fds=("stdin", "reply", "output"), cgroup=containment.procs_files())
-                    pid = zygote.fork(fork, [child_stdin, reply_fd, log_fd], time.monotonic() + STARTUP_S)
+                    names, fds = ["stdin", "reply", "output"], [child_stdin, reply_fd, log_fd]
+                    if containment.netns_fd is not None:
+                        names.append("netns")
+                        fds.append(containment.netns_fd)
+                    fork = ForkRequest(role="builder", env={"PYTHONUNBUFFERED": "1", **environment}, fds=names,
+                                       cgroup=containment.procs_files())
+                    pid = zygote.fork(fork, fds, time.monotonic() + STARTUP_S)
             finally:
                 os.close(child_stdin)
                 os.close(log_fd)
