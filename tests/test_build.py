@@ -19,7 +19,7 @@ def log(**entry):
 
 @hookimpl
 def pkb_backend_info():
-    return BackendInfo(name="slowbuild", devices=("cpu",), custom_kernels=True)
+    return BackendInfo(name="slowbuild", devices=("cpu",), custom_kernels=True, environment=("PKBTEST_BUILDS",))
 
 @hookimpl
 def pkb_backend_compile(state, problem, solution):

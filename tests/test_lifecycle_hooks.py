@@ -18,7 +18,7 @@ def log(text):
 
 @hookimpl
 def pkb_backend_info():
-    return BackendInfo(name="logger", devices=("cpu",), custom_kernels=False)
+    return BackendInfo(name="logger", devices=("cpu",), custom_kernels=False, environment=("PKBTEST_*",))
 
 @hookimpl
 def pkb_backend_init(ctx):

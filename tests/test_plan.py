@@ -12,7 +12,7 @@ from pkb_core.plugin.hookspecs import hookimpl
 
 @hookimpl
 def pkb_backend_info():
-    return BackendInfo(name="optspy", devices=("cpu",), custom_kernels=False)
+    return BackendInfo(name="optspy", devices=("cpu",), custom_kernels=False, environment=("PKBTEST_OPTIONS",))
 
 @hookimpl
 def pkb_backend_init(ctx):

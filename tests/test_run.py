@@ -102,7 +102,8 @@ from pkb_core.plugin.hookspecs import hookimpl
 
 @hookimpl
 def pkb_backend_info():
-    return BackendInfo(name="marker", devices=("cpu",), custom_kernels=False, description="wraps the reference")
+    return BackendInfo(name="marker", devices=("cpu",), custom_kernels=False, description="wraps the reference",
+                       environment=("PKBTEST_MARKS",))
 
 @hookimpl
 def pkb_backend_compile(state, problem, solution):

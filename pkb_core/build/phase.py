@@ -139,7 +139,7 @@ class BuildPhase:
     def __init__(self, *, backend: str, device: str, run_dir: Path, options: dict | None = None, preload=(),
                  workers: int | None = None, timeout: float = BUILD_TIMEOUT_S, on_result=None, starter=None,
                  memory_mib: int | None = None, max_processes: int | None = None, log_cap_mib: int | None = None,
-                 hidden=()):
+                 hidden=(), environment=()):
         self.backend = backend
         self.device = device
         self.run_dir = Path(run_dir)
@@ -159,6 +159,8 @@ class BuildPhase:
         self.log_cap = limits.log_cap_bytes(log_cap_mib)
         #: Folders hidden from every build besides the run directory (the service's data directory).
         self.hidden = tuple(str(folder) for folder in hidden)
+        #: The backend's own variables a builder gets besides pkb's allow-list (``BackendInfo.environment``).
+        self.environment = tuple(environment)
         self.summary: dict = {}
 
     def run(self, requests: list[tuple]) -> dict:
@@ -234,7 +236,7 @@ class BuildPhase:
         read_fd, write_fd = os.pipe()
         extra = build_environment(self.device)
         # A builder runs the solution's code: it gets an allow-listed environment (no token, no key).
-        env = dict(allowed_environment(os.environ), PYTHONUNBUFFERED="1", **{REPLY_FD_ENV: str(write_fd)},
+        env = dict(allowed_environment(os.environ, self.environment), PYTHONUNBUFFERED="1", **{REPLY_FD_ENV: str(write_fd)},
                    **preload_environment(self.preload), **extra, **spawner_environment())
         request = BuildRequest(backend=self.backend, solution=solution, problem_path=problem_path,
                                device=self.device, options=self.options, run_dir=str(self.run_dir),

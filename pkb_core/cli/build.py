@@ -62,7 +62,8 @@ def build(pm, backend, solution, solutions, problems, device, build_timeout, bui
             click.echo(f"[{done}/{total}] {Path(path).name}  {state}{seconds}", err=True)
 
         phase = BuildPhase(backend=backend, device=device, run_dir=Path(run_dir), options=options,
-                           preload=tuple(info.preload()), workers=build_jobs, timeout=build_timeout, on_result=show)
+                           preload=tuple(info.preload()), workers=build_jobs, timeout=build_timeout, on_result=show,
+                           environment=tuple(info.environment))
         results = phase.run([(path, spec.path) for spec, path, _ in pairs])
     failed = {path: r for path, r in results.items() if not r.ok}
     unsupported = sum(r.verdict == Verdict.UNSUPPORTED for r in failed.values())

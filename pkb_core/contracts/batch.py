@@ -47,6 +47,9 @@ class LaunchSettings(Contract):
     preload: tuple[str, ...] = attrs.field(default=(), converter=tuple)
     #: Whether the backend's solutions must move data themselves (``BackendInfo.custom_kernels``).
     custom_kernels: bool = True
+    #: The variables the backend's workers and builders need besides pkb's allow-list
+    #: (``BackendInfo.environment``: names, or prefixes ending in ``*``).
+    environment: tuple[str, ...] = attrs.field(default=(), converter=tuple)
     #: The compile phase: seconds one build may take, builds at once (None: by cores and memory).
     build_timeout: float = 600.0
     build_workers: int | None = None

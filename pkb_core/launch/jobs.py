@@ -62,7 +62,7 @@ def compile_phase(jobs: list[Job], settings: LaunchSettings, reporter: Reporter 
                        options=settings.options, preload=settings.preload, workers=settings.build_workers,
                        timeout=settings.build_timeout, on_result=reporter.build, starter=starter,
                        memory_mib=settings.memory_mib, max_processes=settings.max_processes,
-                       log_cap_mib=settings.log_cap_mib, hidden=settings.hidden)
+                       log_cap_mib=settings.log_cap_mib, hidden=settings.hidden, environment=settings.environment)
     results = phase.run([(job.solution, job.problem_path) for job in jobs])
     built, records = [], []
     for job in jobs:

@@ -81,7 +81,8 @@ class Launch:
         settings = self.settings
         # A candidate's processes (and the zygotes they start from) run solution code: only the
         # variables they need, never the launcher's tokens or keys.
-        env = dict(allowed_environment(os.environ) if role == "candidate" else os.environ, PYTHONUNBUFFERED="1")
+        env = dict(allowed_environment(os.environ, settings.environment) if role == "candidate" else os.environ,
+                   PYTHONUNBUFFERED="1")
         shm_dir = None
         uid = forwarded.get("sandbox_uid")
         if forwarded.get("scratch") and forwarded.get("run_id"):  # the group's own shared-memory folder

@@ -225,7 +225,8 @@ def launch_settings(pm, info, *, device: str, nproc: int, run_dir, job_timeout: 
     return LaunchSettings(nproc=nproc, device=device, backend=info.name, run_dir=run_dir,
                           job_timeout=job_timeout or default_job_timeout(device), options=options,
                           calibration=calibration, nodes=nodes, preload=tuple(info.preload()),
-                          custom_kernels=info.custom_kernels, build_timeout=build_timeout,
+                          custom_kernels=info.custom_kernels, environment=tuple(info.environment),
+                          build_timeout=build_timeout,
                           build_workers=build_workers, memory_mib=memory_mib, max_processes=max_processes,
                           log_cap_mib=log_cap_mib, hidden=tuple(str(h) for h in hidden))
 

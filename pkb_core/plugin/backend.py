@@ -51,6 +51,12 @@ class BackendInfo:
     :param unsupported_modules: ``{importable name: reason}``: names a solution
         may import that this backend cannot serve; a file importing one gets
         the ``unsupported`` verdict with ``imports <name>: <reason>``.
+    :param environment: environment variables this backend's worker processes
+        and builders need besides the ones every solution-running process gets
+        (:mod:`pkb_core.process.environment`: where Python, the toolchains and
+        the GPU libraries are, pkb's own ``PKB_*``): names, or prefixes ending
+        in ``*``. Those processes see nothing else of the launcher's
+        environment, and never a name that looks like a credential.
 
     The core checks ``devices`` and ``requirements`` once, where a run starts
     (:meth:`unavailable_reason`); a backend's hooks need not check them again.
@@ -67,6 +73,7 @@ class BackendInfo:
     multicast_patterns: tuple = ()
     solution_modules: dict = field(default_factory=dict, hash=False)
     unsupported_modules: dict = field(default_factory=dict, hash=False)
+    environment: tuple = ()
 
     def unavailable_reason(self, device: str) -> Optional[str]:
         """Why this backend cannot run on ``device`` here (``None`` if it can)."""

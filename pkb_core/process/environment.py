@@ -22,20 +22,25 @@ NAMES = frozenset({
     "CC", "CXX", "CUDAHOSTCXX", "MAX_JOBS",
 })
 #: Families of variables passed (a library's or a toolchain's settings; pkb's own).
-PREFIXES = ("LC_", "CUDA_", "NVIDIA_", "NCCL_", "NVSHMEM_", "CUTLASS_", "THUNDERKITTENS_", "TORCH_",
+PREFIXES = ("LC_", "CUDA_", "NVCC_", "NVIDIA_", "NCCL_", "NVSHMEM_", "CUTLASS_", "THUNDERKITTENS_", "TORCH_",
             "TORCHINDUCTOR_", "TRITON_", "OMP_", "KMP_", "GOMP_", "MKL_", "OPENBLAS_", "GLOO_", "CUPY_",
             "NUMBA_", "PKB_")
 #: What a credential's name looks like: never passed, whatever its prefix (``PKB_SERVE_TOKEN``).
 CREDENTIAL = re.compile(r"TOKEN|SECRET|PASSW|API_?KEY|CREDENTIAL|PRIVATE_?KEY|AUTH", re.IGNORECASE)
 
 
-def allowed(name: str) -> bool:
-    """Whether a process that runs a solution's code may see the variable ``name``."""
+def allowed(name: str, extra=()) -> bool:
+    """Whether a process that runs a solution's code may see the variable ``name``; ``extra``:
+    what its backend asked for besides (names, or prefixes ending in ``*``:
+    ``BackendInfo.environment``)."""
     if CREDENTIAL.search(name):
         return False
-    return name in NAMES or name.startswith(PREFIXES)
+    if name in NAMES or name.startswith(PREFIXES):
+        return True
+    return any(name.startswith(want[:-1]) if want.endswith("*") else name == want for want in extra)
 
 
-def allowed_environment(environ) -> dict:
-    """The part of ``environ`` a candidate's or a builder's process gets."""
-    return {name: value for name, value in environ.items() if allowed(name)}
+def allowed_environment(environ, extra=()) -> dict:
+    """The part of ``environ`` a candidate's or a builder's process gets (``extra``: its backend's
+    own variables, as :func:`allowed` reads them)."""
+    return {name: value for name, value in environ.items() if allowed(name, extra)}

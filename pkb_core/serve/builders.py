@@ -52,10 +52,10 @@ class WarmBuilders:
         self._zygotes: dict = {}
         self._log = None
 
-    def starter(self, backend: str, preload=()):
+    def starter(self, backend: str, preload=(), environment=()):
         """A :attr:`BuildPhase.starter <pkb_core.build.phase.BuildPhase.starter>` for ``backend``."""
         def start(request: bytes, log, reply_fd: int, environment: dict, containment) -> _ForkedBuilder:
-            zygote = self._zygote(backend, tuple(preload))
+            zygote = self._zygote(backend, tuple(preload), tuple(environment))
             child_stdin, stdin = os.pipe()
             log_fd = os.dup(log.fileno())
             try:
@@ -78,15 +78,16 @@ class WarmBuilders:
 
         return start
 
-    def _zygote(self, backend: str, preload: tuple) -> _Zygote:
+    def _zygote(self, backend: str, preload: tuple, environment: tuple = ()) -> _Zygote:
         with self.lock:
-            key = (backend, preload)
+            key = (backend, preload, environment)
             if key not in self._zygotes or self._zygotes[key].proc.poll() is not None:
                 if self._log is None:
                     self.log_path.parent.mkdir(parents=True, exist_ok=True)
                     self._log = open(self.log_path, "ab")
                 # Its children run solution code: only the variables they need (no token, no key).
-                env = dict(allowed_environment(os.environ), PYTHONUNBUFFERED="1", **preload_environment(preload))
+                env = dict(allowed_environment(os.environ, environment), PYTHONUNBUFFERED="1",
+                           **preload_environment(preload))
                 self._zygotes[key] = _Zygote(backend, env, self._log)
             return self._zygotes[key]
 

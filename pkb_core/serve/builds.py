@@ -24,7 +24,8 @@ def build_one(job, settings, warm: WarmBuilders):
     from pkb_core.launch.jobs import compile_phase
 
     try:
-        built, records = compile_phase([job], settings, starter=warm.starter(settings.backend, settings.preload))
+        built, records = compile_phase([job], settings, starter=warm.starter(settings.backend, settings.preload,
+                                                                                settings.environment))
     except Exception as exc:  # noqa: BLE001 - a build the pool could not run is that job's error, not the pool's end
         return None, None, f"the build could not run: {describe(exc)}"
     return (built[0] if built else None), (records[0] if records else None), None
