@@ -180,10 +180,14 @@ class Launch:
         from pkb_core.process.containment import contain
 
         settings = self.settings
-        return contain(run_id, memory_bytes=limits.memory_mib(settings.nproc, settings.memory_mib) << 20,
-                       max_processes=limits.max_processes(settings.max_processes), ranks=settings.nproc,
-                       network=self.remote is None, make=make_store,
-                       log_cap=limits.log_cap_bytes(settings.log_cap_mib))
+        containment, store = contain(run_id, memory_bytes=limits.memory_mib(settings.nproc, settings.memory_mib) << 20,
+                                     max_processes=limits.max_processes(settings.max_processes), ranks=settings.nproc,
+                                     network=self.remote is None, make=make_store,
+                                     log_cap=limits.log_cap_bytes(settings.log_cap_mib))
+        if self.remote is not None:  # its ranks reach their peers over the machine's network
+            containment.gaps += ["a network of its own (a multi-node launch): local services are reachable",
+                                 "cgroups on the other nodes: their ranks are found through /proc"]
+        return containment, store
 
     def _ready(self, group) -> None:
         if not group.ready:
