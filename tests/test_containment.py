@@ -54,13 +54,34 @@ while True:
 """
 
 
+def _hierarchy(version: int):
+    """A cgroup to make test cgroups in: this process's tree (whichever version pkb chose here), or
+    the v2 hierarchy's core (freeze, kill, CPU: no controller needed) where one is writable."""
+    from pkb_core.process.cgroups import Cgroup, own_cgroups
+
+    if version == 0:
+        return _tree()
+    v2 = own_cgroups().get("v2")
+    if os.geteuid() != 0 or not v2 or not os.access(v2, os.W_OK):
+        pytest.skip("no writable cgroup v2 hierarchy here")
+    return Cgroup(2, {"": v2})
+
+
 @ROOT_ONLY
-def test_a_fork_chain_is_frozen_measured_and_ended_as_a_whole():
+@pytest.mark.parametrize("version", [0, 2], ids=["pkb-tree", "v2-core"])
+def test_a_fork_chain_is_frozen_measured_and_ended_as_a_whole(version):
     """Each link of the chain forks and exits at once: it is never where a scan of /proc saw it. Its
     cgroup holds every link: frozen, it uses no CPU; its accounting counts the links that are gone;
     killed, nothing of it is left."""
-    tree = _tree()
-    group, (leaf,), gaps = tree.group("test-chain", memory_bytes=256 << 20, pids=64, leaves=["rank0"])
+    where = _hierarchy(version)
+    if version == 0:
+        group, (leaf,), gaps = where.group("test-chain", memory_bytes=256 << 20, pids=64, leaves=["rank0"])
+    else:
+        group = where.child(f"pkb-test-chain-{os.getpid()}")
+        leaf, gaps = group.child("rank0"), []
+        if not group.has("freeze"):
+            group.remove()
+            pytest.skip("this kernel's cgroup v2 has no cgroup.freeze")
     try:
         if not group.has("freeze") or not group.has("cpu"):
             pytest.skip(f"this machine's cgroups cannot freeze or count: {gaps}")

@@ -400,8 +400,8 @@ def _choose(own: dict) -> tuple[int, dict] | None:
     v1 = {c: own[c] for c in V1_CONTROLLERS if c in own and os.access(own[c], os.W_OK)}
     if v1:
         return 1, v1
-    if v2 and os.access(v2, os.W_OK) and os.path.exists(os.path.join(v2, "cgroup.freeze")):
-        return 2, {"": v2}
+    if v2 and os.access(v2, os.W_OK) and os.path.exists(os.path.join(v2, "cgroup.procs")):
+        return 2, {"": v2}  # its core only: freeze, kill, CPU (the root cgroup has no cgroup.freeze itself)
     return None
 
 
