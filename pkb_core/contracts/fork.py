@@ -41,3 +41,6 @@ class ForkRequest(Contract):
     cgroup: tuple[str, ...] = attrs.field(default=(), converter=tuple)
     #: Bytes of output the child's log takes before the rest is dropped (None: no cap).
     log_cap: int | None = optional()
+    #: The ``cgroup.procs`` files of the cgroup its output pump joins (the group's, beside the
+    #: ranks' leaves: its copying is not the rank's CPU use after an answer); none: the child's.
+    pump_cgroup: tuple[str, ...] = attrs.field(default=(), converter=tuple)

@@ -152,6 +152,9 @@ class Launch:
             try:
                 workers = self.zygotes.fork_workers(worker, log_path=self.job_log(run_id), keeper_fds=store.fds(),
                                                     containment=containment)
+            except BaseException:
+                containment.close()  # no group will: its processes (if any started) end with it
+                raise
             finally:
                 store.handed_over()
         self._groups += 1
@@ -360,6 +363,9 @@ class Launch:
             outcome.reason = f"pkb could not conduct the job: {describe(exc)} (launch log {self.log_path})"
             self._stop(judges, stacks=True)  # its state is unknown: the next job gets a fresh judge
             judges = None
+        except BaseException:  # Ctrl-C, SIGTERM: no record, and its processes end at once, not politely
+            outcome.verdict = Verdict.ERROR
+            raise
         finally:
             self._contained_outcome(candidates, outcome, run_id)
             stopping = time.time()

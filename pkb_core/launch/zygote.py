@@ -147,7 +147,7 @@ def _become(sock, request: ForkRequest, fds, zygote: int) -> None:
         if request.log_cap:
             from pkb_core.process.log_cap import cap_output
 
-            cap_output(request.log_cap)
+            cap_output(request.log_cap, request.pump_cgroup)
         env = dict(request.env)
         if "keeper_listen" in named:  # known only here, once the descriptors arrived: the settings say where
             import attrs

@@ -137,14 +137,15 @@ class Zygotes:
             if rank == 0 and keeper_fds:
                 names += ["keeper_listen", "keeper_report"]
                 fds += list(keeper_fds)
-            cgroup, log_cap = (), None
+            cgroup, log_cap, pump_cgroup = (), None, ()
             if containment is not None:
                 cgroup, log_cap = containment.procs_files(local), containment.log_cap_per_rank
+                pump_cgroup = containment.pump_procs_files()
                 if containment.netns_fd is not None:
                     names.append("netns")
                     fds.append(containment.netns_fd)
             request = ForkRequest(role="candidate", env=settings.for_rank(rank, local).environ(), fds=names,
-                                  cgroup=cgroup, log_cap=log_cap)
+                                  cgroup=cgroup, log_cap=log_cap, pump_cgroup=pump_cgroup)
             try:
                 pid = zygote.fork(request, fds, time.monotonic() + self.startup_s)
             finally:

@@ -51,9 +51,11 @@ class Containment:
     """
 
     def __init__(self, *, cgroup: Cgroup | None = None, leaves=(), netns_fd: int | None = None,
-                 log_cap_per_rank: int | None = None, gaps=()):
+                 log_cap_per_rank: int | None = None, gaps=(), output: Cgroup | None = None):
         self.cgroup = cgroup
         self.leaves = list(leaves)
+        #: The leaf the ranks' output pumps join (their copying is no rank's CPU use after an answer).
+        self.output = output
         self.netns_fd = netns_fd
         self.log_cap_per_rank = log_cap_per_rank
         self.gaps = list(gaps)
@@ -64,6 +66,10 @@ class Containment:
             return ()
         target = self.leaves[local] if local is not None and self.leaves else self.cgroup
         return tuple(target.procs_files())
+
+    def pump_procs_files(self) -> tuple[str, ...]:
+        """The ``cgroup.procs`` files a rank's output pump joins, or none."""
+        return tuple(self.output.procs_files()) if self.output is not None else ()
 
     @property
     def can_freeze(self) -> bool:
@@ -125,8 +131,8 @@ def contain(name: str, *, memory_bytes: int | None, max_processes: int | None, r
         gaps.append(why)
     else:
         try:
-            cgroup, leaves, more = tree.group(name, memory_bytes=memory_bytes, pids=max_processes,
-                                              leaves=[f"rank{local}" for local in range(ranks or 0)])
+            names = ([f"rank{local}" for local in range(ranks)] + ["output"]) if ranks else []
+            cgroup, leaves, more = tree.group(name, memory_bytes=memory_bytes, pids=max_processes, leaves=names)
             gaps += more
         except OSError as exc:
             gaps.append(f"cgroups per job ({exc}): a job's processes are found through /proc")
@@ -141,4 +147,6 @@ def contain(name: str, *, memory_bytes: int | None, max_processes: int | None, r
     if netns_fd is None and make is not None:
         made = make()
     per_rank = max(1, log_cap // (ranks or 1)) if log_cap else None
-    return Containment(cgroup=cgroup, leaves=leaves, netns_fd=netns_fd, log_cap_per_rank=per_rank, gaps=gaps), made
+    output = leaves.pop() if leaves else None
+    return Containment(cgroup=cgroup, leaves=leaves, netns_fd=netns_fd, log_cap_per_rank=per_rank, gaps=gaps,
+                       output=output), made

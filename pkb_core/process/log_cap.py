@@ -63,11 +63,12 @@ def _write_all(fd: int, data: bytes) -> None:
             return  # the log is gone: the rest is dropped as well
 
 
-def cap_output(cap: int) -> int:
+def cap_output(cap: int, cgroup=()) -> int:
     """Send this process's standard output and error through a pump capped at ``cap``
     bytes (the pump writes where they pointed); the pump's pid. Call before running
     anything the cap is for: the pump is forked from this process, so it shares its
-    cgroup and session, and dies with it."""
+    session (and its cgroup, unless it moves to ``cgroup``: the ``cgroup.procs`` files
+    of another of the job's cgroups), and dies with it."""
     log_fd = os.dup(1)
     read_fd, write_fd = os.pipe()
     parent = os.getpid()
@@ -75,6 +76,13 @@ def cap_output(cap: int) -> int:
     if pid == 0:
         try:
             die_with_parent(parent)
+            if cgroup:
+                from pkb_core.process.cgroups import join_cgroup
+
+                try:
+                    join_cgroup(cgroup)
+                except OSError:
+                    pass  # it stays in its rank's cgroup: still the job's
             for fd in map(int, os.listdir("/proc/self/fd")):
                 if fd not in (read_fd, log_fd):
                     try:
