@@ -151,6 +151,10 @@ def _time_mode(run, mode: str, budget_s: float) -> ModeTiming:
     cap = max(1, job.iters)
     calls = batch_calls(cap, run.set_bytes)
     least = min(cap, max(job.min_iters or cap, MIN_ROUNDS * calls))
+    if mode == "latency" and hasattr(run.candidates, "send"):
+        from pkb_core.conduct.window_rounds import time_windows
+
+        return time_windows(run, mode, budget_s, calls, least, cap)
     rule = StoppingRule(min_samples=max(1, least), max_samples=cap)
     per_call = {"reference": [], "candidate": []}  # per round: wall / calls, the independent units
     reported = {"reference": [], "candidate": []}
