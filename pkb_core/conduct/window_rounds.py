@@ -1,4 +1,4 @@
-"""Latency mode: every call timed in its own window of the judge's timekeeper (docs/timing.md).
+"""Window mode: every call timed in its own window of the judge's timekeeper (docs/timing.md).
 
 Per round the launcher has the judge arm ``k + 1`` fresh input sets for each side (into the
 timekeeper's private staging) and runs three batches, each one call a window:
@@ -87,9 +87,7 @@ class Batches:
 
 
 def time_windows(run, mode: str, budget_s: float, calls: int, least: int, cap: int) -> ModeTiming:
-    """Latency mode's rounds (see the module docstring) until the stopping rule says enough."""
-    from pkb_core.conduct.timed_rounds import MIN_ROUNDS
-
+    """Window mode's rounds (see the module docstring) until the stopping rule says enough."""
     job = run.job
     batches = Batches(run, calls)
     warm = min(WARM_BATCHES, max(1, -(-job.warmup // calls))) if job.warmup else 0
@@ -122,5 +120,4 @@ def time_windows(run, mode: str, budget_s: float, calls: int, least: int, cap: i
                       candidate=summarize(per_call["candidate"], per_call["candidate"], calls=total),
                       speedup=speedup(per_call["reference"], per_call["candidate"], pairs), stopped=stopped,
                       batches=round_, alignment=alignment, calls_per_batch=calls,
-                      extra={"windows_us": {side: round(statistics.median(v), 3) for side, v in raw.items()},
-                             "min_rounds": MIN_ROUNDS})
+                      extra={"windows_us": {side: round(statistics.median(v), 3) for side, v in raw.items()}})
