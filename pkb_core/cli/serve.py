@@ -61,6 +61,7 @@ def serve(pm, host, port, data_dir, device, devices, max_queued, max_source_kb, 
     if not _is_local(host) and not token:
         raise click.UsageError(f"--host {host} listens beyond localhost: give --token (or PKB_SERVE_TOKEN)")
     listener = _listen(host, port)
+    click.get_current_context().call_on_close(listener.close)
     device = detect_device(device)
     placement = None
     if ray_address:
@@ -85,7 +86,6 @@ def serve(pm, host, port, data_dir, device, devices, max_queued, max_source_kb, 
         server.run(sockets=[listener])
     finally:
         service.stop()
-        listener.close()
 
 
 def _serve_extra(command: str, *modules: str) -> None:
@@ -104,15 +104,11 @@ def _listen(host: str, port: int):
     import errno
     import socket
 
-    try:
-        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
-                                                             flags=socket.AI_PASSIVE)[0]
-    except socket.gaierror as exc:
-        raise CannotStart(f"--host {host}: {exc.strerror}") from None
-    sock = socket.socket(family, kind, proto)
+    # The family and address as uvicorn would bind them itself (IPv6 for an address with a colon).
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn does: a restart takes a port in TIME_WAIT
     try:
-        sock.bind(address)
+        sock.bind((host, port))
     except OSError as exc:
         sock.close()
         if exc.errno == errno.EADDRINUSE:
@@ -160,6 +156,11 @@ def _is_local(host: str) -> bool:
 
 
 
+#: Refusals that concern one submitted file (an unknown problem, an option the service does not
+#: take): that file is left out and the others go on. Any other refusal (a wrong token) stops.
+FILE_REFUSALS = (404, 413, 422)
+
+
 def _server_options(command):
     """``--server`` and ``--token``, shared by the service's command-line clients."""
     command = click.option("--token", envvar="PKB_SERVE_TOKEN", default=None,
@@ -204,12 +205,11 @@ def submit(ctx, files, url, token, problem, backend, world_size, trials, measure
     typed = ctx.get_parameter_source("backend") == ParameterSource.COMMANDLINE
     items, left_out = [], 0
     for path in files:
-        item = _submission_of(path, problem, backend, typed)
-        if isinstance(item, str):
-            click.echo(f"Error: {path}: {item}", err=True)
+        try:
+            items.append(_submission_of(path, problem, backend, typed))
+        except _LeftOut as why:
+            click.echo(f"Error: {path}: {why}", err=True)
             left_out += 1
-        else:
-            items.append(item)
     unbacked = [path.name for path, _, _, chosen in items if chosen is None]
     if unbacked:
         shown = ", ".join(unbacked[:3]) + (f" and {len(unbacked) - 3} more" if len(unbacked) > 3 else "")
@@ -249,27 +249,29 @@ def submit(ctx, files, url, token, problem, backend, world_size, trials, measure
         raise SystemExit(1)
 
 
-#: Refusals that concern one submitted file (an unknown problem, an option the service does not
-#: take): that file is left out and the others go on. Any other refusal (a wrong token) stops.
-FILE_REFUSALS = (404, 413, 422)
+class _LeftOut(Exception):
+    """A file ``pkb submit`` leaves out; the message says why (one line)."""
 
 
-def _submission_of(path: Path, problem: str | None, backend: str | None, typed: bool):
-    """``(path, problem, text, backend or None)`` of one file, or why it is left out (one line)."""
+def _submission_of(path: Path, problem: str | None, backend: str | None, typed: bool) -> tuple:
+    """``(path, problem, text, backend or None)`` of one file; :class:`_LeftOut` when it cannot be sent.
+
+    :param typed: whether ``backend`` was typed on the command line (then a file declaring another is
+        left out) rather than configured (then the file's declaration wins)."""
     from pkb_core.problem.solution_backend import declared_backend
 
     try:
         text = path.read_bytes().decode("utf-8")
     except OSError as exc:
-        return f"cannot read it ({exc.strerror}); not submitted"
+        raise _LeftOut(f"cannot read it ({exc.strerror}); not submitted") from None
     except UnicodeDecodeError as exc:
-        return f"is not UTF-8 text ({exc.reason} at byte {exc.start}); not submitted"
+        raise _LeftOut(f"is not UTF-8 text ({exc.reason} at byte {exc.start}); not submitted") from None
     named = re.match(r"^(\d+)_", path.name)
     if not problem and not named:
-        return f"cannot tell the problem of {path.name}: name it <id>_<name>.py or pass --problem"
+        raise _LeftOut(f"cannot tell the problem of {path.name}: name it <id>_<name>.py or pass --problem")
     declared = declared_backend(text)
     if declared and typed and backend != declared:
-        return f'it declares BACKEND = "{declared}" but --backend {backend} was given; not submitted'
+        raise _LeftOut(f'it declares BACKEND = "{declared}" but --backend {backend} was given; not submitted')
     return path, problem or named.group(1), text, declared or backend
 
 
