@@ -258,9 +258,10 @@ def test_one_call_cancels_every_unfinished_job_of_a_client(server):
     with Client(server.url) as client:
         bulk = [client.submit(1, HANG + f"# bulk {i}\n", backend="triton", client="bulk") for i in range(4)]
         bystander = client.submit(1, HANG + "# bystander\n", backend="triton", client="bystander")
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 120
         while not any(client.get(v.id).state.value == "running" for v in bulk) and time.monotonic() < deadline:
             time.sleep(0.1)
+        assert any(client.get(v.id).state.value == "running" for v in bulk)  # one runs, the others wait
         assert _pkb("cancel", "--server", server.url).returncode == 4
         assert httpx.post(server.url + "/v1/jobs/cancel", json={}, timeout=30).status_code == 422
         answer = _pkb("cancel", "--server", server.url, "--client", "bulk", "--json")

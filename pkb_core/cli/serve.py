@@ -155,7 +155,6 @@ def _is_local(host: str) -> bool:
         return False
 
 
-
 #: Refusals that concern one submitted file (an unknown problem, an option the service does not
 #: take): that file is left out and the others go on. Any other refusal (a wrong token) stops.
 FILE_REFUSALS = (404, 413, 422)
@@ -180,7 +179,7 @@ def _server_options(command):
 @click.option("--trials", type=click.IntRange(min=1), default=5, show_default=True)
 @click.option("--measure-perf", is_flag=True, help="Time each job against the reference (--wait prints the speedup).")
 @click.option("--timeout", "job_timeout", type=click.FloatRange(min=0, min_open=True), default=None,
-              help="Seconds each job may run (default: the service's --timeout, which also caps it).")
+              help="Seconds each job may run (default: the service's --timeout; at most 3600).")
 @click.option("--priority", type=int, default=0, show_default=True)
 @click.option("--client", default=None, help="Client tag for the fair share (default: $USER).")
 @click.option("--fresh", is_flag=True, help="Run again even when an identical submission has a record.")

@@ -21,8 +21,9 @@ Every refusal is ``{"error": one line}`` with a 4xx status: 400 malformed JSON,
 request body over :data:`MAX_BODY`, 422 a field of the wrong type or out of
 range, 429 a full queue (with ``Retry-After``). A refusal is about the request;
 a source that is empty, not UTF-8 text or over the source limit is not refused:
-its job is answered ``compile-error`` with the reason, and stored like any job. With a token (required when listening beyond
-localhost) every route but health needs ``Authorization: Bearer <token>``.
+its job is answered ``compile-error`` with the reason, and stored like any job.
+With a token (required when listening beyond localhost) every route but health
+needs ``Authorization: Bearer <token>``.
 """
 from __future__ import annotations
 
