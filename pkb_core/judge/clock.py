@@ -78,13 +78,16 @@ class JudgeClock:
         """The gate region of ``side`` with slots of at least these sizes (made anew when
         larger ones are needed), as the side attaches it (:class:`pkb_core.harness.windows.WindowSide`)."""
         have = self.regions.get(side)
-        if have is not None and have["in_bytes"] >= in_bytes and have["out_bytes"] >= out_bytes:
+        folder = folder or self.folder
+        if have is not None and have["in_bytes"] >= in_bytes and have["out_bytes"] >= out_bytes and \
+                have["folder"] == folder:  # a new job's candidate has a folder of its own
             return have
         in_bytes, out_bytes = max(in_bytes, 64), max(out_bytes, 64)
         self.generation += 1
-        path = os.path.join(folder or self.folder, f"pkb-gates-r{self.rank}-{side}-{self.generation}")
+        path = os.path.join(folder, f"pkb-gates-r{self.rank}-{side}-{self.generation}")
         found = self.ask("region", side=side, in_bytes=in_bytes, out_bytes=out_bytes, path=path)
-        self.regions[side] = {**found, "in_bytes": in_bytes, "out_bytes": out_bytes, "generation": self.generation}
+        self.regions[side] = {**found, "in_bytes": in_bytes, "out_bytes": out_bytes, "generation": self.generation,
+                              "folder": folder}
         return self.regions[side]
 
     def memory(self, k: int, set_bytes: int, snap_bytes: int) -> None:
