@@ -48,6 +48,10 @@ class Batches:
         self.calls = calls
         self.epoch = 1
         self.rng = random.Random()
+        #: Per side: each batch's spread of windows (p10, p90 in us) and host time per call (the
+        #: sides' own accounts: diagnostics, used for nothing).
+        self.spread: dict = {}
+        self.host: dict = {}
 
     def _timeout(self) -> float:
         return max(1.0, self.run.deadline - time.monotonic() - 1.0)
@@ -83,7 +87,22 @@ class Batches:
         per_window = [max(t.times_ns[w] for t in times) / 1e3 for w in range(min(len(t.times_ns) for t in times))]
         if len(per_window) < k:
             raise JobEnded(Verdict.ERROR, f"the timekeeper timed {len(per_window)} of the {side}'s {k} calls")
+        ordered = sorted(per_window[1:])
+        self.spread.setdefault(side, []).append((ordered[len(ordered) // 10], ordered[(9 * len(ordered)) // 10]))
+        reported = [a.host_us for a in answers] if answers else [t.host_us for t in times]
+        if all(isinstance(h, (int, float)) and 0 <= h < 1e9 for h in reported):
+            self.host.setdefault(side, []).append(max(reported))
         return per_window
+
+    def diagnostics(self) -> dict:
+        """Per side: the median over batches of the windows' p10 and p90, and of the host time per call (us)."""
+        found = {}
+        for side, spreads in self.spread.items():
+            found[side] = {"window_p10_us": round(statistics.median(p for p, _ in spreads), 3),
+                           "window_p90_us": round(statistics.median(p for _, p in spreads), 3)}
+            if self.host.get(side):
+                found[side]["host_us_per_call"] = round(statistics.median(self.host[side]), 3)
+        return found
 
 
 def time_windows(run, mode: str, budget_s: float, calls: int, least: int, cap: int) -> ModeTiming:
@@ -120,4 +139,5 @@ def time_windows(run, mode: str, budget_s: float, calls: int, least: int, cap: i
                       candidate=summarize(per_call["candidate"], per_call["candidate"], calls=total),
                       speedup=speedup(per_call["reference"], per_call["candidate"], pairs), stopped=stopped,
                       batches=round_, alignment=alignment, calls_per_batch=calls,
-                      extra={"windows_us": {side: round(statistics.median(v), 3) for side, v in raw.items()}})
+                      extra={"windows_us": {side: round(statistics.median(v), 3) for side, v in raw.items()},
+                             "window_diagnostics": batches.diagnostics()})

@@ -9,6 +9,7 @@ import typing
 import attrs
 
 from pkb_core.contracts.job import Job
+from pkb_core.contracts.serial import optional
 from pkb_core.contracts.messages import NOTE_CHARS, Answer, Request, notes, optional_text, text
 
 
@@ -108,6 +109,8 @@ class RunWindows(Request):
 @attrs.frozen(kw_only=True)
 class WindowsRan(Answer):
     """Where each call's outputs and arguments lie in ``out_slot``: the candidate's word,
-    read by the judge under the untrusted limits, never trusted."""
+    read by the judge under the untrusted limits, never trusted. ``host_us``: the process's own
+    account of its host time per call, an untrusted diagnostic used for nothing."""
 
     skeletons: typing.Any = None
+    host_us: typing.Any = optional()

@@ -154,10 +154,12 @@ class OpenWindows(Request):
 
 @attrs.frozen(kw_only=True)
 class WindowTimes(Answer):
-    """The timekeeper's time of each window, in nanoseconds, and ``ok`` or what stopped it."""
+    """The timekeeper's time of each window, in nanoseconds, and ``ok`` or what stopped it;
+    ``host_us``: when the judge's rank was the side, its host time per call (a diagnostic)."""
 
     times_ns: list[int]
     status: str
+    host_us: float | None = optional()
 
 
 @attrs.frozen(kw_only=True)

@@ -44,6 +44,10 @@ class WindowSide:
         self.device = device
         self.region = None
         self.key = None
+        #: The median host time this side spent queueing (GPU) or running (CPU) one call of its
+        #: last batch, in microseconds: a diagnostic (on GPU a side whose host needs longer than
+        #: a window makes the device wait for it inside the window).
+        self.host_us = None
 
     def attach(self, region: dict) -> SideRegion:
         """Map the region the judge described (``handle`` or ``path``, ``in_bytes``, ``out_bytes``,
@@ -69,7 +73,7 @@ class WindowSide:
         """
         region = self.region
         deadline = time.monotonic() + timeout_s
-        written = []
+        written, host = [], []
         was_enabled = gc.isenabled()
         gc.disable()  # no collection of this process lands inside a window
         head = HEAD_START if self.device.type == "cuda" else 0
@@ -80,10 +84,12 @@ class WindowSide:
                 mark = epoch + 1 + w
                 if not region.wait_go(mark, deadline):
                     raise WindowTimeout(f"the gate of call {w} never opened")
+                queued = time.perf_counter()
                 args = unpack_from(skeleton, region.in_slot, limits=TRUSTED, make_group=make_group, copy=False)
                 outputs, after = call(args)
                 written.append(pack_into({"out": outputs, "args": after}, region.out_slot))
                 region.write_done(mark)
+                host.append(time.perf_counter() - queued)
                 if head and w + 1 == min(head, len(skeletons)):
                     region.write_ready(epoch)  # a head start: the host stays ahead of the device
             if self.device.type == "cuda":
@@ -94,6 +100,7 @@ class WindowSide:
         finally:
             if was_enabled:
                 gc.enable()
+        self.host_us = sorted(host)[len(host) // 2] * 1e6 if host else None
         return written
 
     def close(self) -> None:

@@ -404,7 +404,8 @@ class JudgeRank:
         answer = clock.receive()
         if failure is not None:
             raise failure
-        return WindowTimes(times_ns=answer["times_ns"], status=answer["status"])
+        return WindowTimes(times_ns=answer["times_ns"], status=answer["status"],
+                           host_us=self.window_side.host_us if own else None)
 
     def _side_call(self, side: str, armed):
         """This rank as ``side`` (``reference`` or ``null``): its gate region attached, its
