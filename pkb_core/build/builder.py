@@ -41,7 +41,7 @@ def build(request: BuildRequest, announce=lambda message: None) -> BuildAnswer:
     _lock_down(request.run_dir, protected_caches(), request.solution)
     state = BuildContext(device=request.device, options=request.options)
     try:
-        check_source(pm, request.solution)
+        check_source(pm, request.solution, request.device)
         announce(SourceChecked())
         program = pm.hook.pkb_backend_compile(state=state, problem=problem, solution=request.solution)
         if program is None:
