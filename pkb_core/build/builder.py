@@ -51,7 +51,7 @@ def build(request: BuildRequest, announce=lambda message: None) -> BuildAnswer:
     except CompileError as exc:
         return BuildAnswer(ok=False, message=str(exc))
     except Exception as exc:  # noqa: BLE001 - a backend bug is still this solution's verdict
-        return BuildAnswer(ok=False, message=f"compiling raised {describe(exc)}")
+        return BuildAnswer(ok=False, message=f"compiling raised {describe(exc, request.solution)}")
     return BuildAnswer(ok=True)
 
 
