@@ -66,15 +66,6 @@ def install(why: str) -> None:
     _refuse_multimem_ops()
 
 
-def installed() -> bool:
-    return _WHY is not None
-
-
-def denied() -> tuple[str, ...]:
-    """What the solution asked for and was refused so far."""
-    return tuple(_DENIED)
-
-
 def _deny(what: str) -> None:
     if what not in _DENIED:
         _DENIED.append(what)

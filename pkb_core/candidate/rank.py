@@ -193,7 +193,7 @@ class CandidateRank:
                 torch.cuda.synchronize(self.device)
             return out
         except Exception as exc:  # noqa: BLE001 - the solution's failure is its verdict
-            raise _failed(exc, self.job.solution) from None
+            raise _failed(exc, solution=self.job.solution) from None
 
     def on_trial(self, request: Trial) -> Packed:
         args = unpack(request.skeleton, request.path, limits=TRUSTED, device=self.device, make_group=self.make_group)
@@ -237,7 +237,7 @@ class CandidateRank:
         try:
             self.timer.warm_up(self.calls, request.count, self._refresh())
         except Exception as exc:  # noqa: BLE001
-            raise _failed(exc, self.job.solution, " while warming up") from None
+            raise _failed(exc, " while warming up", solution=self.job.solution) from None
         if request.mode == "graph":
             return Warmed(failure=self.timer.capture(self.calls))
         return Warmed()
@@ -254,7 +254,7 @@ class CandidateRank:
         except DeviceBarrierTimeout:
             raise  # the harness's barrier, not the solution, reports it (an error)
         except Exception as exc:  # noqa: BLE001
-            raise _failed(exc, self.job.solution, " while timed") from None
+            raise _failed(exc, " while timed", solution=self.job.solution) from None
         # Everything a call must produce comes back: its outputs and the argument
         # buffers it was handed, as they are now (read back like a trial's).
         after = [slot.rebuild(s) for slot, s in zip(self.pool_slots, self.pristine)]
@@ -310,7 +310,7 @@ def _gate_multicast(device_type: str) -> None:
         multicast_gate.install(why)
 
 
-def _failed(exc: BaseException, solution=None, when: str = "") -> SolutionFailed:
+def _failed(exc: BaseException, when: str = "", *, solution=None) -> SolutionFailed:
     """The verdict line for a solution that raised: its place names the solution's own
     line first (``solution``: its file); a refused collective says so, and so does a
     failure for want of NVLink multicast (:func:`pkb_core.candidate.multicast_gate.refusal`)."""

@@ -212,7 +212,7 @@ def test_a_build_call_the_helper_rejects_names_the_files_own_line(served, torch_
     the message named pkb's ahead.py instead of the file's line."""
     bad = LAZY.replace('extra_cuda_cflags=["-DPKB_LAZY=1"]', 'extra_compile_args=["-O3"]')
     path = _write(tmp_path, "24_load_balancing_loss_fn_cuda.py", bad)
-    line = 1 + bad.splitlines().index('        _ext = build_ext("pkbstyle_lazy_ext", CUDA_SRC, extra_compile_args=["-O3"])')
+    line = 1 + next(i for i, text in enumerate(bad.splitlines()) if "extra_compile_args" in text)
     with pytest.raises(CompileError) as failed:
         plugin.pkb_backend_compile(state=BuildContext(device="cuda"), problem=None, solution=str(path))
     assert str(failed.value) == (f"{path}: building its CUDA extension raised TypeError: compile_cuda_extension() "
