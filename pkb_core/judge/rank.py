@@ -210,7 +210,7 @@ class JudgeRank:
                 continue
             for (path, a), (_, b) in zip(leaves(after, f"argument {i}"), leaves(before, f"argument {i}")):
                 if isinstance(b, torch.Tensor) and not (isinstance(a, torch.Tensor) and identical(a, b)):
-                    return f"the solution modified its input ({path})"
+                    return Difference.input_modified(path)
         return None
 
     def on_save(self, request: Save) -> Done:

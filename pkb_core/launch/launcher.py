@@ -273,6 +273,7 @@ class Launch:
         """One job; returns the judge group to go on with (a new one if it failed)."""
         from pkb_core.conduct.jobrun import JobRun, JudgeFailed, Parcels
         from pkb_core.contracts.outcome import JobEnded, Outcome
+        from pkb_core.plugin.multicast import multicast_claim_believable
         from pkb_core.problem.contract import read_spec
 
         started = time.time()
@@ -286,6 +287,7 @@ class Launch:
                 raise JobEnded(Verdict.ERROR, f"the candidate's processes did not start: {ended.reason} "
                                         f"(its log {self.job_log(run_id)})") from None
             problem = read_spec(job.problem_path).load()
+            candidates.multicast_believed = multicast_claim_believable(job.solution, self.settings.device)
             run = JobRun(job, problem, judges, candidates, parcels=parcels, settings=self.settings,
                          deadline=time.monotonic() + self.settings.job_timeout,
                          before_timing=lambda: self._spare_ready(spare))

@@ -101,6 +101,10 @@ class RankGroup:
         self.ready = False
         #: Why the backend cannot run in this group, as its processes said when ready (None: it can).
         self.unsupported = None
+        #: Whether a rank's word that the solution failed for want of NVLink multicast makes the
+        #: job ``unsupported`` (the launcher's own finding for the group's job:
+        #: :func:`pkb_core.plugin.multicast.multicast_claim_believable`); otherwise it is an ``error``.
+        self.multicast_believed = False
         #: The read end of the store keeper's report pipe (a candidate group's; :mod:`pkb_core.launch.keeper`).
         self.keeper_report = None
         self._refusal = None
@@ -222,6 +226,11 @@ class RankGroup:
     def _error(self, found, hung=False) -> JobEnded:
         rank, answer = found
         text = f"{self.label} {rank}: {answer.error[:REASON_CHARS]}" + (" (its peers did not finish)" if hung else "")
+        if answer.multicast_off and not answer.refused:
+            if self.multicast_believed:
+                return JobEnded(Verdict.UNSUPPORTED, text)
+            text += (" (the rank blamed NVLink multicast being off; not believed: pkb allows multicast here, "
+                     "or the solution's source never names it)")
         return JobEnded(Verdict.FLAGGED if answer.refused else Verdict.ERROR, text)
 
     def store_refusal(self) -> str | None:
