@@ -295,7 +295,7 @@ class CandidateRank:
         except (DeviceBarrierTimeout, WindowTimeout):
             raise  # the harness's, not the solution's (an error)
         except Exception as exc:  # noqa: BLE001
-            raise _failed(exc, " while timed") from None
+            raise _failed(exc, " while timed", solution=self.job.solution) from None
         return WindowsRan(skeletons=written, host_us=self.window_side.host_us)
 
     def on_profile(self, request: ProfileRequest) -> Profiled:
