@@ -6,8 +6,11 @@ timekeeper's private staging) and runs three batches, each one call a window:
 * ``null``: the judge's rank as a side that calls nothing: what a window costs by itself
   (the hand-offs between the timekeeper's context and the side's, the release of the
   inputs, placing them, the device barrier, the export of the arguments, the snapshot);
-* ``reference`` (the judge's rank calling the problem's reference) and ``candidate`` (the
-  solution's processes), in a random order balanced over pairs of rounds.
+* ``reference`` and ``candidate``, in a random order balanced over pairs of rounds: two groups
+  made the same way (forked by zygotes, locked down, set up, frozen between batches, timed
+  through the same code), the reference group calling the problem's reference as its solution
+  (:meth:`pkb_core.launch.launcher.Launch.start_reference_side`), so the two sides of a
+  speedup differ only in the code they call.
 
 A batch's value is the median over its windows of the slowest rank's window (the first
 window is a lead-in: the side's host may still be queueing it; it is checked, not timed).
@@ -61,15 +64,18 @@ class Batches:
         lead-in included, first)."""
         run = self.run
         k = self.calls + 1
-        folder = os.path.dirname(run.parcels.prefix) if side == "candidate" else ""
+        group = {"candidate": run.candidates, "reference": run.reference_group}.get(side)
+        folder = ""
+        if group is not None:  # the group's own shared-memory folder, beside the job's
+            folder = os.path.join(os.path.dirname(os.path.dirname(run.parcels.prefix)), group.shm_name)
         armed = run._judge(judge.ArmWindows(side=side, round=label, k=k, folder=folder))
         epoch, self.epoch = self.epoch, self.epoch + k + 1
         opening = judge.OpenWindows(side=side, epoch=epoch, timeout_s=self._timeout())
-        if side == "candidate":
+        if group is not None:
             slots = slot_sizes([s for a in armed for s in a.skeletons])
             requests = [candidate.RunWindows(epoch=epoch, skeletons=a.skeletons, slots=slots, region=a.region,
                                              timeout_s=self._timeout()) for a in armed]
-            times, answers = run._candidate_windows(requests, opening)
+            times, answers = run._side_windows(group, requests, opening)
         else:
             times, answers = run._judge(opening), None
         stopped = next((t.status for t in times if t.status != "ok"), None)
@@ -108,6 +114,11 @@ class Batches:
 def time_windows(run, mode: str, budget_s: float, calls: int, least: int, cap: int) -> ModeTiming:
     """Window mode's rounds (see the module docstring) until the stopping rule says enough."""
     job = run.job
+    if run.reference_group is None:
+        try:
+            run.reference_group = run.reference_side()
+        except JobEnded as ended:
+            raise JobEnded(Verdict.ERROR, f"window mode's reference group did not start: {ended.reason}") from None
     batches = Batches(run, calls)
     warm = min(WARM_BATCHES, max(1, -(-job.warmup // calls))) if job.warmup else 0
     for i in range(warm):

@@ -144,7 +144,7 @@ class Armed(Answer):
 @attrs.frozen(kw_only=True)
 class OpenWindows(Request):
     """Run the armed sets of ``side`` through the timekeeper's windows (round epoch
-    ``epoch``); for ``reference`` and ``null`` the judge's rank is the side itself."""
+    ``epoch``); for ``null`` the judge's rank is the side itself."""
 
     OP = "open"
     side: str

@@ -386,11 +386,11 @@ class JudgeRank:
 
     def on_open(self, request: OpenWindows) -> WindowTimes:
         """The armed sets of ``request.side`` through the timekeeper's windows. For the
-        ``reference`` and ``null`` sides this rank is the side: it calls the reference (or
-        nothing) in each window, as a candidate's rank calls its solution."""
+        ``null`` side this rank is the side: it places each set and calls nothing, as a
+        group's rank places its set and calls its solution."""
         armed = self.armed[request.side]
         clock = self._clock()
-        own = request.side in ("reference", "null")
+        own = request.side == "null"  # the judge's rank is the null side; both others are groups
         call = self._side_call(request.side, armed) if own else None  # before the timekeeper waits for it
         clock.send("open", side=request.side, epoch=request.epoch, sizes=armed["sizes"],
                    set_stride=armed["set_stride"], snap_stride=armed["snap_stride"], timeout_s=request.timeout_s)
@@ -408,8 +408,8 @@ class JudgeRank:
                            host_us=self.window_side.host_us if own else None)
 
     def _side_call(self, side: str, armed):
-        """This rank as ``side`` (``reference`` or ``null``): its gate region attached, its
-        device barrier made, and the call it makes in each window."""
+        """This rank as the ``null`` side (it calls nothing; what a window costs by itself):
+        its gate region attached, its device barrier made, and its call in each window."""
         from pkb_core.harness.windows import WindowSide
 
         if getattr(self, "window_side", None) is None:
