@@ -296,7 +296,8 @@ class CandidateRank:
             raise  # the harness's, not the solution's (an error)
         except Exception as exc:  # noqa: BLE001
             raise _failed(exc, " while timed", solution=self.job.solution) from None
-        return WindowsRan(skeletons=written, host_us=self.window_side.host_us)
+        return WindowsRan(skeletons=written, host_us=self.window_side.host_us,
+                          collections=self.window_side.collections)
 
     def on_profile(self, request: ProfileRequest) -> Profiled:
         from pkb_core.harness.profiling import profile_calls

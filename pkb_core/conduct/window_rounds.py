@@ -51,10 +51,11 @@ class Batches:
         self.calls = calls
         self.epoch = 1
         self.rng = random.Random()
-        #: Per side: each batch's spread of windows (p10, p90 in us) and host time per call (the
-        #: sides' own accounts: diagnostics, used for nothing).
+        #: Per side: each batch's spread of windows (p10, p90 in us), host time per call and
+        #: garbage collections inside windows (the sides' own accounts: diagnostics, used for nothing).
         self.spread: dict = {}
         self.host: dict = {}
+        self.collections: dict = {}
 
     def _timeout(self) -> float:
         return max(1.0, self.run.deadline - time.monotonic() - 1.0)
@@ -98,6 +99,9 @@ class Batches:
         reported = [a.host_us for a in answers] if answers else [t.host_us for t in times]
         if all(isinstance(h, (int, float)) and 0 <= h < 1e9 for h in reported):
             self.host.setdefault(side, []).append(max(reported))
+        collected = [a.collections for a in answers] if answers else [t.collections for t in times]
+        if all(isinstance(c, int) and 0 <= c < 1e9 for c in collected):
+            self.collections[side] = self.collections.get(side, 0) + sum(collected)
         return per_window
 
     def diagnostics(self) -> dict:
@@ -108,6 +112,8 @@ class Batches:
                            "window_p90_us": round(statistics.median(p for _, p in spreads), 3)}
             if self.host.get(side):
                 found[side]["host_us_per_call"] = round(statistics.median(self.host[side]), 3)
+            if side in self.collections:
+                found[side]["gc_collections_in_windows"] = self.collections[side]
         return found
 
 

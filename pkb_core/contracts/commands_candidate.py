@@ -114,3 +114,5 @@ class WindowsRan(Answer):
 
     skeletons: typing.Any = None
     host_us: typing.Any = optional()
+    #: Its garbage collections during the batch (its own account, as ``host_us``).
+    collections: typing.Any = optional()

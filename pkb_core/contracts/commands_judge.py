@@ -160,6 +160,8 @@ class WindowTimes(Answer):
     times_ns: list[int]
     status: str
     host_us: float | None = optional()
+    #: When the judge's rank was the side: its garbage collections during the batch.
+    collections: int | None = optional()
 
 
 @attrs.frozen(kw_only=True)

@@ -48,6 +48,8 @@ class WindowSide:
         #: last batch, in microseconds: a diagnostic (on GPU a side whose host needs longer than
         #: a window makes the device wait for it inside the window).
         self.host_us = None
+        #: Garbage collections of this process during its last batch (0 unless its calls ask for one).
+        self.collections = 0
 
     def attach(self, region: dict) -> SideRegion:
         """Map the region the judge described (``handle`` or ``path``, ``in_bytes``, ``out_bytes``,
@@ -76,6 +78,7 @@ class WindowSide:
         written, host = [], []
         was_enabled = gc.isenabled()
         gc.disable()  # no collection of this process lands inside a window
+        collected = _collections()
         head = HEAD_START if self.device.type == "cuda" else 0
         try:
             if not head:
@@ -94,6 +97,7 @@ class WindowSide:
                     region.write_ready(epoch)  # a head start: the host stays ahead of the device
             if self.device.type == "cuda":
                 torch.cuda.synchronize(self.device)
+            self.collections = _collections() - collected  # read before the collector is on again
         except BaseException:
             region.abandon(epoch + len(skeletons))
             raise
@@ -107,3 +111,8 @@ class WindowSide:
         if self.region is not None:
             self.region.close()
             self.region = self.key = None
+
+
+def _collections() -> int:
+    """Collections this process's garbage collector has made, all generations."""
+    return sum(generation["collections"] for generation in gc.get_stats())

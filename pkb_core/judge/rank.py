@@ -405,7 +405,8 @@ class JudgeRank:
         if failure is not None:
             raise failure
         return WindowTimes(times_ns=answer["times_ns"], status=answer["status"],
-                           host_us=self.window_side.host_us if own else None)
+                           host_us=self.window_side.host_us if own else None,
+                           collections=self.window_side.collections if own else None)
 
     def _side_call(self, side: str, armed):
         """This rank as the ``null`` side (it calls nothing; what a window costs by itself):

@@ -33,10 +33,12 @@ MIN_ROUNDS = 6
 
 
 def modes_for(device: str) -> tuple:
-    """Every timing mode the device has (graph needs a GPU)."""
+    """Every timing mode the device has (graph needs a GPU; window mode, whose point is the
+    device's own clock, is calibrated on GPUs only: on CPU it times the same host as latency
+    mode, with a reference group of its own started for every job)."""
     from pkb_core.harness.timing import MODES
 
-    return MODES if device == "cuda" else tuple(m for m in MODES if m != "graph")
+    return MODES if device == "cuda" else tuple(m for m in MODES if m not in ("graph", "window"))
 
 
 def measure_noise_floor(device: str, *, problems=NOISE_PROBLEMS, nproc: int | None = None, size: str | None = None,
