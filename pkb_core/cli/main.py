@@ -223,10 +223,10 @@ def build_cli(pm) -> click.Group:
 
         from pkb_core.cache import calibration_dir
         from pkb_core.machine.calibrate import cache_path, calibrate as measure, machine_key, save_calibration
-        from pkb_core.machine.device import detect_device
+        from pkb_core.machine.device import detect_device, require_device
         from pkb_core.launch.noise import describe, measure_noise_floor
 
-        device = detect_device(device)
+        device = require_device(detect_device(device))
         result = measure(device, force=force)
         if noise and (force or not result.noise_floor):
             problems = tuple(p.strip() for p in noise_problems.split(",") if p.strip())

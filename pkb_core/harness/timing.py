@@ -49,8 +49,8 @@ import time
 
 import torch
 
+from pkb_core.contracts.modes import MODES
 
-MODES = ("latency", "back-to-back", "graph")
 #: Cycles of device-side hold before a latency-mode call (about 100 us at
 #: 1.98 GHz): longer than a Python launch, so the work is queued before it starts.
 HOLD_CYCLES = 200_000

@@ -34,7 +34,7 @@ MIN_ROUNDS = 6
 
 def modes_for(device: str) -> tuple:
     """Every timing mode the device has (graph needs a GPU)."""
-    from pkb_core.harness.timing import MODES
+    from pkb_core.contracts.modes import MODES
 
     return MODES if device == "cuda" else tuple(m for m in MODES if m != "graph")
 

@@ -17,6 +17,16 @@ def detect_device(choice: str = "auto") -> str:
     return "cuda" if torch.cuda.is_available() and torch.cuda.device_count() > 0 else "cpu"
 
 
+def require_device(device: str) -> str:
+    """``device``, or a one-line error when it is ``cuda`` and this machine shows no GPU
+    (``--device cuda`` on a CPU machine: torch would fail deep inside, with a traceback)."""
+    if device == "cuda" and device_count(device) == 0:
+        from pkb_core.errors import PkbError
+
+        raise PkbError("--device cuda but no GPU is visible here (leave --device auto for CPU mode)")
+    return device
+
+
 #: What a process that runs solution code gets in CPU mode, unless the caller's environment says
 #: otherwise: one OpenMP thread (the ranks share the cores) and Triton's interpreter.
 CPU_ENVIRONMENT = {"OMP_NUM_THREADS": "1", "TRITON_INTERPRET": "1"}
