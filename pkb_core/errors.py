@@ -1,7 +1,8 @@
 """Exceptions that carry a one-line message for the user.
 
 The CLI turns :class:`PkbError` into ``Error: <message>`` and exit status 1
-(:class:`NothingSelected`: status 5, like pytest's "no tests ran"); anything
+(:class:`NothingSelected`: status 5, like pytest's "no tests ran"; :class:`BadConfiguration`:
+status 4, a usage error); anything
 else keeps its traceback, because it is a bug in pkb or a plugin (exit status 3,
 pytest's internal error). docs/cli.md lists the exit statuses.
 """
@@ -18,6 +19,13 @@ class NothingSelected(PkbError):
     """The options select no job at all (no problem, no solution file): pytest's exit status 5."""
 
     exit_code = 5
+
+
+class BadConfiguration(PkbError):
+    """The configuration file cannot be read (a TOML syntax error): a usage error, pytest's exit status 4,
+    as every value refused before anything ran (docs/cli.md)."""
+
+    exit_code = 4
 
 
 class BackendUnavailable(PkbError):

@@ -277,8 +277,7 @@ def summary_table(records) -> str:
         # No interval, no speedup shown: a bare ratio of a few rounds means nothing.
         times = [r.reference_ms, r.solution_ms, r.speedup if ci else None,
                  f"[{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "", r.difference or ""] if timed else []
-        rows.append([r.problem, r.solution, r.world_size, r.size, r.verdict, *times,
-                     _short(r.reason)])
+        rows.append([r.problem, r.solution, r.world_size, r.size, r.verdict, *times, r.reason])
     headers = ["problem", "solution", "W", "size", "verdict"] + (
         ["ref ms", "sol ms", "speedup", "95% interval", "vs reference"] if timed else [])
     return render_table(headers + ["reason"], rows)
@@ -290,6 +289,3 @@ def _counts(records) -> str:
         counts[r.verdict] = counts.get(r.verdict, 0) + 1
     return ", ".join(f"{n} {v}" for v, n in sorted(counts.items()))
 
-
-def _short(text, limit=100):
-    return text if len(text) <= limit else text[: limit - 3] + "..."
