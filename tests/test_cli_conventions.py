@@ -123,6 +123,19 @@ def test_values_that_make_no_sense_are_refused(pkb_invoke, tmp_path, args, optio
     assert not out.exists()  # refused before anything ran
 
 
+def test_an_error_spanning_lines_is_printed_on_one(pkb_invoke, fake_dist):
+    """A plugin's (or a compiler's) message may hold newlines; the user still gets one `Error:` line."""
+    fake_dist("pkbtest-twolines", {"pkb.backends": {"twolines": "pkbtest_twolines"}}, {"pkbtest_twolines": '''
+from pkb_core.plugin.backend import BackendInfo
+from pkb_core.plugin.hookspecs import hookimpl
+
+@hookimpl
+def pkb_backend_info():
+    return BackendInfo(name="twolines", devices=("cpu",), requirements=lambda device: "needs libfoo\\n  (not found)")
+'''})
+    assert one_error_line(pkb_invoke("run", "--backend", "twolines"), 1) == "Error: needs libfoo (not found)"
+
+
 #: For refusals that only a machine without a GPU gives.
 NO_GPU = pytest.mark.skipif(shutil.which("nvidia-smi") is not None, reason="a GPU may be visible here")
 
@@ -476,6 +489,21 @@ def test_tables_fit_columns(pkb_invoke, monkeypatch):
     for args in (["backends", "--device", "cuda"], ["backends", "--device", "cpu"], ["plugins"]):
         text = pkb_invoke(*args).stdout
         assert max(len(line) for line in text.splitlines()) <= 60, text
+
+
+def test_a_world_size_beyond_the_cores_warns_in_one_line(pkb_invoke, fake_dist, tmp_path):
+    """CPU mode: more ranks than cores still runs (not an error), with one line saying why it will be slow."""
+    install_pack(fake_dist, {"951_even_only_conv.py": EVEN_ONLY})
+    cores = len(os.sched_getaffinity(0))
+    crowded = cores + 1 if cores % 2 == 0 else cores + 2  # odd: the problem refuses it, nothing launches
+    result = pkb_invoke("run", "--problem", "even_only_conv", "--nproc", crowded, "--out", tmp_path / "a")
+    assert result.exit_code == 0, result.output
+    warnings = [line for line in result.stderr.splitlines() if line.startswith("warning:")]
+    assert warnings == [f"warning: world size {crowded} is more than this machine's {cores} CPU core(s): in CPU "
+                        "mode every rank is a process, so they take turns and jobs run slowly (raise --timeout "
+                        "if they time out)"]
+    result = pkb_invoke("run", "--problem", "even_only_conv", "--nproc", 1, "--out", tmp_path / "b")
+    assert result.exit_code == 0 and "warning:" not in result.stderr
 
 
 LONG_REASON = ("needs a world size that is a power of two and at least four, because its butterfly exchange "

@@ -74,10 +74,10 @@ class _Group(click.Group):
             click.echo(f"Error: {self._usage_message(exc)}", err=True)
             code = USAGE_ERROR
         except click.ClickException as exc:
-            click.echo(f"Error: {exc.format_message()}", err=True)
+            click.echo(f"Error: {one_line(exc.format_message())}", err=True)
             code = exc.exit_code
         except PkbError as exc:  # raised while parsing (a callback)
-            click.echo(f"Error: {exc}", err=True)
+            click.echo(f"Error: {one_line(str(exc))}", err=True)
             code = exc.exit_code
         else:
             code = result if isinstance(result, int) else 0
@@ -93,7 +93,13 @@ class _Group(click.Group):
                                   argv=getattr(self, "pkb_argv", ()))
             if origin:
                 exc.param_hint = origin
-        return " ".join(exc.format_message().split())  # one line
+        return one_line(exc.format_message())
+
+
+def one_line(message: str) -> str:
+    """``message`` on one line (docs/cli.md: every error is one ``Error:`` line), whatever
+    the exception's text held: a compiler's or a plugin's message may span several."""
+    return " ".join(message.split())
 
 
 class _Failure(click.ClickException):
@@ -314,7 +320,7 @@ def main(argv=None) -> None:
         pm = get_plugin_manager()
         config = load_config()
     except PkbError as exc:
-        click.echo(f"Error: {exc}", err=True)
+        click.echo(f"Error: {one_line(str(exc))}", err=True)
         sys.exit(exc.exit_code)
     for record in pm.load_errors:
         click.echo(f"warning: plugin {record.key} from {record.distribution} failed to load: {record.error}",

@@ -78,7 +78,7 @@ def run(pm, problems, backend, solution, solutions, nproc, nnodes, node_rank, rd
 
     Exit status (as pytest's): 0 every job passed or is unsupported here, 1 a job
     failed, 2 interrupted, 4 a bad option or configuration value, 5 nothing selected."""
-    from pkb_core.machine.device import detect_device, device_count, require_device
+    from pkb_core.machine.device import crowded_cores_warning, detect_device, device_count, require_device
     from pkb_core.contracts.batch import Nodes
     from pkb_core.launch.plan import (check_solution_paths, device_defaults, launch_settings, make_request,
                                       pair_solutions, plan_jobs, record_refusals, skip_recorded)
@@ -103,9 +103,6 @@ def run(pm, problems, backend, solution, solutions, nproc, nnodes, node_rank, rd
     device = require_device(detect_device(device)) if executor.runs_here else executor.node_device(device)
     info = get_backend_info(pm, backend, device if executor.runs_here else None)
     size, dtype = device_defaults(device, size, dtype)
-    if device == "cpu":
-        click.echo(f"No GPU: CPU mode (gloo, shared-memory heap, Triton interpreter), size {size}."
-                   + (" Times are host timings, not GPU performance." if measure_perf else ""), err=True)
     nproc = nproc or executor.default_nproc() or max(device_count(device), 1)
     if executor.runs_here and device == "cuda" and nproc > device_count(device):
         raise PkbError(f"--nproc {nproc} but only {device_count(device)} GPU(s) here")
@@ -125,6 +122,12 @@ def run(pm, problems, backend, solution, solutions, nproc, nnodes, node_rank, rd
     pairs = pair_solutions(request, registry, info, dropped=dropped)
     writable_paths(run_dir, junitxml)
     jobs, rejected = plan_jobs(request, pairs)
+    if device == "cpu":  # notices once nothing is left to refuse: a refusal stays one line
+        click.echo(f"No GPU: CPU mode (gloo, shared-memory heap, Triton interpreter), size {size}."
+                   + (" Times are host timings, not GPU performance." if measure_perf else ""), err=True)
+        crowded = executor.runs_here and crowded_cores_warning(nproc)
+        if crowded:
+            click.echo(crowded, err=True)
     if dropped and problems:
         click.echo(dropped_notice(dropped, backend, solutions), err=True)
     keys = {job.key for job in jobs} | {job.key for job, _ in rejected}
