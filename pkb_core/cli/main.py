@@ -269,12 +269,15 @@ def build_cli(pm) -> click.Group:
 
 def _noise_table(floor: dict) -> tuple[list, list]:
     """Headers and rows of the noise floor: one row per mode and problem."""
+    from pkb_core.launch.noise import noise_reading
+
     rows = []
     for mode, m in floor["modes"].items():
         for e in m["entries"]:
             interval = "" if e["low"] is None else f"[{e['low']:.3f}, {e['high']:.3f}]"
             rows.append([mode, e["problem"], e["reference_ms"], _pct(e["reference_ci_rel"]), e["copy_ms"],
-                         _pct(e["copy_ci_rel"]), e["ratio"], interval, e["difference"], e["samples"], e["stopped"]])
+                         _pct(e["copy_ci_rel"]), e["ratio"], interval, noise_reading(e["difference"]),
+                         e["samples"], e["stopped"]])
         for x in m["missing"]:
             rows.append([mode, x["problem"], None, "", None, "", None, "", x["why"], None, ""])
     return (["mode", "problem", "ref ms", "±%", "ref again ms", "±%", "ratio", "95% interval", "reading",
