@@ -89,14 +89,14 @@ def _logical_lines(lines: list[str]) -> list[str]:
 
 # -- what is not run here, and why: one table ------------------------------------------------------------
 
-GPU, CLUSTER, MODEL, LONG, SERVICE, YOURS, SYNOPSIS, INSTALL = (
-    "gpu", "cluster", "model server", "long", "service", "the reader's files", "synopsis", "installs")
+GPU, CLUSTER, MODEL, LONG, SERVICE, YOURS, SYNOPSIS, INSTALL, RECORD = (
+    "gpu", "cluster", "model server", "long", "service", "the reader's files", "synopsis", "installs", "record")
 
 #: (page pattern, command pattern, kind, why): the first row whose patterns both match (``re.search``)
 #: a command keeps it from running here. Every row must match some command (a stale row fails).
 NOT_RUN = [
     (r"", r"\[--", SYNOPSIS, "the command's options in brackets, not a command"),
-    (r"^docs/benchmarks/", r"", LONG,
+    (r"^docs/benchmarks/", r"", RECORD,
      "a benchmark's record: the commands as they ran on the machine it names (GPUs, or minutes of CPU)"),
     (r"^README\.md$", r"^\./scripts/install && python3 -m pytest", INSTALL,
      "installs every distribution into this Python, then runs this very suite"),
@@ -224,9 +224,10 @@ def every_command() -> list[Command]:
     return [command for page in PAGES for command in shell_commands(page)]
 
 
-def runnable(page: str) -> list[Command]:
-    long = os.environ.get("PKB_DOCS_LONG") == "1"
-    return [c for c in every_command() if c.page == page and (not not_run(c) or (long and not_run(c)[0] == LONG))]
+def runs_here(command: Command) -> bool:
+    """Not in :data:`NOT_RUN`, or marked ``long`` while ``PKB_DOCS_LONG=1``."""
+    why = not_run(command)
+    return why is None or (why[0] == LONG and os.environ.get("PKB_DOCS_LONG") == "1")
 
 
 def test_every_command_runs_or_is_named_with_why():
@@ -235,11 +236,11 @@ def test_every_command_runs_or_is_named_with_why():
     unused = [row[:2] for row in NOT_RUN
               if not any(re.search(row[0], c.page) and re.search(row[1], c.text) for c in commands)]
     assert not unused, f"rows of NOT_RUN that match no command any more: {unused}"
-    assert any(not not_run(c) for c in commands)
+    assert any(runs_here(c) for c in commands)
 
 
 #: Pages with commands that run here; a command in several pages without a setup runs once.
-RUN_PAGES = sorted({c.page for c in every_command() if not not_run(c)})
+RUN_PAGES = sorted({c.page for c in every_command() if runs_here(c)})
 
 
 @pytest.mark.parametrize("page", RUN_PAGES)
@@ -251,10 +252,11 @@ def test_the_commands_of_a_page_run_as_written(page, tmp_path, ran_already):
     if setup:
         paths = setup(ROOT / page, tmp_path, work)
         env["PYTHONPATH"] = os.pathsep.join([str(p) for p in paths] + [env.get("PYTHONPATH", "")])
-    for command in runnable(page):
-        if not setup and command.text in ran_already:
+    for command in (c for c in shell_commands(ROOT / page) if runs_here(c)):
+        said = re.sub(r"\s+#.*$", "", command.text)  # the same command, whatever its comment says
+        if not setup and said in ran_already:
             continue
-        ran_already.add(command.text)
+        ran_already.add(said)
         result = subprocess.run(["bash", "-c", command.text], cwd=work, env=env, capture_output=True, text=True,
                                 timeout=TIMEOUT)
         assert result.returncode == 0, f"{command}\nexit {result.returncode}\n{result.stdout}\n{result.stderr}"
