@@ -1,8 +1,8 @@
 """Exceptions that carry a one-line message for the user.
 
 The CLI turns :class:`PkbError` into ``Error: <message>`` and exit status 1
-(:class:`NothingSelected`: status 5, like pytest's "no tests ran"; :class:`BadConfiguration`:
-status 4, a usage error); anything
+(:class:`NothingSelected`: status 5, like pytest's "no tests ran";
+:class:`CannotStart`: status 4, a usage error); anything
 else keeps its traceback, because it is a bug in pkb or a plugin (exit status 3,
 pytest's internal error). docs/cli.md lists the exit statuses.
 """
@@ -21,9 +21,11 @@ class NothingSelected(PkbError):
     exit_code = 5
 
 
-class BadConfiguration(PkbError):
-    """The configuration file cannot be read (a TOML syntax error): a usage error, pytest's exit status 4,
-    as every value refused before anything ran (docs/cli.md)."""
+class CannotStart(PkbError):
+    """A command that cannot start as it was given, refused before it did anything: an optional
+    extra that is not installed, a port another process listens on, a data directory another
+    service holds, a pkb.toml that is not valid TOML. The message says what to do; exit status 4
+    (a usage error)."""
 
     exit_code = 4
 

@@ -30,8 +30,8 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from pkb_core.contracts.commands_candidate import (CandidateTimed, End, Setup, SetupDone, TimeCandidate, Trial,
-                                                   WarmCandidate)
+from pkb_core.contracts.commands_candidate import (CandidateTimed, End, RunWindows, Setup, SetupDone, TimeCandidate,
+                                                   Trial, WarmCandidate, WindowsRan)
 from pkb_core.contracts.job import Job
 from pkb_core.contracts.messages import Done, Packed, Profiled, ProfileRequest, Warmed
 from pkb_core.contracts.verdict import Verdict
@@ -262,6 +262,41 @@ class CandidateRank:
         return CandidateTimed(times=times, skeleton=pack({"out": outputs, "args": after}, request.out_path),
                               alignment=self.timer.alignment)
 
+    def on_windows(self, request: RunWindows) -> WindowsRan:
+        """Call the solution once in each of the timekeeper's windows (docs/timing.md): each
+        call's set arrives in the gate region only when its window opens, after the previous
+        call's outputs were taken, and what it leaves in ``out_slot`` is what the judge checks."""
+        from pkb_core.harness.windows import WindowSide, WindowTimeout
+
+        self.align()
+        if getattr(self, "window_side", None) is None:
+            self.window_side, self.window_slots = WindowSide(self.device), _Slots(self)
+        self.window_side.attach(request.region)
+        slots, barrier = self.window_slots, self.timer.device_barrier
+
+        launched = {}
+
+        def call(views):
+            placed = slots.place(views, request.slots)
+            if barrier is not None:
+                barrier()  # every rank's set is in place before any call reads its peers
+            # The same buffers and shapes as an earlier call: its launched callable (the hook
+            # runs once per layout, not in every window: a pluggy call costs the host microseconds).
+            layout = repr([(tuple(t.shape), t.dtype, t.data_ptr()) for t in _tensor_leaves(placed)])
+            if layout not in launched:
+                launched[layout] = self.pm.hook.pkb_backend_launch(state=self.state, program=self.program,
+                                                                   inputs=placed)
+            return launched[layout](), slots.rebuild(views)
+
+        try:
+            written = self.window_side.run(epoch=request.epoch, skeletons=request.skeletons, call=call,
+                                           timeout_s=request.timeout_s, make_group=self.make_group)
+        except (DeviceBarrierTimeout, WindowTimeout):
+            raise  # the harness's, not the solution's (an error)
+        except Exception as exc:  # noqa: BLE001
+            raise _failed(exc, " while timed") from None
+        return WindowsRan(skeletons=written)
+
     def on_profile(self, request: ProfileRequest) -> Profiled:
         from pkb_core.harness.profiling import profile_calls
 
@@ -304,6 +339,17 @@ def _failed(exc: BaseException, when: str = "") -> SolutionFailed:
 
         return SolutionFailed(f"{REFUSAL_REASON}{when}: {describe(exc)}", refused=True)
     return SolutionFailed(f"solution raised {describe(exc)}{when}")
+
+
+def _tensor_leaves(tree):
+    if isinstance(tree, torch.Tensor):
+        yield tree
+    elif isinstance(tree, (list, tuple)) and not isinstance(tree, torch.Size):
+        for item in tree:
+            yield from _tensor_leaves(item)
+    elif isinstance(tree, dict):
+        for item in tree.values():
+            yield from _tensor_leaves(item)
 
 
 class _Slots:

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import click
 
-from pkb_core.errors import BadConfiguration
+from pkb_core.errors import CannotStart
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -71,7 +71,7 @@ def load_config(directory: Path | None = None) -> Config:
             data = tomllib.loads(pyproject.read_text()).get("tool", {}).get("pkb", {})
             return Config(data, _shown(pyproject), "tool.pkb.") if data else Config()
     except tomllib.TOMLDecodeError as exc:
-        raise BadConfiguration(f"cannot read pkb configuration in {directory}: {exc}") from None
+        raise CannotStart(f"cannot read pkb configuration in {directory}: {exc}") from None
     return Config()
 
 

@@ -140,6 +140,30 @@ class JobRun:
         finally:
             self.candidates.freeze()
 
+    def _candidate_windows(self, requests, open_request):
+        """A candidate's window batch: its ranks get ``requests`` (their calls queue behind the
+        gates), then the judge's ranks ``open_request`` (their timekeepers open one window a
+        call); the timekeepers' times and the candidate's answers. The candidate is frozen again
+        after, and watched for work left running as after any timed answer."""
+        started = time.monotonic()
+        self.command = "the solution's `windows`"
+        try:
+            command = self.candidates.send(requests)
+            times = self._judge(open_request)
+            self.command = "the solution's `windows`"
+            answers = self.candidates.gather(command.op, command.answer, deadline=self.deadline)
+            self.answered_at = time.monotonic()
+            self._count("candidate windows", started)
+            busy = self.candidates.busy_after_answer(QUIET_S)
+            if busy:
+                rank, used = busy[0]
+                raise JobEnded(Verdict.FLAGGED, f"rank {rank}: its processes used {used:.0f} ms of CPU in the 20 ms "
+                                                "after its windows answer: the solution left work running on the host "
+                                                "(a thread or a child process), outside what is checked and timed")
+            return times, answers
+        finally:
+            self.candidates.freeze()
+
     def run(self) -> Outcome:
         try:
             self.stage = "setup (importing and compiling the solution)"

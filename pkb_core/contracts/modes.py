@@ -7,5 +7,7 @@ command line refuses an unknown mode before anything heavy is imported.
 """
 from __future__ import annotations
 
-#: Every timing mode, the headline's default first.
-MODES = ("latency", "back-to-back", "graph")
+#: Every timing mode, the headline's default first. ``window``: every call in its own window of the
+#: judge's timekeeper (pkb_core.conduct.window_rounds); the others are batches timed by the launcher's
+#: clock around them (pkb_core.harness.timing).
+MODES = ("latency", "back-to-back", "graph", "window")

@@ -146,7 +146,7 @@ def make_job(request: RunRequest, spec, solution, label, params=None) -> Job:
     ``size`` then names the override, e.g. ``"sweep:4194304"``.
     """
     params = dict(spec.params(request.size) if params is None else params)
-    digest = hashlib.sha1(Path(solution).read_bytes()).hexdigest()[:10] if solution else "ref"
+    digest = _content_digest(Path(solution).read_bytes()) if solution else "ref"
     key = "|".join([spec.key, request.backend, label, digest, f"W{request.nproc}", request.size,
                     request.dtype, request.mode, ("perf:" + "+".join(request.timing_modes)) if request.measure_perf else "check"])
     return Job(
@@ -159,6 +159,21 @@ def make_job(request: RunRequest, spec, solution, label, params=None) -> Job:
         save_outputs=request.save_outputs, timing_modes=tuple(request.timing_modes),
         profile=request.profile, params=params,
     )
+
+
+def keyed_by_content(job: Job, content: bytes) -> Job:
+    """``job``, planned without a solution file, keyed as the job of a file holding ``content``:
+    for a submitted source that is no solution file (empty, not UTF-8 text), answered
+    ``compile-error`` without ever being written (:mod:`pkb_core.build.source_defects`)."""
+    import attrs
+
+    parts = job.key.split("|")
+    parts[-6] = _content_digest(content)  # the key's digest: five fixed parts follow it (see make_job)
+    return attrs.evolve(job, key="|".join(parts))
+
+
+def _content_digest(content: bytes) -> str:
+    return hashlib.sha1(content).hexdigest()[:10]
 
 
 def device_defaults(device: str, size: str = "auto", dtype: str = "auto") -> tuple[str, str]:

@@ -140,6 +140,13 @@ class RankGroup:
         :raises JobEnded: timeout, error or crash, as the module docstring says; an answer
             that does not fit its class is the rank's error.
         """
+        command = self.send(request)
+        return self.gather(command.op, command.answer, deadline=deadline, grace=grace)
+
+    def send(self, request):
+        """Send ``request`` (as :meth:`command` does) without waiting: the command, whose
+        answers :meth:`gather` reads (a window batch: the candidate's calls run while the
+        judge's timekeeper opens their windows)."""
         self.thaw()
         requests = request if isinstance(request, list) else [request] * len(self.workers)
         found = {command_of(self.role, r) for r in requests}
@@ -154,7 +161,7 @@ class RankGroup:
             worker.reader.discard()
             worker.nonce = secrets.token_hex(8)
             worker.send(encode(one, worker.nonce))
-        return self.gather(command.op, command.answer, deadline=deadline, grace=grace)
+        return command
 
     def gather(self, op: str, answer: type, *, deadline: float, grace: float = ERROR_GRACE_S) -> list:
         """Every rank's answer to ``op``, read once with the ``answer`` class (events on the way
