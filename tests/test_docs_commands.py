@@ -129,6 +129,8 @@ NOT_RUN = [
      "the reader's solutions and earlier run directories (tests/test_compare.py, tests/test_inspect.py)"),
     (r"^docs/serve\.md$", r"^pkb serve( |$)", SERVICE, "serves until stopped (tests/test_serve.py starts one)"),
     (r"^docs/serve\.md$", r"^PKB_SERVE_TOKEN=\.\.\.", SERVICE, "serves until stopped, on every interface"),
+    (r"^docs/serve\.md$", r"^pkb (submit|cancel)\b", SERVICE,
+     "talks to a running `pkb serve` about the reader's files (tests/test_serve.py does, to one it starts)"),
     (r"^docs/serve\.md$", r"^ray start", CLUSTER, "a Ray cluster"),
     (r"^docs/timing\.md$", r"^for i in 1 2 3", GPU, "issue 22's targets: problems 1-8, every mode, on 2xH200"),
     (r"^docs/timing\.md$", r"^pkb calibrate --force", LONG, "the noise floor: minutes of timed jobs on CPU"),
