@@ -42,8 +42,8 @@ from pkb_core.cli.prompt import prompt_options, prompt_request
 @click.option("--max-wall-time", type=click.FloatRange(min=0), default=None,
               help="With --rounds: start no round after this many seconds.")
 @click.pass_obj
-def generate(pm, problems, backend, device, precision, hardware, size, nproc, template, model, provider, samples, out,
-             temperature, max_tokens, force, rounds, server, server_token, measure_perf, trials, timeout,
+def generate(pm, problems, backend, device, precision, hardware, size, nproc, template, model, provider, samples,
+             out, temperature, max_tokens, force, rounds, server, server_token, measure_perf, trials, timeout,
              stop_when_no_improvement, max_tokens_total, max_wall_time):
     """Ask a model for solution files and write them (with the prompt, the raw reply
     and a JSON record) where `pkb run --solutions DIR` evaluates them; with --rounds,
@@ -51,8 +51,8 @@ def generate(pm, problems, backend, device, precision, hardware, size, nproc, te
     if rounds is not None:
         if samples != 1:
             raise click.UsageError("--rounds refines one file per problem: leave --samples at 1")
-        return _refine(pm, problems, backend, device, precision, hardware, size, nproc, template, model, provider, out,
-                       temperature, max_tokens, rounds, server, server_token, measure_perf, trials, timeout,
+        return _refine(pm, problems, backend, device, precision, hardware, size, nproc, template, model, provider,
+                       out, temperature, max_tokens, rounds, server, server_token, measure_perf, trials, timeout,
                        stop_when_no_improvement, max_tokens_total, max_wall_time)
     loop_only = {"--server": server, "--measure-perf": measure_perf, "--stop-when-no-improvement":
                  stop_when_no_improvement, "--max-tokens-total": max_tokens_total, "--max-wall-time": max_wall_time}
@@ -67,7 +67,8 @@ def generate(pm, problems, backend, device, precision, hardware, size, nproc, te
 
     registry = build_registry(pm)
     specs = registry.select(problems)
-    builder = PromptBuilder(pm, registry, prompt_request(backend, device, precision, hardware, size, nproc, template))
+    builder = PromptBuilder(pm, registry,
+                            prompt_request(backend, device, precision, hardware, size, nproc, template))
     warn_crowded(builder.judging)
     client = make_provider(pm, provider, getattr(pm, "pkb_config", {}))
     settings = ModelSettings(model=model, temperature=temperature, max_tokens=max_tokens)
@@ -121,8 +122,8 @@ def _refine(pm, problems, backend, device, precision, hardware, size, nproc, tem
     echo = lambda line: click.echo(line, err=True)  # noqa: E731 - progress goes to stderr
     result = refine(problems, backend=backend, model=model, rounds=rounds, out=out, provider=provider,
                     server=server, token=server_token, device=device, nproc=nproc, precision=precision,
-                    hardware=hardware, size=size, template=template, trials=trials, measure_perf=measure_perf, timeout=timeout,
-                    temperature=temperature, max_tokens=max_tokens, max_tokens_total=max_tokens_total,
+                    hardware=hardware, size=size, template=template, trials=trials, measure_perf=measure_perf,
+                    timeout=timeout, temperature=temperature, max_tokens=max_tokens, max_tokens_total=max_tokens_total,
                     max_wall_s=max_wall_time, stop_when_no_improvement=stop_when_no_improvement, pm=pm, echo=echo)
     out_dir = result.problems[0].folder.parent if result.problems else Path(out or ".")
     for loop in result.problems:

@@ -39,7 +39,7 @@ class Judging:
         """What the prompt says about it (the template's ``${judging}``)."""
         from pkb_core.contracts.dtypes import TORCH_NAMES
 
-        how = (f"{self.world_size} ranks, size `{self.size}`, working dtype {TORCH_NAMES[self.precision]}")
+        how = f"{self.world_size} ranks, size `{self.size}`, working dtype {TORCH_NAMES[self.precision]}"
         if self.device == "cuda":
             return f"pkb will judge this file on GPUs: {how}, one rank per GPU."
         return (f"pkb will judge this file in its CPU mode, on a machine without a GPU: {how}, each rank a "

@@ -63,7 +63,8 @@ class PromptBuilder:
 
     def __init__(self, pm, registry, request: PromptRequest):
         if request.precision not in ("auto", *PRECISIONS):
-            raise PkbError(f"unknown precision {request.precision!r} (choose one of: auto, {', '.join(PRECISIONS)})")
+            raise PkbError(f"unknown precision {request.precision!r} "
+                           f"(choose one of: auto, {', '.join(PRECISIONS)})")
         self.registry = registry
         self.request = request
         self.info = get_backend_info(pm, request.backend)

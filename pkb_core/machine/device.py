@@ -69,4 +69,4 @@ def crowded_cores_warning(ranks: int) -> str | None:
     if ranks <= cores:
         return None
     return (f"warning: world size {ranks} is more than this machine's {cores} CPU core(s): in CPU mode every "
-            f"rank is a process, so they take turns and jobs run slowly (raise --timeout if they time out)")
+            "rank is a process, so they take turns and jobs run slowly (raise --timeout if they time out)")
