@@ -24,7 +24,8 @@ class NothingSelected(PkbError):
 class CannotStart(PkbError):
     """A command that cannot start as it was given, refused before it did anything: an optional
     extra that is not installed, a port another process listens on, a data directory another
-    service holds. The message says what to do; exit status 4 (a usage error)."""
+    service holds, a pkb.toml that is not valid TOML. The message says what to do; exit status 4
+    (a usage error)."""
 
     exit_code = 4
 

@@ -49,10 +49,8 @@ import time
 
 import torch
 
+from pkb_core.contracts.modes import MODES
 
-#: ``window``: every call in its own window of the judge's timekeeper (pkb_core.conduct.window_rounds);
-#: the others are batches timed by the launcher's clock around them (this module).
-MODES = ("latency", "back-to-back", "graph", "window")
 #: Cycles of device-side hold before a latency-mode call (about 100 us at
 #: 1.98 GHz): longer than a Python launch, so the work is queued before it starts.
 HOLD_CYCLES = 200_000

@@ -153,7 +153,7 @@ class Intake:
         return submission.backend, world_size, float(timeout)
 
     def _check(self, submission: Submission) -> None:
-        from pkb_core.harness.timing import MODES
+        from pkb_core.contracts.modes import MODES
 
         for name, (low, high) in LIMITS.items():
             value = getattr(submission, name)
