@@ -128,3 +128,5 @@ def test_window_mode_judges_honest_and_hostile_solutions(pkb_invoke, tmp_path):
     assert all(d["gc_collections_in_windows"] == 0 for d in window["window_diagnostics"].values())
     wrong = records["1_allreduce_wrong_when_timed.py"]
     assert wrong["verdict"] == "fail" and "timed call" in wrong["reason"], wrong
+    gates = records["1_allreduce_opens_its_own_gates.py"]
+    assert gates["verdict"] == "fail" and "timed call" in gates["reason"], gates
