@@ -1,7 +1,8 @@
 """Exceptions that carry a one-line message for the user.
 
 The CLI turns :class:`PkbError` into ``Error: <message>`` and exit status 1
-(:class:`NothingSelected`: status 5, like pytest's "no tests ran"); anything
+(:class:`NothingSelected`: status 5, like pytest's "no tests ran";
+:class:`CannotStart`: status 4, a usage error); anything
 else keeps its traceback, because it is a bug in pkb or a plugin (exit status 3,
 pytest's internal error). docs/cli.md lists the exit statuses.
 """
@@ -18,6 +19,15 @@ class NothingSelected(PkbError):
     """The options select no job at all (no problem, no solution file): pytest's exit status 5."""
 
     exit_code = 5
+
+
+class CannotStart(PkbError):
+    """A command that cannot start as it was given, refused before it did anything: an optional
+    extra that is not installed, a port another process listens on, a data directory another
+    service holds, a pkb.toml that is not valid TOML. The message says what to do; exit status 4
+    (a usage error)."""
+
+    exit_code = 4
 
 
 class BackendUnavailable(PkbError):
@@ -38,24 +48,73 @@ class SolutionFailed(Exception):
     """A candidate's solution raised; the message is the verdict's one line.
 
     ``refused`` tells that it raised because the sealed process group refused
-    a collective (:mod:`pkb_core.candidate.sealed`)."""
+    a collective (:mod:`pkb_core.candidate.sealed`); ``multicast_off`` that it
+    failed for want of NVLink multicast, off on this machine
+    (:mod:`pkb_core.candidate.multicast_gate`: the launcher decides whether to
+    believe it)."""
 
-    def __init__(self, description: str, refused: bool = False):
+    def __init__(self, description: str, refused: bool = False, multicast_off: bool = False):
         super().__init__(description)
         self.refused = refused
+        self.multicast_off = multicast_off
+
+
+class MulticastUnavailable(RuntimeError):
+    """An entry point that creates or uses NVLink multicast was called where
+    multicast is off (:mod:`pkb_core.candidate.multicast_gate`). A
+    ``RuntimeError``, as torch's own refusal is, so a solution's ``except``
+    around its multicast path still takes its fallback; one that escapes the
+    solution's call makes the job ``unsupported``."""
 
 
 class PluginError(PkbError):
     """A plugin misbehaved (two backends, a firstresult hook returned None, ...)."""
 
 
-def describe(exc: BaseException) -> str:
-    """``Type: first line of the message (file:line)`` of the innermost frame, one line."""
+def describe(exc: BaseException, solution=None) -> str:
+    """``Type: first line of the message (file:line)``, one line.
+
+    The place is the innermost frame of the traceback, or, given the path of the
+    solution file whose code was running (``solution``), the innermost frame in
+    that file first and the innermost one after it: ``(1_allreduce.py:12; raised
+    in ahead.py:125)``. An error of the solution's own call then names the
+    solution's line, not the line of pkb's or a library's code it reached."""
+    text = str(exc).strip()
+    message = text.splitlines()[0] if text else ""
+    return f"{type(exc).__name__}: {message}{where(exc, solution)}"
+
+
+def where(exc: BaseException, solution=None, inner: bool = True) -> str:
+    """The place part of :func:`describe`: `` (file:line)``, `` (sol.py:12; raised
+    in helper.py:40)``, or empty when the exception has no traceback.
+    ``inner=False`` leaves out where it was raised when the solution's line is
+    known (pkb's own refusal, whose place is no news)."""
     import traceback
     from pathlib import Path
 
     frames = traceback.extract_tb(exc.__traceback__)
-    where = f" ({Path(frames[-1].filename).name}:{frames[-1].lineno})" if frames else ""
-    text = str(exc).strip()
-    message = text.splitlines()[0] if text else ""
-    return f"{type(exc).__name__}: {message}{where}"
+    if not frames:
+        return ""
+    innermost = frames[-1]
+    own = None
+    if solution is not None:
+        target = str(Path(solution).resolve())
+        own = next((f for f in reversed(frames) if _same_file(f.filename, target)), None)
+    if own is None or own is innermost:
+        return f" ({Path(innermost.filename).name}:{innermost.lineno})"
+    if not inner:
+        return f" ({Path(own.filename).name}:{own.lineno})"
+    return f" ({Path(own.filename).name}:{own.lineno}; raised in {Path(innermost.filename).name}:{innermost.lineno})"
+
+
+def _same_file(filename: str, target: str) -> bool:
+    """Whether a frame's ``filename`` is the file ``target`` (resolved): pkb compiles a
+    solution under its resolved path (:func:`pkb_core.problem.contract._import_file`)."""
+    from pathlib import Path
+
+    if filename == target:
+        return True
+    try:
+        return str(Path(filename).resolve()) == target
+    except (OSError, ValueError):
+        return False

@@ -22,9 +22,9 @@ from pkb_core.generate.loop import Budget, LoopResult
 
 
 def refine(problems: str, *, backend: str, model: str, rounds: int = 3, out=None, provider: str = "openai",
-           server: str | None = None, token: str | None = None, nproc: int | None = None,
-           precision: str = "bf16", hardware: str = "auto", size: str = "default", template: str | None = None,
-           trials: int = 5, eval_size: str = "auto", measure_perf: bool = False, timeout: float | None = None,
+           server: str | None = None, token: str | None = None, device: str = "auto", nproc: int | None = None,
+           precision: str = "auto", hardware: str = "auto", size: str = "auto", template: str | None = None,
+           trials: int = 5, measure_perf: bool = False, timeout: float | None = None,
            temperature: float | None = None, max_tokens: int | None = None, max_tokens_total: int | None = None,
            max_wall_s: float | None = None, stop_when_no_improvement: bool = False, pm=None,
            echo: Callable[[str], None] = lambda line: None) -> LoopResult:
@@ -32,8 +32,9 @@ def refine(problems: str, *, backend: str, model: str, rounds: int = 3, out=None
 
     :param problems: what ``pkb run --problem`` takes (ids, names, categories, ranges, ``all``).
     :param server: the reward service's URL; None: one launch per round on this node.
-    :param size: the size the prompt describes; ``eval_size`` the size the files are checked at
-        (``auto``: the device's default, ``tiny`` on CPU).
+    :param device, nproc, precision, size: the settings the files are judged under, which the prompts
+        state (``auto``: as ``pkb run`` would on this node, or on the service's devices with ``server``;
+        :mod:`pkb_core.generate.judging`).
     :param out: the loop's directory (default ``generated/<backend>/<model>-loop``).
     """
     from pkb_core.cli.config import load_config
@@ -43,6 +44,7 @@ def refine(problems: str, *, backend: str, model: str, rounds: int = 3, out=None
     from pkb_core.generate.prompt_builder import PromptBuilder, PromptRequest
     from pkb_core.generate.provider_registry import make_provider
     from pkb_core.generate.providers import ModelSettings
+    from pkb_core.machine.device import crowded_cores_warning
     from pkb_core.plugin.manager import get_plugin_manager
     from pkb_core.problem.registry import build_registry
 
@@ -50,14 +52,24 @@ def refine(problems: str, *, backend: str, model: str, rounds: int = 3, out=None
         pm = get_plugin_manager()
         pm.pkb_config = load_config(None)
     registry = build_registry(pm)
-    builder = PromptBuilder(pm, registry, PromptRequest(backend=backend, precision=precision, hardware=hardware,
-                                                        size=size, nproc=nproc, template=template))
+    gpus = None
+    if server and device == "auto":  # judged where the service runs, not here
+        device, gpus = service_devices(server, token)
+    builder = PromptBuilder(pm, registry, PromptRequest(backend=backend, device=device, precision=precision,
+                                                        hardware=hardware, size=size, nproc=nproc,
+                                                        template=template, gpus=gpus))
+    judging = builder.judging
+    crowded = not server and judging.device == "cpu" and crowded_cores_warning(judging.world_size)
+    if crowded:
+        echo(crowded)
     prompts = build_prompts(builder, registry.select(problems), echo)
     out = Path(out) if out is not None else default_out_dir(backend, model).with_name(
         default_out_dir(backend, model).name + "-loop")
-    options = EvalOptions(backend=backend, world_size=builder.world_size, trials=trials, size=eval_size,
-                          measure_perf=measure_perf, timeout=timeout)
-    evaluator = ServiceEvaluator(server, options, token=token) if server else LocalEvaluator(pm, options, out / "runs")
+    # The settings the prompts stated, resolved once: never "auto" again at the other end.
+    options = EvalOptions(backend=backend, world_size=judging.world_size, trials=trials, size=judging.size,
+                          dtype=judging.precision, measure_perf=measure_perf, timeout=timeout)
+    evaluator = (ServiceEvaluator(server, options, token=token) if server
+                 else LocalEvaluator(pm, options, out / "runs", device=judging.device))
     budget = Budget(rounds=rounds, max_tokens_total=max_tokens_total, max_wall_s=max_wall_s,
                     stop_when_no_improvement=stop_when_no_improvement)
     refiner = Refiner(make_provider(pm, provider, getattr(pm, "pkb_config", {})), provider, builder.template,
@@ -67,3 +79,18 @@ def refine(problems: str, *, backend: str, model: str, rounds: int = 3, out=None
         return refiner.run(prompts)
     finally:
         evaluator.close()
+
+
+def service_devices(url: str, token: str | None) -> tuple[str, int]:
+    """``(device, devices)`` of the reward service at ``url`` (its health): where its files are judged."""
+    import httpx
+
+    from pkb_core.client.http import Client, ServiceError
+    from pkb_core.errors import PkbError
+
+    with Client(url, token=token, timeout=30.0) as client:
+        try:
+            health = client.health()
+        except (ServiceError, httpx.HTTPError) as exc:
+            raise PkbError(f"cannot ask the reward service at {url} where it judges: {exc}") from None
+    return health["device"], int(health["devices"])

@@ -65,3 +65,26 @@ def test_problem_tolerance_overrides_default():
     ref = torch.ones(10)
     assert compare(ref * 1.01, ref) is not None
     assert compare(ref * 1.01, ref, {"rtol": 0.02}) is None
+
+
+def test_a_list_of_ints_is_the_same_answer_as_a_1d_integer_tensor():
+    """Problem 26's splits: List[int] in PKB's first commit, int64 tensors since (issue 43)."""
+    ref = (torch.tensor([3, 5]), torch.tensor([4, 4]), torch.zeros(2, 4))
+    assert compare(([3, 5], (4, 4), torch.zeros(2, 4)), ref) is None
+    assert "out[0]: 1 of 2 elements differ at (1,) (got 6, expected 5); exact comparison" in \
+        compare(([3, 6], [4, 4], torch.zeros(2, 4)), ref)
+    assert "out[0]: shape (3,), expected (2,)" in compare(([3, 5, 0], [4, 4], torch.zeros(2, 4)), ref)
+    # only ints, only where the reference has a 1-D integer tensor
+    assert "output structure" in compare([3.0, 5.0], torch.tensor([3, 5]))
+    assert "output structure" in compare([[3, 5]], torch.tensor([[3, 5]]))
+
+
+def test_a_rule_pkbs_harness_did_not_apply_is_named_only_when_it_is_the_only_one_broken():
+    note = "(PKB's harness did not check this; the reference's semantics require it)"
+    right = torch.randn(8)
+    assert compare(right.double(), right) == f"out: dtype float64, expected float32 {note}"
+    assert compare(right.double() + 1, right) == "out: dtype float64, expected float32"  # the values are wrong too
+    assert compare(torch.tensor([1.0, 2.0]), torch.tensor([1, 2])).endswith(note)
+    assert compare(torch.tensor([1.5, 2.0]), torch.tensor([1, 2])) == "out: dtype float32, expected int64"
+    assert compare((right,), right).endswith(f"differs from the reference's tensor {note}")
+    assert not compare((right + 1,), right).endswith(note)

@@ -118,5 +118,6 @@ def test_malformed_config_is_one_line(tmp_path, monkeypatch):
     (tmp_path / "pkb.toml").write_text("[run\n")
     result = subprocess.run([sys.executable, "-m", "pkb_core", "problems"], cwd=tmp_path, capture_output=True,
                             text=True)
-    assert result.returncode == 1
+    assert result.returncode == 4  # a usage error, as every value refused before anything ran (docs/cli.md)
     assert result.stderr.strip().startswith("Error: cannot read pkb configuration")
+    assert len(result.stderr.strip().splitlines()) == 1

@@ -123,6 +123,23 @@ def test_values_that_make_no_sense_are_refused(pkb_invoke, tmp_path, args, optio
     assert not out.exists()  # refused before anything ran
 
 
+def test_an_error_spanning_lines_is_printed_on_one(pkb_invoke, fake_dist):
+    """A plugin's (or a compiler's) message may hold newlines; the user still gets one `Error:` line."""
+    fake_dist("pkbtest-twolines", {"pkb.backends": {"twolines": "pkbtest_twolines"}}, {"pkbtest_twolines": '''
+from pkb_core.plugin.backend import BackendInfo
+from pkb_core.plugin.hookspecs import hookimpl
+
+@hookimpl
+def pkb_backend_info():
+    return BackendInfo(name="twolines", devices=("cpu",), requirements=lambda device: "needs libfoo\\n  (not found)")
+'''})
+    assert one_error_line(pkb_invoke("run", "--backend", "twolines"), 1) == "Error: needs libfoo (not found)"
+
+
+#: For refusals that only a machine without a GPU gives.
+NO_GPU = pytest.mark.skipif(shutil.which("nvidia-smi") is not None, reason="a GPU may be visible here")
+
+
 @pytest.mark.parametrize("args, code, message", [
     (["run", "--timing-mode", "latency,fast"], 4, "Error: Invalid value for '--timing-mode': unknown timing mode 'fast'"),
     (["run", "--nnodes", "2", "--node-rank", "2", "--rdzv-endpoint", "h:1"], 4, "Error: --node-rank 2 needs --nnodes > 2"),
@@ -130,6 +147,11 @@ def test_values_that_make_no_sense_are_refused(pkb_invoke, tmp_path, args, optio
     (["run", "--problem", "3", "--junitxml", "FILE/junit.xml"], 1, "Error: cannot create the --junitxml folder"),
     (["run", "--solution", "DIR"], 1, "Error: solution file"),
     (["inspect", "DIR/nope", "--problem", "1"], 1, "Error: run directory"),
+    # Typed values are the command line's, not the configuration's (there is none here).
+    (["report", "FILE"], 4, "Error: Invalid value for 'RUN_DIR': Directory"),
+    (["build", "x.py"], 4, "Error: Missing option '--backend'."),
+    *[pytest.param(args, 1, "Error: --device cuda but no GPU is visible here", marks=NO_GPU)
+      for args in (["calibrate", "--device", "cuda", "--no-noise"], ["run", "--device", "cuda"])],
 ])
 def test_more_bad_input_is_one_line(pkb_invoke, tmp_path, args, code, message):
     (tmp_path / "file").write_text("")
@@ -467,6 +489,42 @@ def test_tables_fit_columns(pkb_invoke, monkeypatch):
     for args in (["backends", "--device", "cuda"], ["backends", "--device", "cpu"], ["plugins"]):
         text = pkb_invoke(*args).stdout
         assert max(len(line) for line in text.splitlines()) <= 60, text
+
+
+def test_a_world_size_beyond_the_cores_warns_in_one_line(pkb_invoke, fake_dist, tmp_path):
+    """CPU mode: more ranks than cores still runs (not an error), with one line saying why it will be slow."""
+    install_pack(fake_dist, {"951_even_only_conv.py": EVEN_ONLY})
+    cores = len(os.sched_getaffinity(0))
+    crowded = cores + 1 if cores % 2 == 0 else cores + 2  # odd: the problem refuses it, nothing launches
+    result = pkb_invoke("run", "--problem", "even_only_conv", "--nproc", crowded, "--out", tmp_path / "a")
+    assert result.exit_code == 0, result.output
+    warnings = [line for line in result.stderr.splitlines() if line.startswith("warning:")]
+    assert warnings == [f"warning: world size {crowded} is more than this machine's {cores} CPU core(s): in CPU "
+                        "mode every rank is a process, so they take turns and jobs run slowly (raise --timeout "
+                        "if they time out)"]
+    result = pkb_invoke("run", "--problem", "even_only_conv", "--nproc", 1, "--out", tmp_path / "b")
+    assert result.exit_code == 0 and "warning:" not in result.stderr
+
+
+LONG_REASON = ("needs a world size that is a power of two and at least four, because its butterfly exchange "
+               "pairs rank r with rank r xor 2^k at every step k; three ranks leave one of them without a partner")
+
+
+def test_reasons_are_whole_in_a_pipe_and_wrapped_to_columns(pkb_invoke, fake_dist, tmp_path, monkeypatch):
+    """docs/cli.md: output to a pipe is never cut unless $COLUMNS is set; then long cells wrap, whole."""
+    install_pack(fake_dist, {"951_even_only_conv.py": EVEN_ONLY.replace('"needs an even world size"',
+                                                                         repr(LONG_REASON))})
+    run = pkb_invoke("run", "--problem", "even_only_conv", "--nproc", "3", "--out", tmp_path)
+    report = pkb_invoke("report", tmp_path)
+    for result in (run, report):
+        assert result.exit_code == 0, result.output
+        assert f"world size 3: {LONG_REASON}" in result.stdout
+    monkeypatch.setenv("COLUMNS", "80")
+    for args in (["run", "--problem", "even_only_conv", "--nproc", "3", "--out", tmp_path], ["report", tmp_path]):
+        text = pkb_invoke(*args).stdout
+        table = next(block for block in text.split("\n\n") if "world size 3:" in block)  # not the notes
+        assert max(len(line) for line in table.splitlines()) <= 80, text
+        assert "".join(LONG_REASON.split()) in "".join(text.split()), text  # wrapped, every word kept
 
 
 def test_render_table_wraps_text_and_keeps_numbers():

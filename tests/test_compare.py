@@ -71,3 +71,55 @@ def test_fail_on_parsing(pkb_invoke, runs):
             parse_fail_on(bad)
     result = pkb_invoke("compare", *runs, "--fail-on", "mean:5%")
     assert result.exit_code == 1 and result.output.strip().splitlines()[-1].startswith("Error: --fail-on metric")
+
+
+@pytest.fixture
+def cpu_twice(fixtures):
+    """The same code run twice in CPU mode (real records: tests/fixtures/runs/make_runs.py)."""
+    return fixtures / "runs" / "cpu_twice_a", fixtures / "runs" / "cpu_twice_b"
+
+
+def test_the_same_code_run_twice_on_cpu_is_no_regression(pkb_invoke, cpu_twice):
+    """Host timings of one code moved by 18-132 % between two runs: no measurable difference, exit 0,
+    and the output says they are host timings."""
+    result = pkb_invoke("compare", *cpu_twice, "--fail-on", "median:5%")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.strip().splitlines()[-1] == "ok: no regression exceeds median:5%"
+    assert ("A and B: host timings (CPU mode, clock: host): they time gloo and Triton's interpreter on this host, "
+            "not GPU kernels; a change says nothing about a GPU") in result.stdout
+    data = json.loads(pkb_invoke("compare", *cpu_twice, "--fail-on", "median:5%", "--json").stdout)
+    assert data["host_timings"] == ["A", "B"] and data["failing"] == 0
+    rows = {r["solution"]: r for r in data["rows"]}
+    assert {r["status"] for r in rows.values()} == {"unchanged"}
+    assert all(r["change"] > 0.05 and r["why"].startswith("no measurable difference") for r in rows.values())
+    # The medians' intervals overlap (inside the noise) ...
+    assert "the medians' 95 % intervals overlap" in rows["7_reducescatter.py"]["why"]
+    # ... or they do not, but the reference slowed as much: the paired speedups' intervals overlap.
+    assert "the reference moved with it" in rows["1_allreduce.py"]["why"]
+    assert rows["1_allreduce.py"]["median_ci_a"][1] < rows["1_allreduce.py"]["median_ci_b"][0]
+
+
+def test_a_measurable_slowdown_of_host_timings_still_fails(pkb_invoke, cpu_twice, tmp_path):
+    """Run A's records with the solution ten times slower, its speedup a tenth: a regression. (Host timings
+    resolve only large changes: these speedups' intervals span up to 5x, and a change counts only once
+    the speedups' intervals part too.)"""
+    slower = tmp_path / "slower"
+    slower.mkdir()
+    lines = []
+    for line in (cpu_twice[0] / "records.jsonl").read_text().splitlines():
+        r = json.loads(line)
+        r["solution_ms"] *= 10
+        r["solution_ci_ms"] = [10 * v for v in r["solution_ci_ms"]]
+        r["speedup"] /= 10
+        r["speedup_ci"] = [v / 10 for v in r["speedup_ci"]]
+        side = r["stats"]["modes"]["latency"]["candidate"]
+        for name in ("min", "p10", "median", "p90", "max", "mean", "ci_low", "ci_high"):
+            side[name] *= 10
+        lines.append(json.dumps(r))
+    (slower / "records.jsonl").write_text("\n".join(lines) + "\n")
+    result = pkb_invoke("compare", cpu_twice[0], slower, "--fail-on", "median:5%", "--json")
+    assert result.exit_code == 1
+    data = json.loads(result.stdout)
+    assert data["failing"] == 3 and {r["status"] for r in data["rows"]} == {"regressed"}
+    assert all(r["why"] == "slower by 900.0%: the medians' 95 % intervals do not overlap, nor do the speedups'"
+               for r in data["rows"])

@@ -178,7 +178,8 @@ def test_a_worker_builds_the_request_calls_its_handler_and_sends_the_typed_answe
     sent = {m["nonce"]: m for m in channel.sent}
     assert sent["a"] == {"op": "end", "nonce": "a"}
     assert "no command 'inputs' for the candidate" in sent["b"]["error"]
-    assert sent["c"] == {"op": "trial", "nonce": "c", "error": "called a collective", "refused": True}
+    assert sent["c"] == {"op": "trial", "nonce": "c", "error": "called a collective", "refused": True,
+                         "multicast_off": False}
     assert "unknown field 'extra'" in sent["d"]["error"]
     assert "on_setup answered dict, not SetupDone" in sent["e"]["error"]
     assert sent["f"] == {"op": "exit", "nonce": "f"} and "never" not in sent

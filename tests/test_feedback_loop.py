@@ -124,6 +124,7 @@ def test_three_rounds_compile_error_then_wrong_then_correct_with_resume(pkb_invo
     assert "1_allreduce: 3 round(s), stopped: passed in round 3 (untimed)" in result.output
     verdicts = [json.loads((folder / f"r{k}.record.json").read_text())["verdict"] for k in (1, 2, 3)]
     assert verdicts == ["compile-error", "fail", "pass"]
+    assert judged_as_prompted(folder / "r3.json", json.loads((folder / "r3.record.json").read_text()))
     assert (out / "1_allreduce.py").read_text() == CORRECT  # the best file, where pkb run --solutions finds it
     loop = json.loads((out / "loop.json").read_text())
     assert loop["problems"]["1_allreduce"]["best_round"] == 3 and loop["tokens"] == 360
@@ -191,9 +192,18 @@ def test_the_loop_through_the_reward_service(pkb_invoke, model_env, tmp_path):
     finally:
         service.stop()
     assert model.failures == [] and len(model.requests) == 3
-    verdicts = [json.loads((out / "1_allreduce" / f"r{k}.record.json").read_text())["verdict"] for k in (1, 2, 3)]
-    assert verdicts == ["compile-error", "fail", "pass"]
+    records = [json.loads((out / "1_allreduce" / f"r{k}.record.json").read_text()) for k in (1, 2, 3)]
+    assert [r["verdict"] for r in records] == ["compile-error", "fail", "pass"]
+    assert judged_as_prompted(out / "1_allreduce" / "r3.json", records[-1])  # the service's device: CPU mode
     assert not (out / "runs").exists()  # nothing launched on this side
+
+
+def judged_as_prompted(generation_record, record) -> bool:
+    """The prompt's settings (a round's generation record) are those the file was checked at."""
+    said = json.loads(generation_record.read_text())["prompt_settings"]
+    assert (said["world_size"], said["size"], said["precision"], said["device"]) == \
+        (record["world_size"], record["size"], record["dtype"], record["machine"]["device"])
+    return True
 
 
 def _record(**fields):

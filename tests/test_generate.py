@@ -86,7 +86,10 @@ def test_generate_writes_samples_records_and_sends_the_prompt(pkb_invoke, server
     result = pkb_invoke("generate", "--problem", "1", *PROMPT_ARGS, "--model", "test-model", "--samples", "2",
                         "--temperature", "0.5", "--max-tokens", "4000", "--out", out)
     assert result.exit_code == 0, result.output
-    assert f"2 solution file(s) in {out}" in result.stdout
+    # The files are to be judged as the prompt said (CPU mode here), with options that fit this machine.
+    assert result.stdout.strip().endswith(f"2 solution file(s) in {out}; evaluate them as the prompts said with: "
+                                          f"pkb run --backend reference --solutions {out} --nproc 2 --size tiny "
+                                          "--dtype fp32")
     assert len(server.requests) == 2
     request = server.requests[0]
     assert request["path"] == "/v1/chat/completions"
@@ -95,7 +98,9 @@ def test_generate_writes_samples_records_and_sends_the_prompt(pkb_invoke, server
     assert (body["model"], body["temperature"], body["max_tokens"]) == ("test-model", 0.5, 4000)
     assert [m["role"] for m in body["messages"]] == ["system", "user"]
     user = body["messages"][1]["content"]
-    assert "problem 1_allreduce" in user and "- `tensor`: tensor (8, 16) bfloat16" in user
+    assert "problem 1_allreduce" in user and "- `tensor`: tensor (8, 16) float32" in user
+    assert ("pkb will judge this file in its CPU mode, on a machine without a GPU: 2 ranks, size `tiny`, "
+            "working dtype float32") in user
     for k in (0, 1):
         stem = out / f"1_allreduce_{k}"
         assert (out / f"1_allreduce_{k}.py").read_text() == SOLUTION  # the last python block

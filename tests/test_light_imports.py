@@ -1,4 +1,5 @@
 """The CLI module, the hookspecs, problem packs and the service's client must not import torch."""
+import os
 import subprocess
 import sys
 
@@ -34,3 +35,26 @@ def test_the_service_without_ray_never_imports_ray(tmp_path):
             "assert type(service.scheduler.placement).__name__ == 'LocalDevices'\n"
             "assert 'ray' not in sys.modules, 'ray was imported'")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.parametrize("args, status, line", [
+    (["--timing-mode", "foo"], 4,
+     "Error: Invalid value for '--timing-mode': unknown timing mode 'foo' (choose from latency, back-to-back, graph, window)"),
+    (["--solution", "missing.py"], 1, "Error: solution file missing.py does not exist"),
+    (["--solutions", "missing"], 1, "Error: solutions directory missing does not exist"),
+    (["--backend", "nosuch"], 1, "Error: unknown backend 'nosuch'"),
+])
+def test_run_refuses_bad_options_before_importing_torch(tmp_path, args, status, line):
+    """A typo is refused at once (torch alone costs seconds to import, 10 s and more on a busy machine):
+    `pkb run` checks what it can without torch first. `-X importtime` lists every module the command
+    imported; PKB_DEVICE is unset so that choosing the device would have to import torch."""
+    env = {name: value for name, value in os.environ.items() if name != "PKB_DEVICE"}
+    result = subprocess.run([sys.executable, "-X", "importtime", "-m", "pkb_core", "run", *args],
+                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    said = [text for text in result.stderr.splitlines() if not text.startswith("import time:")]
+    imported = {text.rsplit("|", 1)[1].strip() for text in result.stderr.splitlines()
+                if text.startswith("import time:")}
+    assert result.returncode == status, result.stderr
+    assert len(said) == 1 and said[0].startswith(line), said
+    assert "pkb_core.cli.main" in imported  # the listing works
+    assert "torch" not in imported

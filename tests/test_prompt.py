@@ -64,22 +64,22 @@ def test_example_for_the_problem_asked_is_replaced_by_another(pkb_invoke):
     text = _prompt(pkb_invoke, "--problem", "1", "--backend", "triton", "--size", "tiny", "--hardware", "h200_2")
     assert "Worked example: problem 2_allgather" in text
     assert "_allreduce[(grid,)]" not in text  # the problem-1 sample's kernel launch is not given away
-    assert "2 x NVIDIA H200" in text and "world size 2 and working dtype bfloat16" in text
+    assert "2 x NVIDIA H200" in text and "world size 2 and working dtype float32" in text  # CPU mode's dtype
 
 
 def test_json_has_system_and_user_messages_and_settings(pkb_invoke):
     out = json.loads(_prompt(pkb_invoke, "--problem", "allreduce", "--backend", "reference", "--size", "tiny",
                              "--hardware", "h200_2", "--json"))
     assert [m["role"] for m in out["messages"]] == ["system", "user"]
-    assert out["settings"] == {"problem": "1_allreduce", "backend": "reference", "precision": "bf16",
-                               "size": "tiny", "world_size": 2, "hardware": "h200_2", "template": "default",
-                               "inputs_built": True}
+    assert out["settings"] == {"problem": "1_allreduce", "backend": "reference", "precision": "fp32",
+                               "size": "tiny", "world_size": 2, "device": "cpu", "hardware": "h200_2",
+                               "template": "default", "inputs_built": True}
 
 
 def test_auto_hardware_without_gpu_says_it_assumed_a_preset(pkb_invoke):
     text = _prompt(pkb_invoke, "--problem", "1", "--backend", "reference", "--size", "tiny")
     assert "no GPU on the machine that wrote this prompt: preset h100_8 assumed" in text
-    assert "world size 8" in text
+    assert "world size 2" in text  # judged here, in CPU mode: pkb run's 2 ranks, not the preset's 8
 
 
 def test_shapes_that_vary_by_rank_and_groups_are_described():
@@ -128,12 +128,12 @@ def test_template_override_from_a_file_and_from_pkb_toml(pkb_invoke, tmp_path, m
     mine.write_text("system = ''\nuser = 'Solve ${problem_key} on ${world_size} ranks: ${inputs}'\n")
     args = ["--problem", "1", "--backend", "triton", "--size", "tiny", "--hardware", "h200_2"]
     assert _prompt(pkb_invoke, *args, "--template", mine).strip() == \
-        "Solve 1_allreduce on 2 ranks: - `tensor`: tensor (8, 16) bfloat16"
+        "Solve 1_allreduce on 2 ranks: - `tensor`: tensor (8, 16) float32"
     monkeypatch.chdir(tmp_path)
     (tmp_path / "pkb.toml").write_text('[prompt]\ntemplate = "mine.toml"\n')
     out = json.loads(_prompt(pkb_invoke, *args, "--json"))
     assert out["messages"] == [{"role": "user", "content": "Solve 1_allreduce on 2 ranks: - `tensor`: "
-                                                            "tensor (8, 16) bfloat16"}]
+                                                            "tensor (8, 16) float32"}]
     assert out["settings"]["template"] == "mine.toml"
 
 
@@ -189,7 +189,8 @@ class _ThirdPartyWithPrompt:
 
 def test_third_party_backend_gets_a_prompt_without_the_hook(pkb_invoke):
     pm = get_plugin_manager(extra_plugins=[_ThirdPartyBackend()])
-    text = _prompt(pkb_invoke, "--problem", "2", "--backend", "thirdparty", "--hardware", "h200_2", pm=pm)
+    text = _prompt(pkb_invoke, "--problem", "2", "--backend", "thirdparty", "--hardware", "h200_2",
+                   "--device", "cuda", pm=pm)  # a GPU-only backend: judged on GPUs, at their defaults
     assert "Kernels in ThirdPartyLang" in text
     assert "contributes no further instructions" in text
     assert "- `tensor`: tensor (1024, 1024) bfloat16" in text and "no NCCL, no gloo" in text
@@ -211,6 +212,7 @@ def test_backend_prompt_supplies_instructions_and_examples(pkb_invoke):
 def test_problem_specific_rules_name_mutated_arguments_and_tolerance(pkb_invoke):
     clip = _prompt(pkb_invoke, "--problem", "21", "--backend", "reference", "--size", "tiny", "--hardware", "h200_2")
     assert "Never write into an input, except `grad_tensors`, which the reference updates in place" in clip
-    quantized = _prompt(pkb_invoke, "--problem", "44", "--backend", "triton", "--size", "tiny", "--hardware", "h200_2")
+    quantized = _prompt(pkb_invoke, "--problem", "44", "--backend", "triton", "--size", "tiny", "--hardware", "h200_2",
+                        "--precision", "bf16")
     assert "This problem sets TOLERANCE = {'rtol': 0.01, 'atol': 0.0001}, which replaces the defaults." in quantized
     assert "bfloat16 (the working dtype): rtol=0.01, atol=0.0001" in quantized

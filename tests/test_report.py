@@ -145,6 +145,53 @@ def test_plots_are_written(pkb_invoke, fixtures, tmp_path):
     assert "NCCL (eager)" in svg and "NCCL (graph)" in svg and "symm_mem_one_shot (graph)" in svg
 
 
+def _edited_run(source, folder, edit):
+    """A copy of the run directory ``source`` with ``edit(record dict)`` applied to every record."""
+    folder.mkdir()
+    lines = [json.loads(line) for line in (source / "records.jsonl").read_text().splitlines()]
+    for record in lines:
+        edit(record)
+    (folder / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    return folder
+
+
+def test_speedup_plot_of_host_timings_shows_intervals_and_no_measurable_difference(pkb_invoke, fixtures,
+                                                                                    tmp_path):
+    """Each bar carries its 95 % interval; a bar whose interval holds 1.0 is drawn apart (grey, hatched)
+    and named in the legend, so it never reads as a win; CPU-mode figures say they are host timings."""
+    pytest.importorskip("matplotlib")
+    cpu = fixtures / "runs" / "cpu_twice_a"  # three measurably slower solutions (real CPU-mode records)
+
+    def same(record):  # 1_allreduce's speedup as a CPU run often reads it: 1.17x, not measurable
+        if record["problem"] == "1_allreduce":
+            record.update(speedup=1.17, speedup_ci=[0.81, 1.62], difference="no measurable difference")
+
+    edited = _edited_run(cpu, tmp_path / "run", same)
+    assert pkb_invoke("plot", edited, "--out", tmp_path / "plots").exit_code == 0
+    svg = (tmp_path / "plots" / "speedup.svg").read_text()
+    assert "host timing (CPU mode): not GPU kernel times" in svg
+    assert svg.count('id="speedup-bar"') == 2 and svg.count('id="speedup-bar-no-measurable-difference"') == 1
+    assert "no measurable difference (95 % interval holds 1.0)" in svg  # the legend says what grey means
+    assert svg.count('<g id="speedup-interval"') >= 3  # an error bar per bar
+    assert "host timing (CPU mode)" in (tmp_path / "plots" / "sol.svg").read_text()
+    gpu = (fixtures / "runs" / "samples")  # GPU records from before intervals: no label, no grey bar
+    assert pkb_invoke("plot", gpu, "--out", tmp_path / "gpu").exit_code == 0
+    svg = (tmp_path / "gpu" / "speedup.svg").read_text()
+    assert "host timing" not in svg and "no-measurable-difference" not in svg
+
+
+def test_sweep_plot_names_gloo_in_cpu_mode(pkb_invoke, fixtures, tmp_path):
+    pytest.importorskip("matplotlib")
+
+    def on_the_host(record):
+        record.update(clock="host", machine={"device": "cpu"})
+
+    cpu = _edited_run(fixtures / "runs" / "sweep", tmp_path / "run", on_the_host)
+    assert pkb_invoke("plot", cpu, "--out", tmp_path / "plots").exit_code == 0
+    svg = (tmp_path / "plots" / "sweep-1_allreduce.svg").read_text()
+    assert "gloo (eager)" in svg and "NCCL" not in svg and "host timing (CPU mode)" in svg
+
+
 def test_report_plots_flag_writes_into_the_run_dir(pkb_invoke, fixtures, tmp_path):
     pytest.importorskip("matplotlib")
     run = tmp_path / "run"

@@ -7,7 +7,9 @@ VERDICTS_OF_BAD_SOLUTIONS = {
     "1_allreduce_wrong.py": ("fail", "elements differ"),
     "1_allreduce_fakes_with_local_math.py": ("fail", "elements differ"),
     "1_allreduce_shape.py": ("fail", "shape (2, 16), expected (8, 16)"),
-    "1_allreduce_mutates_input.py": ("fail", "modified its input"),
+    # right sums, made in the input's buffer: a rule PKB's harness did not apply, and the record says so
+    "1_allreduce_mutates_input.py": ("fail", "modified its input (argument 0) (PKB's harness did not check this; "
+                                             "the reference's semantics require it)"),
     "1_allreduce_returns_input.py": ("fail", "modified its input"),
     "1_allreduce_hang.py": ("timeout", "no result after"),
     "1_allreduce_crash.py": ("crash", "SIGABRT"),

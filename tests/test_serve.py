@@ -5,6 +5,7 @@ One server serves most tests (its lanes stay warm between them, as in use); the
 overload, token and restart tests start their own.
 """
 import asyncio
+import json
 import os
 import signal
 import socket
@@ -121,9 +122,60 @@ def test_the_clients_evaluate_wrong_and_correct_solutions(server):
         assert record.verdict.value == "fail" and "differ" in record.reason
     records = asyncio.run(_evaluate_many(server.url, [(2, ALLGATHER + "\n# async 1\n", {"backend": "triton"}),
                                                       (1, "def solution(x:\n", {"backend": "triton"}),
+                                                      (1, "", {"backend": "triton"}),
                                                       (1, wrong, {"backend": "triton", "world_size": 3})]))
-    assert [r.verdict.value for r in records] == ["pass", "compile-error", "fail"]
-    assert records[2].world_size == 3
+    assert [r.verdict.value for r in records] == ["pass", "compile-error", "compile-error", "fail"]
+    assert "empty" in records[2].reason and records[3].world_size == 3
+
+
+def test_a_source_that_is_no_solution_file_is_its_jobs_compile_error_not_a_refusal(server):
+    """A reward API answers every submission with a record: an empty, undecodable or oversized
+    source is a compile-error record with the reason, stored like any job."""
+    cases = [("   \n", "the source is empty"), ("def solution(x):\n    return x  # \udcff\n", "not UTF-8 text"),
+             ("#" * (600 << 10), "614400 bytes; this service takes at most 524288")]
+    with Client(server.url) as client:
+        for source, words in cases:
+            view = client.submit(1, source, backend="triton", client="defects")
+            assert view.state.value == "done" and view.record.verdict.value == "compile-error", view
+            assert words in view.record.reason and view.record.feedback.summary == view.record.reason
+            stored = httpx.get(f"{server.url}/v1/jobs/{view.id}", timeout=30).json()
+            assert stored["state"] == "done" and stored["record"]["verdict"] == "compile-error"
+        # What a client that decoded bytes with surrogateescape sends: a lone surrogate, escaped in JSON.
+        raw = httpx.post(server.url + "/v1/jobs", timeout=30,
+                         content=b'{"problem": "2", "source": "x = 1  # \\udcff", "backend": "triton"}')
+        assert raw.status_code == 200 and raw.json()["record"]["verdict"] == "compile-error", raw.text
+        # A batch gets one record per item, in order, whatever one of them holds.
+        records = client.evaluate_many([(1, ALLREDUCE, {"backend": "triton"}), (2, "", {"backend": "triton"}),
+                                        (1, "\udcff", {"backend": "triton"})], concurrency=3)
+    assert [(r.problem, r.verdict.value) for r in records] == \
+        [("1_allreduce", "pass"), ("2_allgather", "compile-error"), ("1_allreduce", "compile-error")]
+
+
+def test_the_grpo_reward_function_of_the_docs_runs_as_written(server, monkeypatch):
+    """docs/serve.md's GRPO sketch, run as written against a local service: a group of completions,
+    one of them without code, gets one reward each, in order."""
+    doc = (ROOT / "docs" / "serve.md").read_text()
+    code = doc.split("### A reward function for a GRPO-style trainer", 1)[1].split("```python\n", 1)[1]
+    code = code.split("\n```\n", 1)[0]
+    monkeypatch.setenv("PKB_SERVER", server.url)
+    namespace = {}
+    exec(compile(code, "docs/serve.md (GRPO sketch)", "exec"), namespace)
+    completions = ["I cannot write this kernel.",
+                   f"Here is a one-shot all-reduce:\n```python\n{ALLREDUCE}# grpo\n```\nDone.",
+                   "Sorry, no code this time."]
+
+    async def score():
+        try:
+            return await namespace["rewards"](1, completions)
+        finally:
+            await namespace["PKB"].aclose()
+
+    rewards = asyncio.run(score())
+    assert len(rewards) == 3 and rewards[0] == rewards[2] == 0.0 and rewards[1] >= 1.0, rewards
+    with Client(server.url) as client:
+        records = [view.record for view in client.jobs(client="grpo")]
+    assert sorted(r.verdict.value for r in records) == ["compile-error", "compile-error", "pass"]
+    assert all("the source is empty" in r.reason for r in records if r.verdict.value == "compile-error")
 
 
 async def _evaluate_many(url, items):
@@ -144,9 +196,99 @@ def test_pkb_submit_waits_and_exits_like_pkb_run(server, tmp_path):
     unnamed.write_text(ALLREDUCE)
     refused = subprocess.run([*command, str(unnamed)], capture_output=True, text=True, timeout=60)
     assert refused.returncode == 1 and "cannot tell the problem of mine.py" in refused.stderr
-    nobody = subprocess.run([*command[:4], "--server", "http://127.0.0.1:9", str(good)], capture_output=True,
-                            text=True, timeout=60)
+    nobody = subprocess.run([*command[:4], "--server", "http://127.0.0.1:9", "--backend", "triton", str(good)],
+                            capture_output=True, text=True, timeout=60)
     assert nobody.returncode == 1 and "cannot reach the service" in nobody.stderr
+
+
+def _pkb(*args, env=None, timeout=180) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pkb_core", *args], capture_output=True, text=True, timeout=timeout,
+                          env=env)
+
+
+def _errors(stderr: str) -> list[str]:
+    assert "Traceback" not in stderr, stderr
+    return [line for line in stderr.splitlines() if line.startswith("Error:")]
+
+
+def test_pkb_submit_takes_each_files_declared_backend_and_leaves_out_only_the_bad_files(server, tmp_path):
+    declared = tmp_path / "1_declared.py"
+    declared.write_text('BACKEND = "triton"\n' + ALLREDUCE + "\n# declared\n")
+    plain = tmp_path / "2_plain.py"
+    plain.write_text(ALLGATHER + "\n# plain\n")
+    latin = tmp_path / "1_latin.py"
+    latin.write_bytes(b'x = "\xff"\n')
+    command = ["submit", "--server", server.url, "--client", "cli-real"]
+    # A file that declares no backend, and no --backend: nothing is sent.
+    unbacked = _pkb(*command, str(declared), str(plain))
+    assert unbacked.returncode == 4 and _errors(unbacked.stderr) == [
+        'Error: no backend for 2_plain.py: pass --backend NAME, declare BACKEND = "NAME" in the file, '
+        "or set backend in [submit] of pkb.toml"]
+    with Client(server.url) as client:
+        assert client.jobs(client="cli-real") == []
+    # The file's declaration wins over a configured default; an undecodable file is one line and the
+    # other is still queued, its id printed as it is queued; --wait prints the speedup of a timed job.
+    env = dict(os.environ, PKB_SUBMIT_BACKEND="reference")
+    sent = _pkb(*command, "--measure-perf", "--wait", str(latin), str(declared), env=env)
+    assert sent.returncode == 1, sent.stderr
+    assert _errors(sent.stderr) == [f"Error: {latin}: is not UTF-8 text (invalid start byte at byte 5); not submitted"]
+    queued = [line.split()[0] for line in sent.stderr.splitlines() if line.endswith(str(declared))]
+    with Client(server.url) as client:
+        [job] = client.jobs(client="cli-real")
+    assert job.backend == "triton" and job.record.solution == f"1_declared-{job.id}.py"
+    [final] = sent.stdout.splitlines()
+    assert queued == [job.id] and final.startswith(f"{job.id}  done       1_allreduce  {declared}  pass  "), final
+    # The speedup as `pkb run` prints it: the ratio with its 95 % interval when it has one, and the reading.
+    record = job.record
+    reading = f"{record.difference} (host timing)"
+    assert record.speedup is not None and record.difference and final.endswith(reading), final
+    if record.speedup_ci:
+        assert f"  {record.speedup:.2f}x [{record.speedup_ci[0]:.2f}, {record.speedup_ci[1]:.2f}]  {reading}" in final
+    lines = (server.data / "runs" / "triton-W2" / "records.jsonl").read_text().splitlines()
+    assert sum(f'"solution": "1_declared-{job.id}.py"' in line for line in lines) == 1
+    # A --backend that contradicts the file's declaration, and an option the service refuses: a line each.
+    refused = _pkb(*command, "--backend", "reference", "--timeout", "5000", str(declared), str(plain))
+    assert refused.returncode == 1 and refused.stdout == ""
+    assert _errors(refused.stderr) == [
+        f'Error: {declared}: it declares BACKEND = "triton" but --backend reference was given; not submitted',
+        f"Error: {plain}: the service refused it: timeout 5000.0 is out of range (above 0, at most 3600 s) (422)"]
+
+
+def test_one_call_cancels_every_unfinished_job_of_a_client(server):
+    with Client(server.url) as client:
+        bulk = [client.submit(1, HANG + f"# bulk {i}\n", backend="triton", client="bulk") for i in range(4)]
+        bystander = client.submit(1, HANG + "# bystander\n", backend="triton", client="bystander")
+        deadline = time.monotonic() + 120
+        while not any(client.get(v.id).state.value == "running" for v in bulk) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert any(client.get(v.id).state.value == "running" for v in bulk)  # one runs, the others wait
+        assert _pkb("cancel", "--server", server.url).returncode == 4
+        assert httpx.post(server.url + "/v1/jobs/cancel", json={}, timeout=30).status_code == 422
+        answer = _pkb("cancel", "--server", server.url, "--client", "bulk", "--json")
+        assert answer.returncode == 0, answer.stderr
+        said = json.loads(answer.stdout)
+        assert sorted(said["cancelled"] + said["stopping"]) == sorted(v.id for v in bulk) and said["stopping"]
+        assert [client.wait(v.id, timeout=60).state.value for v in bulk] == ["cancelled"] * 4
+        assert not client.get(bystander.id).state.final
+        by_id = client.cancel_jobs([bystander.id])
+        assert set(by_id.cancelled + by_id.stopping) == {bystander.id}
+        assert client.wait(bystander.id, timeout=60).state.value == "cancelled"
+
+
+def test_a_busy_port_and_a_missing_serve_extra_are_one_line_and_exit_4(server, tmp_path):
+    busy = _pkb("serve", "--port", str(server.port), "--data", str(tmp_path / "busy"))
+    assert busy.returncode == 4 and _errors(busy.stderr) == [
+        f"Error: port {server.port} on 127.0.0.1 is in use (another pkb serve?): stop what listens there, "
+        "or choose another --port (0: any free one)"]
+    assert not (tmp_path / "busy").exists()  # refused before the service touched anything
+    shadow = tmp_path / "without-serve-extra" / "uvicorn"  # what an install without pkb[serve] lacks
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("raise ModuleNotFoundError(\"No module named 'uvicorn'\", name='uvicorn')\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(shadow.parent), os.environ.get("PYTHONPATH", "")]))
+    missing = _pkb("serve", "--port", "0", "--data", str(tmp_path / "missing"), env=env)
+    assert missing.returncode == 4 and _errors(missing.stderr) == [
+        "Error: pkb serve needs pkb's serve extra, which is not installed (No module named 'uvicorn'): "
+        "pip install 'pkb[serve]'"]
 
 
 @pytest.mark.parametrize("body, status, words", [
@@ -159,8 +301,7 @@ def test_pkb_submit_waits_and_exits_like_pkb_run(server, tmp_path):
     ({"problem": "1", "source": "x", "trials": 0}, 422, "trials 0 is out of range"),
     ({"problem": "1", "source": "x", "world_size": 64}, 422, "world size 64"),
     ({"problem": "1", "source": "x", "timing_modes": ["fast"]}, 422, "timing mode fast"),
-    ({"problem": "1", "source": "x" * (600 << 10)}, 413, "at most"),
-    ({"problem": "1", "source": "   "}, 422, "empty"),
+    ({"problem": "1", "source": "x" * (9 << 20)}, 413, "at most"),
 ])
 def test_a_bad_request_is_one_line_of_4xx(server, body, status, words):
     if isinstance(body, str):
@@ -230,6 +371,13 @@ def test_a_killed_service_loses_no_job(tmp_path):
         done_record = client.wait(done.id, timeout=60).record
         assert done_record.verdict.value == "pass"
         waiting = [client.submit(2, ALLGATHER + f"\n# restart {i}\n", backend="triton") for i in range(3)]
+        # A second service on the same data directory is refused, having touched nothing.
+        intruder = _pkb("serve", "--port", "0", "--data", str(data), "--devices", "2")
+        assert intruder.returncode == 4 and _errors(intruder.stderr) == [
+            f"Error: the data directory {data} is in use by another pkb service (pid {first.proc.pid}): "
+            "stop that one, or give this one another data directory (--data)"]
+        assert "requeued" not in " ".join(client.get(job.id).note for job in waiting)
+    # Killed with kill -9, the first one's lock goes with it: a new service takes the folder over.
     first.kill(signal.SIGKILL)
     second = Server(data, "--devices", "2", "--timeout", "20")
     try:
@@ -251,6 +399,12 @@ def test_evaluate_in_process_gives_pkb_runs_record(tmp_path):
     assert (tmp_path / "run" / "records.jsonl").read_text().count("\n") == 1
     with pytest.raises(pkb_core.PkbError, match="unknown backend"):
         pkb_core.evaluate(1, ALLREDUCE, backend="nope")
+    # A source that is no solution file is its record, at once, written where asked.
+    empty = pkb_core.evaluate(1, "\n", backend="triton", out=tmp_path / "run")
+    undecodable = pkb_core.evaluate(1, "x = '\udcff'\n", backend="triton")
+    assert (empty.verdict.value, undecodable.verdict.value) == ("compile-error", "compile-error")
+    assert "empty" in empty.reason and "not UTF-8 text" in undecodable.reason
+    assert (tmp_path / "run" / "records.jsonl").read_text().count("\n") == 2
 
 
 def test_priority_then_fair_share_decide_who_runs_next(tmp_path):

@@ -41,7 +41,7 @@ def build(request: BuildRequest, announce=lambda message: None) -> BuildAnswer:
     _lock_down(request.run_dir, protected_caches(), request.solution, request.hidden)
     state = BuildContext(device=request.device, options=request.options)
     try:
-        check_source(pm, request.solution)
+        check_source(pm, request.solution, request.device)
         announce(SourceChecked())
         program = pm.hook.pkb_backend_compile(state=state, problem=problem, solution=request.solution)
         if program is None:
@@ -51,7 +51,7 @@ def build(request: BuildRequest, announce=lambda message: None) -> BuildAnswer:
     except CompileError as exc:
         return BuildAnswer(ok=False, message=str(exc))
     except Exception as exc:  # noqa: BLE001 - a backend bug is still this solution's verdict
-        return BuildAnswer(ok=False, message=f"compiling raised {describe(exc)}")
+        return BuildAnswer(ok=False, message=f"compiling raised {describe(exc, request.solution)}")
     return BuildAnswer(ok=True)
 
 

@@ -173,7 +173,12 @@ class BuildPhase:
             if solution:
                 distinct.setdefault(str(solution), str(problem_path))
         results, queue = {}, []
+        refusals = self._refusals(distinct)
         for solution, problem_path in distinct.items():
+            if solution in refusals:
+                results[solution] = refusals[solution]
+                self._report(solution, refusals[solution], results, len(distinct))
+                continue
             cached = self._cached(solution)
             if cached is not None:
                 results[solution] = cached
@@ -221,6 +226,25 @@ class BuildPhase:
                         "workers": min(workers, made) if made else 0, "wall_s": round(wall, 1),
                         "builds_per_hour": round(len(fresh) * 3600 / wall) if fresh and wall > 0 else None}
         return results
+
+    def _refusals(self, solutions) -> dict:
+        """``{solution: BuildResult}`` for the solutions refused from their text alone
+        (:func:`pkb_core.candidate.solution.source_refusal`: an import the backend
+        cannot serve, a multicast call pkb cannot watch where multicast is off):
+        ``unsupported`` at once, no builder started, nothing cached (the answer
+        depends on this machine's settings, and costs a read)."""
+        from pkb_core.candidate.solution import source_refusal
+        from pkb_core.plugin.manager import backend_infos, get_plugin_manager
+
+        info = backend_infos(get_plugin_manager(backend=self.backend)).get(self.backend)
+        if info is None:
+            return {}  # the builder reports the missing backend
+        refused = {}
+        for solution in solutions:
+            reason = source_refusal(info, solution, self.device)
+            if reason:
+                refused[solution] = BuildResult(False, reason, 0.0, verdict=Verdict.UNSUPPORTED)
+        return refused
 
     # -- one build ---------------------------------------------------------------
     def _start(self, solution: str, problem_path: str) -> dict:

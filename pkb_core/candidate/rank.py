@@ -30,8 +30,8 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from pkb_core.contracts.commands_candidate import (CandidateTimed, End, Setup, SetupDone, TimeCandidate, Trial,
-                                                   WarmCandidate)
+from pkb_core.contracts.commands_candidate import (CandidateTimed, End, RunWindows, Setup, SetupDone, TimeCandidate,
+                                                   Trial, WarmCandidate, WindowsRan)
 from pkb_core.contracts.job import Job
 from pkb_core.contracts.messages import Done, Packed, Profiled, ProfileRequest, Warmed
 from pkb_core.contracts.verdict import Verdict
@@ -139,8 +139,9 @@ class CandidateRank:
             seal()
         missing = _lock_down(job, self.run_dir, network=not self.custom_kernels, scratch=self.shm_dir,
                              uid=self.sandbox_uid)
+        _gate_multicast(self.device.type)
         try:
-            check_source(self.pm, job.solution)
+            check_source(self.pm, job.solution, self.device.type)
             self.program = self.pm.hook.pkb_backend_compile(state=self.state, problem=self.problem,
                                                             solution=job.solution)
             if self.program is None:
@@ -150,8 +151,8 @@ class CandidateRank:
         except CompileError as exc:
             return SetupDone(verdict=Verdict.COMPILE_ERROR.value, reason=str(exc), lockdown=missing)
         except Exception as exc:  # noqa: BLE001 - a backend bug is still this job's verdict
-            return SetupDone(verdict=Verdict.COMPILE_ERROR.value, reason=f"compiling raised {describe(exc)}",
-                             lockdown=missing)
+            return SetupDone(verdict=Verdict.COMPILE_ERROR.value,
+                             reason=f"compiling raised {describe(exc, job.solution)}", lockdown=missing)
         return SetupDone(lockdown=missing)
 
     def _init_process_group(self, custom_kernels: bool):
@@ -192,7 +193,7 @@ class CandidateRank:
                 torch.cuda.synchronize(self.device)
             return out
         except Exception as exc:  # noqa: BLE001 - the solution's failure is its verdict
-            raise _failed(exc) from None
+            raise _failed(exc, solution=self.job.solution) from None
 
     def on_trial(self, request: Trial) -> Packed:
         args = unpack(request.skeleton, request.path, limits=TRUSTED, device=self.device, make_group=self.make_group)
@@ -236,7 +237,7 @@ class CandidateRank:
         try:
             self.timer.warm_up(self.calls, request.count, self._refresh())
         except Exception as exc:  # noqa: BLE001
-            raise _failed(exc, " while warming up") from None
+            raise _failed(exc, " while warming up", solution=self.job.solution) from None
         if request.mode == "graph":
             return Warmed(failure=self.timer.capture(self.calls))
         return Warmed()
@@ -253,7 +254,7 @@ class CandidateRank:
         except DeviceBarrierTimeout:
             raise  # the harness's barrier, not the solution, reports it (an error)
         except Exception as exc:  # noqa: BLE001
-            raise _failed(exc, " while timed") from None
+            raise _failed(exc, " while timed", solution=self.job.solution) from None
         # Everything a call must produce comes back: its outputs and the argument
         # buffers it was handed, as they are now (read back like a trial's).
         after = [slot.rebuild(s) for slot, s in zip(self.pool_slots, self.pristine)]
@@ -261,6 +262,42 @@ class CandidateRank:
         # untrusted and never uses for a time, a speedup or a verdict.
         return CandidateTimed(times=times, skeleton=pack({"out": outputs, "args": after}, request.out_path),
                               alignment=self.timer.alignment)
+
+    def on_windows(self, request: RunWindows) -> WindowsRan:
+        """Call the solution once in each of the timekeeper's windows (docs/timing.md): each
+        call's set arrives in the gate region only when its window opens, after the previous
+        call's outputs were taken, and what it leaves in ``out_slot`` is what the judge checks."""
+        from pkb_core.harness.windows import WindowSide, WindowTimeout
+
+        self.align()
+        if getattr(self, "window_side", None) is None:
+            self.window_side, self.window_slots = WindowSide(self.device), _Slots(self)
+        self.window_side.attach(request.region)
+        slots, barrier = self.window_slots, self.timer.device_barrier
+
+        launched = {}
+
+        def call(views):
+            placed = slots.place(views, request.slots)
+            if barrier is not None:
+                barrier()  # every rank's set is in place before any call reads its peers
+            # The same buffers and shapes as an earlier call: its launched callable (the hook
+            # runs once per layout, not in every window: a pluggy call costs the host microseconds).
+            layout = repr([(tuple(t.shape), t.dtype, t.data_ptr()) for t in _tensor_leaves(placed)])
+            if layout not in launched:
+                launched[layout] = self.pm.hook.pkb_backend_launch(state=self.state, program=self.program,
+                                                                   inputs=placed)
+            return launched[layout](), slots.rebuild(views)
+
+        try:
+            written = self.window_side.run(epoch=request.epoch, skeletons=request.skeletons, call=call,
+                                           timeout_s=request.timeout_s, make_group=self.make_group)
+        except (DeviceBarrierTimeout, WindowTimeout):
+            raise  # the harness's, not the solution's (an error)
+        except Exception as exc:  # noqa: BLE001
+            raise _failed(exc, " while timed", solution=self.job.solution) from None
+        return WindowsRan(skeletons=written, host_us=self.window_side.host_us,
+                          collections=self.window_side.collections)
 
     def on_profile(self, request: ProfileRequest) -> Profiled:
         from pkb_core.harness.profiling import profile_calls
@@ -297,13 +334,43 @@ def _lock_down(job: Job, run_dir, *, network: bool, scratch: str | None, uid: in
     return missing
 
 
-def _failed(exc: BaseException, when: str = "") -> SolutionFailed:
-    """The verdict line for a solution that raised (a refused collective says so)."""
+def _gate_multicast(device_type: str) -> None:
+    """Where NVLink multicast is off, refuse it from here on, before the solution is
+    imported (:mod:`pkb_core.candidate.multicast_gate`)."""
+    from pkb_core.plugin.multicast import multicast_off
+
+    why = multicast_off(device_type)
+    if why is not None:
+        from pkb_core.candidate import multicast_gate
+
+        multicast_gate.install(why)
+
+
+def _failed(exc: BaseException, when: str = "", *, solution=None) -> SolutionFailed:
+    """The verdict line for a solution that raised: its place names the solution's own
+    line first (``solution``: its file); a refused collective says so, and so does a
+    failure for want of NVLink multicast (:func:`pkb_core.candidate.multicast_gate.refusal`)."""
+    from pkb_core.candidate import multicast_gate
+
     if is_refusal(exc):
         from pkb_core.candidate.sealed import REFUSAL_REASON
 
-        return SolutionFailed(f"{REFUSAL_REASON}{when}: {describe(exc)}", refused=True)
-    return SolutionFailed(f"solution raised {describe(exc)}{when}")
+        return SolutionFailed(f"{REFUSAL_REASON}{when}: {describe(exc, solution)}", refused=True)
+    multicast = multicast_gate.refusal(exc, solution)
+    if multicast:
+        return SolutionFailed(f"{multicast}{when}", multicast_off=True)
+    return SolutionFailed(f"solution raised {describe(exc, solution)}{when}")
+
+
+def _tensor_leaves(tree):
+    if isinstance(tree, torch.Tensor):
+        yield tree
+    elif isinstance(tree, (list, tuple)) and not isinstance(tree, torch.Size):
+        for item in tree:
+            yield from _tensor_leaves(item)
+    elif isinstance(tree, dict):
+        for item in tree.values():
+            yield from _tensor_leaves(item)
 
 
 class _Slots:

@@ -7,26 +7,42 @@ line naming the file, so they turn into the ``compile-error`` verdict.
 from __future__ import annotations
 
 import hashlib
-import traceback
 from pathlib import Path
 
-from pkb_core.errors import CompileError
+from pkb_core.errors import CompileError, SolutionUnsupported, where
 from pkb_core.problem.contract import _import_file
 from pkb_core.candidate.solution_modules import SOLUTION_MODULE_PREFIX, refuse_unsupported, serving
 
 
-def check_source(pm, solution) -> None:
+def check_source(pm, solution, device: str = "cuda") -> None:
     """The core's rules on a solution file's source, before any of it runs (``None``,
-    the reference, passes): an import the backend in ``pm`` cannot serve makes it
-    ``unsupported`` (:class:`~pkb_core.errors.SolutionUnsupported`), checked first
-    since PKB's multicast runtime also spells multicast; then NVLink multicast
-    makes it a ``compile-error`` (:func:`pkb_core.plugin.multicast.refuse_solution_multicast`)."""
-    from pkb_core.plugin.multicast import refuse_solution_multicast
+    the reference, passes): :func:`source_refusal` with the one backend loaded in
+    ``pm``, raised as :class:`~pkb_core.errors.SolutionUnsupported`."""
+    from pkb_core.plugin.manager import backend_infos
 
     if solution is None:
         return
-    refuse_unsupported(solution)
-    refuse_solution_multicast(pm, solution)
+    for info in backend_infos(pm).values():
+        reason = source_refusal(info, solution, device)
+        if reason:
+            raise SolutionUnsupported(reason)
+
+
+def source_refusal(info, solution, device: str = "cuda") -> str | None:
+    """Why ``solution`` cannot run with the backend ``info`` describes on ``device``,
+    read from its text alone (the ``unsupported`` reason), or None: an import the
+    backend cannot serve (:func:`~pkb_core.candidate.solution_modules.unsupported_import`,
+    checked first, since PKB's multicast runtime also spells multicast), then a
+    multicast call pkb cannot watch where multicast is off
+    (:func:`pkb_core.plugin.multicast.multicast_refusal`). The compile phase asks
+    before it starts a builder, so no build is spent on a refusal."""
+    from pkb_core.candidate.solution_modules import unsupported_import
+    from pkb_core.plugin.multicast import multicast_refusal
+
+    if solution is None:
+        return None
+    return (unsupported_import(solution, dict(info.unsupported_modules or {}))
+            or multicast_refusal(solution, tuple(info.multicast_patterns), device))
 
 
 #: Solution sources read before the lockdown (:func:`keep_source`), by resolved path.
@@ -74,7 +90,6 @@ def load_module(path):
     except CompileError:
         raise
     except BaseException as exc:  # noqa: BLE001 - anything at import time is the solution's fault
-        frame = traceback.extract_tb(exc.__traceback__)[-1]
-        raise CompileError(f"{path}: importing it raised {type(exc).__name__}: {exc} "
-                           f"({Path(frame.filename).name}:{frame.lineno})") from None
+        # The place names the file's own line first (pkb_core.errors.where), whatever it called.
+        raise CompileError(f"{path}: importing it raised {type(exc).__name__}: {exc}{where(exc, path)}") from None
     return module

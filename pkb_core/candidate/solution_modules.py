@@ -171,9 +171,10 @@ class _ServedLoader(importlib.abc.Loader):
             module.__doc__ = f"{name!r}: a package pkb makes up for solution files (see pkb_core.candidate.solution_modules)"
 
 
-def unsupported_reason(name: str) -> str:
-    """The one line for a file that imports the refused ``name``."""
-    return f"imports {name}: {_UNSUPPORTED[name]}"
+def unsupported_reason(name: str, unsupported: Mapping[str, str] | None = None) -> str:
+    """The one line for a file that imports the refused ``name`` (``unsupported``:
+    the refused names and why; this process's declared ones by default)."""
+    return f"imports {name}: {(_UNSUPPORTED if unsupported is None else unsupported)[name]}"
 
 
 @contextlib.contextmanager
@@ -229,20 +230,24 @@ def _call_name(func) -> str:
     return ""
 
 
-def unsupported_import(path) -> str | None:
+def unsupported_import(path, unsupported: Mapping[str, str] | None = None) -> str | None:
     """The one line saying why the file ``path`` cannot run here (it imports
     a refused name), or ``None``. A file that does not parse is left to its
-    import (a syntax error is a compile error)."""
-    if not _UNSUPPORTED:
+    import (a syntax error is a compile error).
+
+    :param unsupported: the refused names and why (a backend's
+        ``BackendInfo.unsupported_modules``); this process's declared ones by default."""
+    refused_names = _UNSUPPORTED if unsupported is None else unsupported
+    if not refused_names:
         return None
     try:
         names = imported_names(Path(path).read_text())
     except (SyntaxError, ValueError, OSError):
         return None
     for name in names:
-        for refused in _UNSUPPORTED:
+        for refused in refused_names:
             if name == refused or name.startswith(refused + "."):
-                return unsupported_reason(refused)
+                return unsupported_reason(refused, refused_names)
     return None
 
 

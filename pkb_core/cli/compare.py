@@ -6,13 +6,18 @@ from pathlib import Path
 
 import click
 
-from pkb_core.results.compare import DEFAULT_THRESHOLD, compare_runs, counts, failures, parse_fail_on, parse_percent
+from pkb_core.results.compare import (DEFAULT_THRESHOLD, HOST_NOTE, compare_runs, counts, failures, host_timings,
+                                     parse_fail_on, parse_percent)
 from pkb_core.cli.console import Section, show
+from pkb_core.cli.report import interval_text
 from pkb_core.results.report import load_run
 from pkb_core.results.rounds import best_files, is_loop, rounds_side_by_side
 
-HEADERS = ["problem", "solution", "W size dtype", "verdict", "A ms", "B ms", "change %", "speedup A", "speedup B",
-           "status", "why"]
+HEADERS = ["problem", "solution", "W size dtype", "verdict", "A ms", "A 95%", "B ms", "B 95%", "change %",
+           "speedup A", "speedup B", "status", "why"]
+#: Under the table: how a change is read (the rule of pkb_core/results/compare.py).
+RULE = ("a change counts when it exceeds the threshold and the medians' 95 % intervals do not overlap, nor "
+        "(where the records have them) the speedups' intervals; otherwise it is no measurable difference")
 
 
 @click.command()
@@ -42,7 +47,8 @@ def compare(run_a, run_b, threshold, fail_on, json_):
     if json_:
         click.echo(json.dumps({"run_a": str(run_a), "run_b": str(run_b), "threshold": threshold,
                                "fail_on": fail_on, "counts": counts(rows), "rows": rows,
-                               "failing": len(failing), "by_round": rounds}, indent=2))
+                               "failing": len(failing), "by_round": rounds,
+                               "host_timings": host_timings(rows)}, indent=2))
     else:
         if rounds:
             show([Section("By round: pass rate and fast_1 after each round (each problem's best round so far)",
@@ -50,16 +56,32 @@ def compare(run_a, run_b, threshold, fail_on, json_):
                           [[r["round"], _pct(r["pass_rate_a"]), _pct(r["pass_rate_b"]), _pct(r["fast_1_a"]),
                             _pct(r["fast_1_b"])] for r in rounds])])
         table = [[r["problem"], r["solution"], f"W{r['world_size']} {r['size']} {r['dtype']}", _verdicts(r),
-                  r["median_a"], r["median_b"], None if r["change"] is None else round(100 * r["change"], 2),
-                  r["speedup_a"], r["speedup_b"], r["status"], r["why"]] for r in rows]
+                  r["median_a"], interval_text(r["median_ci_a"]), r["median_b"], interval_text(r["median_ci_b"]),
+                  None if r["change"] is None else round(100 * r["change"], 2),
+                  _speedup(r, "a"), _speedup(r, "b"), r["status"], r["why"]] for r in rows]
         summary = ", ".join(f"{n} {status}" for status, n in sorted(counts(rows).items()))
-        show([Section(f"{run_a} -> {run_b}", HEADERS, table, notes=[f"{summary} (threshold {threshold:.1%})"])])
+        host = host_timings(rows)
+        notes = [f"{summary} (threshold {threshold:.1%})", RULE]
+        if host:
+            notes.append(f"{' and '.join(host)}: {HOST_NOTE}")
+        show([Section(f"{run_a} -> {run_b}", HEADERS, table, notes=notes)])
         if limit:
             verdict = (f"FAIL: {len(failing)} regression(s) exceed {fail_on}" if failing
                        else f"ok: no regression exceeds {fail_on}")
             click.echo(verdict)
     if failing:
         raise SystemExit(1)
+
+
+def _speedup(row, side: str) -> str:
+    """``1.17 [0.981, 1.402] no measurable difference``: a speedup with its interval and reading, as
+    pkb run shows it; records from before intervals show the bare ratio."""
+    value, interval, reading = row[f"speedup_{side}"], row[f"speedup_ci_{side}"], row[f"difference_{side}"]
+    if value is None:
+        return reading or ""
+    if not interval:
+        return f"{value:.4g}"
+    return f"{value:.4g} {interval_text(interval)} {reading or ''}".rstrip()
 
 
 def _verdicts(row) -> str:

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import click
 
-from pkb_core.errors import PkbError
+from pkb_core.errors import CannotStart
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -71,7 +71,7 @@ def load_config(directory: Path | None = None) -> Config:
             data = tomllib.loads(pyproject.read_text()).get("tool", {}).get("pkb", {})
             return Config(data, _shown(pyproject), "tool.pkb.") if data else Config()
     except tomllib.TOMLDecodeError as exc:
-        raise PkbError(f"cannot read pkb configuration in {directory}: {exc}") from None
+        raise CannotStart(f"cannot read pkb configuration in {directory}: {exc}") from None
     return Config()
 
 
@@ -211,25 +211,24 @@ def value_origin(ctx: click.Context, param: click.Parameter, config: Config | No
 
     if not param.name:
         return None
+    section = _command_path(ctx)[0]
     source = ctx.get_parameter_source(param.name)
     if source is None:
         typed = any(arg == opt or arg.startswith(opt + "=") for arg in argv for opt in param.opts)
         if typed:
             return None
-        source = ParameterSource.ENVIRONMENT if any(os.environ.get(n) for n in environment_names(ctx, param)) \
-            else ParameterSource.DEFAULT_MAP
+        if any(os.environ.get(n) for n in environment_names(ctx, param)):
+            source = ParameterSource.ENVIRONMENT
+        elif (section, param.name) in written:
+            source = ParameterSource.DEFAULT_MAP
+        else:  # nowhere: a required option nobody gave ("Missing option")
+            return None
     if source == ParameterSource.ENVIRONMENT:
         for name in environment_names(ctx, param):
             if os.environ.get(name):
                 return f"{name} (environment)"
         return "the environment"
     if source == ParameterSource.DEFAULT_MAP:
-        path = []
-        walk = ctx
-        while walk is not None and walk.parent is not None:
-            path.insert(0, walk.info_name)
-            walk = walk.parent
-        section = path[0] if path else ctx.info_name
         key = written.get((section, param.name), param.name)
         table = config.table(section) if config is not None else f"[{section}]"
         if section == "generate" and (section, param.name) in written and config is not None \
@@ -238,3 +237,14 @@ def value_origin(ctx: click.Context, param: click.Parameter, config: Config | No
         origin = config.origin if config is not None and config.origin else "the pkb configuration"
         return f"{key!r} in {table} of {origin}"
     return None
+
+
+def _command_path(ctx: click.Context) -> list[str]:
+    """The command's names below the ``pkb`` group (``["problems", "show"]``); the
+    first is the configuration's table."""
+    path = []
+    walk = ctx
+    while walk is not None and walk.parent is not None:
+        path.insert(0, walk.info_name)
+        walk = walk.parent
+    return path or [ctx.info_name]

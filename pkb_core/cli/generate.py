@@ -42,8 +42,8 @@ from pkb_core.cli.prompt import prompt_options, prompt_request
 @click.option("--max-wall-time", type=click.FloatRange(min=0), default=None,
               help="With --rounds: start no round after this many seconds.")
 @click.pass_obj
-def generate(pm, problems, backend, precision, hardware, size, nproc, template, model, provider, samples, out,
-             temperature, max_tokens, force, rounds, server, server_token, measure_perf, trials, timeout,
+def generate(pm, problems, backend, device, precision, hardware, size, nproc, template, model, provider, samples,
+             out, temperature, max_tokens, force, rounds, server, server_token, measure_perf, trials, timeout,
              stop_when_no_improvement, max_tokens_total, max_wall_time):
     """Ask a model for solution files and write them (with the prompt, the raw reply
     and a JSON record) where `pkb run --solutions DIR` evaluates them; with --rounds,
@@ -51,8 +51,8 @@ def generate(pm, problems, backend, precision, hardware, size, nproc, template, 
     if rounds is not None:
         if samples != 1:
             raise click.UsageError("--rounds refines one file per problem: leave --samples at 1")
-        return _refine(pm, problems, backend, precision, hardware, size, nproc, template, model, provider, out,
-                       temperature, max_tokens, rounds, server, server_token, measure_perf, trials, timeout,
+        return _refine(pm, problems, backend, device, precision, hardware, size, nproc, template, model, provider,
+                       out, temperature, max_tokens, rounds, server, server_token, measure_perf, trials, timeout,
                        stop_when_no_improvement, max_tokens_total, max_wall_time)
     loop_only = {"--server": server, "--measure-perf": measure_perf, "--stop-when-no-improvement":
                  stop_when_no_improvement, "--max-tokens-total": max_tokens_total, "--max-wall-time": max_wall_time}
@@ -67,7 +67,9 @@ def generate(pm, problems, backend, precision, hardware, size, nproc, template, 
 
     registry = build_registry(pm)
     specs = registry.select(problems)
-    builder = PromptBuilder(pm, registry, prompt_request(backend, precision, hardware, size, nproc, template))
+    builder = PromptBuilder(pm, registry,
+                            prompt_request(backend, device, precision, hardware, size, nproc, template))
+    warn_crowded(builder.judging)
     client = make_provider(pm, provider, getattr(pm, "pkb_config", {}))
     settings = ModelSettings(model=model, temperature=temperature, max_tokens=max_tokens)
     out_dir = Path(out) if out else default_out_dir(backend, model)
@@ -93,24 +95,35 @@ def generate(pm, problems, backend, precision, hardware, size, nproc, template, 
                 missing.append(result.stem)
                 click.echo(f"[{done}/{total}] {spec.key} sample {k}: {result.error}; reply kept in "
                            f"{out_dir / (result.stem + '.reply.md')}", err=True)
-    click.echo(f"{written} solution file(s) in {out_dir}; evaluate them with: "
-               f"pkb run --backend {backend} --solutions {out_dir} --nproc {builder.world_size}")
+    judging = builder.judging
+    where = "" if device == "auto" else f" --device {judging.device}"  # auto: this machine, as pkb run's
+    click.echo(f"{written} solution file(s) in {out_dir}; evaluate them as the prompts said with: "
+               f"pkb run --backend {backend} --solutions {out_dir} {judging.run_options()}{where}")
     if missing:
         raise PkbError(f"{len(missing)} of {written + len(missing)} replies held no code "
                        f"({', '.join(missing)}): see the .reply.md files in {out_dir}")
 
 
-def _refine(pm, problems, backend, precision, hardware, size, nproc, template, model, provider, out, temperature,
-            max_tokens, rounds, server, server_token, measure_perf, trials, timeout, stop_when_no_improvement,
-            max_tokens_total, max_wall_time):
+def warn_crowded(judging) -> None:
+    """The files will be judged in CPU mode here with more ranks than cores: one line saying it will be slow."""
+    from pkb_core.machine.device import crowded_cores_warning
+
+    crowded = judging.device == "cpu" and crowded_cores_warning(judging.world_size)
+    if crowded:
+        click.echo(crowded, err=True)
+
+
+def _refine(pm, problems, backend, device, precision, hardware, size, nproc, template, model, provider, out,
+            temperature, max_tokens, rounds, server, server_token, measure_perf, trials, timeout,
+            stop_when_no_improvement, max_tokens_total, max_wall_time):
     """``pkb generate --rounds N`` (:func:`pkb_core.refinement.refine`)."""
     from pkb_core.refinement import refine
 
     echo = lambda line: click.echo(line, err=True)  # noqa: E731 - progress goes to stderr
     result = refine(problems, backend=backend, model=model, rounds=rounds, out=out, provider=provider,
-                    server=server, token=server_token, nproc=nproc, precision=precision, hardware=hardware,
-                    size=size, template=template, trials=trials, measure_perf=measure_perf, timeout=timeout,
-                    temperature=temperature, max_tokens=max_tokens, max_tokens_total=max_tokens_total,
+                    server=server, token=server_token, device=device, nproc=nproc, precision=precision,
+                    hardware=hardware, size=size, template=template, trials=trials, measure_perf=measure_perf,
+                    timeout=timeout, temperature=temperature, max_tokens=max_tokens, max_tokens_total=max_tokens_total,
                     max_wall_s=max_wall_time, stop_when_no_improvement=stop_when_no_improvement, pm=pm, echo=echo)
     out_dir = result.problems[0].folder.parent if result.problems else Path(out or ".")
     for loop in result.problems:

@@ -36,6 +36,7 @@ BUILTIN_COMMANDS = [
     "pkb_core.cli.import_pkb:import_pkb",
     "pkb_core.cli.serve:serve",
     "pkb_core.cli.serve:submit",
+    "pkb_core.cli.serve:cancel",
 ]
 
 
@@ -74,10 +75,10 @@ class _Group(click.Group):
             click.echo(f"Error: {self._usage_message(exc)}", err=True)
             code = USAGE_ERROR
         except click.ClickException as exc:
-            click.echo(f"Error: {exc.format_message()}", err=True)
+            click.echo(f"Error: {one_line(exc.format_message())}", err=True)
             code = exc.exit_code
         except PkbError as exc:  # raised while parsing (a callback)
-            click.echo(f"Error: {exc}", err=True)
+            click.echo(f"Error: {one_line(str(exc))}", err=True)
             code = exc.exit_code
         else:
             code = result if isinstance(result, int) else 0
@@ -93,7 +94,13 @@ class _Group(click.Group):
                                   argv=getattr(self, "pkb_argv", ()))
             if origin:
                 exc.param_hint = origin
-        return " ".join(exc.format_message().split())  # one line
+        return one_line(exc.format_message())
+
+
+def one_line(message: str) -> str:
+    """``message`` on one line (docs/cli.md: every error is one ``Error:`` line), whatever
+    the exception's text held: a compiler's or a plugin's message may span several."""
+    return " ".join(message.split())
 
 
 class _Failure(click.ClickException):
@@ -223,10 +230,10 @@ def build_cli(pm) -> click.Group:
 
         from pkb_core.cache import calibration_dir
         from pkb_core.machine.calibrate import cache_path, calibrate as measure, machine_key, save_calibration
-        from pkb_core.machine.device import detect_device
+        from pkb_core.machine.device import detect_device, require_device
         from pkb_core.launch.noise import describe, measure_noise_floor
 
-        device = detect_device(device)
+        device = require_device(detect_device(device))
         result = measure(device, force=force)
         if noise and (force or not result.noise_floor):
             problems = tuple(p.strip() for p in noise_problems.split(",") if p.strip())
@@ -263,12 +270,15 @@ def build_cli(pm) -> click.Group:
 
 def _noise_table(floor: dict) -> tuple[list, list]:
     """Headers and rows of the noise floor: one row per mode and problem."""
+    from pkb_core.launch.noise import noise_reading
+
     rows = []
     for mode, m in floor["modes"].items():
         for e in m["entries"]:
             interval = "" if e["low"] is None else f"[{e['low']:.3f}, {e['high']:.3f}]"
             rows.append([mode, e["problem"], e["reference_ms"], _pct(e["reference_ci_rel"]), e["copy_ms"],
-                         _pct(e["copy_ci_rel"]), e["ratio"], interval, e["difference"], e["samples"], e["stopped"]])
+                         _pct(e["copy_ci_rel"]), e["ratio"], interval, noise_reading(e["difference"]),
+                         e["samples"], e["stopped"]])
         for x in m["missing"]:
             rows.append([mode, x["problem"], None, "", None, "", None, "", x["why"], None, ""])
     return (["mode", "problem", "ref ms", "±%", "ref again ms", "±%", "ratio", "95% interval", "reading",
@@ -314,7 +324,7 @@ def main(argv=None) -> None:
         pm = get_plugin_manager()
         config = load_config()
     except PkbError as exc:
-        click.echo(f"Error: {exc}", err=True)
+        click.echo(f"Error: {one_line(str(exc))}", err=True)
         sys.exit(exc.exit_code)
     for record in pm.load_errors:
         click.echo(f"warning: plugin {record.key} from {record.distribution} failed to load: {record.error}",

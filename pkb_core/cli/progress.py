@@ -30,12 +30,8 @@ class JobProgress:
         self.done += 1
         if self.quiet:
             return
-        # A speedup is shown only with its interval; without one, only that it cannot be told.
-        ci = record.speedup_ci
-        extra = f"  {record.speedup:.2f}x [{ci[0]:.2f}, {ci[1]:.2f}]" if record.speedup and ci else ""
-        if record.difference:
-            extra += f"  {record.difference}" + (" (host timing)" if record.clock == "host" else "")
-        line = f"[{self.done}/{self.total}] {self.label(record)}  {record.verdict}{extra}"
+        extra = speedup_text(record)
+        line = f"[{self.done}/{self.total}] {self.label(record)}  {record.verdict}{'  ' + extra if extra else ''}"
         if self._bar is None:
             click.echo(line, err=True)
             return
@@ -63,6 +59,17 @@ class JobProgress:
         if self._bar is not None:
             self._bar.stop()
             self._bar = None
+
+
+def speedup_text(record) -> str:
+    """A timed record's speedup as the job lines show it: ``1.23x [1.10, 1.38]  faster (host timing)``;
+    ``""`` for a record that was not timed."""
+    # A speedup is shown only with its interval; without one, only that it cannot be told.
+    ci = record.speedup_ci
+    parts = [f"{record.speedup:.2f}x [{ci[0]:.2f}, {ci[1]:.2f}]"] if record.speedup and ci else []
+    if record.difference:
+        parts.append(record.difference + (" (host timing)" if record.clock == "host" else ""))
+    return "  ".join(parts)
 
 
 def _rich_on_stderr() -> bool:

@@ -11,8 +11,6 @@ from pkb_core.errors import PkbError
 from pkb_core.results.report import FAST_P, load_run
 from pkb_core.results.rounds import summarize_run
 
-#: Longest reason shown in the terminal table (JSON and HTML keep all of it).
-REASON_WIDTH = 70
 #: What an aggregate that needs timings says when there are none.
 UNTIMED = "n/a (no timings)"
 #: ... and when the only timings are host timings, left out.
@@ -118,8 +116,8 @@ RESULT_COLUMNS = [
 def _results_section(rows) -> Section:
     table = []
     for r in rows:
-        notes = r["reason"] if len(r["reason"]) <= REASON_WIDTH else r["reason"][: REASON_WIDTH - 3] + "..."
-        notes = "; ".join([n for n in [notes] + r["flags"] if n])
+        # The whole reason: a table that must fit a terminal wraps it (docs/cli.md, "Tables").
+        notes = "; ".join([n for n in [r["reason"]] + r["flags"] if n])
         cells = dict(r, notes=notes, speedup_interval=interval_text(r.get("speedup_ci")))
         table.append([cells.get(field) for _, field in RESULT_COLUMNS])
     keep = [i for i, (header, _) in enumerate(RESULT_COLUMNS)

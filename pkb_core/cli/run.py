@@ -14,6 +14,7 @@ from pkb_core.plugin.reference_backend import NAME as REFERENCE
 from pkb_core.cli.limits import limit_options
 from pkb_core.launch.fanout import executor_options
 from pkb_core.cli.progress import JobProgress
+from pkb_core.contracts.modes import MODES
 from pkb_core.contracts.verdict import FAILING, Verdict
 from pkb_core.results.table import render_table
 from pkb_core.plugin.hookspecs import hookimpl
@@ -79,10 +80,10 @@ def run(pm, problems, backend, solution, solutions, nproc, nnodes, node_rank, rd
 
     Exit status (as pytest's): 0 every job passed or is unsupported here, 1 a job
     failed, 2 interrupted, 4 a bad option or configuration value, 5 nothing selected."""
-    from pkb_core.machine.device import detect_device, device_count
+    from pkb_core.machine.device import crowded_cores_warning, detect_device, device_count, require_device
     from pkb_core.contracts.batch import Nodes
-    from pkb_core.launch.plan import (device_defaults, launch_settings, make_request, pair_solutions, plan_jobs,
-                                      record_refusals, skip_recorded)
+    from pkb_core.launch.plan import (check_solution_paths, device_defaults, launch_settings, make_request,
+                                      pair_solutions, plan_jobs, record_refusals, skip_recorded)
     from pkb_core.plugin.manager import get_backend_info
     from pkb_core.problem.registry import build_registry, require_problems
     from pkb_core.plugin.reporter import Reporter
@@ -94,13 +95,16 @@ def run(pm, problems, backend, solution, solutions, nproc, nnodes, node_rank, rd
     if exitfirst and executor.name != "local":
         raise click.UsageError(f"-x/--exitfirst stops jobs on this node; --executor {executor.name} runs them "
                                "as shards elsewhere")
+    # What can be refused without torch is refused before detect_device imports it (a second, not ten).
+    check_solution_paths(solution, solutions)
+    get_backend_info(pm, backend)  # an unknown name
+    registry = require_problems(build_registry(pm))
+    if problems:
+        registry.select(problems)  # an unknown problem
     # SLURM shards run on other nodes: this machine's GPUs and toolchain say nothing about them.
-    device = detect_device(device) if executor.runs_here else executor.node_device(device)
+    device = require_device(detect_device(device)) if executor.runs_here else executor.node_device(device)
     info = get_backend_info(pm, backend, device if executor.runs_here else None)
     size, dtype = device_defaults(device, size, dtype)
-    if device == "cpu":
-        click.echo(f"No GPU: CPU mode (gloo, shared-memory heap, Triton interpreter), size {size}."
-                   + (" Times are host timings, not GPU performance." if measure_perf else ""), err=True)
     nproc = nproc or executor.default_nproc() or max(device_count(device), 1)
     if executor.runs_here and device == "cuda" and nproc > device_count(device):
         raise PkbError(f"--nproc {nproc} but only {device_count(device)} GPU(s) here")
@@ -115,12 +119,17 @@ def run(pm, problems, backend, solution, solutions, nproc, nnodes, node_rank, rd
                            device=device, nproc=world_size, trials=trials, dtype=dtype, size=size, mode=mode,
                            measure_perf=measure_perf, warmup=warmup, iters=iters, min_iters=min_iters,
                            save_outputs=save_outputs, timing_modes=_timing_modes(timing_modes), profile=profile)
-    registry = require_problems(build_registry(pm))
     run_dir = Path(out or Path("runs") / _dt.datetime.now().strftime("%Y%m%d-%H%M%S"))
     dropped = []
     pairs = pair_solutions(request, registry, info, dropped=dropped)
     writable_paths(run_dir, junitxml)
     jobs, rejected = plan_jobs(request, pairs)
+    if device == "cpu":  # notices once nothing is left to refuse: a refusal stays one line
+        click.echo(f"No GPU: CPU mode (gloo, shared-memory heap, Triton interpreter), size {size}."
+                   + (" Times are host timings, not GPU performance." if measure_perf else ""), err=True)
+        crowded = executor.runs_here and crowded_cores_warning(nproc)
+        if crowded:
+            click.echo(crowded, err=True)
     if dropped and problems:
         click.echo(dropped_notice(dropped, backend, solutions), err=True)
     keys = {job.key for job in jobs} | {job.key for job, _ in rejected}
@@ -229,8 +238,7 @@ def dropped_notice(dropped, backend, solutions) -> str:
 
 
 def _timing_modes(text) -> tuple:
-    from pkb_core.harness.timing import MODES
-
+    """``--timing-mode``'s names, checked against the modes' contract (no torch: refused at once)."""
     if isinstance(text, (list, tuple)):  # a TOML array
         text = ",".join(map(str, text))
     modes = tuple(m.strip() for m in str(text).split(",") if m.strip())
@@ -274,8 +282,7 @@ def summary_table(records) -> str:
         # No interval, no speedup shown: a bare ratio of a few rounds means nothing.
         times = [r.reference_ms, r.solution_ms, r.speedup if ci else None,
                  f"[{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "", r.difference or ""] if timed else []
-        rows.append([r.problem, r.solution, r.world_size, r.size, r.verdict, *times,
-                     _short(r.reason)])
+        rows.append([r.problem, r.solution, r.world_size, r.size, r.verdict, *times, r.reason])
     headers = ["problem", "solution", "W", "size", "verdict"] + (
         ["ref ms", "sol ms", "speedup", "95% interval", "vs reference"] if timed else [])
     return render_table(headers + ["reason"], rows)
@@ -287,6 +294,3 @@ def _counts(records) -> str:
         counts[r.verdict] = counts.get(r.verdict, 0) + 1
     return ", ".join(f"{n} {v}" for v, n in sorted(counts.items()))
 
-
-def _short(text, limit=100):
-    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -1,15 +1,24 @@
-"""``pkb serve`` (the reward service) and ``pkb submit`` (its command-line client); docs/serve.md."""
+"""``pkb serve`` (the reward service), and ``pkb submit`` and ``pkb cancel`` (its command-line
+clients); docs/serve.md.
+
+What keeps a service from starting is one line and exit status 4, before anything
+starts (:class:`~pkb_core.errors.CannotStart`): the serve extra not installed, a
+port in use (the listening socket is bound before the service starts), a data
+directory another service holds (:mod:`pkb_core.serve.data_lock`).
+"""
 from __future__ import annotations
 
+import importlib
 import ipaddress
 import json
 import os
+import re
 from pathlib import Path
 
 import click
 
 from pkb_core.cli.limits import limit_options
-from pkb_core.errors import PkbError
+from pkb_core.errors import CannotStart, PkbError
 
 LOCALHOST = ("127.0.0.1", "::1", "localhost")
 
@@ -44,6 +53,7 @@ def serve(pm, host, port, data_dir, device, devices, max_queued, max_source_kb, 
           ray_address, place_timeout, limits):
     """Run the reward service: an HTTP queue of jobs on warm groups of this node, or of a Ray cluster's
     nodes with --ray (docs/serve.md)."""
+    _serve_extra("pkb serve", "fastapi", "uvicorn")
     import uvicorn
 
     from pkb_core.machine.device import detect_device, device_count
@@ -54,6 +64,8 @@ def serve(pm, host, port, data_dir, device, devices, max_queued, max_source_kb, 
         raise click.UsageError(f"--host {host} listens beyond localhost: give --token (or PKB_SERVE_TOKEN)")
     # The token lives in this process's memory only: nothing it starts inherits it.
     os.environ.pop("PKB_SERVE_TOKEN", None)
+    listener = _listen(host, port)
+    click.get_current_context().call_on_close(listener.close)
     device = detect_device(device)
     placement = None
     if ray_address:
@@ -70,7 +82,7 @@ def serve(pm, host, port, data_dir, device, devices, max_queued, max_source_kb, 
     from pkb_core.process.reaper import become_subreaper
 
     become_subreaper()  # what a dead lane leaves becomes the service's child (reaped by its scheduler)
-    service = Service(config, pm, placement)
+    service = Service(config, pm, placement)  # refused here when another service holds the data directory
     service.start()
     if service.recovered:
         click.echo(f"pkb serve: {service.recovered} job(s) a stopped service left were queued again", err=True)
@@ -78,9 +90,39 @@ def serve(pm, host, port, data_dir, device, devices, max_queued, max_source_kb, 
         server = uvicorn.Server(uvicorn.Config(create_app(service, token=token), host=host, port=port,
                                                log_level="warning", access_log=False))
         _announce(server, host, data_dir, device, devices, "on Ray" if ray_address else "")
-        server.run()
+        server.run(sockets=[listener])
     finally:
         service.stop()
+
+
+def _serve_extra(command: str, *modules: str) -> None:
+    """Import the serve extra's ``modules``, or one line saying how to install them."""
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except ImportError as exc:
+            raise CannotStart(f"{command} needs pkb's serve extra, which is not installed ({exc}): "
+                              "pip install 'pkb[serve]'") from None
+
+
+def _listen(host: str, port: int):
+    """The service's listening socket, bound before the service starts, so that a port in use is one
+    line and nothing was started (uvicorn serves on it as given)."""
+    import errno
+    import socket
+
+    # The family and address as uvicorn would bind them itself (IPv6 for an address with a colon).
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn does: a restart takes a port in TIME_WAIT
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise CannotStart(f"port {port} on {host} is in use (another pkb serve?): stop what listens there, "
+                              "or choose another --port (0: any free one)") from None
+        raise CannotStart(f"cannot listen on {host} port {port}: {exc.strerror}") from None
+    return sock
 
 
 def _ray_placement(address: str, device: str):
@@ -88,7 +130,7 @@ def _ray_placement(address: str, device: str):
     try:
         from pkb_core.ray.placement import RayPlacement
     except ImportError as exc:
-        raise PkbError(f"--ray needs Ray: pip install 'pkb[ray]' ({exc})") from None
+        raise CannotStart(f"--ray needs Ray, which is not installed ({exc}): pip install 'pkb[ray]'") from None
     try:
         return RayPlacement(address, device=device)
     except ConnectionError as exc:
@@ -120,53 +162,168 @@ def _is_local(host: str) -> bool:
         return False
 
 
+#: Refusals that concern one submitted file (an unknown problem, an option the service does not
+#: take): that file is left out and the others go on. Any other refusal (a wrong token) stops.
+FILE_REFUSALS = (404, 413, 422)
+
+
+def _server_options(command):
+    """``--server`` and ``--token``, shared by the service's command-line clients."""
+    command = click.option("--token", envvar="PKB_SERVE_TOKEN", default=None,
+                           help="The service's token (env PKB_SERVE_TOKEN).")(command)
+    return click.option("--server", "url", envvar="PKB_SERVER", default="http://127.0.0.1:8765", show_default=True,
+                        help="The service's URL (env PKB_SERVER).")(command)
+
+
 @click.command()
 @click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("--server", "url", envvar="PKB_SERVER", default="http://127.0.0.1:8765", show_default=True,
-              help="The service's URL (env PKB_SERVER).")
+@_server_options
 @click.option("--problem", default=None, help="The problem (default: the one each file is named after, <id>_...).")
-@click.option("--backend", default="reference", show_default=True)
+@click.option("--backend", default=None,
+              help='The backend of the files that declare none (BACKEND = "name" in the file); '
+                   "required when one declares none and no [submit] backend is configured.")
 @click.option("--nproc", "world_size", type=click.IntRange(min=1), default=None, help="World size (default 2).")
 @click.option("--trials", type=click.IntRange(min=1), default=5, show_default=True)
-@click.option("--measure-perf", is_flag=True)
+@click.option("--measure-perf", is_flag=True, help="Time each job against the reference (--wait prints the speedup).")
+@click.option("--timeout", "job_timeout", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Seconds each job may run (default: the service's --timeout; at most 3600).")
 @click.option("--priority", type=int, default=0, show_default=True)
 @click.option("--client", default=None, help="Client tag for the fair share (default: $USER).")
 @click.option("--fresh", is_flag=True, help="Run again even when an identical submission has a record.")
 @click.option("--wait", is_flag=True, help="Wait for the verdicts and print them (exit 1 if any fails).")
-@click.option("--token", envvar="PKB_SERVE_TOKEN", default=None, help="The service's token (env PKB_SERVE_TOKEN).")
 @click.option("--json", "json_", is_flag=True, help="Print the jobs as JSON.")
-def submit(files, url, problem, backend, world_size, trials, measure_perf, priority, client, fresh, wait, token,
-           json_):
-    """Submit solution files to a running `pkb serve`."""
-    import re
+@click.pass_context
+def submit(ctx, files, url, token, problem, backend, world_size, trials, measure_perf, job_timeout, priority, client,
+           fresh, wait, json_):
+    """Submit solution files to a running `pkb serve`.
 
+    Each file's backend is the one it declares (a module constant BACKEND = "name"), else --backend.
+    A file that cannot be read or placed is one line and is left out; the others are queued, each id
+    printed as it is queued."""
+    from click.core import ParameterSource
+
+    _serve_extra("pkb submit", "httpx")
     import httpx
 
     from pkb_core.client import Client, ServiceError
     from pkb_core.contracts.verdict import FAILING
 
-    options = dict(backend=backend, world_size=world_size, trials=trials, measure_perf=measure_perf,
+    typed = ctx.get_parameter_source("backend") == ParameterSource.COMMANDLINE
+    items, left_out = [], 0
+    for path in files:
+        try:
+            items.append(_submission_of(path, problem, backend, typed))
+        except _LeftOut as why:
+            click.echo(f"Error: {path}: {why}", err=True)
+            left_out += 1
+    unbacked = [path.name for path, _, _, chosen in items if chosen is None]
+    if unbacked:
+        shown = ", ".join(unbacked[:3]) + (f" and {len(unbacked) - 3} more" if len(unbacked) > 3 else "")
+        raise click.UsageError(f"no backend for {shown}: pass --backend NAME, declare BACKEND = \"NAME\" in the "
+                               "file, or set backend in [submit] of pkb.toml")
+    options = dict(world_size=world_size, trials=trials, measure_perf=measure_perf, timeout=job_timeout,
                    priority=priority, client=client or os.environ.get("USER", "anonymous"), fresh=fresh)
-    views = []
+    progress_to_stderr = wait or json_  # stdout is then the verdicts, or JSON
+    queued = []
     try:
         with Client(url, token=token) as service:
-            for path in files:
-                named = re.match(r"^(\d+)_", path.name)
-                if not problem and not named:
-                    raise PkbError(f"cannot tell the problem of {path.name}: name it <id>_<name>.py or pass --problem")
-                views.append(service.submit(problem or named.group(1), path.read_text(), label=str(path), **options))
+            for path, problem_id, text, chosen in items:
+                try:
+                    view = service.submit(problem_id, text, backend=chosen, label=f"{path.stem}-{{job}}{path.suffix}",
+                                          **options)
+                except ServiceError as exc:
+                    if exc.status not in FILE_REFUSALS:
+                        raise
+                    click.echo(f"Error: {path}: the service refused it: {exc.message} ({exc.status})", err=True)
+                    left_out += 1
+                    continue
+                queued.append((path, view))
+                click.echo(_job_line(view, path), err=progress_to_stderr)
             if wait:
-                views = [service.wait(view.id) for view in views]
+                queued = [(path, service.wait(view.id)) for path, view in queued]
     except ServiceError as exc:
         raise PkbError(f"the service refused: {exc.message} ({exc.status})") from None
     except httpx.HTTPError as exc:
         raise PkbError(f"cannot reach the service at {url}: {exc}") from None
     if json_:
-        click.echo(json.dumps([v.to_json() for v in views], indent=2))
-    else:
-        for view in views:
-            record = view.record
-            verdict = f"{record.verdict.value}  {record.reason[:100]}" if record else view.note
-            click.echo(f"{view.id}  {view.state.value:9}  {view.problem}  {verdict}")
-    if wait and any(v.record is not None and v.record.verdict in FAILING for v in views):
+        click.echo(json.dumps([view.to_json() for _, view in queued], indent=2))
+    elif wait:
+        for path, view in queued:
+            click.echo(_job_line(view, path))
+    failed = wait and any(v.record is not None and v.record.verdict in FAILING for _, v in queued)
+    if failed or left_out:
         raise SystemExit(1)
+
+
+class _LeftOut(Exception):
+    """A file ``pkb submit`` leaves out; the message says why (one line)."""
+
+
+def _submission_of(path: Path, problem: str | None, backend: str | None, typed: bool) -> tuple:
+    """``(path, problem, text, backend or None)`` of one file; :class:`_LeftOut` when it cannot be sent.
+
+    :param typed: whether ``backend`` was typed on the command line (then a file declaring another is
+        left out) rather than configured (then the file's declaration wins)."""
+    from pkb_core.problem.solution_backend import declared_backend
+
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except OSError as exc:
+        raise _LeftOut(f"cannot read it ({exc.strerror}); not submitted") from None
+    except UnicodeDecodeError as exc:
+        raise _LeftOut(f"is not UTF-8 text ({exc.reason} at byte {exc.start}); not submitted") from None
+    named = re.match(r"^(\d+)_", path.name)
+    if not problem and not named:
+        raise _LeftOut(f"cannot tell the problem of {path.name}: name it <id>_<name>.py or pass --problem")
+    declared = declared_backend(text)
+    if declared and typed and backend != declared:
+        raise _LeftOut(f'it declares BACKEND = "{declared}" but --backend {backend} was given; not submitted')
+    return path, problem or named.group(1), text, declared or backend
+
+
+def _job_line(view, path: Path) -> str:
+    """``<id>  <state>  <problem>  <file>`` and, once it has one, the verdict, speedup and reason."""
+    from pkb_core.cli.progress import speedup_text
+
+    line = f"{view.id}  {view.state.value:9}  {view.problem}  {path}"
+    record = view.record
+    if record is None:
+        return f"{line}  {view.note}".rstrip()
+    timed = speedup_text(record)
+    return f"{line}  {record.verdict.value}{'  ' + timed if timed else ''}  {record.reason[:100]}".rstrip()
+
+
+@click.command()
+@click.argument("job_ids", nargs=-1)
+@_server_options
+@click.option("--client", default=None, help="Every unfinished job of this client tag.")
+@click.option("--all", "all_", is_flag=True, help="Every unfinished job of the service.")
+@click.option("--json", "json_", is_flag=True, help="Print the answer as JSON.")
+def cancel(job_ids, url, token, client, all_, json_):
+    """Cancel jobs of a running `pkb serve` in one call: by id, every one of --client, or --all.
+
+    Waiting jobs are cancelled at once; running ones have their candidates killed."""
+    if not (job_ids or client or all_):
+        raise click.UsageError("say which jobs to cancel: job ids, --client NAME, or --all")
+    if all_ and (job_ids or client):
+        raise click.UsageError("--all cancels every unfinished job: give it without job ids or --client")
+    _serve_extra("pkb cancel", "httpx")
+    import httpx
+
+    from pkb_core.client import Client, ServiceError
+
+    try:
+        with Client(url, token=token) as service:
+            answer = service.cancel_jobs(job_ids or None, client=client, all=all_)
+    except ServiceError as exc:
+        raise PkbError(f"the service refused: {exc.message} ({exc.status})") from None
+    except httpx.HTTPError as exc:
+        raise PkbError(f"cannot reach the service at {url}: {exc}") from None
+    if json_:
+        click.echo(json.dumps(answer.to_json(), indent=2))
+        return
+    click.echo(f"cancelled {len(answer.cancelled)} waiting job(s); stopping {len(answer.stopping)} running"
+               + (f": {', '.join(answer.stopping)}" if answer.stopping else ""))
+    untouched = [job_id for job_id in job_ids if job_id not in {*answer.cancelled, *answer.stopping}]
+    if untouched:
+        click.echo(f"not cancelled (finished already, or unknown): {', '.join(untouched)}")

@@ -2,23 +2,32 @@
 
 ``evaluate(problem, source, **options) -> Record`` submits and waits;
 ``evaluate_many(items, concurrency=N)`` keeps N submissions in flight and
-returns the records in the order of ``items``. A full queue (429) is retried
-after the service's ``Retry-After``; any other refusal raises
+returns one record per item, in the order of ``items``. What a source holds
+never raises: an empty, undecodable or oversized one is its job's
+``compile-error`` record, as a file that does not parse. A full queue (429) is
+retried after the service's ``Retry-After``; any other refusal (of the request:
+an unknown problem or backend, an option out of range, a wrong token) raises
 :class:`ServiceError` with the service's one line.
+
+Without a URL a client talks to ``$PKB_SERVER``, else :data:`DEFAULT_URL`
+(as ``pkb submit`` does); without a token it sends ``$PKB_SERVE_TOKEN``, if set.
 """
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import time
 
 import httpx
 
 from pkb_core.contracts.record import Record
-from pkb_core.contracts.serve import JobView, QueueStats, Submission
+from pkb_core.contracts.serve import CancelRequest, Cancelled, JobView, QueueStats, Submission
 
 #: Where ``pkb serve`` listens by default.
 DEFAULT_URL = "http://127.0.0.1:8765"
+#: The environment variable naming the service (``pkb submit --server``'s too).
+URL_ENV = "PKB_SERVER"
 #: Seconds one long poll asks the service to hold (the service caps it at 60).
 POLL_S = 30.0
 #: Times a 429 is retried before it is raised.
@@ -34,13 +43,24 @@ class ServiceError(RuntimeError):
         self.message = message
 
 
+def _base_url(url: str | None) -> str:
+    return (url or os.environ.get(URL_ENV) or DEFAULT_URL).rstrip("/")
+
+
+def _cancel_body(ids, client: str | None, all: bool) -> dict:
+    return CancelRequest(ids=None if ids is None else tuple(ids), client=client, all=all).to_json()
+
+
 def _headers(token: str | None) -> dict:
     token = token or os.environ.get("PKB_SERVE_TOKEN")
     return {"Authorization": f"Bearer {token}"} if token else {}
 
 
 def _submission(problem, source: str, options: dict) -> dict:
-    return Submission(problem=str(problem), source=source, **options).to_json()
+    """The request of one submission: its JSON, written here rather than by httpx, which writes UTF-8
+    and cannot carry a source that is not UTF-8 text (escaped, the service answers it ``compile-error``)."""
+    body = json.dumps(Submission(problem=str(problem), source=source, **options).to_json())
+    return {"content": body.encode("ascii"), "headers": {"Content-Type": "application/json"}}
 
 
 def _answer(response: httpx.Response) -> dict:
@@ -63,12 +83,13 @@ def _retry_after(response: httpx.Response) -> float:
 class Client:
     """A synchronous client of one service.
 
-    :param url: the service's base URL. :param token: its bearer token (default
-        ``$PKB_SERVE_TOKEN``). :param timeout: seconds per HTTP request (long polls add theirs).
+    :param url: the service's base URL (default ``$PKB_SERVER``, else :data:`DEFAULT_URL`).
+    :param token: its bearer token (default ``$PKB_SERVE_TOKEN``).
+    :param timeout: seconds per HTTP request (long polls add theirs).
     """
 
-    def __init__(self, url: str = DEFAULT_URL, *, token: str | None = None, timeout: float = 30.0):
-        self._http = httpx.Client(base_url=url.rstrip("/"), headers=_headers(token), timeout=timeout)
+    def __init__(self, url: str | None = None, *, token: str | None = None, timeout: float = 30.0):
+        self._http = httpx.Client(base_url=_base_url(url), headers=_headers(token), timeout=timeout)
 
     def close(self) -> None:
         self._http.close()
@@ -84,7 +105,7 @@ class Client:
         trials, measure_perf, client, priority, fresh, ...)."""
         body = _submission(problem, source, options)
         for _ in range(OVERLOAD_RETRIES):
-            response = self._http.post("/v1/jobs", json=body)
+            response = self._http.post("/v1/jobs", **body)
             if response.status_code != 429:
                 return JobView.from_json(_answer(response))
             time.sleep(_retry_after(response))
@@ -106,6 +127,11 @@ class Client:
     def cancel(self, job_id: str) -> JobView:
         return JobView.from_json(_answer(self._http.post(f"/v1/jobs/{job_id}/cancel")))
 
+    def cancel_jobs(self, ids=None, *, client: str | None = None, all: bool = False) -> Cancelled:
+        """Cancel many unfinished jobs in one call: those among ``ids`` and of ``client`` (both when
+        both are given), or with ``all`` every one."""
+        return Cancelled.from_json(_answer(self._http.post("/v1/jobs/cancel", json=_cancel_body(ids, client, all))))
+
     def jobs(self, *, state: str | None = None, client: str | None = None, limit: int = 100) -> list[JobView]:
         params = {k: v for k, v in {"state": state, "client": client, "limit": limit}.items() if v is not None}
         return [JobView.from_json(j) for j in _answer(self._http.get("/v1/jobs", params=params))["jobs"]]
@@ -121,8 +147,8 @@ class Client:
         return self.wait(self.submit(problem, source, **options).id).record
 
     def evaluate_many(self, items, *, concurrency: int = 8) -> list[Record | None]:
-        """``items``: ``(problem, source, options)`` triples; the records in their order, with at
-        most ``concurrency`` jobs in flight."""
+        """``items``: ``(problem, source, options)`` triples; one record per item, in their order
+        (None for a job that was cancelled), with at most ``concurrency`` jobs in flight."""
         from concurrent.futures import ThreadPoolExecutor
 
         with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
@@ -132,8 +158,8 @@ class Client:
 class AsyncClient:
     """The asyncio twin of :class:`Client` (same methods, awaited)."""
 
-    def __init__(self, url: str = DEFAULT_URL, *, token: str | None = None, timeout: float = 30.0):
-        self._http = httpx.AsyncClient(base_url=url.rstrip("/"), headers=_headers(token), timeout=timeout)
+    def __init__(self, url: str | None = None, *, token: str | None = None, timeout: float = 30.0):
+        self._http = httpx.AsyncClient(base_url=_base_url(url), headers=_headers(token), timeout=timeout)
 
     async def aclose(self) -> None:
         await self._http.aclose()
@@ -147,7 +173,7 @@ class AsyncClient:
     async def submit(self, problem, source: str, **options) -> JobView:
         body = _submission(problem, source, options)
         for _ in range(OVERLOAD_RETRIES):
-            response = await self._http.post("/v1/jobs", json=body)
+            response = await self._http.post("/v1/jobs", **body)
             if response.status_code != 429:
                 return JobView.from_json(_answer(response))
             await asyncio.sleep(_retry_after(response))
@@ -169,6 +195,10 @@ class AsyncClient:
     async def cancel(self, job_id: str) -> JobView:
         return JobView.from_json(_answer(await self._http.post(f"/v1/jobs/{job_id}/cancel")))
 
+    async def cancel_jobs(self, ids=None, *, client: str | None = None, all: bool = False) -> Cancelled:
+        return Cancelled.from_json(_answer(await self._http.post("/v1/jobs/cancel",
+                                                                 json=_cancel_body(ids, client, all))))
+
     async def stats(self) -> QueueStats:
         return QueueStats.from_json(_answer(await self._http.get("/v1/stats")))
 
@@ -176,6 +206,7 @@ class AsyncClient:
         return (await self.wait((await self.submit(problem, source, **options)).id)).record
 
     async def evaluate_many(self, items, *, concurrency: int = 8) -> list[Record | None]:
+        """One record per item, in their order (see :meth:`Client.evaluate_many`)."""
         gate = asyncio.Semaphore(max(1, concurrency))
 
         async def one(item):

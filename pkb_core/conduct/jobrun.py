@@ -72,8 +72,12 @@ class JobRun:
     """
 
     def __init__(self, job: Job, problem, judges, candidates, *, parcels: Parcels,
-                 deadline: float, settings, before_timing=None):
+                 deadline: float, settings, before_timing=None, reference_side=None):
         self.job = job
+        #: Starts window mode's reference group (the launcher's; None: window mode unavailable).
+        self.reference_side = reference_side
+        #: That group, once started (the launcher stops it with the job).
+        self.reference_group = None
         self.before_timing = before_timing
         self.problem = problem
         self.judges = judges
@@ -139,6 +143,38 @@ class JobRun:
             return answers
         finally:
             self.candidates.freeze()
+
+    def _side_windows(self, group, requests, open_request):
+        """A window batch of ``group`` (the candidate's, or window mode's reference group): its
+        ranks get ``requests`` (their calls queue behind the gates), then the judge's ranks
+        ``open_request`` (their timekeepers open one window a call); the timekeepers' times and
+        the group's answers. The group is frozen again after; the candidate is watched for work
+        left running, as after any timed answer."""
+        started = time.monotonic()
+        who = "the solution's" if group is self.candidates else "the reference group's"
+        self.command = f"{who} `windows`"
+        try:
+            command = group.send(requests)
+            times = self._judge(open_request)
+            self.command = f"{who} `windows`"
+            try:
+                answers = group.gather(command.op, command.answer, deadline=self.deadline)
+            except JobEnded as ended:
+                if group is self.candidates:
+                    raise
+                raise JobEnded(Verdict.ERROR, f"window mode's reference group (pkb's own) failed: {ended.reason}") \
+                    from None
+            self.answered_at = time.monotonic()
+            self._count(f"{'candidate' if group is self.candidates else 'reference group'} windows", started)
+            busy = self.candidates.busy_after_answer(QUIET_S) if group is self.candidates else None
+            if busy:
+                rank, used = busy[0]
+                raise JobEnded(Verdict.FLAGGED, f"rank {rank}: its processes used {used:.0f} ms of CPU in the 20 ms "
+                                                "after its windows answer: the solution left work running on the host "
+                                                "(a thread or a child process), outside what is checked and timed")
+            return times, answers
+        finally:
+            group.freeze()
 
     def run(self) -> Outcome:
         try:

@@ -123,6 +123,8 @@ def time_job(run) -> None:
 
 def unavailable_reason(run, mode: str) -> str | None:
     """Why ``mode`` cannot time this problem here, or None."""
+    if mode == "window" and not hasattr(run.candidates, "send"):
+        return "window mode times one node's groups (a multi-node job's ranks have no timekeeper in common)"
     if mode != "latency" and run.problem.mutates:
         return "the problem mutates its arguments: latency mode only"
     if mode == "graph" and not getattr(run.problem.module, "CUDA_GRAPH", True):
@@ -151,6 +153,10 @@ def _time_mode(run, mode: str, budget_s: float) -> ModeTiming:
     cap = max(1, job.iters)
     calls = batch_calls(cap, run.set_bytes)
     least = min(cap, max(job.min_iters or cap, MIN_ROUNDS * calls))
+    if mode == "window":
+        from pkb_core.conduct.window_rounds import time_windows
+
+        return time_windows(run, mode, budget_s, calls, least, cap)
     rule = StoppingRule(min_samples=max(1, least), max_samples=cap)
     per_call = {"reference": [], "candidate": []}  # per round: wall / calls, the independent units
     reported = {"reference": [], "candidate": []}

@@ -9,6 +9,7 @@ import typing
 import attrs
 
 from pkb_core.contracts.job import Job
+from pkb_core.contracts.serial import optional
 from pkb_core.contracts.messages import NOTE_CHARS, Answer, Request, notes, optional_text, text
 
 
@@ -89,3 +90,29 @@ class End(Request):
     """The backend's finalize hook (a healthy job ends with it)."""
 
     OP = "end"
+
+
+@attrs.frozen(kw_only=True)
+class RunWindows(Request):
+    """Call the solution once in each of the timekeeper's windows of a round (epoch
+    ``epoch``): set ``w`` is laid out in the gate region's ``in_slot`` as ``skeletons[w]``
+    says; ``slots`` are the heap buffers' sizes; ``region`` is the gate region to attach."""
+
+    OP = "windows"
+    epoch: int
+    skeletons: list
+    slots: list[int]
+    region: dict
+    timeout_s: float
+
+
+@attrs.frozen(kw_only=True)
+class WindowsRan(Answer):
+    """Where each call's outputs and arguments lie in ``out_slot``: the candidate's word,
+    read by the judge under the untrusted limits, never trusted. ``host_us``: the process's own
+    account of its host time per call, an untrusted diagnostic used for nothing."""
+
+    skeletons: typing.Any = None
+    host_us: typing.Any = optional()
+    #: Its garbage collections during the batch (its own account, as ``host_us``).
+    collections: typing.Any = optional()

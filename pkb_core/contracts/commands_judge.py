@@ -116,3 +116,59 @@ class Clocks(Answer):
     """What :func:`pkb_core.machine.clocks.read_clocks` found (empty on CPU)."""
 
     clocks: dict | None = optional()
+
+
+@attrs.frozen(kw_only=True)
+class ArmWindows(Request):
+    """Draw ``k`` fresh input sets (round ``round``) into the timekeeper's private staging
+    for ``side`` (``reference``, ``candidate`` or ``null``: docs/timing.md), keep them for
+    the check, and make sure the side's gate region fits them. ``folder``: where a CPU
+    region's file goes (the side's own shared-memory folder; empty: the judge's)."""
+
+    OP = "arm"
+    side: str
+    round: str
+    k: int
+    folder: str = ""
+
+
+@attrs.frozen(kw_only=True)
+class Armed(Answer):
+    """The sets' skeletons (their layout in the side's ``in_slot``: no values) and the
+    side's gate region as the side attaches it (handle or path, slot sizes)."""
+
+    skeletons: list
+    region: dict
+
+
+@attrs.frozen(kw_only=True)
+class OpenWindows(Request):
+    """Run the armed sets of ``side`` through the timekeeper's windows (round epoch
+    ``epoch``); for ``null`` the judge's rank is the side itself."""
+
+    OP = "open"
+    side: str
+    epoch: int
+    timeout_s: float
+
+
+@attrs.frozen(kw_only=True)
+class WindowTimes(Answer):
+    """The timekeeper's time of each window, in nanoseconds, and ``ok`` or what stopped it;
+    ``host_us``: when the judge's rank was the side, its host time per call (a diagnostic)."""
+
+    times_ns: list[int]
+    status: str
+    host_us: float | None = optional()
+    #: When the judge's rank was the side: its garbage collections during the batch.
+    collections: int | None = optional()
+
+
+@attrs.frozen(kw_only=True)
+class CheckWindows(Request):
+    """Compare what the candidate's calls ``indices`` left in their snapshots (laid out as
+    its ``skeletons`` say, read under the untrusted limits) with the reference's."""
+
+    OP = "check_windows"
+    indices: list[int]
+    skeletons: list

@@ -78,10 +78,14 @@ class Failure(Contract):
 
     The launcher ends the job on it (:meth:`pkb_core.launch.ranks.RankGroup.gather`):
     ``error`` unless ``refused``, which is ``flagged`` (a candidate's solution called a
-    collective its sealed group refuses)."""
+    collective its sealed group refuses), or ``multicast_off``, the rank's word that the
+    solution failed for want of NVLink multicast, off on this machine
+    (:mod:`pkb_core.candidate.multicast_gate`): ``unsupported`` where the launcher
+    believes it, else ``error``."""
 
     error: str = text()
     refused: bool = False
+    multicast_off: bool = False
 
 
 # -- answers both roles give -------------------------------------------------------------------

@@ -2,7 +2,8 @@
 what the service and its lanes say to each other.
 
 A client (``pkb submit``, :class:`pkb_core.client.Client`, any HTTP caller)
-sends a :class:`Submission` and gets a :class:`JobView`; the service's queue
+sends a :class:`Submission` and gets a :class:`JobView`; a bulk cancel is a
+:class:`CancelRequest` answered by a :class:`Cancelled`; the service's queue
 statistics are a :class:`QueueStats`. Between the service and a lane (the
 process that holds one warm GPU group, :mod:`pkb_core.serve.lane`) go
 :class:`LaneTask` and :class:`LaneResult` as JSON lines. Every one is parsed with
@@ -52,7 +53,7 @@ class Submission(Contract):
     priority: int = 0
     #: Run again even when an identical submission has a record.
     fresh: bool = False
-    #: How records name the solution (default ``<client>/<job id>``).
+    #: How records name the solution (default ``<problem>-{job}.py``); ``{job}`` in it is replaced by the job id.
     label: str | None = None
 
 
@@ -92,6 +93,27 @@ class JobView(Contract):
     same_as: str | None = optional()
     #: The verdict and numbers, once ``done``.
     record: Record | None = optional()
+
+
+@attrs.frozen(kw_only=True)
+class CancelRequest(Contract):
+    """Which jobs one call cancels (``POST /v1/jobs/cancel``): the unfinished jobs among ``ids``
+    and of ``client``, both when both are given; every unfinished job only with ``all``, so an
+    empty request cancels nothing by accident."""
+
+    ids: tuple[str, ...] | None = optional()
+    client: str | None = optional()
+    all: bool = False
+
+
+@attrs.frozen(kw_only=True)
+class Cancelled(Contract):
+    """What a bulk cancel did."""
+
+    #: Jobs that were waiting: cancelled now.
+    cancelled: tuple[str, ...] = ()
+    #: Jobs that were running: their candidates are being killed (``cancelled`` once they are).
+    stopping: tuple[str, ...] = ()
 
 
 @attrs.frozen(kw_only=True)

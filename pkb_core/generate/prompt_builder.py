@@ -17,6 +17,7 @@ from pkb_core.machine.hardware import resolve_hardware
 from pkb_core.contracts.dtypes import PRECISIONS
 from pkb_core.problem.describe import describe_inputs
 from pkb_core.plugin.manager import get_backend_info
+from pkb_core.generate.judging import Judging, resolve_judging
 from pkb_core.generate.prompt_template import PromptTemplate, load_template
 
 
@@ -29,11 +30,16 @@ class PromptRequest:
     """The options of ``pkb prompt`` (and the prompt part of ``pkb generate``)."""
 
     backend: str
-    precision: str = "bf16"
+    #: ``auto`` (with ``size``, ``nproc``): as ``pkb run`` on ``device`` (pkb_core/generate/judging.py).
+    precision: str = "auto"
     hardware: str = "auto"
-    size: str = "default"
+    size: str = "auto"
     nproc: int | None = None
     template: str | None = None
+    #: Where the file will be judged: ``auto`` (this machine), ``cuda`` or ``cpu``.
+    device: str = "auto"
+    #: The GPUs where it is judged when that is not this machine (a reward service's); None: this machine's.
+    gpus: int | None = None
 
 
 @dataclass(frozen=True)
@@ -56,14 +62,18 @@ class PromptBuilder:
     (the template, the machine and the backend's part are looked up once)."""
 
     def __init__(self, pm, registry, request: PromptRequest):
-        if request.precision not in PRECISIONS:
-            raise PkbError(f"unknown precision {request.precision!r} (choose one of: {', '.join(PRECISIONS)})")
+        if request.precision not in ("auto", *PRECISIONS):
+            raise PkbError(f"unknown precision {request.precision!r} "
+                           f"(choose one of: auto, {', '.join(PRECISIONS)})")
         self.registry = registry
         self.request = request
         self.info = get_backend_info(pm, request.backend)
         self.template: PromptTemplate = load_template(request.template)
         self.hardware = resolve_hardware(request.hardware)
-        self.world_size = request.nproc or self.hardware.gpus
+        #: The settings the files are judged under: what the prompt states, what the check uses.
+        self.judging: Judging = resolve_judging(self.hardware, device=request.device, nproc=request.nproc,
+                                                precision=request.precision, size=request.size, gpus=request.gpus)
+        self.world_size = self.judging.world_size
         if self.world_size > self.hardware.gpus:
             raise PkbError(f"--nproc {self.world_size} but the {self.hardware.key} machine has "
                            f"{self.hardware.gpus} GPU(s)")
@@ -79,14 +89,14 @@ class PromptBuilder:
 
     def build(self, spec) -> Prompt:
         """The prompt for problem ``spec`` (a :class:`pkb_core.problem.contract.ProblemSpec`)."""
-        request, world_size = self.request, self.world_size
-        params = spec.params(request.size)
+        request, world_size, judging = self.request, self.world_size, self.judging
+        params = spec.params(judging.size)
         problem = spec.load()
         why = problem.world_size_error(world_size, params)
         if why:
             raise UnsupportedWorldSize(f"problem {spec.key} does not run with {world_size} ranks: {why} "
                                        "(choose --nproc)")
-        inputs = describe_inputs(problem, size=request.size, world_size=world_size, precision=request.precision)
+        inputs = describe_inputs(problem, size=judging.size, world_size=world_size, precision=judging.precision)
         values = {
             "problem_key": spec.key, "problem_id": str(spec.id), "problem_name": spec.name,
             "category": spec.category, "problem_doc": spec.doc.strip(), "problem_file": spec.path.name,
@@ -94,18 +104,20 @@ class PromptBuilder:
             "signature": str(inspect.signature(problem.reference)), "solution_file": f"{spec.key}.py",
             "backend": request.backend, "backend_description": self.info.description,
             "backend_instructions": self.part.instructions.strip(),
-            "size": request.size, "size_params": _params_text(params), "world_size": str(world_size),
-            "precision": request.precision, "dtype": PRECISIONS[request.precision],
+            "size": judging.size, "size_params": _params_text(params), "world_size": str(world_size),
+            "precision": judging.precision, "dtype": PRECISIONS[judging.precision],
             "inputs": inputs.text, "hardware": self.hardware.describe(world_size),
-            "tolerance": tolerance_text(spec, request.precision),
+            "judging": judging.sentence(),
+            "tolerance": tolerance_text(spec, judging.precision),
             "inputs_unchanged": inputs_unchanged_text(problem),
             "communication_rule": self.template.text(
                 "custom_kernels_rule" if self.info.custom_kernels else "library_rule"),
         }
         values["rules"] = self.template.render("rules", values)
         values["examples"] = self._examples(spec, values)
-        settings = {"problem": spec.key, "backend": request.backend, "precision": request.precision,
-                    "size": request.size, "world_size": world_size, "hardware": self.hardware.key,
+        settings = {"problem": spec.key, "backend": request.backend, "precision": judging.precision,
+                    "size": judging.size, "world_size": world_size, "device": judging.device,
+                    "hardware": self.hardware.key,
                     "template": self.template.source, "inputs_built": inputs.built}
         return Prompt(system=self.template.render("system", values), user=self.template.render("user", values),
                       settings=settings)

@@ -101,6 +101,8 @@ def _give_to_folder_owner(fd: int, path) -> None:
 
 
 class _Writer:
+    """Writes a tree's tensors into a file (``path``, or a private memfd for ``None``)."""
+
     def __init__(self, path):
         if path is None:
             fd = os.memfd_create("pkb-private-export") if hasattr(os, "memfd_create") else _unlinked_temp()
@@ -125,13 +127,17 @@ class _Writer:
             # No bytes, so no place in the file: offset 0 lies inside any parcel, even an
             # empty one (an aligned offset past the last byte would not).
             return {"k": "tensor", "dtype": dtype_name(value.dtype), "shape": list(value.shape), "at": 0, "n": 0}
-        raw = flat.contiguous().view(torch.uint8).cpu()
+        raw = flat.contiguous().view(torch.uint8)
         at = -(-self.offset // _ALIGN) * _ALIGN
-        self.file.seek(at)
-        self.file.write(memoryview(raw.numpy()))
+        self.put(raw, at)
         self.offset = at + raw.numel()
         return {"k": "tensor", "dtype": dtype_name(value.dtype), "shape": list(value.shape), "at": at,
                 "n": raw.numel()}
+
+    def put(self, raw: torch.Tensor, at: int) -> None:
+        self.file.seek(at)
+        self.file.write(memoryview(raw.cpu().numpy()))
+
 
     def node(self, value, groups) -> dict:
         if type(value) is torch.Tensor or (isinstance(value, torch.nn.Parameter)):
@@ -160,6 +166,23 @@ class _Writer:
         return {"k": "object", "type": type(value).__module__ + "." + type(value).__qualname__}
 
 
+class _BufferWriter(_Writer):
+    """Writes a tree's tensors into a byte buffer on their own device: one device copy a
+    tensor, queued on the current stream (no synchronisation: :func:`pack_into`)."""
+
+    def __init__(self, buffer: torch.Tensor):
+        self.buffer = buffer
+        self.offset = 0
+
+    def close(self):
+        pass
+
+    def put(self, raw: torch.Tensor, at: int) -> None:
+        if at + raw.numel() > self.buffer.numel():
+            raise ParcelError(f"{at + raw.numel()} bytes do not fit the {self.buffer.numel()}-byte slot")
+        self.buffer[at:at + raw.numel()].copy_(raw, non_blocking=True)
+
+
 def _is_world(value) -> bool:
     import torch.distributed as dist
 
@@ -167,6 +190,8 @@ def _is_world(value) -> bool:
 
 
 class _Reader:
+    """Reads a tree's tensors out of a parcel file."""
+
     def __init__(self, path, limits: Limits, device, make_group):
         self.path = path
         self.limits = limits
@@ -205,18 +230,22 @@ class _Reader:
         self.bytes += n
         if self.limits.max_bytes is not None and self.bytes > self.limits.max_bytes:
             raise ParcelError(f"{where}: the parcel holds more than {self.limits.max_bytes} bytes of tensors")
-        raw = torch.empty(n, dtype=torch.uint8)
-        if n:
-            self.file.seek(at)
-            got = self.file.readinto(memoryview(raw.numpy()))
-            if got != n:
-                raise ParcelError(f"{where}: the parcel ended after {got} of {n} bytes")
+        raw = self.get(at, n, where)
         if dtype.is_complex:
             real = raw.view(torch.float32 if dtype == torch.complex64 else torch.float64)
             value = torch.view_as_complex(real.reshape(*shape, 2)) if shape else torch.view_as_complex(real.reshape(2))
         else:
             value = raw.view(dtype).reshape(shape)
         return value.to(self.device) if self.device is not None else value
+
+    def get(self, at: int, n: int, where: str) -> torch.Tensor:
+        raw = torch.empty(n, dtype=torch.uint8)
+        if n:
+            self.file.seek(at)
+            got = self.file.readinto(memoryview(raw.numpy()))
+            if got != n:
+                raise ParcelError(f"{where}: the parcel ended after {got} of {n} bytes")
+        return raw
 
     def node(self, node, where, depth):
         self.nodes += 1
@@ -276,6 +305,27 @@ class _Reader:
         return value
 
 
+class _BufferReader(_Reader):
+    """Reads a tree out of a byte buffer: views of it (``copy=False``) or copies."""
+
+    def __init__(self, buffer: torch.Tensor, limits: Limits, make_group, copy: bool):
+        self.buffer = buffer
+        self.limits = limits
+        self.device = None
+        self.make_group = make_group
+        self.copy = copy
+        self.nodes = 0
+        self.bytes = 0
+        self.size = buffer.numel()
+
+    def close(self):
+        pass
+
+    def get(self, at: int, n: int, where: str) -> torch.Tensor:
+        view = self.buffer[at:at + n]
+        return view.clone() if self.copy else view
+
+
 class Foreign:
     """Stands for an object a candidate returned that is not data (its type name)."""
 
@@ -301,6 +351,53 @@ def unpack(skeleton, path, *, limits: Limits = UNTRUSTED, device=None, make_grou
         return reader.node(skeleton, "out", 0)
     finally:
         reader.close()
+
+
+def pack_into(tree, buffer: torch.Tensor, *, group_blocks=None) -> dict:
+    """Copy ``tree``'s tensors into ``buffer`` (a flat ``uint8`` tensor on their device) at
+    aligned offsets and return the skeleton (the format of :func:`pack`). The copies are
+    queued on the current stream and not waited for, so a side can write a call's outputs
+    into a judge-owned slot inside a timed window (:mod:`pkb_core.harness.windows`).
+
+    :raises ParcelError: the tensors do not fit ``buffer``.
+    """
+    return _BufferWriter(buffer).node(tree, group_blocks)
+
+
+def packed_size(tree) -> int:
+    """Bytes :func:`pack_into` needs for ``tree``'s tensors (each aligned)."""
+    end = 0
+    for value in _tensors(tree):
+        n = value.numel() * value.element_size()
+        if n:
+            end = -(-end // _ALIGN) * _ALIGN + n
+    return end
+
+
+def _tensors(tree):
+    if isinstance(tree, torch.Tensor):
+        yield tree
+    elif isinstance(tree, torch.nn.Linear):
+        yield tree.weight
+        if tree.bias is not None:
+            yield tree.bias
+    elif isinstance(tree, (list, tuple)) and not isinstance(tree, torch.Size):
+        for item in tree:
+            yield from _tensors(item)
+    elif type(tree) is dict:
+        for item in tree.values():
+            yield from _tensors(item)
+
+
+def unpack_from(skeleton, buffer: torch.Tensor, *, limits: Limits = UNTRUSTED, make_group=None,
+                copy: bool = True):
+    """The tree a skeleton describes, its tensors read from ``buffer`` (a flat ``uint8``
+    tensor): views into it (``copy=False``: what a side places from a judge's slot) or
+    fresh copies on the buffer's device (what the judge checks).
+
+    :raises ParcelError: the skeleton breaks the format or reaches outside ``buffer``.
+    """
+    return _BufferReader(buffer, limits, make_group, copy).node(skeleton, "out", 0)
 
 
 def tensor_bytes(skeleton) -> list[int]:

@@ -34,14 +34,16 @@ import dataclasses
 
 import torch
 
-from pkb_core.contracts.commands_judge import (Check, CheckSample, Clocks, DrawInputs, DrawPool, LoadJob,
-                                               ReadClocks, ReferenceTimed, Save, TimeReference, WarmReference)
+from pkb_core.contracts.commands_judge import (Armed, ArmWindows, Check, CheckSample, CheckWindows, Clocks,
+                                               DrawInputs, DrawPool, LoadJob, OpenWindows, ReadClocks,
+                                               ReferenceTimed, Save, TimeReference, WarmReference, WindowTimes)
 from pkb_core.contracts.messages import Done, Finding, Packed, Parcel, Profiled, ProfileRequest, Warmed
 from pkb_core.contracts.verdict import Verdict
 from pkb_core.contracts.dtypes import torch_dtype
 from pkb_core.judge.check import Finding as Difference, compare
 from pkb_core.harness.trees import leaves
-from pkb_core.harness.parcel import TRUSTED, UNTRUSTED, ParcelError, pack, unpack
+from pkb_core.harness.parcel import TRUSTED, UNTRUSTED, Limits, ParcelError, pack, pack_into, packed_size, \
+    unpack, unpack_from
 from pkb_core.problem.contract import RunContext, read_spec
 from pkb_core.harness.timing import BatchTimer
 from pkb_core.harness.trees import clone, identical, restore
@@ -94,6 +96,8 @@ class JudgeRank:
         self.job_secret = f"{self.secret}/{request.job_key}"
         self.problem = read_spec(job.problem_path).load()
         self.trial_args = None
+        self.ref_out_bytes = 0
+        self.armed = {}
         self.pool = None
         self.timer = self.timer.renewed()
         return Done()
@@ -126,6 +130,7 @@ class JudgeRank:
 
             return Finding(verdict=Verdict.ERROR, reason=f"the reference raised {describe(exc)}")
         self.last_reference = ref_out
+        self.ref_out_bytes = packed_size({"out": ref_out, "args": ref_args})
         # Collective (the reference on the magnitudes): every rank, before any rank can
         # return early on what its candidate sent, or its peers would wait for it.
         bound = self._exact_bound(self.trial_args) if self.trial_full and self.problem.spec.exact else None
@@ -205,7 +210,7 @@ class JudgeRank:
                 continue
             for (path, a), (_, b) in zip(leaves(after, f"argument {i}"), leaves(before, f"argument {i}")):
                 if isinstance(b, torch.Tensor) and not (isinstance(a, torch.Tensor) and identical(a, b)):
-                    return f"the solution modified its input ({path})"
+                    return Difference.input_modified(path)
         return None
 
     def on_save(self, request: Save) -> Done:
@@ -343,6 +348,122 @@ class JudgeRank:
             return EXACT_TOLERANCE, None
         return self.problem.spec.tolerance, self._exact_bound(self.pristine[index])
 
+    # -- the timekeeper's windows (docs/timing.md) -------------------------------------
+    def _clock(self):
+        if getattr(self, "clock", None) is None:
+            import os
+
+            from pkb_core.judge.clock import JudgeClock
+            from pkb_core.symmetric.shm import SHM_DIR_ENV
+
+            self.clock = JudgeClock(self.device, os.environ.get(SHM_DIR_ENV) or None, rank=self.rank)
+        return self.clock
+
+    def on_arm(self, request: ArmWindows) -> Armed:
+        """Draw ``k`` fresh sets for ``side`` into the timekeeper's staging (never a side's memory)."""
+        from pkb_core.judge.clock import stride
+
+        clock = self._clock()
+        sets, blocks = [], None
+        for i in range(request.k):
+            ctx = self.context(f"windows/{request.round}/{i}", full_mantissa=i % 2 == 1)
+            sets.append(self.problem.inputs(ctx))
+            blocks = ctx.group_blocks
+        set_bytes = max(packed_size(s) for s in sets)
+        # What a call leaves in its out_slot: outputs and argument buffers, as the reference's
+        # (twice over: a candidate's tree may be laid out less tightly; the compare judges it).
+        out_bytes = 2 * max(self.ref_out_bytes, packed_size(sets[0])) + 4096
+        clock.memory(request.k, set_bytes, out_bytes)
+        step = stride(set_bytes)
+        skeletons = [pack_into(s, clock.staging[w * step:(w + 1) * step], group_blocks=blocks)
+                     for w, s in enumerate(sets)]
+        self._sync()
+        region = clock.region(request.side, set_bytes, out_bytes, request.folder or None)
+        self.armed[request.side] = {"sets": sets, "skeletons": skeletons, "region": region,
+                                    "sizes": [packed_size(s) for s in sets], "set_stride": step,
+                                    "snap_stride": stride(out_bytes), "out_bytes": region["out_bytes"]}
+        return Armed(skeletons=skeletons, region=region)
+
+    def on_open(self, request: OpenWindows) -> WindowTimes:
+        """The armed sets of ``request.side`` through the timekeeper's windows. For the
+        ``null`` side this rank is the side: it places each set and calls nothing, as a
+        group's rank places its set and calls its solution."""
+        armed = self.armed[request.side]
+        clock = self._clock()
+        own = request.side == "null"  # the judge's rank is the null side; both others are groups
+        call = self._side_call(request.side, armed) if own else None  # before the timekeeper waits for it
+        clock.send("open", side=request.side, epoch=request.epoch, sizes=armed["sizes"],
+                   set_stride=armed["set_stride"], snap_stride=armed["snap_stride"], timeout_s=request.timeout_s)
+        failure = None
+        if own:
+            try:
+                self.window_side.run(epoch=request.epoch, skeletons=armed["skeletons"], call=call,
+                                     timeout_s=request.timeout_s, make_group=lambda *_: None)
+            except Exception as exc:  # noqa: BLE001 - reported after the timekeeper's answer
+                failure = exc
+        answer = clock.receive()
+        if failure is not None:
+            raise failure
+        return WindowTimes(times_ns=answer["times_ns"], status=answer["status"],
+                           host_us=self.window_side.host_us if own else None,
+                           collections=self.window_side.collections if own else None)
+
+    def _side_call(self, side: str, armed):
+        """This rank as the ``null`` side (it calls nothing; what a window costs by itself):
+        its gate region attached, its device barrier made, and its call in each window."""
+        from pkb_core.harness.windows import WindowSide
+
+        if getattr(self, "window_side", None) is None:
+            self.window_side = WindowSide(self.device)
+        self.window_side.attach(armed["region"])
+        self.align()
+        reference = self.problem.reference if side == "reference" else None
+        sets = iter(armed["sets"])
+        barrier = self.timer.device_barrier
+
+        def call(views):
+            placed = _placed(next(sets), views)
+            if barrier is not None:
+                barrier()  # every rank's set is in place before any call reads its peers
+            return (reference(*placed) if reference else None), placed
+
+        return call
+
+    def on_check_windows(self, request: CheckWindows) -> Finding:
+        """Compare the candidate's windowed calls ``indices`` with the reference's: what the
+        timekeeper snapshotted, read as the candidate's skeletons describe it."""
+        armed = self.armed["candidate"]
+        sets, clock = armed["sets"], self._clock()
+        self.pristine = sets
+        indices = [i for i in request.indices if 0 <= i < len(sets)]
+        # Collective: every rank runs the reference on every index before any rank compares.
+        expected = {}
+        for index in indices:
+            ref_args = clone(sets[index])
+            expected[index] = (self.problem.reference(*ref_args), ref_args, self._timed_tolerance(index))
+        self._sync()
+        skeletons = request.skeletons if isinstance(request.skeletons, list) else []
+        for index in indices:
+            ref_out, ref_args, (tolerance, bound) = expected[index]
+            at = index * armed["snap_stride"]
+            budget = Limits(max_bytes=armed["out_bytes"])
+            try:
+                if index >= len(skeletons):
+                    raise ParcelError("no layout was given for this call's outputs")
+                received = unpack_from(skeletons[index], clock.snap[at:at + armed["out_bytes"]], limits=budget)
+            except ParcelError as exc:
+                return Finding(verdict=Verdict.FAIL, reason=f"timed call {index}: its outputs could not be read "
+                                                            f"back ({exc})")
+            if not (isinstance(received, dict) and set(received) == {"out", "args"}):
+                return Finding(verdict=Verdict.FAIL, reason=f"timed call {index}: its outputs could not be read back")
+            problem = compare(received["out"], ref_out, tolerance, bound and bound[0]) or \
+                self._arguments_after(received["args"], sets[index], ref_args, tolerance, bound and bound[1])
+            if problem:
+                return Finding(verdict=Verdict.FAIL, reason=f"timed call {index} of a batch, on fresh inputs: {problem} "
+                                                            "(the timed calls must compute what the checked ones do)",
+                               **_finding(problem, call=f"timed call {index} of a batch"))
+        return Finding()
+
     def on_clocks(self, request: ReadClocks) -> Clocks:
         from pkb_core.machine.clocks import read_clocks
 
@@ -353,6 +474,19 @@ class JudgeRank:
 
         calls = self._calls()
         return Profiled(summary=profile_calls(calls[0], device=self.device, calls=5, trace_path=request.path))
+
+
+def _placed(own, views):
+    """The judge's own set ``own`` with its tensors' values taken from ``views`` (the side's
+    ``in_slot``, as the timekeeper released them), copied: what a side places."""
+    if isinstance(own, torch.Tensor):
+        return views.clone() if isinstance(views, torch.Tensor) else own.clone()
+    if isinstance(own, (list, tuple)) and not isinstance(own, torch.Size):
+        items = [_placed(o, v) for o, v in zip(own, views)]
+        return tuple(items) if isinstance(own, tuple) else items
+    if isinstance(own, dict):
+        return {k: _placed(v, views[k]) for k, v in own.items()}
+    return own
 
 
 def _same_layout(old_sets, new_sets) -> bool:

@@ -53,6 +53,8 @@ class Launch:
         self.remote = remote
         self.store_host = remote.host if remote is not None else "127.0.0.1"
         self.zygotes = None
+        #: Fork servers of the reference backend, for window mode's reference groups (made at first use).
+        self.reference_zygotes = None
         self._groups = 0
         self.reporter = reporter or Reporter()
         #: The records this launch made, in order.
@@ -70,7 +72,7 @@ class Launch:
         #: The candidate group of the job running now (:meth:`cancel_current`).
         self.current = None
 
-    def node_env(self, role: str, forwarded: dict) -> tuple[dict, WorkerSettings]:
+    def node_env(self, role: str, forwarded: dict, preload: bool = True) -> tuple[dict, WorkerSettings]:
         """The environment of this node's workers of ``role`` (this process's own,
         plus what the backend preloads) and their :class:`WorkerSettings` (pkb's
         settings for the launch, with ``forwarded``: the group's ``store``,
@@ -91,7 +93,7 @@ class Launch:
             if self.scratch is None or self.scratch.path != forwarded["scratch"]:
                 self.scratch = Scratch(forwarded["scratch"])
             shm_dir = self.scratch.group(forwarded["run_id"], uid)
-        if role == "candidate":
+        if role == "candidate" and preload:
             env.update(preload_environment(settings.preload))
         for name, value in device_environment(settings.device).items():
             env.setdefault(name, value)
@@ -191,6 +193,63 @@ class Launch:
             containment.gaps += ["a network of its own (a multi-node launch): local services are reachable",
                                  "cgroups on the other nodes: their ranks are found through /proc"]
         return containment, store
+
+    def start_reference_side(self, job, run_id: str):
+        """A group that runs the problem's reference as a solution, for window mode
+        (:mod:`pkb_core.conduct.window_rounds`): forked by zygotes of the reference backend,
+        locked down, set up and timed exactly as a candidate group is, so the two sides of a
+        speedup differ only in the code they call. Ready and set up; the caller stops it
+        (:meth:`stop_group`)."""
+        import attrs
+
+        from pkb_core.contracts import commands_candidate as candidate
+        from pkb_core.launch.ranks import RankGroup
+        from pkb_core.launch.stores import KeeperSocket
+        from pkb_core.launch.zygotes import Zygotes
+
+        settings = self.settings
+        # Held like a candidate group (its cgroup, network and log cap): the two sides of a speedup
+        # are frozen, measured and ended the same way. The reference backend's real process group.
+        containment, store = self._contain(run_id, lambda: KeeperSocket(self.store_host, unix=False))
+        uid = self._sandbox_uid()
+        forwarded = self._forwarded(store, run_id, uid)
+        env, worker = self.node_env("candidate", forwarded, preload=False)
+        worker = attrs.evolve(worker, backend="reference", custom_kernels=False, backend_options={})
+        if self.reference_zygotes is None:
+            self.reference_zygotes = Zygotes(range(settings.nproc), "reference", env=env, log_path=self.log_path,
+                                             startup_s=STARTUP_TIMEOUT_S)
+        try:
+            workers = self.reference_zygotes.fork_workers(worker, log_path=self.job_log(run_id),
+                                                          keeper_fds=store.fds(), containment=containment)
+        except BaseException:
+            containment.close()
+            raise
+        finally:
+            store.handed_over()
+        self._groups += 1
+        group = RankGroup("candidate", workers, label="reference rank", group_id=f"reference{self._groups}",
+                          containment=containment)
+        group.shm_name = run_id
+        group.keeper_report = store.report_read
+        self._watch(group, uid)
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        self._ready(group)
+        # The problem's own file, its reference named as the solution: the same compile path as any.
+        shim = os.path.join(self.scratch.path, run_id, "reference_solution.py")
+        text = Path(job.problem_path).read_text()
+        fd = os.open(shim, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+        with os.fdopen(fd, "w") as out:
+            out.write(text + "\n\nsolution = reference  # pkb: the reference side of window mode\n")
+        answers = group.command(candidate.Setup(job=attrs.evolve(job, solution=shim)), deadline=deadline)
+        failed = next((a.reason for a in answers if a.verdict), None)
+        if failed:
+            raise RuntimeError(f"the reference could not be set up as a timed side: {failed}")
+        group.freeze()
+        return group
+
+    def stop_group(self, group) -> None:
+        """Stop a group this launch started for a job (a window mode reference group)."""
+        self._stop(group)
 
     def _ready(self, group) -> None:
         if not group.ready:
@@ -294,8 +353,9 @@ class Launch:
             self._stop(spare)
             if judges is not None:
                 self._stop(judges, deadline=time.monotonic() + JUDGE_GRACE_S)
-            if self.zygotes is not None:
-                self.zygotes.stop()
+            for zygotes in (self.zygotes, self.reference_zygotes):
+                if zygotes is not None:
+                    zygotes.stop()
             if self.scratch is not None:
                 self.scratch.remove()
         return self.records
@@ -333,11 +393,13 @@ class Launch:
         """One job; returns the judge group to go on with (a new one if it failed)."""
         from pkb_core.conduct.jobrun import JobRun, JudgeFailed, Parcels
         from pkb_core.contracts.outcome import JobEnded, Outcome
+        from pkb_core.plugin.multicast import multicast_claim_believable
         from pkb_core.problem.contract import read_spec
 
         started = time.time()
         parcels = Parcels(os.path.join(self.scratch.path, run_id))
         outcome = Outcome()
+        run = None
         try:
             try:
                 self._ready(candidates)
@@ -346,9 +408,11 @@ class Launch:
                 raise JobEnded(Verdict.ERROR, f"the candidate's processes did not start: {ended.reason} "
                                         f"(its log {self.job_log(run_id)})") from None
             problem = read_spec(job.problem_path).load()
+            candidates.multicast_believed = multicast_claim_believable(job.solution, self.settings.device)
             run = JobRun(job, problem, judges, candidates, parcels=parcels, settings=self.settings,
                          deadline=time.monotonic() + self.settings.job_timeout,
-                         before_timing=lambda: self._spare_ready(spare))
+                         before_timing=lambda: self._spare_ready(spare),
+                         reference_side=lambda: self.start_reference_side(job, f"{run_id}-ref"))
             outcome = run.run()
             outcome.phases = {"ready": ready_s, **outcome.phases}
         except JobEnded as ended:
@@ -369,6 +433,8 @@ class Launch:
         finally:
             self._contained_outcome(candidates, outcome, run_id)
             stopping = time.time()
+            if run is not None and run.reference_group is not None:
+                self.stop_group(run.reference_group)
             healthy = outcome.verdict not in (Verdict.TIMEOUT, Verdict.CRASH, Verdict.ERROR)
             self._stop(candidates, stacks=outcome.verdict == Verdict.TIMEOUT,
                        deadline=time.monotonic() + JUDGE_GRACE_S if healthy else None)

@@ -24,19 +24,27 @@ import shutil
 from pathlib import Path
 
 from pkb_core.contracts.record import Record
+from pkb_core.contracts.timing import FASTER, SAME, SLOWER
 from pkb_core.contracts.verdict import Verdict
 
 #: Problems timed against themselves by default (ids).
 NOISE_PROBLEMS = ("1", "2", "7")
 #: Rounds per mode at least: the fewest that give a 95 % interval over rounds (pkb_core.conduct.intervals).
 MIN_ROUNDS = 6
+#: What the reference against itself reads as, in words that claim no more than its interval: the same
+#: code runs on both sides, so an interval away from 1.0 measures a bias of this machine's timing (the
+#: sides' order, the host's load between them), never that one copy of the code is slower.
+NOISE_READINGS = {SAME: "no measurable difference (as it should)", FASTER: "timing bias: interval above 1.0",
+                  SLOWER: "timing bias: interval below 1.0"}
 
 
 def modes_for(device: str) -> tuple:
-    """Every timing mode the device has (graph needs a GPU)."""
-    from pkb_core.harness.timing import MODES
+    """Every timing mode the device has (graph needs a GPU; window mode, whose point is the
+    device's own clock, is calibrated on GPUs only: on CPU it times the same host as latency
+    mode, with a reference group of its own started for every job)."""
+    from pkb_core.contracts.modes import MODES
 
-    return MODES if device == "cuda" else tuple(m for m in MODES if m != "graph")
+    return MODES if device == "cuda" else tuple(m for m in MODES if m not in ("graph", "window"))
 
 
 def measure_noise_floor(device: str, *, problems=NOISE_PROBLEMS, nproc: int | None = None, size: str | None = None,
@@ -105,8 +113,13 @@ def condense(records: list[Record], modes) -> dict:
     return out
 
 
+def noise_reading(difference: str) -> str:
+    """An entry's reading in words (:data:`NOISE_READINGS`; ``too few rounds to tell`` as it is)."""
+    return NOISE_READINGS.get(difference, difference)
+
+
 def describe(noise: dict) -> list[str]:
-    """One line per mode: what the machine resolves."""
+    """One line per mode: what the machine resolves, and any bias it showed (the same code timed apart)."""
     lines = []
     for mode, m in noise.get("modes", {}).items():
         if not m["entries"]:
@@ -114,9 +127,12 @@ def describe(noise: dict) -> list[str]:
             lines.append(f"{mode}: not measured ({why})")
             continue
         spread = f"reference/reference {m['ratio_min']:.3f}-{m['ratio_max']:.3f}"
+        biased = [e["problem"] for e in m["entries"] if e["difference"] in (FASTER, SLOWER)]
+        bias = (f"; {len(biased)} of {len(m['entries'])} read the same code apart (intervals away from 1.0: "
+                "a bias of this machine's timing, not a difference in speed)" if biased else "")
         if m["resolution"] is None:
-            lines.append(f"{mode}: {spread}; too few rounds for intervals (6 at least: --noise-iters)")
+            lines.append(f"{mode}: {spread}{bias}; too few rounds for intervals (6 at least: --noise-iters)")
         else:
-            lines.append(f"{mode}: {spread}; intervals reach ±{100 * m['resolution']:.1f} % from 1.0: a speedup "
-                         f"must exceed about {1 + m['resolution']:.3f}x to be measurable here")
+            lines.append(f"{mode}: {spread}{bias}; intervals reach ±{100 * m['resolution']:.1f} % from 1.0: a "
+                         f"speedup must exceed about {1 + m['resolution']:.3f}x to be measurable here")
     return lines

@@ -61,14 +61,9 @@ def pair_solutions(request: RunRequest, registry, info, dropped: list | None = N
 
     :param dropped: a list that receives the selected specs that have no solution file
         (in ``--solutions DIR`` or among the backend's samples), for a notice."""
-    if request.solution and request.solutions:
-        raise PkbError("give --solution or --solutions, not both")
+    check_solution_paths(request.solution, request.solutions)
     if request.solution:
         path = Path(request.solution)
-        if path.is_dir():
-            raise PkbError(f"solution file {path} is a directory (give --solutions DIR for a folder of solutions)")
-        if not path.is_file():
-            raise PkbError(f"solution file {path} does not exist")
         if request.problems:
             specs = registry.select(request.problems)
         else:
@@ -79,8 +74,6 @@ def pair_solutions(request: RunRequest, registry, info, dropped: list | None = N
         return [(spec, path, str(path)) for spec in specs]
     specs = registry.select(request.problems or "all")
     folder = Path(request.solutions) if request.solutions else info.samples
-    if request.solutions and not folder.is_dir():
-        raise PkbError(f"solutions directory {folder} does not exist")
     if folder is None:
         return [(spec, None, "reference") for spec in specs]
     pairs = []
@@ -94,6 +87,22 @@ def pair_solutions(request: RunRequest, registry, info, dropped: list | None = N
         where = f"in {folder}" if request.solutions else f"among backend {info.name}'s samples ({folder})"
         raise NothingSelected(f"no solution files for the selected problems {where}")
     return pairs
+
+
+def check_solution_paths(solution: str | None, solutions: str | None) -> None:
+    """Refuse, in one line, ``--solution FILE`` that is not a file, ``--solutions DIR``
+    that is not a folder, or both at once. Cheap (no torch): ``pkb run`` calls it
+    before anything heavy, so a typo is refused at once."""
+    if solution and solutions:
+        raise PkbError("give --solution or --solutions, not both")
+    if solution:
+        path = Path(solution)
+        if path.is_dir():
+            raise PkbError(f"solution file {path} is a directory (give --solutions DIR for a folder of solutions)")
+        if not path.is_file():
+            raise PkbError(f"solution file {path} does not exist")
+    if solutions and not Path(solutions).is_dir():
+        raise PkbError(f"solutions directory {solutions} does not exist")
 
 
 #: Per size, when not given: warm-up calls, then the least and the most timed calls per side and
@@ -137,7 +146,7 @@ def make_job(request: RunRequest, spec, solution, label, params=None) -> Job:
     ``size`` then names the override, e.g. ``"sweep:4194304"``.
     """
     params = dict(spec.params(request.size) if params is None else params)
-    digest = hashlib.sha1(Path(solution).read_bytes()).hexdigest()[:10] if solution else "ref"
+    digest = _content_digest(Path(solution).read_bytes()) if solution else "ref"
     key = "|".join([spec.key, request.backend, label, digest, f"W{request.nproc}", request.size,
                     request.dtype, request.mode, ("perf:" + "+".join(request.timing_modes)) if request.measure_perf else "check"])
     return Job(
@@ -150,6 +159,21 @@ def make_job(request: RunRequest, spec, solution, label, params=None) -> Job:
         save_outputs=request.save_outputs, timing_modes=tuple(request.timing_modes),
         profile=request.profile, params=params,
     )
+
+
+def keyed_by_content(job: Job, content: bytes) -> Job:
+    """``job``, planned without a solution file, keyed as the job of a file holding ``content``:
+    for a submitted source that is no solution file (empty, not UTF-8 text), answered
+    ``compile-error`` without ever being written (:mod:`pkb_core.build.source_defects`)."""
+    import attrs
+
+    parts = job.key.split("|")
+    parts[-6] = _content_digest(content)  # the key's digest: five fixed parts follow it (see make_job)
+    return attrs.evolve(job, key="|".join(parts))
+
+
+def _content_digest(content: bytes) -> str:
+    return hashlib.sha1(content).hexdigest()[:10]
 
 
 def device_defaults(device: str, size: str = "auto", dtype: str = "auto") -> tuple[str, str]:

@@ -108,6 +108,10 @@ class RankGroup:
         self.ready = False
         #: Why the backend cannot run in this group, as its processes said when ready (None: it can).
         self.unsupported = None
+        #: Whether a rank's word that the solution failed for want of NVLink multicast makes the
+        #: job ``unsupported`` (the launcher's own finding for the group's job:
+        #: :func:`pkb_core.plugin.multicast.multicast_claim_believable`); otherwise it is an ``error``.
+        self.multicast_believed = False
         #: The read end of the store keeper's report pipe (a candidate group's; :mod:`pkb_core.launch.keeper`).
         self.keeper_report = None
         self._refusal = None
@@ -152,6 +156,13 @@ class RankGroup:
         :raises JobEnded: timeout, error or crash, as the module docstring says; an answer
             that does not fit its class is the rank's error.
         """
+        command = self.send(request)
+        return self.gather(command.op, command.answer, deadline=deadline, grace=grace)
+
+    def send(self, request):
+        """Send ``request`` (as :meth:`command` does) without waiting: the command, whose
+        answers :meth:`gather` reads (a window batch: the candidate's calls run while the
+        judge's timekeeper opens their windows)."""
         self.thaw()
         requests = request if isinstance(request, list) else [request] * len(self.workers)
         found = {command_of(self.role, r) for r in requests}
@@ -166,7 +177,7 @@ class RankGroup:
             worker.reader.discard()
             worker.nonce = secrets.token_hex(8)
             worker.send(encode(one, worker.nonce))
-        return self.gather(command.op, command.answer, deadline=deadline, grace=grace)
+        return command
 
     def gather(self, op: str, answer: type, *, deadline: float, grace: float = ERROR_GRACE_S) -> list:
         """Every rank's answer to ``op``, read once with the ``answer`` class (events on the way
@@ -227,6 +238,11 @@ class RankGroup:
     def _error(self, found, hung=False) -> JobEnded:
         rank, answer = found
         text = f"{self.label} {rank}: {answer.error[:REASON_CHARS]}" + (" (its peers did not finish)" if hung else "")
+        if answer.multicast_off and not answer.refused:
+            if self.multicast_believed:
+                return JobEnded(Verdict.UNSUPPORTED, text)
+            text += (" (the rank blamed NVLink multicast being off; not believed: pkb allows multicast here, "
+                     "or the solution's source never names it)")
         return JobEnded(Verdict.FLAGGED if answer.refused else Verdict.ERROR, text)
 
     def store_refusal(self) -> str | None:

@@ -115,7 +115,7 @@ def serve(channel, handler, role: str) -> None:
                 raise TypeError(f"on_{op} answered {type(answer).__name__}, not {command.answer.__name__}")
             reply = answer.to_json()
         except SolutionFailed as exc:
-            reply = Failure(error=str(exc), refused=exc.refused).to_json()
+            reply = Failure(error=str(exc), refused=exc.refused, multicast_off=exc.multicast_off).to_json()
         except Exception as exc:  # noqa: BLE001 - reported to the launcher, which decides
             reply = Failure(error=describe(exc)).to_json()
         channel.send({"op": op, "nonce": nonce, **reply})

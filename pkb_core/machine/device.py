@@ -17,6 +17,16 @@ def detect_device(choice: str = "auto") -> str:
     return "cuda" if torch.cuda.is_available() and torch.cuda.device_count() > 0 else "cpu"
 
 
+def require_device(device: str) -> str:
+    """``device``, or a one-line error when it is ``cuda`` and this machine shows no GPU
+    (``--device cuda`` on a CPU machine: torch would fail deep inside, with a traceback)."""
+    if device == "cuda" and device_count(device) == 0:
+        from pkb_core.errors import PkbError
+
+        raise PkbError("--device cuda but no GPU is visible here (leave --device auto for CPU mode)")
+    return device
+
+
 #: What a process that runs solution code gets in CPU mode, unless the caller's environment says
 #: otherwise: one OpenMP thread (the ranks share the cores) and Triton's interpreter.
 CPU_ENVIRONMENT = {"OMP_NUM_THREADS": "1", "TRITON_INTERPRET": "1"}
@@ -39,3 +49,24 @@ def device_count(device: str) -> int:
 
         return torch.cuda.device_count()
     return 2
+
+
+def cpu_cores() -> int:
+    """The CPU cores this process may run on (its affinity, which a container or
+    ``taskset`` narrows; the machine's count where affinity is unknown)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def crowded_cores_warning(ranks: int) -> str | None:
+    """One line when ``ranks`` CPU-mode ranks are more than this machine's cores, else None.
+
+    Not an error: the ranks still run, each a process (two with the judge's), taking
+    turns on the cores, so every job is slower and a tight ``--timeout`` may cut it."""
+    cores = cpu_cores()
+    if ranks <= cores:
+        return None
+    return (f"warning: world size {ranks} is more than this machine's {cores} CPU core(s): in CPU mode every "
+            "rank is a process, so they take turns and jobs run slowly (raise --timeout if they time out)")

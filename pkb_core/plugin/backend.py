@@ -38,12 +38,13 @@ class BackendInfo:
         examples; see :mod:`pkb_core.plugin.backend_prompt`). ``None``: prompts
         carry ``description`` as the only instructions. Called in the ``pkb``
         process; keep it cheap (read files, import no GPU runtime).
-    :param multicast_patterns: regular expressions for the spellings of NVLink
-        multicast in this backend's libraries, refused on top of the core's
-        :data:`pkb_core.plugin.multicast.MULTICAST_PATTERNS`. The core refuses
-        every backend's solutions that call multicast (a ``compile-error``
-        before the backend's compile hook runs), so a backend never checks it
-        itself.
+    :param multicast_patterns: regular expressions for the calls that create or
+        reach NVLink multicast in this backend's libraries, where pkb cannot
+        watch them run (CUDA templates, say), on top of the core's
+        :data:`pkb_core.plugin.multicast.MULTICAST_PATTERNS`. Where multicast is
+        off, the core makes a solution that calls one ``unsupported`` before
+        anything is built (:mod:`pkb_core.plugin.multicast`), so a backend never
+        checks it itself.
     :param solution_modules: ``{importable name: provider module}``: modules
         this backend serves to solution files under another harness's names
         (``{"utils.cuda_helpers": "pkb_cuda.pkb_helpers"}``); served only to

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from pkb_core.contracts.record import Record
-from pkb_core.contracts.serve import JobView, Submission
+from pkb_core.contracts.serve import CancelRequest, Cancelled, JobView, Submission
 from pkb_core.ray.placement import NAMESPACE, RayPlacement, connect
 
 #: Seconds between looks at a job's state while waiting for it.
@@ -86,12 +86,18 @@ class EvaluatorPool:
         return self.wait(self.submit(problem, source, **options).id).record
 
     def evaluate_many(self, items) -> list[Record | None]:
-        """``[(problem, source, options), ...]`` -> their records in order, all queued at once."""
+        """``[(problem, source, options), ...]`` -> one record per item, in order, all queued at once
+        (an empty, undecodable or oversized source is its item's ``compile-error`` record)."""
         views = [self.submit(problem, source, **options) for problem, source, options in items]
         return [self.wait(view.id).record for view in views]
 
     def cancel(self, job_id: str) -> JobView:
         return self.service.cancel(job_id)
+
+    def cancel_jobs(self, ids=None, *, client: str | None = None, all: bool = False) -> Cancelled:
+        """Cancel many unfinished jobs at once (as :meth:`pkb_core.client.Client.cancel_jobs`)."""
+        return self.service.cancel_jobs(CancelRequest(ids=None if ids is None else tuple(ids), client=client,
+                                                      all=all))
 
     def stats(self):
         return self.service.stats()

@@ -1,15 +1,28 @@
-"""Comparing two run directories row by row, with noise taken into account.
+"""Comparing two run directories row by row, with the same intervals and rule as ``pkb run``.
 
 Rows are matched on (problem, solution file name, world size, size, dtype).
 Each matched row gets a status:
 
 * ``regressed``: the verdict went from ``pass`` to anything else, or the
-  solution's median time grew by more than the threshold *and* the two runs'
-  p10..p90 ranges do not overlap (B's p10 above A's p90);
+  solution's median time grew by more than the threshold *and* the change is
+  measurable: the two runs' 95 % intervals of that median do not overlap (B's
+  ``ci_low`` above A's ``ci_high``) *and*, where both records carry one, the two
+  speedups' 95 % intervals (over each run's paired rounds) do not overlap either;
 * ``improved``: the verdict went from not passing to ``pass``, or the median
-  shrank by more than the threshold with B's p90 below A's p10;
-* ``unchanged``: anything else (a change inside either run's own spread is noise);
+  shrank by more than the threshold, measurably in the same sense;
+* ``unchanged``: anything else. A change whose intervals overlap is ``no
+  measurable difference``, the reading ``pkb run`` gives a speedup whose interval
+  contains 1.0 (:mod:`pkb_core.conduct.intervals`). A change whose speedups'
+  intervals overlap moved the reference as much as the solution: the machine
+  (its load, its clocks), not the solution, changed between the runs;
 * ``only in A`` / ``only in B``: no partner in the other run.
+
+The intervals are each record's own (``solution_ci_ms``, ``speedup_ci``: per-round
+values, docs/timing.md); records written before pkb kept intervals fall back to
+their p10..p90 spread. Times of two clocks (a GPU run against a CPU-mode run) are
+never compared. Host timings (CPU mode, ``clock: host``) are compared like any
+others, and said to be host timings: they time gloo and Triton's interpreter on
+the host, not GPU kernels.
 
 ``--fail-on median:5%`` makes ``pkb compare`` exit 1 when a regression exceeds
 5 % (a verdict regression always does): the form for CI.
@@ -21,11 +34,16 @@ import re
 from pkb_core.contracts.record import Record
 from pkb_core.contracts.verdict import Verdict
 from pkb_core.errors import PkbError
-from pkb_core.results.report import solution_name
+from pkb_core.results.report import host_timed, solution_name
 
 #: Relative change below which a timing difference is never a change.
 DEFAULT_THRESHOLD = 0.05
 METRICS = ("median",)
+#: What a change inside the intervals reads as (``pkb run``'s word for a speedup whose interval holds 1.0).
+SAME = "no measurable difference"
+#: Under the table of a comparison with host timings.
+HOST_NOTE = ("host timings (CPU mode, clock: host): they time gloo and Triton's interpreter on this host, "
+             "not GPU kernels; a change says nothing about a GPU")
 
 
 def match_key(record: Record) -> tuple:
@@ -51,12 +69,21 @@ def parse_fail_on(text: str) -> tuple[str, float]:
     return metric.strip(), parse_percent(percent, "--fail-on")
 
 
-def _timing(record):
-    """The solution's (p10, median, p90) in ms, or None when untimed."""
+def _median_interval(record: Record):
+    """``(median, (low, high), whether the range is an interval)`` of the solution's time in ms, or None
+    when untimed: the median's 95 % interval, or (records from before intervals) the p10..p90 spread."""
     candidate = record.stats.candidate if record.stats else None
     if not candidate or record.solution_ms is None:
         return None
-    return candidate.p10, candidate.median, candidate.p90
+    if record.solution_ci_ms:
+        return record.solution_ms, tuple(record.solution_ci_ms), True
+    if candidate.ci_low is not None and candidate.ci_high is not None:
+        return candidate.median, (candidate.ci_low, candidate.ci_high), True
+    return candidate.median, (candidate.p10, candidate.p90), False
+
+
+def _overlap(a, b) -> bool:
+    return a[0] <= b[1] and b[0] <= a[1]
 
 
 def compare_row(a: Record, b: Record, threshold: float = DEFAULT_THRESHOLD) -> dict:
@@ -69,19 +96,30 @@ def compare_row(a: Record, b: Record, threshold: float = DEFAULT_THRESHOLD) -> d
     if row["verdict_a"] != Verdict.PASS:
         return dict(row, status="unchanged",
                     why=f"not passing in either run ({row['verdict_a']} -> {row['verdict_b']})")
-    ta, tb = _timing(a), _timing(b)
+    ta, tb = _median_interval(a), _median_interval(b)
     if not ta or not tb:
         return dict(row, status="unchanged", why="untimed in " + ("A" if not ta else "B"))
-    (p10_a, med_a, p90_a), (p10_b, med_b, p90_b) = ta, tb
+    if a.clock and b.clock and a.clock != b.clock:
+        return dict(row, status="unchanged", why=f"not comparable: A timed by the {a.clock} clock, B by the "
+                                                 f"{b.clock} clock")
+    (med_a, range_a, interval_a), (med_b, range_b, interval_b) = ta, tb
+    kind = "medians' 95 % intervals" if interval_a and interval_b else "p10-p90 spreads (records without intervals)"
     change = med_b / med_a - 1 if med_a > 0 else 0.0
     row["change"] = change
     if abs(change) <= threshold:
-        return dict(row, status="unchanged", why=f"within {threshold:.0%}")
-    if change > 0 and p10_b > p90_a:
-        return dict(row, status="regressed", why=f"slower by {change:.1%}, outside both spreads")
-    if change < 0 and p90_b < p10_a:
-        return dict(row, status="improved", why=f"faster by {-change:.1%}, outside both spreads")
-    return dict(row, status="unchanged", why=f"{change:+.1%} but inside the runs' p10-p90 spread (noise)")
+        return dict(row, status="unchanged", why=f"{change:+.1%}: within {threshold:.0%}")
+    if _overlap(range_a, range_b):
+        return dict(row, status="unchanged", why=f"{SAME}: {change:+.1%} lies inside the noise (the {kind} "
+                                                 "overlap)")
+    speedups = a.speedup_ci, b.speedup_ci
+    if all(speedups) and _overlap(*speedups):
+        return dict(row, status="unchanged",
+                    why=f"{SAME}: {change:+.1%}, but the reference moved with it (the speedups' 95 % intervals "
+                        "overlap): the machine changed, not the solution")
+    paired = ", nor do the speedups'" if all(speedups) else ""
+    if change > 0:
+        return dict(row, status="regressed", why=f"slower by {change:.1%}: the {kind} do not overlap{paired}")
+    return dict(row, status="improved", why=f"faster by {-change:.1%}: the {kind} do not overlap{paired}")
 
 
 def compare_runs(records_a, records_b, threshold: float = DEFAULT_THRESHOLD) -> list[dict]:
@@ -103,9 +141,20 @@ def compare_runs(records_a, records_b, threshold: float = DEFAULT_THRESHOLD) -> 
 
 
 def _side(record: Record | None, name: str) -> dict:
-    """One run's verdict, median and speedup for a row (None where the run has no such record)."""
+    """One run's verdict, median (and its interval), speedup (and its interval and reading) and clock
+    for a row (None where the run has no such record)."""
+    timed = record is not None and record.solution_ms is not None
     return {f"verdict_{name}": record and record.verdict.value, f"median_{name}": record and record.solution_ms,
-            f"speedup_{name}": record and record.speedup}
+            f"median_ci_{name}": list(record.solution_ci_ms) if timed and record.solution_ci_ms else None,
+            f"speedup_{name}": record and record.speedup,
+            f"speedup_ci_{name}": list(record.speedup_ci) if record is not None and record.speedup_ci else None,
+            f"difference_{name}": record and record.difference,
+            f"clock_{name}": (record.clock or ("host" if host_timed(record) else None)) if timed else None}
+
+
+def host_timings(rows) -> list[str]:
+    """Which runs (``A``, ``B``) hold host timings among the rows' timed records."""
+    return [name.upper() for name in ("a", "b") if any(r.get(f"clock_{name}") == "host" for r in rows)]
 
 
 def failures(rows, fail_on: tuple[str, float]) -> list[dict]:

@@ -1,7 +1,10 @@
 """Charts of a run directory (matplotlib, PNG and SVG of each).
 
 * ``speedup``: speedup of every correct, timed solution, grouped and coloured by
-  category, log scale, a line at 1x;
+  category, log scale, a line at 1x; each bar carries its 95 % interval (the
+  record's ``speedup_ci``) as an error bar, and a bar whose interval contains 1.0
+  (``no measurable difference``, as ``pkb run`` reads it) is grey and hatched, so
+  it never looks like a win or a loss;
 * ``sol``: % of the speed-of-light floor reached by the reference and the
   solution, per problem (log scale, a line at 100 %);
 * ``rounds``: for a refinement loop (``pkb generate --rounds``), pass rate and fast_p
@@ -9,8 +12,12 @@
   show each problem's best round;
 * ``sweep-<problem>`` (``-W<n>-<dtype>`` added when a run swept it several
   ways): for ``pkb bench`` runs (size ``sweep:<bytes>``), time and busbw
-  against message size, one line per solution and for NCCL (the reference),
-  solid for eager (latency mode) and dashed for CUDA-graph mode.
+  against message size, one line per solution and for the reference (named by
+  its library: NCCL on GPU, gloo in CPU mode), solid for eager (latency mode) and
+  dashed for CUDA-graph mode.
+
+Figures of CPU-mode records (``clock: host``) say ``host timing (CPU mode)`` in
+their title: those times are the host's, not GPU kernels'.
 
 matplotlib is optional: it is imported inside :func:`write_plots`, which
 raises one clear :class:`PkbError` when it is missing.
@@ -20,13 +27,19 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
+from pkb_core.contracts.timing import FASTER, SLOWER
 from pkb_core.errors import PkbError
-from pkb_core.results.report import is_correct, is_sweep, solution_name, sweep_bytes
+from pkb_core.results.report import host_timed, is_correct, is_sweep, solution_name, sweep_bytes
 from pkb_core.results.rounds import by_round, final_states, is_loop
 
 #: Timing mode -> legend word and line style.
 MODE_STYLE = {"latency": ("eager", "-"), "graph": ("graph", "--"), "back-to-back": ("back-to-back", ":")}
 FORMATS = ("png", "svg")
+#: The title's mark on a figure of host timings.
+HOST_LABEL = "host timing (CPU mode)"
+#: How a speedup whose 95 % interval contains 1.0 is drawn (and its legend entry).
+SAME_STYLE = {"color": "0.82", "hatch": "//", "edgecolor": "0.45"}
+SAME_LABEL = "no measurable difference (95 % interval holds 1.0)"
 
 
 def write_plots(records, out_dir) -> list[Path]:
@@ -110,17 +123,46 @@ def _bar_axes(plt, count, title, ylabel):
 
 
 def _speedup_figure(plt, rows):
+    """Bars of the speedups with their 95 % intervals; a bar that reads no measurable difference is grey."""
     rows = _ordered(rows)
     colours = _category_colours(plt, rows)
-    fig, ax = _bar_axes(plt, len(rows), "Speedup over the reference (correct solutions)", "speedup (x, log scale)")
-    xs = range(len(rows))
-    bars = ax.bar(xs, [r.speedup for r in rows], color=[colours[str(r.category)] for r in rows])
-    ax.bar_label(bars, labels=[f"{r.speedup:.2f}x" for r in rows], fontsize=7, padding=2)
+    fig, ax = _bar_axes(plt, len(rows), _titled("Speedup over the reference (correct solutions)", rows),
+                        "speedup (x, log scale, 95 % interval)")
+    measured = [_measured(r) for r in rows]
+    for x, (r, clear) in enumerate(zip(rows, measured)):
+        style = {"color": colours[str(r.category)]} if clear else SAME_STYLE
+        bar = ax.bar([x], [r.speedup], **style)
+        _gid(bar, "speedup-bar" if clear else "speedup-bar-no-measurable-difference")
+        ax.bar_label(bar, labels=[f"{r.speedup:.2f}x"], fontsize=7, padding=2)
+        if r.speedup_ci:
+            low, high = r.speedup_ci
+            # From the interval's low end to its high end (the ratio of medians may sit outside it).
+            _gid(ax.errorbar([x], [low], yerr=[[0.0], [high - low]], fmt="none", ecolor="black", capsize=3,
+                             linewidth=1), "speedup-interval")
     ax.axhline(1.0, color="black", linewidth=1)
     _log_labels(ax, "{:g}x")
     _set_ticks(ax, rows)
-    _category_legend(plt, ax, colours)
+    _category_legend(plt, ax, colours, same=not all(measured))
     return fig
+
+
+def _gid(container, name: str) -> None:
+    """Name every artist of ``container`` (the SVG's ``id``): what a reader or a test can find."""
+    for artist in container.get_children():
+        artist.set_gid(name)
+
+
+def _measured(record) -> bool:
+    """Whether the speedup's 95 % interval excludes 1.0 (``faster`` or ``slower``); records from
+    before intervals count by their point value, as in the report."""
+    if record.difference:
+        return record.difference in (FASTER, SLOWER)
+    return True
+
+
+def _titled(title: str, rows) -> str:
+    """``title``, marked when the figure holds host timings (CPU mode)."""
+    return f"{title}\n{HOST_LABEL}: not GPU kernel times" if any(host_timed(r) for r in rows) else title
 
 
 def _rounds_figure(plt, rounds):
@@ -145,7 +187,8 @@ def _rounds_figure(plt, rounds):
 def _sol_figure(plt, rows):
     rows = _ordered(rows)
     colours = _category_colours(plt, rows)
-    fig, ax = _bar_axes(plt, len(rows), "Share of the speed-of-light floor reached", "% of SOL (log scale)")
+    fig, ax = _bar_axes(plt, len(rows), _titled("Share of the speed-of-light floor reached", rows),
+                        "% of SOL (log scale)")
     width = 0.4
     ref = [100 * (r.sol.reference_fraction or 0) for r in rows]
     sol = [100 * r.sol.solution_fraction for r in rows]
@@ -170,11 +213,14 @@ def _set_ticks(ax, rows):
     ax.set_xticklabels(_labels(rows), rotation=45, ha="right", fontsize=8)
 
 
-def _category_legend(plt, ax, colours, extra=(), prefix=""):
+def _category_legend(plt, ax, colours, extra=(), prefix="", same=False):
     from matplotlib.patches import Patch
 
     handles = [Patch(color=colour, label=label) for label, colour in extra]
     handles += [Patch(color=colour, label=prefix + name) for name, colour in colours.items()]
+    if same:
+        handles.append(Patch(facecolor=SAME_STYLE["color"], hatch=SAME_STYLE["hatch"],
+                             edgecolor=SAME_STYLE["edgecolor"], label=SAME_LABEL))
     ax.legend(handles=handles, fontsize=8, loc="best")
 
 
@@ -197,11 +243,12 @@ def _human_bytes(value, _=None) -> str:
 def _sweep_figure(plt, problem, rows):
     """Time (us) and busbw (GB/s) against per-rank message size."""
     fig, (ax_time, ax_bw) = plt.subplots(1, 2, figsize=(12, 4.8))
-    fig.suptitle(f"{problem}: message-size sweep (W={rows[0].world_size}, {rows[0].dtype})")
+    fig.suptitle(_titled(f"{problem}: message-size sweep (W={rows[0].world_size}, {rows[0].dtype})", rows))
     series = _sweep_series(rows)
+    reference = reference_library(rows)
     palette = plt.get_cmap("tab10")
-    solutions = [label for label in dict.fromkeys(label for label, _, _ in series) if label != "NCCL"]
-    colours = {"NCCL": "black", **{label: palette(i % 10) for i, label in enumerate(solutions)}}
+    solutions = [label for label in dict.fromkeys(label for label, _, _ in series) if label != reference]
+    colours = {reference: "black", **{label: palette(i % 10) for i, label in enumerate(solutions)}}
     for label, mode, points in series:
         word, style = MODE_STYLE.get(mode, (mode, "-."))
         sizes = [p[0] for p in points]
@@ -227,16 +274,24 @@ def _sweep_figure(plt, problem, rows):
     return fig
 
 
-def _sweep_series(rows):
-    """``[(label, mode, [(bytes, median ms, busbw GB/s or None)])]``: each solution, and NCCL.
+def reference_library(rows) -> str:
+    """What the reference's line is called: its library, ``NCCL`` on GPU, ``gloo`` in CPU mode
+    (as ``pkb bench`` names it)."""
+    return "gloo" if any(host_timed(r) for r in rows) else "NCCL"
 
-    Every record times the reference beside its solution; NCCL's point at a size
+
+def _sweep_series(rows):
+    """``[(label, mode, [(bytes, median ms, busbw GB/s or None)])]``: each solution, and the
+    reference (labelled by :func:`reference_library`).
+
+    Every record times the reference beside its solution; the reference's point at a size
     is the median of those measurements.
     """
+    reference = reference_library(rows)
     series: dict[tuple, dict[int, list]] = {}
     for r in rows:
         for mode, sides in r.stats.modes.items():
-            for side, label in (("candidate", solution_name(r)), ("reference", "NCCL")):
+            for side, label in (("candidate", solution_name(r)), ("reference", reference)):
                 if side == "candidate" and not is_correct(r):
                     continue
                 stats = getattr(sides, side)
@@ -245,7 +300,7 @@ def _sweep_series(rows):
     out = []
     mode_order = list(MODE_STYLE)
     for (label, mode), by_size in sorted(series.items(), key=lambda item: (
-            item[0][0] != "NCCL", item[0][0], mode_order.index(item[0][1]) if item[0][1] in mode_order else 99)):
+            item[0][0] != reference, item[0][0], mode_order.index(item[0][1]) if item[0][1] in mode_order else 99)):
         points = []
         for nbytes in sorted(by_size):
             ms = statistics.median(by_size[nbytes])

@@ -10,15 +10,20 @@ Routes (JSON in and out; the OpenAPI page is ``/docs``, its schema ``/openapi.js
 ``GET /v1/jobs/{id}``      one job
 ``GET /v1/jobs/{id}/wait`` long poll: returns when the job is final or after ``?timeout=`` s (at most 60)
 ``POST /v1/jobs/{id}/cancel``  cancel it (a running one's candidate is killed)
+``POST /v1/jobs/cancel``   cancel many in one call: a :class:`~pkb_core.contracts.serve.CancelRequest`
+                           (ids, a client, or all) answered by a :class:`~pkb_core.contracts.serve.Cancelled`
 ``GET /v1/stats``          :class:`~pkb_core.contracts.serve.QueueStats`
 ``GET /v1/health``         :class:`~pkb_core.contracts.serve.Health` (no token needed)
 =========================  ======================================================
 
 Every refusal is ``{"error": one line}`` with a 4xx status: 400 malformed JSON,
-401 a missing or wrong token, 404 an unknown job, problem or backend, 413 an
-oversized source, 422 a field of the wrong type or out of range, 429 a full
-queue (with ``Retry-After``). With a token (required when listening beyond
-localhost) every route but health needs ``Authorization: Bearer <token>``.
+401 a missing or wrong token, 404 an unknown job, problem or backend, 413 a
+request body over :data:`MAX_BODY`, 422 a field of the wrong type or out of
+range, 429 a full queue (with ``Retry-After``). A refusal is about the request;
+a source that is empty, not UTF-8 text or over the source limit is not refused:
+its job is answered ``compile-error`` with the reason, and stored like any job.
+With a token (required when listening beyond localhost) every route but health
+needs ``Authorization: Bearer <token>``.
 """
 from __future__ import annotations
 
@@ -30,7 +35,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 from pkb_core.contracts.serial import ContractError
-from pkb_core.contracts.serve import Submission
+from pkb_core.contracts.serve import CancelRequest, Submission
 from pkb_core.serve.intake import Refused
 from pkb_core.serve.openapi import contract_schema
 from pkb_core.serve.service import Overloaded, Service
@@ -104,6 +109,19 @@ def create_app(service: Service, *, token: str | None = None) -> FastAPI:
             await asyncio.sleep(min(0.05, max(0.0, end - loop.time())))
             view = service.view(job_id)
         return view.to_json()
+
+    @app.post("/v1/jobs/cancel", openapi_extra={"requestBody": {
+        "required": True, "content": {"application/json": {"schema": contract_schema(CancelRequest)}}}})
+    async def cancel_many(request: Request):
+        try:
+            import json
+
+            selection = CancelRequest.from_json(json.loads(await request.body()))
+        except ValueError as exc:
+            return _error(400, f"the request body is not JSON ({exc})")
+        except ContractError as exc:
+            return _error(422, str(exc))
+        return (await asyncio.to_thread(service.cancel_jobs, selection)).to_json()
 
     @app.post("/v1/jobs/{job_id}/cancel")
     async def cancel(job_id: str):

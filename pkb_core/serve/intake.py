@@ -1,9 +1,13 @@
 """A submission, checked and planned: the job a lane will run, or the one line that refuses it.
 
-Everything a submission says is checked here, before it is queued, so a bad
-request is a 4xx with one reason (:class:`Refused`) and never a job that fails
-later: the problem and backend exist and the backend can run on this node, the
-world size fits the node, options are in range, the source is not too large.
+Everything a submission's request says is checked here, before it is queued, so
+a bad request is a 4xx with one reason (:class:`Refused`) and never a job that
+fails later: the problem and backend exist and the backend can run on this
+node, the world size fits the node, options are in range. Its source is not a
+request's: a source that is empty, not UTF-8 text or over the size limit
+(:mod:`pkb_core.build.source_defects`) is planned as a job that is answered
+``compile-error`` at once (:attr:`Planned.compile_error`), stored like any job,
+so a trainer's batch gets a record for every completion.
 The job itself is planned by the same path as ``pkb run``'s
 (:func:`pkb_core.launch.plan.make_request`, :func:`~pkb_core.launch.plan.plan_jobs`),
 so a verdict through the service is ``pkb run``'s verdict on the same file.
@@ -17,6 +21,9 @@ import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
+import attrs
+
+from pkb_core.build.source_defects import source_bytes, source_defect
 from pkb_core.contracts.dtypes import PRECISIONS
 from pkb_core.contracts.job import Job
 from pkb_core.contracts.serve import Submission
@@ -45,12 +52,16 @@ class Planned:
     job: Job
     problem: str
     world_size: int
+    #: The submission as the store keeps it (a source over the limit is not kept: its record says how large).
+    submission: Submission
     #: Equal for submissions whose content, problem and options are equal.
     dedup_key: str
     #: The lane a job runs in must have been started with these (backend, world size, timeout).
     lane_key: tuple
     #: Why the problem refuses the world size (the job is then answered ``unsupported`` at once).
     refusal: str | None = None
+    #: Why the source is no solution file (the job is then answered ``compile-error`` at once).
+    compile_error: str | None = None
 
 
 class Intake:
@@ -91,7 +102,7 @@ class Intake:
 
     def plan(self, submission: Submission, job_id: str) -> Planned:
         """The job for ``submission``; :class:`Refused` when it cannot be queued."""
-        from pkb_core.launch.plan import make_request, plan_jobs
+        from pkb_core.launch.plan import keyed_by_content, make_request, plan_jobs
 
         self._check(submission)
         info = self.backend(submission.backend)
@@ -102,26 +113,38 @@ class Intake:
         world_size = submission.world_size or 2
         if world_size > self.devices:
             raise Refused(f"world size {world_size} but this node gives groups {self.devices} device(s)")
-        path = self._write_source(submission.source, spec.key)
+        defect = source_defect(submission.source, self.max_source_bytes)
+        # A source that is no solution file is not written: its job is planned without one and never runs.
+        path = None if defect else self._write_source(submission.source, spec.key)
         try:
             request = make_request(backend=info.name, device=self.device, nproc=world_size, trials=submission.trials,
                                    size=submission.size, dtype=submission.dtype, measure_perf=submission.measure_perf,
                                    timing_modes=submission.timing_modes, warmup=submission.warmup,
                                    iters=submission.iters, min_iters=submission.min_iters,
-                                   problems=str(spec.id), solution=str(path))
-            pairs = [(spec, path, submission.label or f"{job_id}/{spec.key}.py")]
-            jobs, rejected = plan_jobs(request, pairs)
+                                   problems=str(spec.id), solution=str(path) if path else None)
+            jobs, rejected = plan_jobs(request, [(spec, path, self.label(submission, spec.key, job_id))])
         except PkbError as exc:
             raise Refused(str(exc)) from None
         job, refusal = (jobs[0], None) if jobs else rejected[0]
+        if defect:
+            job = keyed_by_content(job, source_bytes(submission.source))
         timeout = self.lane_key(submission, world_size)[2]
         options = (getattr(self.pm, "pkb_config", None) or {}).get("backends", {}).get(info.name, {})
-        dedup = {"source": hashlib.sha256(submission.source.encode()).hexdigest(), "timeout": timeout,
+        dedup = {"source": hashlib.sha256(source_bytes(submission.source)).hexdigest(), "timeout": timeout,
                  "options": options, "world_size": world_size,
                  **{k: v for k, v in job.to_json().items() if k not in ("key", "slug", "solution", "solution_label")}}
-        return Planned(job=job, problem=spec.key, world_size=world_size, refusal=refusal,
+        oversized = defect is not None and len(source_bytes(submission.source)) > self.max_source_bytes
+        return Planned(job=job, problem=spec.key, world_size=world_size,
+                       submission=attrs.evolve(submission, source="") if oversized else submission,
+                       refusal=None if defect else refusal, compile_error=defect,
                        dedup_key=hashlib.sha256(json.dumps(dedup, sort_keys=True).encode()).hexdigest(),
                        lane_key=self.lane_key(submission, world_size))
+
+    @staticmethod
+    def label(submission: Submission, problem_key: str, job_id: str) -> str:
+        """How the job's record names its solution: the submission's label, else ``<problem>-{job}.py``,
+        with ``{job}`` replaced by the job id (so a run directory's records name every submission apart)."""
+        return (submission.label or f"{problem_key}-{{job}}.py").replace("{job}", job_id)
 
     def lane_key(self, submission: Submission, world_size: int) -> tuple:
         """``(backend, world size, job timeout)``: what a lane must have been started with to run the job."""
@@ -131,13 +154,8 @@ class Intake:
         return submission.backend, world_size, float(timeout)
 
     def _check(self, submission: Submission) -> None:
-        from pkb_core.harness.timing import MODES
+        from pkb_core.contracts.modes import MODES
 
-        size = len(submission.source.encode())
-        if size > self.max_source_bytes:
-            raise Refused(f"the source is {size} bytes; this service takes at most {self.max_source_bytes}", 413)
-        if not submission.source.strip():
-            raise Refused("the source is empty (a solution file defines solution(...))")
         for name, (low, high) in LIMITS.items():
             value = getattr(submission, name)
             if value is not None and not low <= value <= high:

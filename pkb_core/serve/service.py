@@ -9,6 +9,8 @@ Deduplication: a submission whose source, problem and options equal a finished
 job's is answered at once with that job's record (a new job id, ``same_as``
 naming the original), unless it asks for a ``fresh`` run. Overload: more than
 ``max_queued`` jobs waiting refuses new ones (HTTP 429 with a Retry-After).
+One service per data directory: it holds the folder's lock
+(:mod:`pkb_core.serve.data_lock`) from its construction to :meth:`Service.stop`.
 """
 from __future__ import annotations
 
@@ -19,7 +21,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pkb_core.contracts.serve import Health, JobState, JobView, QueueStats, Submission
+from pkb_core.contracts.serve import CancelRequest, Cancelled, Health, JobState, JobView, QueueStats, Submission
+from pkb_core.serve.data_lock import DataLock
 from pkb_core.serve.intake import Intake, Refused
 from pkb_core.serve.scheduler import Scheduler
 from pkb_core.serve.store import WAITING, JobStore
@@ -78,15 +81,21 @@ class Service:
         self.config = config
         self.pm = pm
         data = config.data_dir
-        private_folder(data)  # its queue and every client's sources: the service's alone
-        self.store = JobStore(data / "jobs.sqlite")
-        self.intake = Intake(pm, device=config.device, devices=config.devices, sources=data / "sources",
-                             max_source_bytes=config.max_source_bytes, job_timeout=config.job_timeout,
-                             max_timeout=config.max_timeout)
-        self.scheduler = Scheduler(self.store, devices=config.devices, data_dir=data,
-                                   settings_for=self._settings_for, lane_key_of=self._lane_key_of,
-                                   build_workers=config.build_workers or default_workers(64), placement=placement,
-                                   place_timeout=config.place_timeout)
+        # First: a second service on the folder is refused before it reads or changes anything there.
+        self.data_lock = DataLock.acquire(data)
+        try:
+            private_folder(data)  # its queue and every client's sources: the service's alone
+            self.store = JobStore(data / "jobs.sqlite")
+            self.intake = Intake(pm, device=config.device, devices=config.devices, sources=data / "sources",
+                                 max_source_bytes=config.max_source_bytes, job_timeout=config.job_timeout,
+                                 max_timeout=config.max_timeout)
+            self.scheduler = Scheduler(self.store, devices=config.devices, data_dir=data,
+                                       settings_for=self._settings_for, lane_key_of=self._lane_key_of,
+                                       build_workers=config.build_workers or default_workers(64),
+                                       placement=placement, place_timeout=config.place_timeout)
+        except BaseException:
+            self.data_lock.release()
+            raise
         self.started = time.time()
         self.recovered = 0
 
@@ -98,6 +107,7 @@ class Service:
     def stop(self) -> None:
         self.scheduler.stop()
         self.store.close()
+        self.data_lock.release()
 
     # -- what lanes need ---------------------------------------------------------------
     def _lane_key_of(self, submission: Submission, world_size: int) -> tuple:
@@ -126,8 +136,9 @@ class Service:
 
     # -- the API ------------------------------------------------------------------------
     def submit(self, submission: Submission) -> JobView:
-        """Queue ``submission`` (or answer it from an identical finished job);
-        :class:`Refused` / :class:`Overloaded` when it cannot be queued."""
+        """Queue ``submission`` (or answer it at once: from an identical finished job, ``compile-error``
+        for a source that is no solution file, ``unsupported`` for a world size its problem refuses);
+        :class:`Refused` / :class:`Overloaded` when its request cannot be queued."""
         from pkb_core.results.records import job_record
         from pkb_core.contracts.verdict import Verdict
 
@@ -137,6 +148,7 @@ class Service:
                              retry_after=self._retry_after(waiting))
         job_id = f"j{int(time.time() * 1000):x}{secrets.token_hex(4)}"
         planned = self.intake.plan(submission, job_id)
+        submission = planned.submission
         common = dict(problem=planned.problem, world_size=planned.world_size, dedup_key=planned.dedup_key,
                       job_json=planned.job.to_json())
         if not submission.fresh:
@@ -145,8 +157,10 @@ class Service:
                 self.store.add(job_id, submission, state=JobState.DONE, record=earlier.record, same_as=earlier.id,
                                note=f"the same source and options as {earlier.id}: its record", **common)
                 return self.store.view(job_id)
-        if planned.refusal is not None:
-            record = job_record(planned.job, planned.world_size, Verdict.UNSUPPORTED, planned.refusal)
+        answered_now = ((Verdict.COMPILE_ERROR, planned.compile_error) if planned.compile_error is not None else
+                        (Verdict.UNSUPPORTED, planned.refusal) if planned.refusal is not None else None)
+        if answered_now is not None:
+            record = job_record(planned.job, planned.world_size, *answered_now)
             self.store.add(job_id, submission, state=JobState.DONE, record=record, **common)
             return self.store.view(job_id)
         self.store.add(job_id, submission, **common)
@@ -169,6 +183,17 @@ class Service:
         if not view.state.final:
             self.scheduler.cancel(job_id)
         return self.view(job_id)
+
+    def cancel_jobs(self, request: CancelRequest) -> Cancelled:
+        """Cancel the unfinished jobs ``request`` selects, in one call: the waiting ones at once
+        (one transaction), the running ones by killing their candidates."""
+        if request.ids is None and request.client is None and not request.all:
+            raise Refused("say which jobs to cancel: ids, client, or all: true")
+        cancelled = self.store.cancel_waiting(ids=request.ids, client=request.client)
+        running = self.store.ids(ids=request.ids, client=request.client, states=(JobState.RUNNING,))
+        for job_id in running:
+            self.scheduler.cancel(job_id)
+        return Cancelled(cancelled=tuple(cancelled), stopping=tuple(running))
 
     def jobs(self, *, state: str | None = None, client: str | None = None, limit: int = 100) -> list[JobView]:
         if state is not None and state not in {s.value for s in JobState}:

@@ -123,6 +123,22 @@ class JobStore:
                  JobState.DONE.value, JobState.CANCELLED.value))
             return cursor.rowcount > 0
 
+    def cancel_waiting(self, *, ids=None, client: str | None = None, note: str = "cancelled before it ran") -> list[str]:
+        """Cancel, in one transaction, every waiting job among ``ids`` (None: any) of ``client``
+        (None: any); the ids cancelled, oldest first."""
+        where, args = _filter(ids=ids, client=client, states=WAITING)
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                found = [row[0] for row in self._db.execute(f"SELECT id FROM jobs WHERE {where} ORDER BY seq", args)]
+                self._db.execute(f"UPDATE jobs SET state = ?, note = ?, finished_at = ? WHERE {where}",
+                                 (JobState.CANCELLED.value, note, time.time(), *args))
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+        return found
+
     def recover(self) -> int:
         """After a restart: jobs that were building, built or running go back to the queue
         (their processes died with the service). How many."""
@@ -149,6 +165,11 @@ class JobStore:
         clause = f"WHERE {' AND '.join(where)}" if where else ""
         rows = self._run(f"SELECT {_VIEW_COLUMNS} FROM jobs {clause} ORDER BY seq DESC LIMIT ?", (*args, limit))
         return [_view(row) for row in rows]
+
+    def ids(self, *, ids=None, client: str | None = None, states=()) -> list[str]:
+        """The ids of the jobs among ``ids`` (None: any) of ``client`` (None: any) in ``states``, oldest first."""
+        where, args = _filter(ids=ids, client=client, states=states)
+        return [row[0] for row in self._run(f"SELECT id FROM jobs WHERE {where} ORDER BY seq", args)]
 
     def done_with(self, dedup_key: str) -> JobView | None:
         """The newest finished job with this content and options (for deduplication)."""
@@ -198,6 +219,22 @@ class JobStore:
     def attempts(self, job_id: str) -> int:
         rows = self._run("SELECT attempts FROM jobs WHERE id = ?", (job_id,))
         return rows[0][0] if rows else 0
+
+
+def _filter(*, ids=None, client: str | None = None, states=()) -> tuple[str, tuple]:
+    """A ``WHERE`` clause and its arguments: jobs among ``ids`` (None: any; ids are bound as JSON,
+    so a bulk cancel of thousands is one statement), of ``client`` (None: any), in ``states``."""
+    where, args = ["1"], []
+    if ids is not None:
+        where.append("id IN (SELECT value FROM json_each(?))")
+        args.append(json.dumps(list(ids)))
+    if client is not None:
+        where.append("client = ?")
+        args.append(client)
+    if states:
+        where.append(f"state IN ({', '.join('?' * len(states))})")
+        args += [JobState(s).value for s in states]
+    return " AND ".join(where), tuple(args)
 
 
 _VIEW_COLUMNS = ("id, state, client, priority, problem, backend, world_size, submitted_at, started_at, "

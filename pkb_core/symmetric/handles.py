@@ -10,6 +10,11 @@ def register_allocation(base_ptr: int, nbytes: int, handle) -> None:
     _HANDLES[base_ptr] = (nbytes, handle)
 
 
+def registered_handles() -> list:
+    """The handles of every allocation recorded so far (one per allocation)."""
+    return [handle for _, handle in _HANDLES.values()]
+
+
 def forget_allocations() -> None:
     """Drop every record (the heap that made them is closing)."""
     _HANDLES.clear()

@@ -26,6 +26,10 @@ class MappedHandle:
     read them.
     """
 
+    #: No multicast object backs these mappings: torch's answer where there is none (a class
+    #: attribute, so :mod:`pkb_core.candidate.multicast_gate` can watch its reads).
+    multicast_ptr = 0
+
     def __init__(self, mappings, rank: int, buffer_size: int, signal_pad_size: int):
         self._mappings = mappings
         self.rank = rank
@@ -33,7 +37,6 @@ class MappedHandle:
         self.buffer_size = buffer_size
         self.signal_pad_size = signal_pad_size
         self.offset = 0
-        self.multicast_ptr = 0
         self.buffer_ptrs = [m.data_ptr() for m in mappings]
         self.signal_pad_ptrs = [p + buffer_size for p in self.buffer_ptrs]
         device = mappings[rank].device

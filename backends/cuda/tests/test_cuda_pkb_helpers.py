@@ -206,6 +206,21 @@ def test_lazy_build_is_made_ahead_of_time_and_loaded_in_the_job(served, torch_lo
     assert loaded == [call["name"]] and len(torch_load_inline) == 1
 
 
+def test_a_build_call_the_helper_rejects_names_the_files_own_line(served, torch_load_inline, tmp_path):
+    """Issue 43: Gemini 24's ``compile_cuda_extension() got an unexpected keyword argument
+    'extra_compile_args'`` is the file's own error; the compile phase made the call for it, and
+    the message named pkb's ahead.py instead of the file's line."""
+    bad = LAZY.replace('extra_cuda_cflags=["-DPKB_LAZY=1"]', 'extra_compile_args=["-O3"]')
+    path = _write(tmp_path, "24_load_balancing_loss_fn_cuda.py", bad)
+    line = 1 + next(i for i, text in enumerate(bad.splitlines()) if "extra_compile_args" in text)
+    with pytest.raises(CompileError) as failed:
+        plugin.pkb_backend_compile(state=BuildContext(device="cuda"), problem=None, solution=str(path))
+    assert str(failed.value) == (f"{path}: building its CUDA extension raised TypeError: compile_cuda_extension() "
+                                 f"got an unexpected keyword argument 'extra_compile_args' "
+                                 f"(24_load_balancing_loss_fn_cuda.py:{line})")
+    assert not torch_load_inline
+
+
 def test_import_inside_solution_calls_is_served(served, tmp_path):
     path = _write(tmp_path, "3_broadcast_cuda.py", '''
         def solution(tensor, src):

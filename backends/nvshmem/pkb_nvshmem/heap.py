@@ -38,10 +38,13 @@ class NvshmemHandle:
     is torch's own.
     """
 
+    #: NVSHMEM's heap gives no multicast address (a class attribute, so pkb's
+    #: multicast gate can watch its reads: pkb_core.candidate.multicast_gate).
+    multicast_ptr = 0
+
     def __init__(self, handle, barrier):
         self._handle = handle
         self._barrier = barrier
-        self.multicast_ptr = 0
 
     def __getattr__(self, name):
         return getattr(self._handle, name)

@@ -35,7 +35,7 @@ TK_LDFLAGS = ("-lcuda",)
 #: and the plugin.
 TK_MULTICAST_PATTERNS = (
     r"\bbarrier_t\s*<", r"\bbarrier_all\s*\(", r"\bsignal_all\s*\(", r"\bTKParallelTensor\b", r"\bmc_ptr\b",
-    r"\bmulticast_(?:check|create|bind|unbind)\w*",
+    r"\bmulticast_(?:check|create|bind|unbind)\w*", r"\bmultimem\s*<", r"\bmulticast\s*=\s*True\b",
 )
 
 

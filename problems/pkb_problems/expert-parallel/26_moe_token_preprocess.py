@@ -20,7 +20,9 @@ Return on rank r a tuple of four tensors, all on the CPU:
 * ``totals``: fp32 (E/W,), column sums of ``counts`` (tokens per local expert).
 
 One all-gather of the (E,) count vectors. All outputs are integers and compare
-exactly. Fix in pkb: the original drew the K choices independently, so a slot
+exactly. The two splits may also be lists of W Python ints: PKB's first published
+commit (dab0830) returned them so, its later ones as int64 tensors, and either form
+is the same answer (pkb_core.judge.check). Fix in pkb: the original drew the K choices independently, so a slot
 could repeat an expert; here they are distinct (top-K of random keys).
 """
 import torch

@@ -1,0 +1,160 @@
+"""Window mode: every call timed in its own window of the judge's timekeeper (docs/timing.md).
+
+Per round the launcher has the judge arm ``k + 1`` fresh input sets for each side (into the
+timekeeper's private staging) and runs three batches, each one call a window:
+
+* ``null``: the judge's rank as a side that calls nothing: what a window costs by itself
+  (the hand-offs between the timekeeper's context and the side's, the release of the
+  inputs, placing them, the device barrier, the export of the arguments, the snapshot);
+* ``reference`` and ``candidate``, in a random order balanced over pairs of rounds: two groups
+  made the same way (forked by zygotes, locked down, set up, frozen between batches, timed
+  through the same code), the reference group calling the problem's reference as its solution
+  (:meth:`pkb_core.launch.launcher.Launch.start_reference_side`), so the two sides of a
+  speedup differ only in the code they call.
+
+A batch's value is the median over its windows of the slowest rank's window (the first
+window is a lead-in: the side's host may still be queueing it; it is checked, not timed).
+A side's per-call time in a round is its value less the null batch's: the kernel's own
+time and the harness's copies it cannot avoid. The speedup is the ratio of the two sides'
+medians with the interval over the rounds' paired ratios (:mod:`pkb_core.conduct.intervals`),
+as in every mode. Nothing a side's process says is a time: the timekeeper's clock holds
+every number, and no side sees set ``w + 1`` before call ``w``'s outputs were taken.
+"""
+from __future__ import annotations
+
+import os
+import random
+import statistics
+import time
+
+from pkb_core.conduct.answers import combine, slot_sizes
+from pkb_core.conduct.intervals import speedup, summarize
+from pkb_core.conduct.stopping import StoppingRule
+from pkb_core.contracts import commands_candidate as candidate
+from pkb_core.contracts import commands_judge as judge
+from pkb_core.contracts.outcome import JobEnded
+from pkb_core.contracts.timing import ModeTiming
+from pkb_core.contracts.verdict import Verdict
+
+#: A call's time is never taken as less than this share of its window (the null batch is
+#: itself measured: on a loaded host it can exceed a short call's window).
+FLOOR_SHARE = 0.01
+#: Warm-up batches at most (each of up to ``calls`` windows).
+WARM_BATCHES = 3
+
+
+class Batches:
+    """The windows of one job and mode: arms, opens and checks batches of one side."""
+
+    def __init__(self, run, calls: int):
+        self.run = run
+        self.calls = calls
+        self.epoch = 1
+        self.rng = random.Random()
+        #: Per side: each batch's spread of windows (p10, p90 in us), host time per call and
+        #: garbage collections inside windows (the sides' own accounts: diagnostics, used for nothing).
+        self.spread: dict = {}
+        self.host: dict = {}
+        self.collections: dict = {}
+
+    def _timeout(self) -> float:
+        return max(1.0, self.run.deadline - time.monotonic() - 1.0)
+
+    def batch(self, side: str, label: str, *, check: bool = False) -> list[float]:
+        """One batch of ``side``: per window, the slowest rank's time in microseconds (the
+        lead-in included, first)."""
+        run = self.run
+        k = self.calls + 1
+        group = {"candidate": run.candidates, "reference": run.reference_group}.get(side)
+        folder = ""
+        if group is not None:  # the group's own shared-memory folder, beside the job's
+            folder = os.path.join(os.path.dirname(os.path.dirname(run.parcels.prefix)), group.shm_name)
+        armed = run._judge(judge.ArmWindows(side=side, round=label, k=k, folder=folder))
+        epoch, self.epoch = self.epoch, self.epoch + k + 1
+        opening = judge.OpenWindows(side=side, epoch=epoch, timeout_s=self._timeout())
+        if group is not None:
+            slots = slot_sizes([s for a in armed for s in a.skeletons])
+            requests = [candidate.RunWindows(epoch=epoch, skeletons=a.skeletons, slots=slots, region=a.region,
+                                             timeout_s=self._timeout()) for a in armed]
+            times, answers = run._side_windows(group, requests, opening)
+        else:
+            times, answers = run._judge(opening), None
+        stopped = next((t.status for t in times if t.status != "ok"), None)
+        if stopped:
+            raise JobEnded(Verdict.TIMEOUT if "never" in stopped else Verdict.ERROR,
+                           f"the {side}'s timed calls: {stopped}")
+        if check:
+            indices = list(range(k))
+            if run.set_bytes * k > (64 << 20):
+                indices = sorted(self.rng.sample(range(k), min(2, k)))
+            found = combine(run._judge([judge.CheckWindows(indices=indices, skeletons=a.skeletons)
+                                        for a in answers]), "rank")
+            if found:
+                raise JobEnded(*found)
+        per_window = [max(t.times_ns[w] for t in times) / 1e3 for w in range(min(len(t.times_ns) for t in times))]
+        if len(per_window) < k:
+            raise JobEnded(Verdict.ERROR, f"the timekeeper timed {len(per_window)} of the {side}'s {k} calls")
+        ordered = sorted(per_window[1:])
+        self.spread.setdefault(side, []).append((ordered[len(ordered) // 10], ordered[(9 * len(ordered)) // 10]))
+        reported = [a.host_us for a in answers] if answers else [t.host_us for t in times]
+        if all(isinstance(h, (int, float)) and 0 <= h < 1e9 for h in reported):
+            self.host.setdefault(side, []).append(max(reported))
+        collected = [a.collections for a in answers] if answers else [t.collections for t in times]
+        if all(isinstance(c, int) and 0 <= c < 1e9 for c in collected):
+            self.collections[side] = self.collections.get(side, 0) + sum(collected)
+        return per_window
+
+    def diagnostics(self) -> dict:
+        """Per side: the median over batches of the windows' p10 and p90, and of the host time per call (us)."""
+        found = {}
+        for side, spreads in self.spread.items():
+            found[side] = {"window_p10_us": round(statistics.median(p for p, _ in spreads), 3),
+                           "window_p90_us": round(statistics.median(p for _, p in spreads), 3)}
+            if self.host.get(side):
+                found[side]["host_us_per_call"] = round(statistics.median(self.host[side]), 3)
+            if side in self.collections:
+                found[side]["gc_collections_in_windows"] = self.collections[side]
+        return found
+
+
+def time_windows(run, mode: str, budget_s: float, calls: int, least: int, cap: int) -> ModeTiming:
+    """Window mode's rounds (see the module docstring) until the stopping rule says enough."""
+    job = run.job
+    if run.reference_group is None:
+        try:
+            run.reference_group = run.reference_side()
+        except JobEnded as ended:
+            raise JobEnded(Verdict.ERROR, f"window mode's reference group did not start: {ended.reason}") from None
+    batches = Batches(run, calls)
+    warm = min(WARM_BATCHES, max(1, -(-job.warmup // calls))) if job.warmup else 0
+    for i in range(warm):
+        for side in ("null", "reference", "candidate"):
+            batches.batch(side, f"{mode}/warm{i}", check=side == "candidate")
+    rule = StoppingRule(min_samples=max(1, least), max_samples=cap)
+    per_call = {"reference": [], "candidate": []}
+    raw = {"reference": [], "candidate": [], "null": []}
+    started = time.monotonic()
+    round_, stopped, order = 0, None, ("reference", "candidate")
+    while stopped is None:
+        # A random order for each pair of rounds, the other order in its second round.
+        order = tuple(batches.rng.sample(order, 2)) if round_ % 2 == 0 else order[::-1]
+        null = statistics.median(batches.batch("null", f"{mode}/{round_}/null")[1:])
+        raw["null"].append(null)
+        for side in order:
+            value = statistics.median(batches.batch(side, f"{mode}/{round_}/{side}", check=side == "candidate")[1:])
+            raw[side].append(value)
+            per_call[side].append(max(value - null, FLOOR_SHARE * value) / 1e3)  # ms
+        round_ += 1
+        samples = round_ * calls
+        stopped = rule.decide(samples, per_call["reference"], per_call["candidate"])
+        if stopped is None and samples >= rule.min_samples and time.monotonic() - started > budget_s:
+            stopped = "time"
+    pairs = list(zip(per_call["reference"], per_call["candidate"]))
+    total = round_ * calls
+    alignment = {"reference": "timekeeper windows", "candidate": "timekeeper windows"}
+    return ModeTiming(reference=summarize(per_call["reference"], per_call["reference"], calls=total),
+                      candidate=summarize(per_call["candidate"], per_call["candidate"], calls=total),
+                      speedup=speedup(per_call["reference"], per_call["candidate"], pairs), stopped=stopped,
+                      batches=round_, alignment=alignment, calls_per_batch=calls,
+                      extra={"windows_us": {side: round(statistics.median(v), 3) for side, v in raw.items()},
+                             "window_diagnostics": batches.diagnostics()})

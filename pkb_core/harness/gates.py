@@ -1,0 +1,235 @@
+"""A side's gate region: the judge-owned memory through which one timed call is handed over.
+
+The judge's *timekeeper* (:mod:`pkb_core.judge.timekeeper`) owns one region per side it
+times on a rank and exports it to that side (a CUDA IPC handle on GPU, a shared-memory
+file in the side's own folder on CPU). The side can read and write it but never free it.
+It holds three words and two slots:
+
+``go``     the timekeeper writes ``E + 1 + w`` once call ``w``'s inputs are in ``in_slot``
+``done``   the side writes ``E + 1 + w`` once call ``w``'s outputs and arguments are in ``out_slot``
+``ready``  the side writes ``E`` once its first calls are queued (on GPU: behind ``go``)
+``in_slot``   one call's input set, released by the timekeeper from its private staging
+``out_slot``  what one call produced (its outputs and argument buffers, :func:`pack_into`)
+
+``E`` is the round's epoch (it only grows, so no word is ever reset). The words are int32
+and compared cyclically, as CUDA's stream wait operations compare them. On GPU the side's
+waits and writes are stream memory operations queued on its own stream, front-end waits
+that hold no SM (a spinning kernel would hold its context's time slice and starve the
+timekeeper's); on CPU they are polls of the mapped words.
+"""
+from __future__ import annotations
+
+import ctypes
+import mmap
+import os
+import time
+
+#: Byte offsets of the words in a region's header, and the header's size (slots start after it).
+GO, DONE, READY = 0, 64, 128
+HEADER = 4096
+#: Polls of a host word before a poll sleeps (CPU engine).
+SPINS = 200
+POLL_SLEEP_S = 50e-6
+
+
+def behind(value: int, target: int) -> bool:
+    """True while the int32 word ``value`` has not reached ``target`` (cyclic compare)."""
+    return ((value - target + (1 << 31)) % (1 << 32)) - (1 << 31) < 0
+
+
+def slot_layout(in_bytes: int, out_bytes: int) -> tuple[int, int, int]:
+    """``(in_at, out_at, total)`` of a region with slots of these sizes (64-byte aligned)."""
+    in_at = HEADER
+    out_at = in_at + -(-max(1, in_bytes) // 64) * 64
+    return in_at, out_at, out_at + -(-max(1, out_bytes) // 64) * 64
+
+
+class HostWord:
+    """An int32 word of a mapped shared-memory file (an aligned 4-byte store is atomic)."""
+
+    def __init__(self, buffer, at: int):
+        self.cell = ctypes.c_int32.from_buffer(buffer, at)
+
+    def read(self) -> int:
+        return self.cell.value
+
+    def write(self, value: int) -> None:
+        self.cell.value = ((value + (1 << 31)) % (1 << 32)) - (1 << 31)
+
+    def wait(self, target: int, deadline: float) -> bool:
+        """Poll until the word reaches ``target``; False at ``deadline`` (``time.monotonic``)."""
+        spins = 0
+        while behind(self.read(), target):
+            spins += 1
+            if spins > SPINS:
+                if time.monotonic() > deadline:
+                    return False
+                time.sleep(POLL_SLEEP_S)
+        return True
+
+
+class HostRegion:
+    """A gate region in a shared-memory file (CPU). The timekeeper creates it in the side's
+    folder, owned by the folder's owner (the side's user, as the judge's parcels are); the
+    side maps it by path."""
+
+    def __init__(self, path: str, size: int, *, create: bool):
+        self.path = path
+        if create:
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+            folder = os.stat(os.path.dirname(os.path.abspath(path)))
+            if os.geteuid() == 0 and folder.st_uid != 0:
+                os.fchown(fd, folder.st_uid, folder.st_gid)
+            os.ftruncate(fd, size)
+        else:
+            fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW)
+            if os.fstat(fd).st_size < size:
+                os.close(fd)
+                raise ValueError(f"the gate region {os.path.basename(path)} is smaller than {size} bytes")
+        try:
+            self.map = mmap.mmap(fd, size)
+        finally:
+            os.close(fd)
+        self.size = size
+        self.go, self.done, self.ready = (HostWord(self.map, at) for at in (GO, DONE, READY))
+
+    def view(self, at: int, n: int):
+        """Bytes ``at..at+n`` as a writable memoryview (the timekeeper's copies)."""
+        return memoryview(self.map)[at:at + n]
+
+    def tensor(self, at: int, n: int):
+        """Bytes ``at..at+n`` as a ``uint8`` tensor (a side's slots)."""
+        import torch
+
+        return torch.frombuffer(self.map, dtype=torch.uint8, offset=at, count=n)
+
+    def close(self) -> None:
+        for word in (self.go, self.done, self.ready):
+            word.cell = None
+        try:
+            self.map.close()
+        except BufferError:
+            pass  # a tensor view still holds it: freed with the process
+
+
+class CudaMemory:
+    """Device memory as a ``uint8`` tensor without copying (``__cuda_array_interface__``)."""
+
+    def __init__(self, ptr: int, n: int):
+        self.__cuda_array_interface__ = {"shape": (n,), "typestr": "|u1", "data": (ptr, False), "version": 3}
+
+
+def driver():
+    """CUDA's driver API (cuda-python's ``cuda.bindings.driver``), or ImportError saying what is missing."""
+    try:
+        from cuda.bindings import driver as cuda_driver
+    except ImportError as exc:  # pragma: no cover - GPU machines only
+        raise ImportError("the judge's device clock needs cuda-python (pip install cuda-bindings)") from exc
+    return cuda_driver
+
+
+def checked(result):
+    """The value of a driver call's ``(CUresult, value...)`` tuple; raises on an error."""
+    cu = driver()
+    err = result[0] if isinstance(result, tuple) else result
+    if err != cu.CUresult.CUDA_SUCCESS:
+        raise RuntimeError(f"CUDA driver call failed: {err}")
+    if isinstance(result, tuple) and len(result) == 2:
+        return result[1]
+    return result[1:] if isinstance(result, tuple) else None
+
+
+def stream_wait(stream_handle: int, ptr: int, value: int) -> None:
+    """Queue on ``stream_handle`` a wait until the int32 at ``ptr`` reaches ``value`` (cyclic >=)."""
+    cu = driver()
+    checked(cu.cuStreamWaitValue32(cu.CUstream(stream_handle), cu.CUdeviceptr(ptr), value & 0xFFFFFFFF,
+                                   cu.CUstreamWaitValue_flags.CU_STREAM_WAIT_VALUE_GEQ))
+
+
+def stream_write(stream_handle: int, ptr: int, value: int) -> None:
+    """Queue on ``stream_handle`` a write of ``value`` into the int32 at ``ptr``."""
+    cu = driver()
+    checked(cu.cuStreamWriteValue32(cu.CUstream(stream_handle), cu.CUdeviceptr(ptr), value & 0xFFFFFFFF, 0))
+
+
+def export_handle(ptr: int) -> str:
+    """A CUDA IPC handle of the allocation at ``ptr``, as hex (it travels in a command)."""
+    cu = driver()
+    handle = checked(cu.cuIpcGetMemHandle(cu.CUdeviceptr(ptr)))
+    return ctypes.string_at(handle.getPtr(), 64).hex()
+
+
+def import_handle(handle: str) -> int:
+    """Map another process's allocation from its hex IPC handle; its device pointer."""
+    cu = driver()
+    raw = ctypes.create_string_buffer(bytes.fromhex(handle), 64)
+    ptr = checked(cu.cuIpcOpenMemHandle(cu.CUipcMemHandle(_ptr=ctypes.addressof(raw)),
+                                        cu.CUipcMem_flags.CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS))
+    return int(ptr)
+
+
+class SideRegion:
+    """A side's view of its gate region: the slots as tensors, the words as operations.
+
+    On GPU the waits and writes are queued on the side's current stream (and ``ready`` on
+    a stream of its own, so it is not held behind the first ``go``); on CPU they happen now.
+    """
+
+    def __init__(self, *, device, handle: str = "", path: str = "", in_bytes: int, out_bytes: int):
+        self.device = device
+        in_at, out_at, total = slot_layout(in_bytes, out_bytes)
+        if device.type == "cuda":
+            import torch
+
+            self.ptr = import_handle(handle)
+            memory = torch.as_tensor(CudaMemory(self.ptr, total), device=device)
+            self.host = None
+            self.side_stream = torch.cuda.Stream(device)
+        else:
+            self.host = HostRegion(path, total, create=False)
+            memory = self.host.tensor(0, total)
+        self.in_slot = memory[in_at:in_at + in_bytes]
+        self.out_slot = memory[out_at:total]
+
+    def wait_go(self, value: int, deadline: float) -> bool:
+        if self.host is None:
+            import torch
+
+            stream_wait(torch.cuda.current_stream(self.device).cuda_stream, self.ptr + GO, value)
+            return True
+        return self.host.go.wait(value, deadline)
+
+    def write_done(self, value: int) -> None:
+        if self.host is None:
+            import torch
+
+            stream_write(torch.cuda.current_stream(self.device).cuda_stream, self.ptr + DONE, value)
+        else:
+            self.host.done.write(value)
+
+    def write_ready(self, value: int) -> None:
+        if self.host is None:
+            stream_write(self.side_stream.cuda_stream, self.ptr + READY, value)
+        else:
+            self.host.ready.write(value)
+
+    def abandon(self, value: int) -> None:
+        """Mark every call up to ``value`` done at once (a side that failed mid-batch), so the
+        timekeeper's windows end now instead of at its deadline."""
+        if self.host is None:
+            stream_write(self.side_stream.cuda_stream, self.ptr + DONE, value)
+        else:
+            self.host.done.write(value)
+
+    def close(self) -> None:
+        self.in_slot = self.out_slot = None
+        if self.host is not None:
+            self.host.close()
+        elif getattr(self, "ptr", None):
+            cu = driver()
+            checked(cu.cuIpcCloseMemHandle(cu.CUdeviceptr(self.ptr)))
+            self.ptr = None

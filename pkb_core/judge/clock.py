@@ -1,0 +1,117 @@
+"""A judge rank's handle on its timekeeper (:mod:`pkb_core.judge.timekeeper`).
+
+The judge rank starts the timekeeper (its child: it dies with the rank), asks it for each
+side's gate region and for the private staging and snapshot memory, writes each round's
+input sets into the staging and reads the snapshots back to check them. The staging and
+the snapshots are mapped here and in the timekeeper only (a CUDA IPC handle that never
+leaves the judge, or files in the judge's own folder), never in a side's process.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import torch
+
+from pkb_core.harness.gates import CudaMemory, HostRegion, import_handle
+
+#: Bytes between consecutive sets in the staging (and snapshots in the snapshot memory).
+ALIGN = 4096
+
+
+def stride(nbytes: int) -> int:
+    return -(-max(1, nbytes) // ALIGN) * ALIGN
+
+
+class TimekeeperFailed(RuntimeError):
+    """The timekeeper answered an error or went away: the judge's fault, never a side's."""
+
+
+class JudgeClock:
+    """The timekeeper of one judge rank (see the module docstring)."""
+
+    def __init__(self, device, folder: str | None = None, rank: int = 0):
+        self.device = device
+        self.rank = rank  # in every file's name: a launch's ranks may share a folder
+        self.folder = folder or tempfile.mkdtemp(prefix="pkb-clock-")
+        ordinal = str(torch.cuda.current_device() if device.type == "cuda" and device.index is None
+                      else device.index) if device.type == "cuda" else "cpu"
+        env = dict(os.environ, PKB_TIMEKEEPER_DEVICE=ordinal, PYTHONUNBUFFERED="1")
+        self.proc = subprocess.Popen([sys.executable, "-m", "pkb_core.judge.timekeeper"], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, env=env, text=True)
+        self.staging = self.snap = None
+        self.capacity = (0, 0)
+        self.regions: dict = {}
+        self.generation = 0
+        self.pending = None
+
+    # -- the conversation --------------------------------------------------------
+    def send(self, op: str, **fields) -> None:
+        try:
+            self.proc.stdin.write(json.dumps({"op": op, **fields}) + "\n")
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError) as exc:
+            raise TimekeeperFailed(f"the timekeeper is gone ({exc})") from None
+        self.pending = op
+
+    def receive(self) -> dict:
+        line = self.proc.stdout.readline()
+        if not line:
+            raise TimekeeperFailed(f"the timekeeper exited (status {self.proc.poll()})")
+        answer = json.loads(line)
+        if answer.pop("op", None) != self.pending:
+            raise TimekeeperFailed(f"the timekeeper answered out of turn: {line[:200]}")
+        self.pending = None
+        if "error" in answer:
+            raise TimekeeperFailed(f"the timekeeper failed: {answer['error']}")
+        return answer
+
+    def ask(self, op: str, **fields) -> dict:
+        self.send(op, **fields)
+        return self.receive()
+
+    # -- memory ---------------------------------------------------------------------
+    def region(self, side: str, in_bytes: int, out_bytes: int, folder: str | None) -> dict:
+        """The gate region of ``side`` with slots of at least these sizes (made anew when
+        larger ones are needed), as the side attaches it (:class:`pkb_core.harness.windows.WindowSide`)."""
+        have = self.regions.get(side)
+        folder = folder or self.folder
+        if have is not None and have["in_bytes"] >= in_bytes and have["out_bytes"] >= out_bytes and \
+                have["folder"] == folder:  # a new job's candidate has a folder of its own
+            return have
+        in_bytes, out_bytes = max(in_bytes, 64), max(out_bytes, 64)
+        self.generation += 1
+        path = os.path.join(folder, f"pkb-gates-r{self.rank}-{side}-{self.generation}")
+        found = self.ask("region", side=side, in_bytes=in_bytes, out_bytes=out_bytes, path=path)
+        self.regions[side] = {**found, "in_bytes": in_bytes, "out_bytes": out_bytes, "generation": self.generation,
+                              "folder": folder}
+        return self.regions[side]
+
+    def memory(self, k: int, set_bytes: int, snap_bytes: int) -> None:
+        """Staging for ``k`` sets of ``set_bytes`` and snapshots of ``snap_bytes``, mapped here."""
+        need = (k * stride(set_bytes), k * stride(snap_bytes))
+        if need[0] <= self.capacity[0] and need[1] <= self.capacity[1]:
+            return
+        need = (max(need[0], self.capacity[0]), max(need[1], self.capacity[1]))
+        self.staging = self.snap = None
+        paths = [os.path.join(self.folder, f"pkb-clock-r{self.rank}-{name}") for name in ("staging", "snap")]
+        found = self.ask("staging", staging_bytes=need[0], snap_bytes=need[1], staging_path=paths[0],
+                         snap_path=paths[1])
+        if self.device.type == "cuda":
+            self.staging = torch.as_tensor(CudaMemory(import_handle(found["staging"]), need[0]), device=self.device)
+            self.snap = torch.as_tensor(CudaMemory(import_handle(found["snap"]), need[1]), device=self.device)
+        else:
+            self._host = [HostRegion(found["staging"], need[0], create=False), HostRegion(found["snap"], need[1],
+                                                                                          create=False)]
+            self.staging, self.snap = (region.tensor(0, n) for region, n in zip(self._host, need))
+        self.capacity = need
+
+    def close(self) -> None:
+        try:
+            self.send("exit")
+            self.proc.wait(timeout=5)
+        except Exception:  # noqa: BLE001
+            self.proc.kill()

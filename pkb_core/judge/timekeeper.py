@@ -1,0 +1,238 @@
+"""The judge's timekeeper: the one process whose clock times a call, on one rank.
+
+Every timed call of either side runs in its own *window* (docs/timing.md): the timekeeper,
+on its own stream (its own CUDA context, one per GPU; on CPU its own process and clock),
+
+1. stamps ``t0``;
+2. *releases* the call's input set: copies it from its private staging (memory no side
+   can map) into the side's ``in_slot`` (:mod:`pkb_core.harness.gates`);
+3. opens the gate (``go := E + 1 + w``) and waits for the side's ``done``;
+4. takes a *snapshot*: copies the side's ``out_slot`` (the call's outputs and argument
+   buffers) into its private memory, which is what the judge checks;
+5. stamps ``t1``.
+
+So no side sees input set ``w + 1`` before call ``w`` has produced its outputs (calls
+cannot be fused), nothing a side does before ``go`` or after its output has been copied
+counts for it, and work a side leaves running past ``done`` is either in the snapshot
+(inside the window) or missing from it (a wrong answer). The side never writes a time and
+never holds a mapping of the staging or the snapshots.
+
+The process is started by its judge rank (:class:`pkb_core.judge.clock.JudgeClock`) and
+speaks JSON lines on its standard input and output. It imports neither torch nor any
+problem or solution: on CPU only the standard library, on GPU CUDA's driver API.
+
+Commands: ``region`` (make a side's gate region), ``staging`` (make the private staging and
+snapshot memory), ``open`` (run one batch of windows for a side), ``exit``.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+from pkb_core.harness.gates import DONE, GO, READY, HostRegion, behind, checked, driver, export_handle, \
+    slot_layout, stream_wait, stream_write
+
+#: Windows queued ahead of the last one known finished (GPU): a stream's queue holds about a
+#: thousand operations, and a host blocked in a full queue could not keep its deadline.
+AHEAD = 48
+
+
+class HostClock:
+    """The CPU engine: shared-memory files, polls, ``time.perf_counter_ns``."""
+
+    def __init__(self):
+        self.regions: dict = {}
+        self.staging = self.snap = None
+
+    def region(self, side: str, in_bytes: int, out_bytes: int, path: str) -> dict:
+        old = self.regions.pop(side, None)
+        if old is not None:
+            old[0].close()
+        _, _, total = slot_layout(in_bytes, out_bytes)
+        self.regions[side] = (HostRegion(path, total, create=True), in_bytes, out_bytes)
+        return {"path": path}
+
+    def make_staging(self, staging_bytes: int, snap_bytes: int, staging_path: str, snap_path: str) -> dict:
+        for old in (self.staging, self.snap):
+            if old is not None:
+                old.close()
+        self.staging = HostRegion(staging_path, max(1, staging_bytes), create=True)
+        self.snap = HostRegion(snap_path, max(1, snap_bytes), create=True)
+        return {"staging": staging_path, "snap": snap_path}
+
+    def open(self, side: str, epoch: int, sizes: list, set_stride: int, snap_stride: int, deadline: float) -> dict:
+        region, in_bytes, out_bytes = self.regions[side]
+        in_at, out_at, _ = slot_layout(in_bytes, out_bytes)
+        times = []
+        if not region.ready.wait(epoch, deadline):
+            return {"times_ns": times, "status": "the side never said it was ready"}
+        for w, n in enumerate(sizes):
+            mark = epoch + 1 + w
+            t0 = time.perf_counter_ns()
+            region.view(in_at, n)[:] = self.staging.view(w * set_stride, n)
+            region.go.write(mark)
+            if not region.done.wait(mark, deadline):
+                return {"times_ns": times, "status": f"call {w} never finished (no done before the deadline)"}
+            self.snap.view(w * snap_stride, out_bytes)[:] = region.view(out_at, out_bytes)
+            times.append(time.perf_counter_ns() - t0)
+        return {"times_ns": times, "status": "ok"}
+
+    def close(self):
+        for region, *_ in self.regions.values():
+            region.close()
+
+
+class DeviceClock:
+    """The CUDA engine: judge-owned device memory, stream memory operations, CUDA events."""
+
+    def __init__(self, ordinal: int):
+        cu = driver()
+        checked(cu.cuInit(0))
+        device = checked(cu.cuDeviceGet(ordinal))
+        self.context = checked(cu.cuDevicePrimaryCtxRetain(device))
+        checked(cu.cuCtxSetCurrent(self.context))
+        flags = cu.CUstream_flags.CU_STREAM_NON_BLOCKING
+        self.stream = checked(cu.cuStreamCreate(flags))
+        self.control = checked(cu.cuStreamCreate(flags))
+        self.regions: dict = {}
+        self.staging = self.snap = None
+        self.events: list = []
+
+    def _alloc(self, n: int) -> int:
+        cu = driver()
+        ptr = int(checked(cu.cuMemAlloc(n)))
+        checked(cu.cuMemsetD8(cu.CUdeviceptr(ptr), 0, n))
+        return ptr
+
+    def _free(self, ptr):
+        if ptr:
+            cu = driver()
+            checked(cu.cuMemFree(cu.CUdeviceptr(ptr)))
+
+    def region(self, side: str, in_bytes: int, out_bytes: int, path: str) -> dict:
+        old = self.regions.pop(side, None)
+        if old is not None:
+            self._free(old[0])
+        _, _, total = slot_layout(in_bytes, out_bytes)
+        ptr = self._alloc(total)
+        self.regions[side] = (ptr, in_bytes, out_bytes)
+        return {"handle": export_handle(ptr)}
+
+    def make_staging(self, staging_bytes: int, snap_bytes: int, staging_path: str, snap_path: str) -> dict:
+        self._free(self.staging)
+        self._free(self.snap)
+        self.staging, self.snap = self._alloc(max(1, staging_bytes)), self._alloc(max(1, snap_bytes))
+        return {"staging": export_handle(self.staging), "snap": export_handle(self.snap)}
+
+    def _event(self, i: int):
+        cu = driver()
+        while len(self.events) <= i:
+            self.events.append(checked(cu.cuEventCreate(cu.CUevent_flags.CU_EVENT_DEFAULT)))
+        return self.events[i]
+
+    def open(self, side: str, epoch: int, sizes: list, set_stride: int, snap_stride: int, deadline: float) -> dict:
+        cu = driver()
+        ptr, in_bytes, out_bytes = self.regions[side]
+        in_at, out_at, _ = slot_layout(in_bytes, out_bytes)
+        stream = self.stream
+        handle = int(stream)
+        stream_wait(handle, ptr + READY, epoch)
+        queued = finished = 0
+        status = "ok"
+        while finished < len(sizes):
+            while queued < len(sizes) and queued - finished < AHEAD:
+                w, mark = queued, epoch + 1 + queued
+                checked(cu.cuEventRecord(self._event(2 * w), stream))
+                checked(cu.cuMemcpyDtoDAsync(cu.CUdeviceptr(ptr + in_at), cu.CUdeviceptr(self.staging + w * set_stride),
+                                             sizes[w], stream))
+                stream_write(handle, ptr + GO, mark)
+                stream_wait(handle, ptr + DONE, mark)
+                checked(cu.cuMemcpyDtoDAsync(cu.CUdeviceptr(self.snap + w * snap_stride),
+                                             cu.CUdeviceptr(ptr + out_at), out_bytes, stream))
+                checked(cu.cuEventRecord(self._event(2 * w + 1), stream))
+                queued += 1
+            if not self._wait_event(self._event(2 * finished + 1), deadline):
+                status = f"call {finished} never finished (no done before the deadline)"
+                # The words are the timekeeper's own: opening every gate lets its stream drain
+                # whatever the side does, so a hung side costs its own job, never the judge.
+                stream_write(int(self.control), ptr + READY, epoch)
+                stream_write(int(self.control), ptr + DONE, epoch + len(sizes))
+                checked(cu.cuStreamSynchronize(stream))
+                break
+            finished += 1
+        times = [int(checked(cu.cuEventElapsedTime(self._event(2 * w), self._event(2 * w + 1))) * 1e6)
+                 for w in range(finished)]
+        return {"times_ns": times, "status": status}
+
+    def _wait_event(self, event, deadline: float) -> bool:
+        cu = driver()
+        while True:
+            err = cu.cuEventQuery(event)[0]
+            if err == cu.CUresult.CUDA_SUCCESS:
+                return True
+            if err != cu.CUresult.CUDA_ERROR_NOT_READY:
+                raise RuntimeError(f"the timekeeper's stream failed: {err}")
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(20e-6)
+
+    def close(self):
+        for ptr, *_ in self.regions.values():
+            self._free(ptr)
+        self._free(self.staging)
+        self._free(self.snap)
+
+
+def serve(clock, read, write) -> None:
+    """Answer commands (one JSON object a line) until ``exit`` or the end of input."""
+    for line in read:
+        request = json.loads(line)
+        op = request.pop("op")
+        try:
+            if op == "exit":
+                write({"op": "exit"})
+                return
+            if op == "region":
+                answer = clock.region(request["side"], request["in_bytes"], request["out_bytes"], request.get("path", ""))
+            elif op == "staging":
+                answer = clock.make_staging(request["staging_bytes"], request["snap_bytes"],
+                                            request.get("staging_path", ""), request.get("snap_path", ""))
+            elif op == "open":
+                deadline = time.monotonic() + request["timeout_s"]
+                answer = clock.open(request["side"], request["epoch"], request["sizes"], request["set_stride"],
+                                    request["snap_stride"], deadline)
+            else:
+                raise ValueError(f"unknown timekeeper command {op!r}")
+        except Exception as exc:  # noqa: BLE001 - the judge turns it into the job's error
+            answer = {"error": f"{type(exc).__name__}: {exc}"}
+        write({"op": op, **answer})
+
+
+def main() -> int:
+    import ctypes
+    import gc
+
+    # Trusted and non-dumpable (PR_SET_DUMPABLE = 4): no candidate may read or trace it.
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(4, 0, 0, 0, 0)
+    libc.prctl(1, 9, 0, 0, 0)  # PR_SET_PDEATHSIG: SIGKILL when its judge rank dies
+    gc.disable()  # nothing of a long-lived heap collects inside a window
+    ordinal = os.environ.get("PKB_TIMEKEEPER_DEVICE", "cpu")
+    clock = HostClock() if ordinal == "cpu" else DeviceClock(int(ordinal))
+    out = sys.stdout
+
+    def write(message):
+        out.write(json.dumps(message) + "\n")
+        out.flush()
+
+    try:
+        serve(clock, sys.stdin, write)
+    finally:
+        clock.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

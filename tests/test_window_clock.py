@@ -1,0 +1,132 @@
+"""Window mode (docs/timing.md): the judge's timekeeper releases each call's inputs only when
+the previous call's outputs were taken, snapshots what the call produced, and holds the only
+clock; a side that never signals is a timeout, never a hang.
+
+The first tests drive a real timekeeper process through the judge's handle
+(:class:`pkb_core.judge.clock.JudgeClock`) with this process as the side, on the CPU engine;
+the last runs window mode end to end with honest and hostile solutions."""
+import json
+
+import pytest
+import torch
+
+from pkb_core.harness.parcel import pack_into, packed_size, unpack_from
+from pkb_core.harness.windows import WindowSide
+from pkb_core.judge.clock import JudgeClock, stride
+
+CPU = torch.device("cpu")
+
+
+@pytest.fixture
+def clock(tmp_path):
+    made = JudgeClock(CPU, str(tmp_path))
+    yield made
+    made.close()
+
+
+def _arm(clock, sets, side="candidate", out_bytes=4096):
+    """Stage ``sets`` as the judge does; the skeletons and the region the side attaches."""
+    set_bytes = max(packed_size(s) for s in sets)
+    clock.memory(len(sets), set_bytes, out_bytes)
+    step = stride(set_bytes)
+    skeletons = [pack_into(s, clock.staging[w * step:(w + 1) * step]) for w, s in enumerate(sets)]
+    region = clock.region(side, set_bytes, out_bytes, None)
+    return skeletons, region, {"sizes": [packed_size(s) for s in sets], "set_stride": step,
+                               "snap_stride": stride(out_bytes)}
+
+
+def _snapshot(clock, skeleton, w, out_bytes=4096):
+    at = w * stride(out_bytes)
+    return unpack_from(skeleton, clock.snap[at:at + out_bytes])
+
+
+def test_each_call_sees_only_its_own_set_and_its_output_is_what_the_judge_reads(clock):
+    sets = [(torch.arange(16, dtype=torch.float32) + 100 * w,) for w in range(5)]
+    skeletons, region, layout = _arm(clock, sets)
+    side = WindowSide(CPU)
+    side.attach(region)
+    seen = []
+
+    def call(args):
+        # Everything this side can read of the round's inputs: its own slot, which holds set w alone.
+        seen.append(side.region.in_slot.clone())
+        return args[0] * 2, args
+
+    clock.send("open", side="candidate", epoch=7, timeout_s=20, **layout)
+    written = side.run(epoch=7, skeletons=skeletons, call=call, timeout_s=20)
+    answer = clock.receive()
+    assert answer["status"] == "ok" and len(answer["times_ns"]) == 5 and min(answer["times_ns"]) > 0
+    for w, (skeleton, slot) in enumerate(zip(skeletons, seen)):
+        here = unpack_from(skeleton, slot)[0]
+        assert torch.equal(here, sets[w][0])  # set w, and nothing of set w + 1 yet
+        got = _snapshot(clock, written[w], w)
+        assert torch.equal(got["out"], sets[w][0] * 2) and torch.equal(got["args"][0], sets[w][0])
+
+
+def test_work_finished_after_the_call_is_not_in_the_snapshot(clock):
+    sets = [(torch.ones(8),) for _ in range(3)]
+    skeletons, region, layout = _arm(clock, sets)
+    side = WindowSide(CPU)
+    side.attach(region)
+    outputs = []
+
+    def call(args):
+        out = torch.zeros_like(args[0])
+        outputs.append(out)
+        return out, args
+
+    clock.send("open", side="candidate", epoch=1, timeout_s=20, **layout)
+    written = side.run(epoch=1, skeletons=skeletons, call=call, timeout_s=20)
+    assert clock.receive()["status"] == "ok"
+    for out in outputs:
+        out.fill_(5.0)  # "finished later": after the timekeeper took the window's snapshot
+    assert all(torch.equal(_snapshot(clock, s, w)["out"], torch.zeros(8)) for w, s in enumerate(written))
+
+
+def test_a_side_that_never_signals_is_a_timeout_not_a_hang(clock):
+    sets = [(torch.ones(4),) for _ in range(2)]
+    skeletons, region, layout = _arm(clock, sets)
+    side = WindowSide(CPU)
+    side.attach(region)
+    side.region.write_ready(3)  # it says it is ready, then never finishes a call
+    clock.send("open", side="candidate", epoch=3, timeout_s=1.5, **layout)
+    answer = clock.receive()
+    assert answer["times_ns"] == [] and "never finished" in answer["status"]
+
+
+def test_done_signalled_ahead_gets_snapshots_of_nothing(clock):
+    sets = [(torch.full((4,), 3.0),) for _ in range(3)]
+    skeletons, region, layout = _arm(clock, sets)
+    side = WindowSide(CPU)
+    side.attach(region)
+    side.region.write_ready(1)
+    side.region.write_done(1 + len(sets))  # every window "done" before any call ran
+    clock.send("open", side="candidate", epoch=1, timeout_s=20, **layout)
+    assert clock.receive()["status"] == "ok"
+    # What the judge would read for each call is an empty slot, never an answer.
+    layout_of_answer = pack_into({"out": torch.full((4,), 6.0), "args": sets[0]}, torch.empty(4096, dtype=torch.uint8))
+    assert all(torch.count_nonzero(_snapshot(clock, layout_of_answer, w)["out"]) == 0 for w in range(3))
+
+
+def test_window_mode_judges_honest_and_hostile_solutions(pkb_invoke, tmp_path):
+    """End to end: the timed calls are checked on what the timekeeper took, and the honest
+    solution's speedup is read from the timekeeper's windows."""
+    from pathlib import Path
+
+    folder = Path(__file__).parent / "fixtures" / "windows"
+    result = pkb_invoke("run", "--solutions", folder, "--problem", "1", "--trials", "2", "--measure-perf",
+                        "--timing-mode", "window", "--warmup", "2", "--iters", "12", "--min-iters", "12",
+                        "--timeout", "120", "--out", tmp_path / "run", "--json")
+    records = {r["solution"].rsplit("/", 1)[-1]: r for r in json.loads(result.stdout)["results"]}
+    honest = records["1_allreduce_honest.py"]
+    assert honest["verdict"] == "pass", honest
+    window = honest["stats"]["modes"]["window"]
+    assert window["alignment"] == {"reference": "timekeeper windows", "candidate": "timekeeper windows"}
+    assert set(window["windows_us"]) == {"null", "reference", "candidate"}
+    assert window["speedup"]["rounds"] >= 6 and window["speedup"]["low"] is not None
+    # No garbage collection of either side (or of the null side) lands inside a window.
+    assert all(d["gc_collections_in_windows"] == 0 for d in window["window_diagnostics"].values())
+    wrong = records["1_allreduce_wrong_when_timed.py"]
+    assert wrong["verdict"] == "fail" and "timed call" in wrong["reason"], wrong
+    gates = records["1_allreduce_opens_its_own_gates.py"]
+    assert gates["verdict"] == "fail" and "timed call" in gates["reason"], gates
