@@ -45,7 +45,7 @@ def _marked(mark: str) -> list[int]:
 def _leftovers(mark: str, pid: int, uid: int | None) -> list[str]:
     """What is left of the pkb process ``pid``: marked processes, wardens whose owner is gone (a
     warden exits once it cleaned), shared-memory folders it made, files of the job's user in /dev/shm."""
-    left = [f"process {p}" for p in _marked(mark)]
+    left = [f"process {p} {_describe(p)}" for p in _marked(mark)]
     for entry in filter(str.isdigit, os.listdir("/proc")):
         try:
             with open(f"/proc/{entry}/cmdline", "rb") as cmdline:
@@ -68,6 +68,18 @@ def _leftovers(mark: str, pid: int, uid: int | None) -> list[str]:
         except (OSError, IndexError):
             continue
     return left
+
+
+def _describe(pid: int) -> str:
+    """``(ppid, uid, state) command``: what a leftover process is, for the failure message."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+        with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+            command = cmdline.read().replace(b"\0", b" ").decode(errors="replace")[:80]
+        return f"(ppid {fields[1]}, uid {os.stat(f'/proc/{pid}').st_uid}, {fields[0]}) {command}"
+    except OSError:
+        return "(gone)"
 
 
 def _wait_for(predicate, timeout: float, what: str):
@@ -93,9 +105,9 @@ def _end_and_check(proc, sig, mark: str, logs: Path, timeout: float = 120):
     uid = _wait_for(lambda: proc.poll() is None and _job_uid(logs), timeout, "the solution to run")
     os.kill(proc.pid, sig)
     proc.wait(timeout=60)
-    # The warden (kill -9) and the kernel's parent-death signals work while pkb is gone: give them
-    # a moment, then nothing may be left.
-    deadline = time.monotonic() + 30
+    # The warden (kill -9), the lanes' own cleanup and the kernel's parent-death signals work while
+    # pkb is gone: a few seconds, longer on a loaded machine; then nothing may be left.
+    deadline = time.monotonic() + 90
     while _leftovers(mark, proc.pid, uid) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not _leftovers(mark, proc.pid, uid)
