@@ -224,7 +224,8 @@ def test_a_candidate_of_the_service_finds_no_token_no_queue_and_no_port(tmp_path
         assert not snooped.record.lockdown_gaps, snooped.record.lockdown_gaps
         assert after.record.verdict.value == "pass", after.record.reason
         data = tmp_path / "data"
-        assert oct(data.stat().st_mode & 0o777) == "0o700" and oct((data / "jobs.sqlite").stat().st_mode & 0o777) == "0o600"
+        assert data.stat().st_mode & 0o777 == 0o700
+        assert (data / "jobs.sqlite").stat().st_mode & 0o777 == 0o600
     finally:
         server.stop()
 

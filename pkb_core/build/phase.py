@@ -260,8 +260,9 @@ class BuildPhase:
         read_fd, write_fd = os.pipe()
         extra = build_environment(self.device)
         # A builder runs the solution's code: it gets an allow-listed environment (no token, no key).
-        env = dict(allowed_environment(os.environ, self.environment), PYTHONUNBUFFERED="1", **{REPLY_FD_ENV: str(write_fd)},
-                   **preload_environment(self.preload), **extra, **spawner_environment())
+        env = dict(allowed_environment(os.environ, self.environment), PYTHONUNBUFFERED="1",
+                   **{REPLY_FD_ENV: str(write_fd)}, **preload_environment(self.preload), **extra,
+                   **spawner_environment())
         request = BuildRequest(backend=self.backend, solution=solution, problem_path=problem_path,
                                device=self.device, options=self.options, run_dir=str(self.run_dir),
                                hidden=self.hidden, log_cap=self.log_cap)
