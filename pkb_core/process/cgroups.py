@@ -92,7 +92,8 @@ class Cgroup:
         dirs = {}
         for controller, folder in self.dirs.items():
             path = os.path.join(folder, name)
-            os.mkdir(path, 0o755)
+            if path not in dirs.values():  # two controllers of one v1 hierarchy share a folder
+                os.mkdir(path, 0o755)
             dirs[controller] = path
         return Cgroup(self.version, dirs)
 
@@ -138,7 +139,7 @@ class Cgroup:
 
     def procs_files(self) -> list[str]:
         """The files a process writes its pid (or 0: itself) into to join this cgroup."""
-        return [os.path.join(folder, "cgroup.procs") for folder in self.dirs.values()]
+        return sorted({os.path.join(folder, "cgroup.procs") for folder in self.dirs.values()})
 
     def join(self, pid: int = 0) -> None:
         """Move ``pid`` (0: this process) into this cgroup, in every hierarchy."""
