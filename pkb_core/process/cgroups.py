@@ -213,20 +213,22 @@ class Cgroup:
             if self.version == 2 and os.path.exists(os.path.join(self.dirs[""], "cgroup.kill")):
                 _write(os.path.join(self.dirs[""], "cgroup.kill"), "1")
             else:
-                frozen = self.freeze()
-                deadline = time.monotonic() + wait_s
-                while True:
-                    members = self.pids()
-                    for pid in members:
-                        try:
-                            os.kill(pid, signal.SIGKILL)
-                        except (ProcessLookupError, PermissionError):
-                            pass
-                    # Without a freeze, sweep until a sweep finds nobody (no member can leave).
-                    if frozen or not members or time.monotonic() > deadline:
-                        break
-                    time.sleep(0.001)
-                self.thaw_all()
+                try:
+                    frozen = self.freeze()
+                    deadline = time.monotonic() + wait_s
+                    while True:
+                        members = self.pids()
+                        for pid in members:
+                            try:
+                                os.kill(pid, signal.SIGKILL)
+                            except (ProcessLookupError, PermissionError):
+                                pass
+                        # Without a freeze, sweep until a sweep finds nobody (no member can leave).
+                        if frozen or not members or time.monotonic() > deadline:
+                            break
+                        time.sleep(0.001)
+                finally:  # even when interrupted (a signal turned into an exit): no cgroup stays frozen
+                    self.thaw_all()
         except OSError:
             pass  # gone already
         return _until(lambda: not self.populated(), wait_s)
