@@ -240,3 +240,27 @@ def test_a_builder_killed_for_a_socket_says_so(pkb_invoke):
     assert outcome["verdict"] == "flagged", outcome
     assert outcome["message"].startswith("the build process was killed for a system call the lockdown forbids"), \
         outcome["message"]
+
+
+@ROOT_ONLY
+def test_a_frozen_group_is_ended_from_an_ancestor():
+    """The warden ends a dead launcher's whole tree from its top, while a group in it may be frozen
+    (the launcher was killed between two commands): a frozen process dies of its SIGKILL only once
+    its own cgroup thaws, not when an ancestor does (v1's self-freezing)."""
+    tree = _tree()
+    outer, (inner,), _gaps = tree.group("test-frozen", memory_bytes=256 << 20, pids=64, leaves=["group"])
+    try:
+        if not inner.has("freeze"):
+            pytest.skip("this machine's cgroups cannot freeze")
+        rank = inner.child("rank0")
+        sleeper = subprocess.Popen([sys.executable, "-c", "import sys, time; sys.stdin.read(1); time.sleep(600)"],
+                                   stdin=subprocess.PIPE)
+        rank.join(sleeper.pid)
+        sleeper.stdin.write(b"x")
+        sleeper.stdin.close()
+        assert inner.freeze()
+        assert outer.kill(wait_s=10)
+        assert sleeper.wait(timeout=10) == -9
+    finally:
+        outer.kill()
+        outer.remove()

@@ -330,6 +330,7 @@ class RankGroup:
     def freeze(self) -> None:
         if not self.frozen:
             if self._contained():
+                self.frozen = True  # first: a thaw must follow even if an exit interrupts the freeze
                 self.containment.cgroup.freeze()  # every member at once, and whatever it forks meanwhile
             else:
                 # A stopped process cannot fork: the thaw continues exactly these, with no /proc scan

@@ -190,6 +190,20 @@ class Cgroup:
         else:
             _write(os.path.join(self.dirs["freezer"], "freezer.state"), "THAWED")
 
+    def thaw_all(self) -> None:
+        """Thaw this cgroup and every one below it: a cgroup frozen itself stays frozen when only
+        an ancestor is thawed (v1's ``freezer.self_freezing``, v2's own ``cgroup.freeze``), and a
+        frozen process dies of its SIGKILL only once it thaws."""
+        if not self.has("freeze"):
+            return
+        folder = self.dirs["" if self.version == 2 else "freezer"]
+        name, thawed = ("cgroup.freeze", "0") if self.version == 2 else ("freezer.state", "THAWED")
+        for path in reversed(self._folders(folder)):  # the outermost first
+            try:
+                _write(os.path.join(path, name), thawed)
+            except OSError:
+                continue
+
     # -- ending ------------------------------------------------------------------------
     def kill(self, wait_s: float = KILL_WAIT_S) -> bool:
         """End every member at once: ``cgroup.kill`` (v2), else frozen, each member killed,
@@ -199,20 +213,22 @@ class Cgroup:
             if self.version == 2 and os.path.exists(os.path.join(self.dirs[""], "cgroup.kill")):
                 _write(os.path.join(self.dirs[""], "cgroup.kill"), "1")
             else:
-                frozen = self.freeze()
-                deadline = time.monotonic() + wait_s
-                while True:
-                    members = self.pids()
-                    for pid in members:
-                        try:
-                            os.kill(pid, signal.SIGKILL)
-                        except (ProcessLookupError, PermissionError):
-                            pass
-                    # Without a freeze, sweep until a sweep finds nobody (no member can leave).
-                    if frozen or not members or time.monotonic() > deadline:
-                        break
-                    time.sleep(0.001)
-                self.thaw()
+                try:
+                    frozen = self.freeze()
+                    deadline = time.monotonic() + wait_s
+                    while True:
+                        members = self.pids()
+                        for pid in members:
+                            try:
+                                os.kill(pid, signal.SIGKILL)
+                            except (ProcessLookupError, PermissionError):
+                                pass
+                        # Without a freeze, sweep until a sweep finds nobody (no member can leave).
+                        if frozen or not members or time.monotonic() > deadline:
+                            break
+                        time.sleep(0.001)
+                finally:  # even when interrupted (a signal turned into an exit): no cgroup stays frozen
+                    self.thaw_all()
         except OSError:
             pass  # gone already
         return _until(lambda: not self.populated(), wait_s)
