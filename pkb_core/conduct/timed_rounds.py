@@ -123,7 +123,7 @@ def time_job(run) -> None:
 
 def unavailable_reason(run, mode: str) -> str | None:
     """Why ``mode`` cannot time this problem here, or None."""
-    if mode == "window" and not hasattr(run.candidates, "send"):
+    if mode == "window" and getattr(run.candidates, "remote", None) is not None:
         return "window mode times one node's groups (a multi-node job's ranks have no timekeeper in common)"
     if mode != "latency" and run.problem.mutates:
         return "the problem mutates its arguments: latency mode only"
