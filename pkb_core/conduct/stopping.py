@@ -62,6 +62,15 @@ class StoppingRule:
             return "cap"
         return None
 
+    def decide_within(self, samples: int, reference: list[float], candidate: list[float], spent_s: float,
+                      budget_s: float) -> str | None:
+        """:meth:`decide`, or ``"time"`` once the minimum is met and the mode has spent
+        ``budget_s`` (:func:`time_share`): adaptive sampling never turns into a timeout."""
+        stopped = self.decide(samples, reference, candidate)
+        if stopped is None and samples >= self.min_samples and spent_s > budget_s:
+            return "time"
+        return stopped
+
     def precise(self, rounds: list[float]) -> bool:
         """The median's interval over ``rounds`` lies within ``+-precision``."""
         width = relative_half_width(rounds, self.level)

@@ -203,9 +203,8 @@ def _time_mode(run, mode: str, budget_s: float) -> ModeTiming:
         _check_sample(run, *sample, calls, out_bytes)
         round_ += 1
         samples = round_ * calls
-        stopped = rule.decide(samples, per_call["reference"], per_call["candidate"])
-        if stopped is None and samples >= rule.min_samples and time.monotonic() - started > budget_s:
-            stopped = "time"
+        stopped = rule.decide_within(samples, per_call["reference"], per_call["candidate"],
+                                     time.monotonic() - started, budget_s)
     pairs = list(zip(per_call["reference"], per_call["candidate"]))
     total = round_ * executed
     return ModeTiming(reference=summarize(per_call["reference"], per_call["reference"], calls=total),

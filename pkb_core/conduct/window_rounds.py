@@ -146,9 +146,8 @@ def time_windows(run, mode: str, budget_s: float, calls: int, least: int, cap: i
             per_call[side].append(max(value - null, FLOOR_SHARE * value) / 1e3)  # ms
         round_ += 1
         samples = round_ * calls
-        stopped = rule.decide(samples, per_call["reference"], per_call["candidate"])
-        if stopped is None and samples >= rule.min_samples and time.monotonic() - started > budget_s:
-            stopped = "time"
+        stopped = rule.decide_within(samples, per_call["reference"], per_call["candidate"],
+                                     time.monotonic() - started, budget_s)
     pairs = list(zip(per_call["reference"], per_call["candidate"]))
     total = round_ * calls
     alignment = {"reference": "timekeeper windows", "candidate": "timekeeper windows"}

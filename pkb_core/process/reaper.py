@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 
-from pkb_core.process.sessions import _LIBC
+from pkb_core.process.sessions import _LIBC, process_stats
 
 PR_SET_CHILD_SUBREAPER = 36
 
@@ -64,15 +64,4 @@ def _zombie_children() -> list[int]:
     """This process's children that are zombies (a scan of ``/proc``: not every kernel
     lists a task's children)."""
     me = os.getpid()
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as stat:
-                fields = stat.read().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if fields[0] == "Z" and int(fields[1]) == me:
-            found.append(int(entry))
-    return found
+    return [pid for pid, fields in process_stats() if fields[0] == "Z" and int(fields[1]) == me]

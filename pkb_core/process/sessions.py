@@ -15,10 +15,9 @@ import signal
 import time
 
 
-def members(sessions) -> dict:
-    """``{session id: [pid, ...]}`` of the live processes in each session."""
-    wanted = set(sessions)
-    found = {sid: [] for sid in wanted}
+def process_stats():
+    """``(pid, fields)`` of every process in ``/proc``: its ``stat`` line after the command
+    name (``fields[0]`` the state, ``[1]`` the parent, ``[3]`` the session); gone ones skipped."""
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -27,8 +26,17 @@ def members(sessions) -> dict:
                 fields = stat.read().rsplit(")", 1)[1].split()
         except (OSError, IndexError):
             continue
-        if fields and fields[0] != "Z" and int(fields[3]) in wanted:
-            found[int(fields[3])].append(int(entry))
+        if fields:
+            yield int(entry), fields
+
+
+def members(sessions) -> dict:
+    """``{session id: [pid, ...]}`` of the live processes in each session."""
+    wanted = set(sessions)
+    found = {sid: [] for sid in wanted}
+    for pid, fields in process_stats():
+        if fields[0] != "Z" and int(fields[3]) in wanted:
+            found[int(fields[3])].append(pid)
     return found
 
 
