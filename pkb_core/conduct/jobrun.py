@@ -137,7 +137,7 @@ class JobRun:
                 self._count("host probe", started)
                 if busy:
                     rank, used = busy[0]
-                    raise JobEnded(Verdict.FLAGGED, f"rank {rank}: its processes used {used:.0f} ms of CPU in the 20 ms "
+                    raise JobEnded(Verdict.FLAGGED, f"rank {rank}: its processes used {used:.0f} ms of CPU right "
                                               f"after its {op} answer: the solution left work running on the host "
                                               "(a thread or a child process), outside what is checked and timed")
             return answers
@@ -169,7 +169,7 @@ class JobRun:
             busy = self.candidates.busy_after_answer(QUIET_S) if group is self.candidates else None
             if busy:
                 rank, used = busy[0]
-                raise JobEnded(Verdict.FLAGGED, f"rank {rank}: its processes used {used:.0f} ms of CPU in the 20 ms "
+                raise JobEnded(Verdict.FLAGGED, f"rank {rank}: its processes used {used:.0f} ms of CPU right "
                                                 "after its windows answer: the solution left work running on the host "
                                                 "(a thread or a child process), outside what is checked and timed")
             return times, answers

@@ -51,6 +51,13 @@ ERROR_GRACE_S = 10.0
 DEATH_GRACE_S = 1.0
 #: Seconds between looks at the cancel flag while waiting for answers.
 CANCEL_POLL_S = 0.25
+#: CPU milliseconds in the short probe after an answer above which a rank is watched longer
+#: (an answered rank blocks on its next read: an honest one reads ~0).
+SUSPECT_MS = 2.0
+#: How much longer a suspect rank is watched, and the share of that whole stretch of CPU time
+#: above which it is busy.
+LONG_PROBE_S = 0.2
+LONG_PROBE_SHARE = 0.1
 
 
 def wait_for_exit(poll, timeout: float):
@@ -288,23 +295,29 @@ class RankGroup:
         child) used more than a third of ``probe_s`` of CPU time during the
         probe, right after answering: an answered command leaves a worker
         blocked on its next read, so that time is work the solution left
-        running. Read from the kernel's accounting (``/proc``), not from the
-        candidate."""
+        running. Read from the kernel's accounting (the rank's cgroup, or
+        ``/proc``), not from the candidate.
+
+        With cgroups, a rank that used more than :data:`SUSPECT_MS` in the
+        probe, or whose cgroup holds a process besides the rank's own, is
+        watched :data:`LONG_PROBE_S` longer and is busy if it used more than
+        :data:`LONG_PROBE_SHARE` of the whole stretch: on a loaded machine a
+        20 ms probe may give what it left running too little CPU to read, and
+        the verdict would then depend on the load."""
         if self.remote is not None:
             self.remote.request_busy(self.group_id, probe_s)
         local = [w for w in self.workers if w.proc.pid is not None]
-        used = self._cgroup_cpu_ms_during(probe_s)
-        if used is None:
+        busy = self._cgroup_busy(probe_s, [w.rank for w in local])
+        if busy is None:
             used = cpu_ms_during(probe_s, [w.proc.pid for w in local])
-        busy = [(w.rank, ms) for w, ms in zip(local, used) if ms > probe_s * 1e3 / 3]
+            busy = [(w.rank, ms) for w, ms in zip(local, used) if ms > probe_s * 1e3 / 3]
         if self.remote is not None:
             busy += self.remote.busy(self.group_id)
         return sorted(busy)
 
-    def _cgroup_cpu_ms_during(self, probe_s: float) -> list[float] | None:
-        """Each local rank's CPU milliseconds during the probe, from its cgroup's accounting
-        (the processes that ended meanwhile included: a fork chain cannot hide); None
-        without it."""
+    def _cgroup_busy(self, probe_s: float, ranks: list[int]) -> list[tuple[int, float]] | None:
+        """:meth:`busy_after_answer` from the local ranks' cgroups (the processes that ended
+        meanwhile included: a fork chain cannot hide); None without them."""
         if self.containment is None or not self.containment.leaves:
             return None
         before = self.containment.cpu_ns()
@@ -312,7 +325,20 @@ class RankGroup:
             return None
         time.sleep(probe_s)
         after = self.containment.cpu_ns()
-        return [((a or 0) - b) / 1e6 for a, b in zip(after, before)]
+        used = [((a or 0) - b) / 1e6 for a, b in zip(after, before)]
+        busy = [(rank, ms) for rank, ms in zip(ranks, used) if ms > probe_s * 1e3 / 3]
+        suspects = [i for i, (ms, leaf) in enumerate(zip(used, self.containment.leaves))
+                    if ms > SUSPECT_MS or len(leaf.pids()) > 1]
+        if busy or not suspects:
+            return busy
+        time.sleep(LONG_PROBE_S)
+        longer = self.containment.cpu_ns()
+        stretch_ms = (probe_s + LONG_PROBE_S) * 1e3
+        for i in suspects:
+            ms = ((longer[i] or 0) - before[i]) / 1e6
+            if ms > stretch_ms * LONG_PROBE_SHARE:
+                busy.append((ranks[i], ms))
+        return busy
 
     def _contained(self) -> bool:
         """Whether the kernel freezes and ends this group as a whole (its cgroup)."""

@@ -7,7 +7,7 @@ does not: every process a member forks is a member, no member can leave it (its
 files are root's, and the lockdown mounts them read-only), and the kernel
 freezes, counts and limits the members as a whole.
 
-pkb makes, beneath the cgroup it runs in, a tree of its own per process
+pkb makes, beneath the cgroup it runs in (see below), a tree of its own per process
 (:class:`CgroupTree`, ``pkb-<pid>-<token>``), and in it one :class:`Cgroup` per
 candidate group (with a leaf per rank, so each rank's CPU use is its own) and
 per builder. pkb's own processes (launcher, judge, zygotes, lanes) are never in
@@ -27,7 +27,8 @@ cgroup gives:
   ``pids.events``' ``max``.
 
 Version 2 is used where the machine delegates its memory and pids controllers to
-the cgroup pkb runs in; else the version 1 controllers ``freezer``, ``cpuacct``,
+the cgroup pkb runs in (or, where that cgroup holds other processes and so cannot
+pass them on, to its nearest ancestor that does: pkb's tree then lives there); else the version 1 controllers ``freezer``, ``cpuacct``,
 ``memory`` and ``pids`` (a hybrid machine's, or a v1 one's); else version 2 without
 limits. Where no cgroup can be made (not root, nothing mounted, a read-only
 ``/sys/fs/cgroup``), :func:`process_tree` says why, and the callers fall back to
@@ -305,7 +306,8 @@ def join_cgroup(procs_files, pid: int = 0) -> None:
 
 
 class CgroupTree:
-    """This process's own cgroup tree (``<the cgroup it runs in>/pkb-<pid>-<token>``), where
+    """This process's own cgroup tree (``<the cgroup it runs in, or its nearest ancestor that
+    delegates memory and pids>/pkb-<pid>-<token>``), where
     every cgroup it makes lives. Made once per process by :func:`process_tree`."""
 
     def __init__(self, root: Cgroup):
@@ -411,14 +413,41 @@ def _choose(own: dict) -> tuple[int, dict] | None:
     controllers there are, else version 2 without limits, else None."""
     v2 = own.get("v2")
     if v2 and os.access(v2, os.W_OK):
-        delegated = _read_or(os.path.join(v2, "cgroup.subtree_control")).split()
-        if all(c in delegated for c in V2_LIMITS) or _delegate(v2):
+        if _delegates(v2) or _delegate(v2):
             return 2, {"": v2}
+        nearest = _delegating_ancestor(v2)
+        if nearest is not None:
+            return 2, {"": nearest}
     v1 = {c: own[c] for c in V1_CONTROLLERS if c in own and os.access(own[c], os.W_OK)}
     if v1:
         return 1, v1
     if v2 and os.access(v2, os.W_OK) and os.path.exists(os.path.join(v2, "cgroup.procs")):
         return 2, {"": v2}  # its core only: freeze, kill, CPU (the root cgroup has no cgroup.freeze itself)
+    return None
+
+
+def _delegates(folder: str) -> bool:
+    """Whether the children of ``folder`` get the memory and pids controllers."""
+    delegated = _read_or(os.path.join(folder, "cgroup.subtree_control")).split()
+    return all(c in delegated for c in V2_LIMITS)
+
+
+def _delegating_ancestor(v2: str) -> str | None:
+    """The nearest writable ancestor of ``v2`` whose children get the memory and pids
+    controllers, or None.
+
+    A cgroup that holds processes cannot pass controllers to its children (v2's rule of no
+    internal processes), so where pkb shares its cgroup with others (a container's command
+    shell, a service manager's unit without ``Delegate=yes``) it cannot limit a job beneath
+    it; its tree then goes beside it, under that ancestor, which still holds every limit the
+    ancestors set."""
+    folder = os.path.dirname(v2)
+    while os.path.exists(os.path.join(folder, "cgroup.procs")):
+        if _delegates(folder) and os.access(folder, os.W_OK):
+            return folder
+        if os.path.ismount(folder):
+            return None
+        folder = os.path.dirname(folder)
     return None
 
 
