@@ -86,9 +86,10 @@ def outcome_key(backend: str, solution: Path, device: str) -> str:
     import torch
 
     from pkb_core import __version__
+    from pkb_core.problem.source import read_solution
 
     payload = {
-        "backend": backend, "device": device, "source": hashlib.sha256(Path(solution).read_bytes()).hexdigest(),
+        "backend": backend, "device": device, "source": hashlib.sha256(read_solution(solution)).hexdigest(),
         "torch": torch.__version__, "pkb": __version__, "code": code_fingerprint(),
         "env": {name: os.environ.get(name, "") for name in KEY_ENVIRONMENT},
     }

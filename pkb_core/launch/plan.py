@@ -29,6 +29,7 @@ from pathlib import Path
 from pkb_core.contracts.batch import LaunchSettings
 from pkb_core.contracts.job import Job, job_slug
 from pkb_core.errors import NothingSelected, PkbError
+from pkb_core.problem.source import read_solution
 
 _SOLUTION_NAME = re.compile(r"^(\d+)_")
 
@@ -146,7 +147,7 @@ def make_job(request: RunRequest, spec, solution, label, params=None) -> Job:
     ``size`` then names the override, e.g. ``"sweep:4194304"``.
     """
     params = dict(spec.params(request.size) if params is None else params)
-    digest = _content_digest(Path(solution).read_bytes()) if solution else "ref"
+    digest = _content_digest(read_solution(solution)) if solution else "ref"
     key = "|".join([spec.key, request.backend, label, digest, f"W{request.nproc}", request.size,
                     request.dtype, request.mode, ("perf:" + "+".join(request.timing_modes)) if request.measure_perf else "check"])
     return Job(
