@@ -24,7 +24,7 @@ def evaluate(problem, source: str, *, backend: str = "reference", world_size: in
         temporary one, removed afterwards).
     :param config_dir: where ``pkb.toml`` is looked for (default: the current directory).
     A ``source`` that is empty or not UTF-8 text is not an error: it is its ``compile-error``
-    record, returned without starting anything (:mod:`pkb_core.build.source_defects`).
+    record, returned without starting anything (:mod:`pkb_core.compile.source_defects`).
 
     The record is written to the run directory and reported to the plugins' ``pkb_report_job``
     (:mod:`pkb_core.launch.session`), whatever the verdict.
@@ -32,7 +32,7 @@ def evaluate(problem, source: str, *, backend: str = "reference", world_size: in
     :raises PkbError: an unknown problem or backend, a backend that cannot run here, an
         option out of range (one line, as ``pkb run`` says it).
     """
-    from pkb_core.build.source_defects import source_bytes, source_defect
+    from pkb_core.compile.source_defects import source_bytes, source_defect
     from pkb_core.config import load_config
     from pkb_core.contracts.verdict import Verdict
     from pkb_core.launch.plan import keyed_by_content

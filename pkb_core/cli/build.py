@@ -28,7 +28,7 @@ def build(pm, backend, solution, solutions, problems, device, build_timeout, bui
     """Build solutions ahead of `pkb run` (outcomes cached by content; failures too)."""
     import tempfile
 
-    from pkb_core.build.phase import BuildPhase
+    from pkb_core.compile.phase import BuildPhase
     from pkb_core.cli.config import config_of
     from pkb_core.machine.device import detect_device
     from pkb_core.errors import PkbError

@@ -64,7 +64,7 @@ def measure_noise_floor(device: str, *, problems=NOISE_PROBLEMS, nproc: int | No
     nproc = session.world_size
     size, dtype = device_defaults(device, size or "auto")
     warmup, default_min, default_iters = TIMING_DEFAULTS[size]
-    # Six rounds of ten calls at least (judge/timed_rounds.py makes batches of iters / 6): intervals,
+    # Six rounds of ten calls at least (conduct/timed_rounds.py makes batches of iters / 6): intervals,
     # whatever the size's defaults.
     least = MIN_ROUNDS * 10
     iters = iters or max(default_iters, least)

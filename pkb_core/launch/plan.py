@@ -165,7 +165,7 @@ def make_job(request: RunRequest, spec, solution, label, params=None) -> Job:
 def keyed_by_content(job: Job, content: bytes) -> Job:
     """``job``, planned without a solution file, keyed as the job of a file holding ``content``:
     for a submitted source that is no solution file (empty, not UTF-8 text), answered
-    ``compile-error`` without ever being written (:mod:`pkb_core.build.source_defects`)."""
+    ``compile-error`` without ever being written (:mod:`pkb_core.compile.source_defects`)."""
     import attrs
 
     parts = job.key.split("|")

@@ -5,7 +5,7 @@ a bad request is a 4xx with one reason (:class:`Refused`) and never a job that
 fails later: the problem and backend exist and the backend can run on this
 node, the world size fits the node, options are in range. Its source is not a
 request's: a source that is empty, not UTF-8 text or over the size limit
-(:mod:`pkb_core.build.source_defects`) is planned as a job that is answered
+(:mod:`pkb_core.compile.source_defects`) is planned as a job that is answered
 ``compile-error`` at once (:attr:`Planned.compile_error`), stored like any job,
 so a trainer's batch gets a record for every completion.
 The job itself is planned by the same session as ``pkb run``'s
@@ -25,7 +25,7 @@ from pathlib import Path
 
 import attrs
 
-from pkb_core.build.source_defects import source_bytes, source_defect
+from pkb_core.compile.source_defects import source_bytes, source_defect
 from pkb_core.contracts.dtypes import PRECISIONS
 from pkb_core.contracts.job import Job
 from pkb_core.contracts.serve import Submission
