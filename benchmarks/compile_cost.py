@@ -72,7 +72,7 @@ def _sample(stem: str) -> dict:
 def measure(work: Path, repeat: int, nvrtc: bool, host: bool = True) -> dict:
     import torch
 
-    from pkb_core.build import pch
+    from pkb_core.compile import pch
     from pkb_cuda import check, sources, torch_pch
     from pkb_cuda.spec import BuildSpec
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 
 def build_all(files: list[Path], problem_of, args, warm: bool) -> dict:
-    from pkb_core.build.phase import BuildPhase, default_workers
+    from pkb_core.compile.phase import BuildPhase, default_workers
     from pkb_core.plugin.manager import get_backend_info, get_plugin_manager
     from pkb_core.serve.builders import WarmBuilders
 

@@ -47,7 +47,6 @@ class InstantModel:
 
 
 def run_loop(out: Path, evaluator, args) -> dict:
-    from pkb_core.cli.config import load_config
     from pkb_core.generate.loop import Budget, Refiner, build_prompts
     from pkb_core.generate.prompt_builder import PromptBuilder, PromptRequest
     from pkb_core.generate.providers import ModelSettings
@@ -55,7 +54,6 @@ def run_loop(out: Path, evaluator, args) -> dict:
     from pkb_core.problem.registry import build_registry
 
     pm = get_plugin_manager()
-    pm.pkb_config = load_config(None)
     registry = build_registry(pm)
     builder = PromptBuilder(pm, registry, PromptRequest(backend=args.backend, hardware="h200_2", nproc=2))
     prompts = build_prompts(builder, registry.select(args.problems))

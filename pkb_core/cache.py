@@ -28,10 +28,10 @@ def calibration_dir() -> Path:
 
 
 def builds_dir() -> Path:
-    """The compile phase's outcomes, by content (:mod:`pkb_core.build.phase`)."""
+    """The compile phase's outcomes, by content (:mod:`pkb_core.compile.phase`)."""
     return cache_dir() / "builds"
 
 
 def pch_dir() -> Path:
-    """Precompiled headers, by compiler, flags and header (:mod:`pkb_core.build.pch`)."""
+    """Precompiled headers, by compiler, flags and header (:mod:`pkb_core.compile.pch`)."""
     return cache_dir() / "pch"

@@ -24,64 +24,39 @@ def evaluate(problem, source: str, *, backend: str = "reference", world_size: in
         temporary one, removed afterwards).
     :param config_dir: where ``pkb.toml`` is looked for (default: the current directory).
     A ``source`` that is empty or not UTF-8 text is not an error: it is its ``compile-error``
-    record, returned without starting anything (:mod:`pkb_core.build.source_defects`).
+    record, returned without starting anything (:mod:`pkb_core.compile.source_defects`).
+
+    The record is written to the run directory and reported to the plugins' ``pkb_report_job``
+    (:mod:`pkb_core.launch.session`), whatever the verdict.
 
     :raises PkbError: an unknown problem or backend, a backend that cannot run here, an
         option out of range (one line, as ``pkb run`` says it).
     """
-    from pkb_core.build.source_defects import source_bytes, source_defect
+    from pkb_core.compile.source_defects import source_bytes, source_defect
+    from pkb_core.config import load_config
     from pkb_core.contracts.verdict import Verdict
-    from pkb_core.errors import PkbError
-    from pkb_core.launch.jobs import run_jobs
-    from pkb_core.launch.plan import keyed_by_content, launch_settings, make_request, plan_jobs
-    from pkb_core.machine.device import detect_device, device_count
-    from pkb_core.plugin.manager import get_backend_info
-    from pkb_core.problem.registry import build_registry, require_problems
-    from pkb_core.results.records import append_record, job_record
+    from pkb_core.launch.plan import keyed_by_content
+    from pkb_core.launch.session import Session
+    from pkb_core.plugin.manager import get_plugin_manager
 
-    pm = configured_plugin_manager(config_dir)
-    device = detect_device(device)
-    info = get_backend_info(pm, backend, device)
-    if device == "cuda" and world_size > device_count(device):
-        raise PkbError(f"world size {world_size} but only {device_count(device)} GPU(s) here")
-    spec = require_problems(build_registry(pm)).get(str(problem))
+    session = Session.here(get_plugin_manager(), load_config(config_dir), device=device, backend=backend,
+                           world_size=world_size)
+    spec = session.registry.get(str(problem))
     defect = source_defect(source)
-    with tempfile.TemporaryDirectory(prefix="pkb-evaluate-") as scratch:
+    with tempfile.TemporaryDirectory(prefix="pkb-evaluate-") as scratch, session:
         run_dir = Path(out) if out is not None else Path(scratch)
         path = run_dir / "solutions" / f"{spec.key}.py"
         if defect is None:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(source)
-        request = make_request(backend=info.name, device=device, nproc=world_size, trials=trials, size=size,
-                               dtype=dtype, measure_perf=measure_perf, timing_modes=tuple(timing_modes),
-                               problems=str(spec.id), solution=None if defect else str(path))
-        jobs, rejected = plan_jobs(request, [(spec, None if defect else path, path.name)])
+        request = session.request(trials=trials, size=size, dtype=dtype, measure_perf=measure_perf,
+                                  timing_modes=tuple(timing_modes), problems=str(spec.id),
+                                  solution=None if defect else str(path))
+        jobs, refused = session.plan(request, [(spec, None if defect else path, path.name)])
         if defect is not None:
-            job = keyed_by_content((jobs or [rejected[0][0]])[0], source_bytes(source))
-            record = job_record(job, world_size, Verdict.COMPILE_ERROR, defect)
-            if out is not None:
-                append_record(run_dir, record)
-            return record
-        if rejected:
-            job, why = rejected[0]
-            return job_record(job, world_size, Verdict.UNSUPPORTED, why)
-        calibration = None
-        if measure_perf:
-            from pkb_core.machine.calibrate import calibrate
-
-            calibration = calibrate(device)
-        settings = launch_settings(pm, info, device=device, nproc=world_size, run_dir=run_dir,
-                                   job_timeout=timeout, calibration=calibration)
-        return run_jobs(jobs, settings, skip_recorded=False)[0]
-
-
-def configured_plugin_manager(config_dir=None):
-    """The plugin manager with ``pkb.toml`` read from ``config_dir`` (default: the current
-    directory), as ``pkb`` itself makes it: for the in-process ways in (this module's
-    :func:`evaluate`, :class:`pkb_core.ray.EvaluatorPool`)."""
-    from pkb_core.cli.config import load_config
-    from pkb_core.plugin.manager import get_plugin_manager
-
-    pm = get_plugin_manager()
-    pm.pkb_config = load_config(config_dir)
-    return pm
+            job = keyed_by_content((jobs or [refused[0][0]])[0], source_bytes(source))
+            return session.record(job, Verdict.COMPILE_ERROR, defect, run_dir)
+        if refused:
+            return session.refuse(refused, run_dir)[0]
+        settings = session.settings(run_dir, calibrated=measure_perf, job_timeout=timeout)
+        return session.run(jobs, settings)[0]

@@ -26,7 +26,7 @@ def refine(problems: str, *, backend: str, model: str, rounds: int = 3, out=None
            precision: str = "auto", hardware: str = "auto", size: str = "auto", template: str | None = None,
            trials: int = 5, measure_perf: bool = False, timeout: float | None = None,
            temperature: float | None = None, max_tokens: int | None = None, max_tokens_total: int | None = None,
-           max_wall_s: float | None = None, stop_when_no_improvement: bool = False, pm=None,
+           max_wall_s: float | None = None, stop_when_no_improvement: bool = False, pm=None, config=None,
            echo: Callable[[str], None] = lambda line: None) -> LoopResult:
     """Ask, check and revise, up to ``rounds`` rounds per problem (see :mod:`pkb_core.generate.loop`).
 
@@ -36,8 +36,10 @@ def refine(problems: str, *, backend: str, model: str, rounds: int = 3, out=None
         state (``auto``: as ``pkb run`` would on this node, or on the service's devices with ``server``;
         :mod:`pkb_core.generate.judging`).
     :param out: the loop's directory (default ``generated/<backend>/<model>-loop``).
+    :param pm, config: the plugin manager and the configuration (default: a fresh manager, and
+        ``pkb.toml`` of the current directory).
     """
-    from pkb_core.cli.config import load_config
+    from pkb_core.config import load_config
     from pkb_core.generate.evaluators import EvalOptions, LocalEvaluator, ServiceEvaluator
     from pkb_core.generate.generation import default_out_dir
     from pkb_core.generate.loop import Refiner, build_prompts
@@ -48,9 +50,8 @@ def refine(problems: str, *, backend: str, model: str, rounds: int = 3, out=None
     from pkb_core.plugin.manager import get_plugin_manager
     from pkb_core.problem.registry import build_registry
 
-    if pm is None:
-        pm = get_plugin_manager()
-        pm.pkb_config = load_config(None)
+    pm = pm or get_plugin_manager()
+    config = config if config is not None else load_config(None)
     registry = build_registry(pm)
     gpus = None
     if server and device == "auto":  # judged where the service runs, not here
@@ -69,10 +70,10 @@ def refine(problems: str, *, backend: str, model: str, rounds: int = 3, out=None
     options = EvalOptions(backend=backend, world_size=judging.world_size, trials=trials, size=judging.size,
                           dtype=judging.precision, measure_perf=measure_perf, timeout=timeout)
     evaluator = (ServiceEvaluator(server, options, token=token) if server
-                 else LocalEvaluator(pm, options, out / "runs", device=judging.device))
+                 else LocalEvaluator(pm, options, out / "runs", device=judging.device, config=config))
     budget = Budget(rounds=rounds, max_tokens_total=max_tokens_total, max_wall_s=max_wall_s,
                     stop_when_no_improvement=stop_when_no_improvement)
-    refiner = Refiner(make_provider(pm, provider, getattr(pm, "pkb_config", {})), provider, builder.template,
+    refiner = Refiner(make_provider(pm, provider, config), provider, builder.template,
                       ModelSettings(model=model, temperature=temperature, max_tokens=max_tokens), evaluator, out,
                       budget, echo=echo)
     try:

@@ -46,7 +46,7 @@ def pkb_invoke(tmp_path):
     from click.testing import CliRunner
 
     from pkb_core.cli.main import context_settings, prepare
-    from pkb_core.cli.config import load_config
+    from pkb_core.config import load_config
     from pkb_core.plugin.manager import get_plugin_manager
 
     def invoke(*args, pm=None):

@@ -211,7 +211,7 @@ def test_outcomes_are_keyed_by_the_code_that_decides_them(fake_dist, tmp_path):
     version number had not moved): the outcome's key holds a fingerprint of pkb's and its
     plugins' files, so editing a backend invalidates it; a backend of one module counts that
     file alone, not every file beside it."""
-    from pkb_core.build import phase
+    from pkb_core.compile import phase
 
     site = fake_dist("pkbtest-fingerprint", {"pkb.backends": {"fingerprinted": "pkbtest_fingerprinted"}},
                      {"pkbtest_fingerprinted": "SERVES = {}\n"})

@@ -1,4 +1,4 @@
-"""pkb's precompiled headers (pkb_core.build.pch), with real g++ builds of a small header."""
+"""pkb's precompiled headers (pkb_core.compile.pch), with real g++ builds of a small header."""
 from __future__ import annotations
 
 import json
@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from pkb_core.build import pch
+from pkb_core.compile import pch
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed")
 
@@ -112,7 +112,7 @@ import sys
 from pathlib import Path
 sys.path.insert(0, {tests!r})
 from test_pch import header
-from pkb_core.build import pch
+from pkb_core.compile import pch
 print(pch.ensure_pch(header(), root=Path(sys.argv[1])))
 """
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from pkb_core.errors import CompileError, SolutionUnsupported, where
 from pkb_core.problem.contract import _import_file
+from pkb_core.problem.source import solution_text
 from pkb_core.candidate.solution_modules import SOLUTION_MODULE_PREFIX, refuse_unsupported, serving
 
 
@@ -45,16 +46,13 @@ def source_refusal(info, solution, device: str = "cuda") -> str | None:
             or multicast_refusal(solution, tuple(info.multicast_patterns), device))
 
 
-#: Solution sources read before the lockdown (:func:`keep_source`), by resolved path.
-_SOURCES: dict = {}
-
-
 def keep_source(path) -> None:
     """Read the solution file ``path`` now, while this process can (a candidate
     reads it before it becomes a user of its own): :func:`load_module` compiles
-    this text, whatever the file holds or whoever may read it later."""
+    this text, whatever the file holds or whoever may read it later (it is kept
+    by :mod:`pkb_core.problem.source`, where every reader of this process finds it)."""
     if path is not None and Path(path).is_file():
-        _SOURCES[str(Path(path).resolve())] = Path(path).read_text()
+        solution_text(path)
 
 
 def load_solution(path) -> callable:
@@ -77,9 +75,10 @@ def load_module(path):
     (:mod:`pkb_core.candidate.solution_modules`); a file importing one the backend
     refuses raises :class:`~pkb_core.errors.SolutionUnsupported` before it runs."""
     path = Path(path)
-    source = _SOURCES.get(str(path.resolve()))
-    if source is None and not path.is_file():
-        raise CompileError(f"solution file {path} does not exist")
+    try:
+        source = solution_text(path)
+    except OSError:
+        raise CompileError(f"solution file {path} does not exist") from None
     refuse_unsupported(path)
     name = SOLUTION_MODULE_PREFIX + hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:12]
     try:

@@ -41,10 +41,10 @@ import importlib
 import importlib.abc
 import importlib.machinery
 import sys
-from pathlib import Path
 from typing import Mapping
 
 from pkb_core.errors import SolutionUnsupported
+from pkb_core.problem.source import solution_text
 
 #: Module names :mod:`pkb_core.candidate.solution` gives solution files; frames of these
 #: modules are the only ones the finder serves.
@@ -241,7 +241,7 @@ def unsupported_import(path, unsupported: Mapping[str, str] | None = None) -> st
     if not refused_names:
         return None
     try:
-        names = imported_names(Path(path).read_text())
+        names = imported_names(solution_text(path))
     except (SyntaxError, ValueError, OSError):
         return None
     for name in names:

@@ -7,7 +7,8 @@ process group whatever it names (:mod:`pkb_core.candidate.sealed`).
 from __future__ import annotations
 
 import re
-from pathlib import Path
+
+from pkb_core.problem.source import solution_text
 
 #: torch.distributed functions that move data between ranks.
 COLLECTIVES = (
@@ -24,7 +25,7 @@ def collective_hint(path) -> str | None:
     if not path:
         return None
     try:
-        found = sorted(set(_DIST_CALL.findall(Path(path).read_text(errors="replace"))))
+        found = sorted(set(_DIST_CALL.findall(solution_text(path, errors="replace"))))
     except OSError:
         return None
     return f"source mentions torch.distributed.{', '.join(found)}" if found else None

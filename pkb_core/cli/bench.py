@@ -83,22 +83,16 @@ def bench(pm, problems, backend, solutions, sizes, nproc, dtype, trials, warmup,
           build_timeout, build_jobs, out, force, baselines, json_, limits):
     """Sweep message sizes: solutions vs NCCL (eager and CUDA graph), with busbw."""
     from pkb_core.baselines import baselines_for
-    from pkb_core.machine.calibrate import calibrate
-    from pkb_core.machine.device import detect_device, device_count, require_device
-    from pkb_core.launch.jobs import run_jobs
-    from pkb_core.contracts.dtypes import ITEMSIZE
-    from pkb_core.launch.plan import (RunRequest, device_defaults, launch_settings, pair_solutions, plan_jobs,
-                                      record_refusals, skip_recorded)
-    from pkb_core.plugin.manager import get_backend_info
-    from pkb_core.problem.registry import build_registry, require_problems
-    from pkb_core.plugin.reporter import Reporter
+    from pkb_core.cli.config import config_of
     from pkb_core.cli.progress import JobProgress
     from pkb_core.cli.run import CPU_TIMING_NOTE, FAILING, skipping_notice, writable_paths
+    from pkb_core.contracts.dtypes import ITEMSIZE
+    from pkb_core.launch.plan import RunRequest, device_defaults, pair_solutions, skip_recorded
+    from pkb_core.launch.session import Session
 
     byte_sizes = parse_sizes(sizes)
-    device = require_device(detect_device(device))
-    info = get_backend_info(pm, backend, device)
-    nproc = nproc or max(device_count(device), 1)
+    session = Session.here(pm, config_of(), device=device, backend=backend, world_size=nproc, what="--nproc")
+    device, nproc, info = session.device, session.world_size, session.info
     _, dtype = device_defaults(device, dtype=dtype)
     itemsize = ITEMSIZE[dtype]
     # Window mode (the judge's timekeeper around each call) beside the launcher's clock on GPUs,
@@ -108,22 +102,22 @@ def bench(pm, problems, backend, solutions, sizes, nproc, dtype, trials, warmup,
     request = RunRequest(problems=problems, backend=backend, solution=None, solutions=solutions, nproc=nproc,
                          trials=trials, dtype=dtype, size="default", mode="eval", measure_perf=True, warmup=warmup,
                          iters=iters, save_outputs=False, timing_modes=modes)
-    registry = require_problems(build_registry(pm))
     pairs, no_sweep = [], []
-    for spec, path, label in pair_solutions(request, registry, info):
+    for spec, path, label in pair_solutions(request, session.registry, info):
         (pairs if hasattr(spec.load().module, "sweep") else no_sweep).append((spec, path, label))
     no_sweep = [spec.key for spec, _, _ in no_sweep]
 
     def message_sizes(spec, problem):
         return [(f"sweep:{nbytes}", problem.module.sweep(nbytes, nproc, itemsize)) for nbytes in byte_sizes]
 
-    jobs, rejected = plan_jobs(request, pairs, expand=message_sizes)
+    jobs, rejected = session.plan(request, pairs, expand=message_sizes)
     baseline_jobs = []
+    reference = session.sibling(backend=REFERENCE)
     if device == "cuda" and baselines:
         baseline_request = RunRequest(**{**request.__dict__, "backend": REFERENCE})
         baseline_pairs = [(spec, path, path.stem) for spec in {s.key: s for s, _, _ in pairs}.values()
                           for path in baselines_for(spec.key)]
-        baseline_jobs, _ = plan_jobs(baseline_request, baseline_pairs, expand=message_sizes)
+        baseline_jobs, _ = reference.plan(baseline_request, baseline_pairs, expand=message_sizes)
     if no_sweep and problems != "collective":
         click.echo(f"note: skipping {', '.join(no_sweep)} (no sweep() to size it by bytes)", err=True)
     if not jobs and not rejected:
@@ -139,23 +133,21 @@ def bench(pm, problems, backend, solutions, sizes, nproc, dtype, trials, warmup,
         click.echo(skipping_notice(recorded, run_dir), err=True)
     progress = JobProgress(len(keys) - len(recorded), quiet=json_,
                            label=lambda r: f"{r.problem}  {_human(int(r.size.split(':')[1]))}  {r.solution}")
-    pm.register(progress)
-    reporter = Reporter(pm)
-    record_refusals(run_dir, rejected, recorded, nproc, reporter)
-    reference = get_backend_info(pm, REFERENCE)
+    session.observe(progress)
+    reporter = session.reporter
     pending = [[job for job in batch if job.key not in recorded] for batch in (jobs, baseline_jobs)]
-    calibration = calibrate(device) if any(pending) else None
-    progress.start()
-    try:
-        for batch_info, batch in ((info, pending[0]), (reference, pending[1])):
-            if batch:
-                settings = launch_settings(pm, batch_info, device=device, nproc=nproc, run_dir=run_dir,
-                                           job_timeout=job_timeout, calibration=calibration,
-                                           build_timeout=build_timeout, build_workers=build_jobs, **limits)
-                run_jobs(batch, settings, reporter, skip_recorded=False)
-    finally:
-        progress.close()
-        pm.unregister(progress)
+    with session:
+        session.refuse(rejected, run_dir, recorded)
+        progress.start()
+        try:
+            for batch_session, batch in ((session, pending[0]), (reference, pending[1])):
+                if batch:
+                    settings = batch_session.settings(run_dir, calibrated=True, job_timeout=job_timeout,
+                                                      build_timeout=build_timeout, build_workers=build_jobs,
+                                                      **limits)
+                    batch_session.run(batch, settings)
+        finally:
+            progress.close()
     by_key = {**earlier, **{r.key: r for r in reporter.records}}
     records = [by_key[k] for k in keys if k in by_key]
     library = reference_library(device)

@@ -28,7 +28,8 @@ def build(pm, backend, solution, solutions, problems, device, build_timeout, bui
     """Build solutions ahead of `pkb run` (outcomes cached by content; failures too)."""
     import tempfile
 
-    from pkb_core.build.phase import BuildPhase
+    from pkb_core.compile.phase import BuildPhase
+    from pkb_core.cli.config import config_of
     from pkb_core.machine.device import detect_device
     from pkb_core.errors import PkbError
     from pkb_core.launch.plan import RunRequest, pair_solutions
@@ -45,7 +46,7 @@ def build(pm, backend, solution, solutions, problems, device, build_timeout, bui
                          trials=1, dtype="fp32", size="tiny", mode="eval", measure_perf=False, warmup=0, iters=0,
                          save_outputs=False)
     pairs = pair_solutions(request, build_registry(pm), info)
-    options = getattr(pm, "pkb_config", {}).get("backends", {}).get(backend, {})
+    options = config_of().backend_options(backend)
     # SIGTERM (a time limit around `pkb build`) ends the phase like Ctrl-C: running builders are
     # killed, and every outcome that finished has been printed.
     signal.signal(signal.SIGTERM, _exit_on_signal)

@@ -1,7 +1,8 @@
-"""Reading ``pkb.toml`` or ``[tool.pkb]`` in pyproject.toml.
+"""The configuration as the command line meets it: click defaults, environment names, errors.
 
 Precedence, highest first: command-line flag, environment (``PKB_<COMMAND>_<OPTION>``,
-e.g. ``PKB_RUN_BACKEND``, ``PKB_RUN_TIMEOUT``), this file, the built-in default. Tables:
+e.g. ``PKB_RUN_BACKEND``, ``PKB_RUN_TIMEOUT``), the file (read by :mod:`pkb_core.config`),
+the built-in default. Tables:
 
 ``[run]``, ``[bench]``, ``[build]``, ... (one per command)
     Defaults of that command; keys are its option names with ``_`` (``backend``,
@@ -26,61 +27,21 @@ from __future__ import annotations
 
 import difflib
 import os
-import sys
-from pathlib import Path
 
 import click
 
-from pkb_core.errors import CannotStart
+from pkb_core.config import PLUGIN_TABLES, Config
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on Python 3.10 only
-    import tomli as tomllib
-
-#: Tables of tables handed to plugins: ``[backends.<name>]``, ``[providers.<name>]``.
-PLUGIN_TABLES = ("backends", "providers")
+#: Where the group keeps the run's configuration on the click context (``ctx.meta``: shared by
+#: every nested context), so commands read it from there and the plugin manager carries none.
+CONFIG_META = "pkb.config"
 
 
-class Config(dict):
-    """The configuration (a dict of tables) and where it was read from.
-
-    ``origin``: the file as the user knows it (``pkb.toml``, ``pyproject.toml``),
-    ``None`` when there is none; ``prefix``: how its tables are spelled there
-    (``""`` or ``"tool.pkb."``)."""
-
-    def __init__(self, data=(), origin: str | None = None, prefix: str = ""):
-        super().__init__(data)
-        self.origin = origin
-        self.prefix = prefix
-
-    def table(self, name: str) -> str:
-        """``[run]`` or ``[tool.pkb.run]``: how table ``name`` is written in the file."""
-        return f"[{self.prefix}{name}]"
-
-
-def load_config(directory: Path | None = None) -> Config:
-    """The pkb configuration found in ``directory`` (default: the current one)."""
-    directory = Path(directory or Path.cwd())
-    own = directory / "pkb.toml"
-    pyproject = directory / "pyproject.toml"
-    try:
-        if own.is_file():
-            return Config(tomllib.loads(own.read_text()), _shown(own))
-        if pyproject.is_file():
-            data = tomllib.loads(pyproject.read_text()).get("tool", {}).get("pkb", {})
-            return Config(data, _shown(pyproject), "tool.pkb.") if data else Config()
-    except tomllib.TOMLDecodeError as exc:
-        raise CannotStart(f"cannot read pkb configuration in {directory}: {exc}") from None
-    return Config()
-
-
-def _shown(path: Path) -> str:
-    """The file's name when it is in the current directory, else its path."""
-    try:
-        return path.name if path.parent.resolve() == Path.cwd().resolve() else str(path)
-    except OSError:
-        return str(path)
+def config_of(ctx: click.Context | None = None) -> Config:
+    """The configuration the ``pkb`` group was prepared with (empty outside one)."""
+    ctx = ctx or click.get_current_context(silent=True)
+    found = ctx.meta.get(CONFIG_META) if ctx is not None else None
+    return found if found is not None else Config()
 
 
 def option_keys(command: click.Command) -> dict:

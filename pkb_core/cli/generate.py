@@ -59,6 +59,7 @@ def generate(pm, problems, backend, device, precision, hardware, size, nproc, te
     given = [name for name, value in loop_only.items() if value]
     if given:
         raise click.UsageError(f"{', '.join(given)} only apply with --rounds")
+    from pkb_core.cli.config import config_of
     from pkb_core.generate.generation import default_out_dir, generate_sample, sample_stem
     from pkb_core.generate.prompt_builder import PromptBuilder, UnsupportedWorldSize
     from pkb_core.generate.provider_registry import make_provider
@@ -70,7 +71,7 @@ def generate(pm, problems, backend, device, precision, hardware, size, nproc, te
     builder = PromptBuilder(pm, registry,
                             prompt_request(backend, device, precision, hardware, size, nproc, template))
     warn_crowded(builder.judging)
-    client = make_provider(pm, provider, getattr(pm, "pkb_config", {}))
+    client = make_provider(pm, provider, config_of())
     settings = ModelSettings(model=model, temperature=temperature, max_tokens=max_tokens)
     out_dir = Path(out) if out else default_out_dir(backend, model)
     total, done, written, missing = len(specs) * samples, 0, 0, []
@@ -117,6 +118,7 @@ def _refine(pm, problems, backend, device, precision, hardware, size, nproc, tem
             temperature, max_tokens, rounds, server, server_token, measure_perf, trials, timeout,
             stop_when_no_improvement, max_tokens_total, max_wall_time):
     """``pkb generate --rounds N`` (:func:`pkb_core.refinement.refine`)."""
+    from pkb_core.cli.config import config_of
     from pkb_core.refinement import refine
 
     echo = lambda line: click.echo(line, err=True)  # noqa: E731 - progress goes to stderr
@@ -124,7 +126,8 @@ def _refine(pm, problems, backend, device, precision, hardware, size, nproc, tem
                     server=server, token=server_token, device=device, nproc=nproc, precision=precision,
                     hardware=hardware, size=size, template=template, trials=trials, measure_perf=measure_perf,
                     timeout=timeout, temperature=temperature, max_tokens=max_tokens, max_tokens_total=max_tokens_total,
-                    max_wall_s=max_wall_time, stop_when_no_improvement=stop_when_no_improvement, pm=pm, echo=echo)
+                    max_wall_s=max_wall_time, stop_when_no_improvement=stop_when_no_improvement, pm=pm,
+                    config=config_of(), echo=echo)
     out_dir = result.problems[0].folder.parent if result.problems else Path(out or ".")
     for loop in result.problems:
         click.echo(f"{loop.key}: {len(loop.rounds)} round(s), stopped: {loop.stopped}")

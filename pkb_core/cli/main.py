@@ -14,7 +14,9 @@ import sys
 import click
 
 from pkb_core import __version__
-from pkb_core.cli.config import add_option_envvars, command_defaults, default_map, load_config, value_origin
+from pkb_core.cli.config import (CONFIG_META, add_option_envvars, command_defaults, config_of, default_map,
+                                 value_origin)
+from pkb_core.config import Config, load_config
 from pkb_core.errors import PkbError
 from pkb_core.plugin.manager import backend_infos, get_plugin_manager
 from pkb_core.problem.registry import build_registry
@@ -125,6 +127,8 @@ def build_cli(pm) -> click.Group:
         """pkb: is a multi-GPU kernel correct on every rank, how much faster is it than
         PyTorch + NCCL, and how close is it to the hardware's limit?"""
         ctx.obj = pm
+        # The configuration travels with the context (commands: pkb_core.cli.config.config_of), not the manager.
+        ctx.meta[CONFIG_META] = ctx.command.pkb_config if ctx.command.pkb_config is not None else Config()
 
     @cli.group(invoke_without_command=True)
     @click.option("--json", "json_", is_flag=True, help="Print JSON.")
@@ -224,7 +228,8 @@ def build_cli(pm) -> click.Group:
                        "and at least 60: six rounds, the fewest with an interval).")
     @click.option("--nproc", type=int, default=None, help="Ranks for the noise floor (default: every GPU; 2 on CPU).")
     @click.option("--json", "json_", is_flag=True, help="Print JSON.")
-    def calibrate(device, force, noise, noise_problems, noise_iters, nproc, json_):
+    @click.pass_context
+    def calibrate(ctx, device, force, noise, noise_problems, noise_iters, nproc, json_):
         """Measure this machine's link, memory and matmul rates and its timing noise floor (cached per machine)."""
         import attrs
 
@@ -238,7 +243,7 @@ def build_cli(pm) -> click.Group:
         if noise and (force or not result.noise_floor):
             problems = tuple(p.strip() for p in noise_problems.split(",") if p.strip())
             result = attrs.evolve(result, noise_floor=measure_noise_floor(
-                device, problems=problems, nproc=nproc, iters=noise_iters,
+                device, problems=problems, nproc=nproc, iters=noise_iters, pm=pm, config=config_of(ctx),
                 run_dir=calibration_dir() / f"{machine_key(device)}-noise"))
             save_calibration(device, result)
         if json_:
@@ -306,7 +311,6 @@ def context_settings(config: dict, cli: click.Group | None = None) -> dict:
 def prepare(pm, config: dict) -> click.Group:
     """The full ``pkb`` group: built-ins plus commands from plugins, with the
     configuration checked against them (an unknown table or key stops any command)."""
-    pm.pkb_config = config  # backend options reach `pkb run` through the manager
     cli = build_cli(pm)
     pm.hook.pkb_register_commands(cli=cli)
     add_option_envvars(cli)

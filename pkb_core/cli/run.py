@@ -80,13 +80,13 @@ def run(pm, problems, backend, solution, solutions, nproc, nnodes, node_rank, rd
 
     Exit status (as pytest's): 0 every job passed or is unsupported here, 1 a job
     failed, 2 interrupted, 4 a bad option or configuration value, 5 nothing selected."""
-    from pkb_core.machine.device import crowded_cores_warning, detect_device, device_count, require_device
+    from pkb_core.cli.config import config_of
     from pkb_core.contracts.batch import Nodes
-    from pkb_core.launch.plan import (check_solution_paths, device_defaults, launch_settings, make_request,
-                                      pair_solutions, plan_jobs, record_refusals, skip_recorded)
+    from pkb_core.launch.plan import check_solution_paths, pair_solutions, skip_recorded
+    from pkb_core.launch.session import Session
+    from pkb_core.machine.device import crowded_cores_warning, detect_device, device_count, require_device
     from pkb_core.plugin.manager import get_backend_info
     from pkb_core.problem.registry import build_registry, require_problems
-    from pkb_core.plugin.reporter import Reporter
 
     if profile and not measure_perf:
         raise click.UsageError("--profile needs --measure-perf (it profiles timed calls)")
@@ -103,8 +103,6 @@ def run(pm, problems, backend, solution, solutions, nproc, nnodes, node_rank, rd
         registry.select(problems)  # an unknown problem
     # SLURM shards run on other nodes: this machine's GPUs and toolchain say nothing about them.
     device = require_device(detect_device(device)) if executor.runs_here else executor.node_device(device)
-    info = get_backend_info(pm, backend, device if executor.runs_here else None)
-    size, dtype = device_defaults(device, size, dtype)
     nproc = nproc or executor.default_nproc() or max(device_count(device), 1)
     if executor.runs_here and device == "cuda" and nproc > device_count(device):
         raise PkbError(f"--nproc {nproc} but only {device_count(device)} GPU(s) here")
@@ -115,17 +113,20 @@ def run(pm, problems, backend, solution, solutions, nproc, nnodes, node_rank, rd
             raise PkbError("--nnodes > 1 needs --rdzv-endpoint host:port (the same on every node)")
         nodes = Nodes(nnodes=nnodes, node_rank=node_rank, endpoint=rdzv_endpoint, rdzv_id=rdzv_id)
     world_size = nproc * nnodes
-    request = make_request(problems=problems, backend=backend, solution=solution, solutions=solutions,
-                           device=device, nproc=world_size, trials=trials, dtype=dtype, size=size, mode=mode,
-                           measure_perf=measure_perf, warmup=warmup, iters=iters, min_iters=min_iters,
-                           save_outputs=save_outputs, timing_modes=_timing_modes(timing_modes), profile=profile)
+    session = Session(pm, config_of(), device=device, backend=backend, world_size=world_size,
+                      runs_here=executor.runs_here)
+    info = session.info
+    request = session.request(problems=problems, solution=solution, solutions=solutions, trials=trials,
+                              dtype=dtype, size=size, mode=mode, measure_perf=measure_perf, warmup=warmup,
+                              iters=iters, min_iters=min_iters, save_outputs=save_outputs,
+                              timing_modes=_timing_modes(timing_modes), profile=profile)
     run_dir = Path(out or Path("runs") / _dt.datetime.now().strftime("%Y%m%d-%H%M%S"))
     dropped = []
     pairs = pair_solutions(request, registry, info, dropped=dropped)
     writable_paths(run_dir, junitxml)
-    jobs, rejected = plan_jobs(request, pairs)
+    jobs, rejected = session.plan(request, pairs)
     if device == "cpu":  # notices once nothing is left to refuse: a refusal stays one line
-        click.echo(f"No GPU: CPU mode (gloo, shared-memory heap, Triton interpreter), size {size}."
+        click.echo(f"No GPU: CPU mode (gloo, shared-memory heap, Triton interpreter), size {request.size}."
                    + (" Times are host timings, not GPU performance." if measure_perf else ""), err=True)
         crowded = executor.runs_here and crowded_cores_warning(nproc)
         if crowded:
@@ -145,30 +146,23 @@ def run(pm, problems, backend, solution, solutions, nproc, nnodes, node_rank, rd
 
         junit = JunitReport(junitxml, suite=f"pkb.{backend}", earlier=list(earlier.values()))
         observers.append(junit)
-    for observer in observers:
-        pm.register(observer)
-    reporter = Reporter(pm)
-    record_refusals(run_dir, rejected, recorded, world_size, reporter)
-    calibration = None
-    if measure_perf and jobs and executor.runs_here:
-        from pkb_core.machine.calibrate import calibrate
-
-        calibration = calibrate(device)
-    settings = launch_settings(pm, info, device=device, nproc=nproc, run_dir=run_dir, job_timeout=job_timeout,
-                               calibration=calibration, nodes=nodes, build_timeout=build_timeout,
-                               build_workers=build_jobs, **limits)
+    session.observe(*observers)
+    reporter = session.reporter
     pending = [job for job in jobs if job.key not in recorded]
     interrupted = False
     started = time.monotonic()
-    progress.start()
-    try:
-        executor.run(pending, settings, reporter)
-    except KeyboardInterrupt:
-        interrupted = True
-    finally:
-        progress.close()
-        for observer in observers:
-            pm.unregister(observer)
+    with session:
+        session.refuse(rejected, run_dir, recorded)
+        settings = session.settings(run_dir, calibrated=bool(measure_perf and jobs and executor.runs_here),
+                                    nproc=nproc, job_timeout=job_timeout, nodes=nodes,
+                                    build_timeout=build_timeout, build_workers=build_jobs, **limits)
+        progress.start()
+        try:
+            session.run(pending, settings, executor)
+        except KeyboardInterrupt:
+            interrupted = True
+        finally:
+            progress.close()
     by_key = {**earlier, **{r.key: r for r in reporter.records}}
     ordered = [job.key for job, _ in rejected] + [job.key for job in jobs]
     records = [by_key[k] for k in ordered if k in by_key]

@@ -56,6 +56,7 @@ def serve(pm, host, port, data_dir, device, devices, max_queued, max_source_kb, 
     _serve_extra("pkb serve", "fastapi", "uvicorn")
     import uvicorn
 
+    from pkb_core.cli.config import config_of
     from pkb_core.machine.device import detect_device, device_count
     from pkb_core.serve.app import create_app
     from pkb_core.serve.service import Service, ServiceConfig
@@ -82,7 +83,8 @@ def serve(pm, host, port, data_dir, device, devices, max_queued, max_source_kb, 
     from pkb_core.process.reaper import become_subreaper
 
     become_subreaper()  # what a dead lane leaves becomes the service's child (reaped by its scheduler)
-    service = Service(config, pm, placement)  # refused here when another service holds the data directory
+    # Refused here when another service holds the data directory.
+    service = Service(config, pm, placement, pkb_config=config_of())
     service.start()
     if service.recovered:
         click.echo(f"pkb serve: {service.recovered} job(s) a stopped service left were queued again", err=True)

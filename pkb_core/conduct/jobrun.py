@@ -106,30 +106,41 @@ class JobRun:
         ops = self.outcome.phases.setdefault("commands", {})
         ops[name] = round(ops.get(name, 0.0) + time.monotonic() - started, 4)
 
-    def _judge(self, request):
+    # -- what the round loops use (pkb_core.conduct.timed_rounds, window_rounds) ----------
+    def ask_judge(self, request) -> list:
         """Send ``request`` (or one per rank) to the judge's ranks; their typed answers."""
+        return self.time_judge(request)[0]
+
+    def ask_candidate(self, request) -> list:
+        """Send ``request`` (or one per rank) to the candidate's ranks; their typed answers
+        (read once with the command's answer class: one that does not fit ends the job)."""
+        return self.time_candidate(request)[0]
+
+    def time_judge(self, request) -> tuple[list, float]:
+        """:meth:`ask_judge`, and the launcher's clock around it: ``(answers, milliseconds from
+        sending the command to the last rank's answer)``."""
         op = (request[0] if isinstance(request, list) else request).OP
         self.command = f"the judge's `{op}`"
         try:
             started = time.monotonic()
             answers = self.judges.command(request, deadline=self.deadline)
             self.answered_at = time.monotonic()
-            self.wall_ms = (self.answered_at - started) * 1e3
             self._count(f"judge {op}", started)
-            return answers
+            return answers, (self.answered_at - started) * 1e3
         except JobEnded as ended:
             raise JudgeFailed(ended) from None
 
-    def _candidate(self, request):
-        """Send ``request`` (or one per rank) to the candidate's ranks; their typed answers
-        (read once with the command's answer class: one that does not fit ends the job)."""
+    def time_candidate(self, request) -> tuple[list, float]:
+        """:meth:`ask_candidate`, and the launcher's clock around it: ``(answers, milliseconds
+        from sending the command to the last rank's answer)``, the one time pkb trusts. The
+        watch for work left running comes after the clock stops."""
         op = (request[0] if isinstance(request, list) else request).OP
         self.command = f"the solution's `{op}`"
         try:
             started = time.monotonic()
             answers = self.candidates.command(request, deadline=self.deadline)
             self.answered_at = time.monotonic()
-            self.wall_ms = (self.answered_at - started) * 1e3
+            wall_ms = (self.answered_at - started) * 1e3
             self._count(f"candidate {op}", started)
             if op in (candidate.Trial.OP, candidate.TimeCandidate.OP, candidate.WarmCandidate.OP):
                 started = time.monotonic()
@@ -140,11 +151,11 @@ class JobRun:
                     raise JobEnded(Verdict.FLAGGED, f"rank {rank}: its processes used {used:.0f} ms of CPU right "
                                               f"after its {op} answer: the solution left work running on the host "
                                               "(a thread or a child process), outside what is checked and timed")
-            return answers
+            return answers, wall_ms
         finally:
             self.candidates.freeze()
 
-    def _side_windows(self, group, requests, open_request):
+    def side_windows(self, group, requests, open_request):
         """A window batch of ``group`` (the candidate's, or window mode's reference group): its
         ranks get ``requests`` (their calls queue behind the gates), then the judge's ranks
         ``open_request`` (their timekeepers open one window a call); the timekeepers' times and
@@ -155,7 +166,7 @@ class JobRun:
         self.command = f"{who} `windows`"
         try:
             command = group.send(requests)
-            times = self._judge(open_request)
+            times = self.ask_judge(open_request)
             self.command = f"{who} `windows`"
             try:
                 answers = group.gather(command.op, command.answer, deadline=self.deadline)
@@ -224,8 +235,8 @@ class JobRun:
         if self.candidates.unsupported:  # said when ready, before any solution code ran
             raise JobEnded(Verdict.UNSUPPORTED, self.candidates.unsupported)
         # A nonce of this job's: its inputs are drawn from it and the run secret together.
-        self._judge(judge.LoadJob(job=self.job, job_key=secrets.token_hex(16)))
-        answers = self._candidate(candidate.Setup(job=self.job))
+        self.ask_judge(judge.LoadJob(job=self.job, job_key=secrets.token_hex(16)))
+        answers = self.ask_candidate(candidate.Setup(job=self.job))
         self.outcome.lockdown = sorted({gap for a in answers for gap in a.lockdown})
         for rank, answer in enumerate(answers):
             claimed = answer.verdict
@@ -249,17 +260,17 @@ class JobRun:
     def _trial(self, trial: int):
         inputs = self.parcels.paths(f"in{trial}", self.nproc)
         outputs = self.parcels.paths(f"out{trial}", self.nproc)
-        skeletons = [a.skeleton for a in self._judge([judge.DrawInputs(trial=trial, path=p) for p in inputs])]
+        skeletons = [a.skeleton for a in self.ask_judge([judge.DrawInputs(trial=trial, path=p) for p in inputs])]
         slots = slot_sizes(skeletons)
         self.set_bytes = max(self.set_bytes, sum(slots))
-        answers = self._candidate([candidate.Trial(skeleton=s, path=p, slots=slots, out_path=o)
+        answers = self.ask_candidate([candidate.Trial(skeleton=s, path=p, slots=slots, out_path=o)
                                    for s, p, o in zip(skeletons, inputs, outputs)])
         dryrun = self.job.mode == "dryrun"
-        found = combine(self._judge([
+        found = combine(self.ask_judge([
             judge.Check(trial=trial, dryrun=dryrun, candidate=Parcel(skeleton=a.skeleton, path=o))
             for a, o in zip(answers, outputs)]), "rank")
         if (self.job.save_outputs or dryrun) and (found or trial == self.job.trials - 1):
-            self._judge(judge.Save(slug=self.job.slug, dryrun=dryrun))
+            self.ask_judge(judge.Save(slug=self.job.slug, dryrun=dryrun))
         if found:
             raise JobEnded(*found)
 
@@ -269,7 +280,7 @@ class JobRun:
         self._in_trials = False
         time_job(self)
 
-    def _physics_floor(self, timing: Timing) -> Timing:
+    def physics_floor(self, timing: Timing) -> Timing:
         """``timing`` with the speed of light and the bus convention (when calibrated)."""
         from pkb_core.contracts.dtypes import ITEMSIZE
         from pkb_core.machine.roofline import speed_of_light
@@ -286,12 +297,13 @@ class JobRun:
             timing = attrs.evolve(timing, bus={"bytes": nbytes, "factor": factor})
         return timing
 
-    def _profile(self) -> dict:
+    def profile(self) -> dict:
+        """Have both sides profile a few calls (``--profile``); each rank's summary, by side."""
         folder = Path(self.settings.run_dir) / "profiles"
         folder.mkdir(parents=True, exist_ok=True)
         slug = self.job.slug
         summary = {}
-        for side, group in (("reference", self._judge), ("candidate", self._candidate)):
+        for side, group in (("reference", self.ask_judge), ("candidate", self.ask_candidate)):
             answers = group([ProfileRequest(path=str(folder / f"{slug}-{side}-rank{r}.json"))
                              for r in range(self.nproc)])
             summary[side] = [a.summary for a in answers]

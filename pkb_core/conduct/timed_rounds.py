@@ -10,8 +10,8 @@ Neither side times itself. Per timing mode the launcher
    sends ``time`` to each side in alternating order. A side's ``time`` reads
    the parcel, places the sets in its heap, makes the calls and exports every
    output and argument buffer; the launcher's clock runs from sending the
-   command to the last rank's answer (:meth:`JobRun._candidate` keeps it as
-   ``wall_ms``). So the inputs are released only when the timed window starts
+   command to the last rank's answer (:meth:`JobRun.time_candidate` and
+   :meth:`~JobRun.time_judge` return it with the answers). So the inputs are released only when the timed window starts
    (nothing can be precomputed), and whatever a side does with them, on any
    thread or stream, before its answer, is inside its time;
 3. checks the candidate's timed calls (outputs and arguments after the call:
@@ -33,8 +33,10 @@ and used for nothing.
 from __future__ import annotations
 
 import math
+import random
 import statistics
 import time
+from typing import Protocol
 
 import attrs
 
@@ -68,6 +70,42 @@ CHECK_ALL_BYTES = 64 << 20
 SAMPLED_CALLS = 2
 
 
+class RoundsRun(Protocol):
+    """What the round loops (this module's and :mod:`pkb_core.conduct.window_rounds`) use of
+    the job they time: :class:`pkb_core.conduct.jobrun.JobRun`. Every command returns its
+    typed answers; the ``time_*`` forms also return the launcher's clock around the command
+    (milliseconds from sending it to the last rank's answer), the one number pkb trusts."""
+
+    job: object
+    problem: object
+    settings: object
+    candidates: object
+    parcels: object
+    outcome: object
+    nproc: int
+    set_bytes: int
+    deadline: float
+    rng: random.Random
+    reference_group: object
+    reference_side: object
+
+    def ask_judge(self, request) -> list: ...
+
+    def ask_candidate(self, request) -> list: ...
+
+    def time_judge(self, request) -> tuple[list, float]: ...
+
+    def time_candidate(self, request) -> tuple[list, float]: ...
+
+    def side_windows(self, group, requests, open_request) -> tuple[list, list]: ...
+
+    def settle(self) -> None: ...
+
+    def physics_floor(self, timing: Timing) -> Timing: ...
+
+    def profile(self) -> dict: ...
+
+
 def batch_calls(iters: int, set_bytes: int) -> int:
     """Calls per batch: as many as memory (:data:`POOL_BYTES`, a side keeps a
     batch's inputs and outputs, about three times the inputs) and
@@ -91,7 +129,7 @@ def graph_replays(calls: int, warm_ms_per_call: float | None) -> int:
     return max(1, min(most, int(GRAPH_BATCH_S * 1e3 / (calls * warm_ms_per_call))))
 
 
-def time_job(run) -> None:
+def time_job(run: RoundsRun) -> None:
     """Every timing mode of ``run`` (a :class:`pkb_core.conduct.jobrun.JobRun`);
     sets ``run.outcome.timing``; raises :class:`JobEnded` for a flag."""
     job = run.job
@@ -108,20 +146,20 @@ def time_job(run) -> None:
     # is the first mode's (Timing.reference, .candidate, .speedup read it from ``modes``).
     clock = "device" if run.settings.device == "cuda" else "host"
     timing = Timing(modes=modes, primary=job.timing_modes[0], clock=clock)
-    timing = run.outcome.timing = run._physics_floor(timing)
+    timing = run.outcome.timing = run.physics_floor(timing)
     # On the launcher's clock: a time below the floor is the machine's calibration
     # or the solution skipping work, never a time the candidate reported.
     impossible = timing.sol and below_floor(timing.candidate.median, timing.sol)
     if impossible:
         raise JobEnded(Verdict.FLAGGED, impossible)
-    clocks = [a.clocks for a in run._judge(judge.ReadClocks())]
+    clocks = [a.clocks for a in run.ask_judge(judge.ReadClocks())]
     if any(clocks):
         timing = run.outcome.timing = attrs.evolve(timing, clocks=clocks)
     if job.profile:
-        run.outcome.timing = attrs.evolve(timing, profile=run._profile())
+        run.outcome.timing = attrs.evolve(timing, profile=run.profile())
 
 
-def unavailable_reason(run, mode: str) -> str | None:
+def unavailable_reason(run: RoundsRun, mode: str) -> str | None:
     """Why ``mode`` cannot time this problem here, or None."""
     if mode == "window" and getattr(run.candidates, "remote", None) is not None:
         return "window mode times one node's groups (a multi-node job's ranks have no timekeeper in common)"
@@ -134,16 +172,16 @@ def unavailable_reason(run, mode: str) -> str | None:
     return None
 
 
-def _draw(run, name: str, round_: str, calls: int):
+def _draw(run: RoundsRun, name: str, round_: str, calls: int):
     """Have the judge draw ``calls`` input sets into parcels named ``name``: ``(skeletons, paths, slots)``."""
     paths = run.parcels.paths(name, run.nproc)
-    skeletons = [a.skeleton for a in run._judge([judge.DrawPool(round=round_, k=calls, path=p) for p in paths])]
+    skeletons = [a.skeleton for a in run.ask_judge([judge.DrawPool(round=round_, k=calls, path=p) for p in paths])]
     sets = [s["v"] for s in skeletons]
     slots = [slot_sizes([rank_sets[i] for rank_sets in sets]) for i in range(calls)]
     return skeletons, paths, slots
 
 
-def _time_mode(run, mode: str, budget_s: float) -> ModeTiming:
+def _time_mode(run: RoundsRun, mode: str, budget_s: float) -> ModeTiming:
     """Rounds of one mode until the stopping rule says enough
     (:mod:`pkb_core.conduct.stopping`): at least ``min_iters`` calls per side
     and :data:`MIN_ROUNDS` rounds, at most ``iters`` calls, in between until
@@ -162,12 +200,13 @@ def _time_mode(run, mode: str, budget_s: float) -> ModeTiming:
     reported = {"reference": [], "candidate": []}
     alignment = {}
     skeletons, paths, warm_slots = _draw(run, f"{mode}-warm", f"{mode}/warm", calls)
-    failures = [a.failure for a in run._judge(judge.WarmReference(mode=mode, count=job.warmup))]
-    warm_ms = run.wall_ms
-    failures += [a.failure for a in run._candidate([
+    answers, reference_warm_ms = run.time_judge(judge.WarmReference(mode=mode, count=job.warmup))
+    failures = [a.failure for a in answers]
+    answers, candidate_warm_ms = run.time_candidate([
         candidate.WarmCandidate(mode=mode, count=job.warmup, skeleton=s, path=p, slots=warm_slots)
-        for s, p in zip(skeletons, paths)])]
-    warm_ms = max(warm_ms, run.wall_ms)
+        for s, p in zip(skeletons, paths)])
+    failures += [a.failure for a in answers]
+    warm_ms = max(reference_warm_ms, candidate_warm_ms)
     failure = next((f for f in failures if f), None)
     if failure:
         return ModeTiming(unavailable=failure)
@@ -185,16 +224,17 @@ def _time_mode(run, mode: str, budget_s: float) -> ModeTiming:
         for side in order:
             run.settle()  # the same quiet stretch before either side's batch (jobrun.QUIET_S)
             if side == "reference":
-                answers = run._judge([judge.TimeReference(mode=mode, skeleton=s, path=p, replays=replays)
-                                      for s, p in zip(skeletons, paths)])
+                answers, wall_ms = run.time_judge([judge.TimeReference(mode=mode, skeleton=s, path=p,
+                                                                       replays=replays)
+                                                   for s, p in zip(skeletons, paths)])
             else:
                 out = run.parcels.paths(f"{mode}-candidate{round_}", run.nproc)
-                answers = run._candidate([
+                answers, wall_ms = run.time_candidate([
                     candidate.TimeCandidate(mode=mode, skeleton=s, path=p, slots=slots, out_path=o, replays=replays)
                     for s, p, o in zip(skeletons, paths, out)])
                 sample = (answers, out)
             # The launcher's clock around the command alone: the only time pkb uses.
-            per_call[side].append(run.wall_ms / executed)
+            per_call[side].append(wall_ms / executed)
             reported[side].append(_reported(answers, calls if mode != "graph" else replays))
             alignment[side] = _alignment(answers)
             if side == "reference":
@@ -214,14 +254,14 @@ def _time_mode(run, mode: str, budget_s: float) -> ModeTiming:
                       self_reported_ms={side: _median_or_none(v) for side, v in reported.items()})
 
 
-def _check_sample(run, answers, paths, calls, out_bytes):
+def _check_sample(run: RoundsRun, answers, paths, calls, out_bytes):
     """Have the judge check the candidate's timed calls: all of them while a batch's outputs
     are small (:data:`CHECK_ALL_BYTES`), else :data:`SAMPLED_CALLS` chosen after the batch."""
     if out_bytes <= CHECK_ALL_BYTES:
         indices = list(range(calls))
     else:
         indices = sorted(run.rng.sample(range(calls), min(SAMPLED_CALLS, calls)))
-    found = combine(run._judge([judge.CheckSample(indices=indices, candidate=Parcel(skeleton=a.skeleton, path=p))
+    found = combine(run.ask_judge([judge.CheckSample(indices=indices, candidate=Parcel(skeleton=a.skeleton, path=p))
                                 for a, p in zip(answers, paths)]), "rank")
     if found:
         raise JobEnded(*found)

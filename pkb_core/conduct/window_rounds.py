@@ -19,6 +19,10 @@ time and the harness's copies it cannot avoid. The speedup is the ratio of the t
 medians with the interval over the rounds' paired ratios (:mod:`pkb_core.conduct.intervals`),
 as in every mode. Nothing a side's process says is a time: the timekeeper's clock holds
 every number, and no side sees set ``w + 1`` before call ``w``'s outputs were taken.
+
+The job's run is used through the same public interface as latency mode's rounds
+(:class:`pkb_core.conduct.timed_rounds.RoundsRun`; named, not imported: timed_rounds
+imports this module).
 """
 from __future__ import annotations
 
@@ -69,16 +73,16 @@ class Batches:
         folder = ""
         if group is not None:  # the group's own shared-memory folder, beside the job's
             folder = os.path.join(os.path.dirname(os.path.dirname(run.parcels.prefix)), group.shm_name)
-        armed = run._judge(judge.ArmWindows(side=side, round=label, k=k, folder=folder))
+        armed = run.ask_judge(judge.ArmWindows(side=side, round=label, k=k, folder=folder))
         epoch, self.epoch = self.epoch, self.epoch + k + 1
         opening = judge.OpenWindows(side=side, epoch=epoch, timeout_s=self._timeout())
         if group is not None:
             slots = slot_sizes([s for a in armed for s in a.skeletons])
             requests = [candidate.RunWindows(epoch=epoch, skeletons=a.skeletons, slots=slots, region=a.region,
                                              timeout_s=self._timeout()) for a in armed]
-            times, answers = run._side_windows(group, requests, opening)
+            times, answers = run.side_windows(group, requests, opening)
         else:
-            times, answers = run._judge(opening), None
+            times, answers = run.ask_judge(opening), None
         stopped = next((t.status for t in times if t.status != "ok"), None)
         if stopped:
             raise JobEnded(Verdict.TIMEOUT if "never" in stopped else Verdict.ERROR,
@@ -87,7 +91,7 @@ class Batches:
             indices = list(range(k))
             if run.set_bytes * k > (64 << 20):
                 indices = sorted(self.rng.sample(range(k), min(2, k)))
-            found = combine(run._judge([judge.CheckWindows(indices=indices, skeletons=a.skeletons)
+            found = combine(run.ask_judge([judge.CheckWindows(indices=indices, skeletons=a.skeletons)
                                         for a in answers]), "rank")
             if found:
                 raise JobEnded(*found)

@@ -1,6 +1,6 @@
 """The compile phase's contracts: what it asks a builder and what the builder answers
-(:mod:`pkb_core.build.builder`), and what it concluded about one solution
-(:mod:`pkb_core.build.phase`), as the launcher, the report hooks and the build cache see it."""
+(:mod:`pkb_core.compile.builder`), and what it concluded about one solution
+(:mod:`pkb_core.compile.phase`), as the launcher, the report hooks and the build cache see it."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -30,7 +30,7 @@ class BuildResult:
 
 @attrs.frozen(kw_only=True)
 class BuildRequest(Contract):
-    """What the compile phase asks one builder process (:mod:`pkb_core.build.builder`), on its
+    """What the compile phase asks one builder process (:mod:`pkb_core.compile.builder`), on its
     standard input: build ``solution`` for ``problem_path`` with ``backend`` on ``device``."""
 
     backend: str
@@ -51,7 +51,7 @@ class BuildRequest(Contract):
 @attrs.frozen(kw_only=True)
 class BuildAnswer(Contract):
     """A builder's answer, its last line on the reply descriptor. The solution's code ran in
-    that process, so it is read once, strictly, by :class:`pkb_core.build.phase.BuildPhase`
+    that process, so it is read once, strictly, by :class:`pkb_core.compile.phase.BuildPhase`
     (an answer that does not fit is a ``compile-error``). ``verdict``: ``unsupported`` when
     the solution needs what pkb cannot provide; believed only before its code ran."""
 

@@ -7,7 +7,7 @@ Two implementations, one contract (the loop never asks which it has):
     file of a round is submitted at once (``evaluate_many``) and the service's warm
     groups run them; nothing starts on this machine.
 :class:`LocalEvaluator`
-    one ``pkb run`` launch per round on this node (:func:`pkb_core.launch.jobs.run_jobs`):
+    one ``pkb run`` launch per round on this node (:class:`pkb_core.launch.session.Session`):
     the compile phase, then one launch for every file of the round, into
     ``<out>/runs/r<k>/`` (its records and logs).
 
@@ -86,48 +86,32 @@ class ServiceEvaluator:
 
 
 class LocalEvaluator:
-    """A round as one launch on this node, run directories under ``runs``."""
+    """A round as one launch on this node, run directories under ``runs``; one session
+    (:class:`pkb_core.launch.session.Session`) for every round: calibrated once, each
+    record reported to the plugins' ``pkb_report_job``."""
 
-    def __init__(self, pm, options: EvalOptions, runs: Path, *, device: str = "auto"):
-        from pkb_core.launch.plan import make_request
-        from pkb_core.machine.device import detect_device, device_count
-        from pkb_core.plugin.manager import get_backend_info
-        from pkb_core.problem.registry import build_registry, require_problems
+    def __init__(self, pm, options: EvalOptions, runs: Path, *, device: str = "auto", config=None):
+        from pkb_core.launch.session import Session
 
-        self.pm, self.options, self.runs = pm, options, Path(runs)
-        self.device = detect_device(device)
-        self.info = get_backend_info(pm, options.backend, self.device)
-        if self.device == "cuda" and options.world_size > device_count(self.device):
-            raise PkbError(f"world size {options.world_size} but only {device_count(self.device)} GPU(s) here")
-        self.registry = require_problems(build_registry(pm))
-        self.request = make_request(backend=self.info.name, device=self.device, nproc=options.world_size,
-                                    trials=options.trials, size=options.size, dtype=options.dtype,
-                                    measure_perf=options.measure_perf, timing_modes=tuple(options.timing_modes))
-        self.calibration = None
+        self.options, self.runs = options, Path(runs)
+        self.session = Session.here(pm, config, device=device, backend=options.backend,
+                                    world_size=options.world_size)
+        self.request = self.session.request(trials=options.trials, size=options.size, dtype=options.dtype,
+                                            measure_perf=options.measure_perf,
+                                            timing_modes=tuple(options.timing_modes))
 
     def evaluate(self, candidates: list[Candidate], tag: str) -> list[Record]:
-        from pkb_core.contracts.verdict import Verdict
-        from pkb_core.launch.jobs import run_jobs
-        from pkb_core.launch.plan import launch_settings, plan_jobs
-        from pkb_core.results.records import append_record, job_record
-
+        session = self.session
         run_dir = self.runs / tag
-        pairs = [(self.registry.get(c.problem), c.path.resolve(), c.label) for c in candidates]
-        jobs, rejected = plan_jobs(self.request, pairs)
-        by_label = {}
-        for job, why in rejected:
-            by_label[job.solution_label] = job_record(job, self.options.world_size, Verdict.UNSUPPORTED, why)
-            append_record(run_dir, by_label[job.solution_label])
-        if jobs:
-            if self.options.measure_perf and self.calibration is None:
-                from pkb_core.machine.calibrate import calibrate
-
-                self.calibration = calibrate(self.device)
-            settings = launch_settings(self.pm, self.info, device=self.device, nproc=self.options.world_size,
-                                       run_dir=run_dir, job_timeout=self.options.timeout,
-                                       calibration=self.calibration)
-            for record in run_jobs(jobs, settings, skip_recorded=False):
-                by_label[record.solution] = record
+        pairs = [(session.registry.get(c.problem), c.path.resolve(), c.label) for c in candidates]
+        jobs, refused = session.plan(self.request, pairs)
+        with session:
+            by_label = {record.solution: record for record in session.refuse(refused, run_dir)}
+            if jobs:
+                settings = session.settings(run_dir, calibrated=self.options.measure_perf,
+                                            job_timeout=self.options.timeout)
+                for record in session.run(jobs, settings):
+                    by_label[record.solution] = record
         missing = [c.label for c in candidates if c.label not in by_label]
         if missing:
             raise PkbError(f"the launch of {tag} ended without records for {', '.join(missing)} (see {run_dir})")

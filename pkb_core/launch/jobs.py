@@ -21,7 +21,7 @@ from pkb_core.results.records import append_record, job_record, read_records
 
 def run_jobs(jobs: list[Job], settings: LaunchSettings, reporter: Reporter | None = None, *,
              skip_recorded: bool = True) -> list[Record]:
-    """Build (:mod:`pkb_core.build.phase`), then run, ``jobs`` and return the records
+    """Build (:mod:`pkb_core.compile.phase`), then run, ``jobs`` and return the records
     they got, in the order they were made. A job whose solution failed to build gets
     its ``compile-error`` record without a launch. Each record is written, then
     reported (``reporter``, :mod:`pkb_core.plugin.reporter`); the run stops between
@@ -54,8 +54,8 @@ def compile_phase(jobs: list[Job], settings: LaunchSettings, reporter: Reporter 
     Each job gets ``compile`` (seconds, whether it came from the cache); the
     ones that failed are recorded as ``compile-error`` (or ``unsupported``)
     here (on the node that writes records). ``starter``: how builders start
-    (:attr:`pkb_core.build.phase.BuildPhase.starter`)."""
-    from pkb_core.build.phase import BuildPhase
+    (:attr:`pkb_core.compile.phase.BuildPhase.starter`)."""
+    from pkb_core.compile.phase import BuildPhase
 
     reporter = reporter or Reporter()
     phase = BuildPhase(backend=settings.backend, device=settings.device, run_dir=settings.run_dir,

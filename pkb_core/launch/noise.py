@@ -49,24 +49,22 @@ def modes_for(device: str) -> tuple:
 
 def measure_noise_floor(device: str, *, problems=NOISE_PROBLEMS, nproc: int | None = None, size: str | None = None,
                         iters: int | None = None, min_iters: int | None = None, run_dir: Path,
-                        job_timeout: float | None = None) -> dict:
+                        job_timeout: float | None = None, pm=None, config=None) -> dict:
     """Time the reference against itself for ``problems`` in every mode; the
     condensed result (see the module docstring). ``run_dir`` receives the
-    records (emptied first)."""
-    from pkb_core.launch.jobs import run_jobs
-    from pkb_core.launch.plan import (TIMING_DEFAULTS, RunRequest, device_defaults, launch_settings,
-                                      pair_solutions, plan_jobs)
-    from pkb_core.machine.device import device_count
-    from pkb_core.plugin.manager import get_backend_info, get_plugin_manager
+    records (emptied first); ``pm`` and ``config``: the run's plugin manager (its
+    observers see the records) and configuration (default: a fresh manager, none)."""
+    from pkb_core.launch.plan import TIMING_DEFAULTS, RunRequest, device_defaults, pair_solutions
+    from pkb_core.launch.session import Session
+    from pkb_core.plugin.manager import get_plugin_manager
     from pkb_core.plugin.reference_backend import NAME as REFERENCE
-    from pkb_core.problem.registry import build_registry
 
-    pm = get_plugin_manager()
-    info = get_backend_info(pm, REFERENCE)
+    session = Session.here(pm or get_plugin_manager(), config, device=device, backend=REFERENCE,
+                           world_size=nproc)
+    nproc = session.world_size
     size, dtype = device_defaults(device, size or "auto")
-    nproc = nproc or max(device_count(device), 1)
     warmup, default_min, default_iters = TIMING_DEFAULTS[size]
-    # Six rounds of ten calls at least (judge/timed_rounds.py makes batches of iters / 6): intervals,
+    # Six rounds of ten calls at least (conduct/timed_rounds.py makes batches of iters / 6): intervals,
     # whatever the size's defaults.
     least = MIN_ROUNDS * 10
     iters = iters or max(default_iters, least)
@@ -76,11 +74,11 @@ def measure_noise_floor(device: str, *, problems=NOISE_PROBLEMS, nproc: int | No
                          nproc=nproc, trials=1, dtype=dtype, size=size,
                          mode="eval", measure_perf=True, warmup=warmup, iters=iters,
                          min_iters=min(min_iters, iters), save_outputs=False, timing_modes=modes)
-    jobs, _ = plan_jobs(request, pair_solutions(request, build_registry(pm), info))  # refused sizes: not timed
+    jobs, _ = session.plan(request, pair_solutions(request, session.registry, session.info))  # refused: not timed
     run_dir = Path(run_dir)
     shutil.rmtree(run_dir, ignore_errors=True)  # a rerun would skip recorded jobs
-    settings = launch_settings(pm, info, device=device, nproc=nproc, run_dir=run_dir, job_timeout=job_timeout)
-    records = run_jobs(jobs, settings)
+    with session:
+        records = session.run(jobs, session.settings(run_dir, job_timeout=job_timeout))
     return dict(condense(records, modes), size=size, nproc=nproc, iters=iters, run_dir=str(run_dir),
                 datetime=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
                 method="the reference against itself (pkb run --backend reference --measure-perf), every mode")

@@ -12,8 +12,8 @@ Which solutions run:
 Problems whose world-size rule rejects ``--nproc`` get an ``unsupported``
 record without any launch.
 
-This module is the one planning path of every command that runs jobs (``pkb
-run``, ``pkb bench``, ``pkb calibrate``'s noise floor): device defaults
+This module is the one planning path of every way into a run, through its
+session (:class:`pkb_core.launch.session.Session`): device defaults
 (:func:`device_defaults`), pairing (:func:`pair_solutions`), jobs and their
 world-size refusals (:func:`plan_jobs`), reruns (:func:`skip_recorded`) and the
 launch's settings (:func:`launch_settings`, with the backend's ``pkb.toml``
@@ -29,6 +29,7 @@ from pathlib import Path
 from pkb_core.contracts.batch import LaunchSettings
 from pkb_core.contracts.job import Job, job_slug
 from pkb_core.errors import NothingSelected, PkbError
+from pkb_core.problem.source import read_solution
 
 _SOLUTION_NAME = re.compile(r"^(\d+)_")
 
@@ -146,7 +147,7 @@ def make_job(request: RunRequest, spec, solution, label, params=None) -> Job:
     ``size`` then names the override, e.g. ``"sweep:4194304"``.
     """
     params = dict(spec.params(request.size) if params is None else params)
-    digest = _content_digest(Path(solution).read_bytes()) if solution else "ref"
+    digest = _content_digest(read_solution(solution)) if solution else "ref"
     key = "|".join([spec.key, request.backend, label, digest, f"W{request.nproc}", request.size,
                     request.dtype, request.mode, ("perf:" + "+".join(request.timing_modes)) if request.measure_perf else "check"])
     return Job(
@@ -164,7 +165,7 @@ def make_job(request: RunRequest, spec, solution, label, params=None) -> Job:
 def keyed_by_content(job: Job, content: bytes) -> Job:
     """``job``, planned without a solution file, keyed as the job of a file holding ``content``:
     for a submitted source that is no solution file (empty, not UTF-8 text), answered
-    ``compile-error`` without ever being written (:mod:`pkb_core.build.source_defects`)."""
+    ``compile-error`` without ever being written (:mod:`pkb_core.compile.source_defects`)."""
     import attrs
 
     parts = job.key.split("|")
@@ -235,35 +236,21 @@ def skip_recorded(run_dir, keys, force: bool) -> dict:
     return {r.key: r for r in read_records(run_dir) if r.key in keys}
 
 
-def launch_settings(pm, info, *, device: str, nproc: int, run_dir, job_timeout: float | None = None,
+def launch_settings(info, *, device: str, nproc: int, run_dir, options: dict | None = None,
+                    job_timeout: float | None = None,
                     calibration=None, nodes=None, build_timeout: float = 600.0,
                     build_workers: int | None = None, memory_mib: int | None = None,
                     max_processes: int | None = None, log_cap_mib: int | None = None,
                     hidden=()) -> LaunchSettings:
-    """The settings of a launch of ``info``'s backend: its options from ``pkb.toml``'s
-    ``[backends.<name>]`` table (handed to its init hook), its preloads and kind, the
+    """The settings of a launch of ``info``'s backend: its ``options`` (``pkb.toml``'s
+    ``[backends.<name>]`` table, handed to its init hook), its preloads and kind, the
     compile phase's settings, each job's limits (``--memory-limit``, ``--max-processes``,
     ``--log-cap``: None for this machine's defaults) and the folders no job may see
     (``hidden``: a service's data directory)."""
-    options = getattr(pm, "pkb_config", {}).get("backends", {}).get(info.name, {})
     return LaunchSettings(nproc=nproc, device=device, backend=info.name, run_dir=run_dir,
-                          job_timeout=job_timeout or default_job_timeout(device), options=options,
+                          job_timeout=job_timeout or default_job_timeout(device), options=dict(options or {}),
                           calibration=calibration, nodes=nodes, preload=tuple(info.preload()),
                           custom_kernels=info.custom_kernels, environment=tuple(info.environment),
                           build_timeout=build_timeout,
                           build_workers=build_workers, memory_mib=memory_mib, max_processes=max_processes,
                           log_cap_mib=log_cap_mib, hidden=tuple(str(h) for h in hidden))
-
-
-def record_refusals(run_dir, rejected, recorded, world_size: int, reporter) -> None:
-    """Write and report an ``unsupported`` record for each refused job not recorded yet
-    (``rejected``: :func:`plan_jobs`' second list; ``reporter``:
-    :class:`pkb_core.plugin.reporter.Reporter`)."""
-    from pkb_core.contracts.verdict import Verdict
-    from pkb_core.results.records import append_record, job_record
-
-    for job, why in rejected:
-        if job.key not in recorded:
-            record = job_record(job, world_size, Verdict.UNSUPPORTED, why)
-            append_record(run_dir, record)
-            reporter.job(record)

@@ -51,7 +51,7 @@ def _warm_imports(backend: str) -> None:
     import torch  # noqa: F401
     import torch.distributed  # noqa: F401
 
-    import pkb_core.build.builder  # noqa: F401 - a zygote of the service's compile pool forks builders
+    import pkb_core.compile.builder  # noqa: F401 - a zygote of the service's compile pool forks builders
     import pkb_core.candidate.rank  # noqa: F401
     import pkb_core.candidate.sealed  # noqa: F401
     from pkb_core.plugin.manager import get_plugin_manager
@@ -113,7 +113,7 @@ def serve(sock: socket.socket, backend: str) -> int:
 
 def _become(sock, request: ForkRequest, fds, zygote: int) -> None:
     """The child's life: a candidate worker (:mod:`pkb_core.launch.worker`) or, for the
-    reward service's compile pool, a builder (:mod:`pkb_core.build.builder`: its request
+    reward service's compile pool, a builder (:mod:`pkb_core.compile.builder`: its request
     on the standard input, its answer on the reply pipe)."""
     code = 1
     try:
@@ -161,7 +161,7 @@ def _become(sock, request: ForkRequest, fds, zygote: int) -> None:
         os.environ["PKB_REPLY_FD"] = str(named["reply"])
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         if request.role == "builder":
-            from pkb_core.build.builder import main as build
+            from pkb_core.compile.builder import main as build
 
             code = build()
         else:

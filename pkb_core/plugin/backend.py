@@ -116,7 +116,7 @@ class WorkerContext:
 class BuildContext:
     """The ``state`` a backend's compile hook gets in the compile phase.
 
-    Made by the compile phase's builder (:mod:`pkb_core.build.builder`).
+    Made by the compile phase's builder (:mod:`pkb_core.compile.builder`).
 
     :ivar ahead_of_time: always ``True`` here; in a job the state is the
         backend's own (what ``pkb_backend_init`` returned).

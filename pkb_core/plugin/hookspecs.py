@@ -142,14 +142,17 @@ def pkb_report_job(record: Record, reporter: Reporter) -> None:
         ``reporter.stop(reason)`` to have the run start no further job (the
         job that is running finishes and keeps its record).
 
-    Called once per job in the process that writes records (``pkb run``'s, or
-    ``pkb serve``'s), in the order jobs finish: for jobs the compile phase
-    refused, for world sizes a problem refuses, for every job a launch ran,
-    and, with ``--executor slurm``, for each record a shard writes, as the
-    submitting process reads it back. Observers only: the record is written
-    before the hook runs, and what an implementation raises ends the run.
-    The progress display, ``-x``, ``--junitxml`` and the reward service are
-    implementations. Example::
+    Called once per job in the process that writes records, however the job
+    came in (``pkb run``, ``pkb bench``, ``pkb calibrate``'s noise floor,
+    :func:`pkb_core.evaluate`, ``pkb generate --rounds``, ``pkb serve``: each
+    reports through its session, :mod:`pkb_core.launch.session`), in the order
+    jobs finish: for jobs the compile phase refused, for world sizes a problem
+    refuses, for every job a launch ran, and, with ``--executor slurm``, for
+    each record a shard writes, as the submitting process reads it back (the
+    service likewise for each record its lanes send). Observers only: the
+    record is written before the hook runs, and what an implementation raises
+    ends the run. The progress display, ``-x``, ``--junitxml`` and the reward
+    service's store are implementations. Example::
 
         @hookimpl
         def pkb_report_job(record, reporter):

@@ -31,7 +31,8 @@ from __future__ import annotations
 
 import os
 import re
-from pathlib import Path
+
+from pkb_core.problem.source import solution_text
 
 ALLOW_MULTICAST_ENV = "PKB_ALLOW_MULTICAST"
 
@@ -94,7 +95,7 @@ def multicast_refusal(path, extra_patterns=(), device: str = "cuda") -> str | No
     if why is None:
         return None
     try:
-        source = Path(path).read_text(errors="replace")
+        source = solution_text(path, errors="replace")
     except OSError:
         return None
     found = _first_call(source, extra_patterns)
@@ -138,6 +139,6 @@ def multicast_claim_believable(solution, device: str) -> bool:
     if solution is None or multicast_off(device) is None:
         return False
     try:
-        return bool(_MULTICAST_WORDS.search(Path(solution).read_text(errors="replace")))
+        return bool(_MULTICAST_WORDS.search(solution_text(solution, errors="replace")))
     except OSError:
         return False

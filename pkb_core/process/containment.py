@@ -9,7 +9,7 @@ writes its output through a capped pump (:mod:`pkb_core.process.log_cap`). The
 launcher then freezes, thaws, measures and ends the group through it
 (:class:`pkb_core.launch.ranks.RankGroup`), and a verdict names the limit a job
 hit (:meth:`Containment.limit_hit`). A builder gets a cgroup of its own the same
-way (:mod:`pkb_core.build.phase`). What could not be made is listed in
+way (:mod:`pkb_core.compile.phase`). What could not be made is listed in
 :attr:`Containment.gaps`, which every record of the group's job carries under
 ``lockdown_gaps``; the group then runs as before (sessions, ``/proc``).
 """

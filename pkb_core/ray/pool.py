@@ -43,8 +43,9 @@ class EvaluatorPool:
     def __init__(self, address: str | None = None, *, data_dir=None, device: str = "auto",
                  devices: int | None = None, timeout: float | None = None, build_jobs: int | None = None,
                  max_queued: int = 100_000, place_timeout: float = 600.0, config_dir=None):
-        from pkb_core.evaluation import configured_plugin_manager
+        from pkb_core.config import load_config
         from pkb_core.machine.device import detect_device
+        from pkb_core.plugin.manager import get_plugin_manager
         from pkb_core.serve.service import Service, ServiceConfig
 
         connect(address)
@@ -53,7 +54,7 @@ class EvaluatorPool:
         config = ServiceConfig(data_dir=Path(data_dir or "pkb-serve"), device=device,
                                devices=devices or max(1, placement.capacity()), max_queued=max_queued,
                                job_timeout=timeout, build_workers=build_jobs, place_timeout=place_timeout)
-        self.service = Service(config, configured_plugin_manager(config_dir), placement)
+        self.service = Service(config, get_plugin_manager(), placement, pkb_config=load_config(config_dir))
         self.service.start()
 
     @classmethod

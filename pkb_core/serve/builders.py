@@ -1,6 +1,6 @@
 """The service's compile pool starts its builders warm: forked from a zygote.
 
-A builder (:mod:`pkb_core.build.builder`) is a fresh process per solution, locked
+A builder (:mod:`pkb_core.compile.builder`) is a fresh process per solution, locked
 down before the solution's code runs; spawned, it pays Python's and torch's
 start-up (about 2 s of CPU) for what is often a source check and an import. The
 service keeps one zygote (:mod:`pkb_core.launch.zygote`, role ``builder``) per
@@ -27,7 +27,7 @@ STARTUP_S = 180.0
 
 
 class _ForkedBuilder:
-    """A forked builder as :class:`pkb_core.build.phase.BuildPhase` handles a process."""
+    """A forked builder as :class:`pkb_core.compile.phase.BuildPhase` handles a process."""
 
     def __init__(self, pool: "WarmBuilders", zygote: _Zygote, pid: int):
         self._pool = pool
@@ -53,7 +53,7 @@ class WarmBuilders:
         self._log = None
 
     def starter(self, backend: str, preload=(), environment=()):
-        """A :attr:`BuildPhase.starter <pkb_core.build.phase.BuildPhase.starter>` for ``backend``."""
+        """A :attr:`BuildPhase.starter <pkb_core.compile.phase.BuildPhase.starter>` for ``backend``."""
         def start(request: bytes, log, reply_fd: int, environment: dict, containment) -> _ForkedBuilder:
             zygote = self._zygote(backend, tuple(preload), tuple(environment))
             child_stdin, stdin = os.pipe()

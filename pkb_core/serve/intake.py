@@ -5,12 +5,14 @@ a bad request is a 4xx with one reason (:class:`Refused`) and never a job that
 fails later: the problem and backend exist and the backend can run on this
 node, the world size fits the node, options are in range. Its source is not a
 request's: a source that is empty, not UTF-8 text or over the size limit
-(:mod:`pkb_core.build.source_defects`) is planned as a job that is answered
+(:mod:`pkb_core.compile.source_defects`) is planned as a job that is answered
 ``compile-error`` at once (:attr:`Planned.compile_error`), stored like any job,
 so a trainer's batch gets a record for every completion.
-The job itself is planned by the same path as ``pkb run``'s
-(:func:`pkb_core.launch.plan.make_request`, :func:`~pkb_core.launch.plan.plan_jobs`),
-so a verdict through the service is ``pkb run``'s verdict on the same file.
+The job itself is planned by the same session as ``pkb run``'s
+(:class:`pkb_core.launch.session.Session`: :meth:`~pkb_core.launch.session.Session.request`,
+:meth:`~pkb_core.launch.session.Session.plan`), so a verdict through the service is
+``pkb run``'s verdict on the same file. The lane a job needs is worked out here, once
+(:attr:`Planned.lane_key`).
 """
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ from pathlib import Path
 
 import attrs
 
-from pkb_core.build.source_defects import source_bytes, source_defect
+from pkb_core.compile.source_defects import source_bytes, source_defect
 from pkb_core.contracts.dtypes import PRECISIONS
 from pkb_core.contracts.job import Job
 from pkb_core.contracts.serve import Submission
@@ -67,22 +69,21 @@ class Planned:
 class Intake:
     """Checks and plans submissions for one node (see the module docstring).
 
-    :param pm: the service's plugin manager (backends, problems, ``pkb.toml``).
+    :param session: the service's session (plugin manager, configuration, device); each job is
+        planned by its sibling of the job's backend and world size.
     :param devices: how many devices (GPUs, or CPU rank slots) the node gives to groups.
     """
 
-    def __init__(self, pm, *, device: str, devices: int, sources: Path, max_source_bytes: int,
+    def __init__(self, session, *, devices: int, sources: Path, max_source_bytes: int,
                  job_timeout: float | None, max_timeout: float):
-        from pkb_core.problem.registry import build_registry, require_problems
-
-        self.pm = pm
-        self.device = device
+        self.session = session
+        self.device = session.device
         self.devices = devices
         self.sources = Path(sources)
         self.max_source_bytes = max_source_bytes
         self.job_timeout = job_timeout
         self.max_timeout = max_timeout
-        self.registry = require_problems(build_registry(pm))
+        self.registry = session.registry
         self._infos: dict = {}
 
     def backend(self, name: str):
@@ -91,7 +92,7 @@ class Intake:
 
         if name not in self._infos:
             try:
-                info = get_backend_info(self.pm, name)
+                info = get_backend_info(self.session.pm, name)
             except PkbError as exc:
                 raise Refused(str(exc), 404) from None
             missing = info.unavailable_reason(self.device)
@@ -102,7 +103,7 @@ class Intake:
 
     def plan(self, submission: Submission, job_id: str) -> Planned:
         """The job for ``submission``; :class:`Refused` when it cannot be queued."""
-        from pkb_core.launch.plan import keyed_by_content, make_request, plan_jobs
+        from pkb_core.launch.plan import keyed_by_content
 
         self._check(submission)
         info = self.backend(submission.backend)
@@ -116,29 +117,29 @@ class Intake:
         defect = source_defect(submission.source, self.max_source_bytes)
         # A source that is no solution file is not written: its job is planned without one and never runs.
         path = None if defect else self._write_source(submission.source, spec.key)
+        session = self.session.sibling(backend=info.name, world_size=world_size)
         try:
-            request = make_request(backend=info.name, device=self.device, nproc=world_size, trials=submission.trials,
-                                   size=submission.size, dtype=submission.dtype, measure_perf=submission.measure_perf,
-                                   timing_modes=submission.timing_modes, warmup=submission.warmup,
-                                   iters=submission.iters, min_iters=submission.min_iters,
-                                   problems=str(spec.id), solution=str(path) if path else None)
-            jobs, rejected = plan_jobs(request, [(spec, path, self.label(submission, spec.key, job_id))])
+            request = session.request(trials=submission.trials, size=submission.size, dtype=submission.dtype,
+                                      measure_perf=submission.measure_perf, timing_modes=submission.timing_modes,
+                                      warmup=submission.warmup, iters=submission.iters,
+                                      min_iters=submission.min_iters, problems=str(spec.id),
+                                      solution=str(path) if path else None)
+            jobs, rejected = session.plan(request, [(spec, path, self.label(submission, spec.key, job_id))])
         except PkbError as exc:
             raise Refused(str(exc)) from None
         job, refusal = (jobs[0], None) if jobs else rejected[0]
         if defect:
             job = keyed_by_content(job, source_bytes(submission.source))
-        timeout = self.lane_key(submission, world_size)[2]
-        options = (getattr(self.pm, "pkb_config", None) or {}).get("backends", {}).get(info.name, {})
-        dedup = {"source": hashlib.sha256(source_bytes(submission.source)).hexdigest(), "timeout": timeout,
-                 "options": options, "world_size": world_size,
+        lane_key = self.lane_key(submission, world_size)
+        dedup = {"source": hashlib.sha256(source_bytes(submission.source)).hexdigest(), "timeout": lane_key[2],
+                 "options": session.backend_options, "world_size": world_size,
                  **{k: v for k, v in job.to_json().items() if k not in ("key", "slug", "solution", "solution_label")}}
         oversized = defect is not None and len(source_bytes(submission.source)) > self.max_source_bytes
         return Planned(job=job, problem=spec.key, world_size=world_size,
                        submission=attrs.evolve(submission, source="") if oversized else submission,
                        refusal=None if defect else refusal, compile_error=defect,
                        dedup_key=hashlib.sha256(json.dumps(dedup, sort_keys=True).encode()).hexdigest(),
-                       lane_key=self.lane_key(submission, world_size))
+                       lane_key=lane_key)
 
     @staticmethod
     def label(submission: Submission, problem_key: str, job_id: str) -> str:

@@ -50,18 +50,24 @@ class Scheduler:
     """See the module docstring.
 
     :param settings_for: ``settings_for(lane_key) -> LaunchSettings`` for a new lane's launch.
-    :param lane_key_of: ``lane_key_of(submission, world_size) -> tuple``: the lane a job needs.
+    :param lane_key_of: ``lane_key_of(submission, world_size) -> tuple``: the lane a job needs, for a
+        job whose key the intake did not leave in :attr:`lane_keys` (one recovered after a restart).
+    :param report: ``report(job_id, record)``: a job's record, to the service's session (whose
+        first observer, the store, finishes the job).
     :param placement: where lanes start (:mod:`pkb_core.serve.placement`); default this node's ``devices``.
     :param place_timeout: seconds a job waits for a group its placement can never hold before it is an ``error``.
     """
 
-    def __init__(self, store: JobStore, *, devices: int, data_dir: Path, settings_for, lane_key_of,
+    def __init__(self, store: JobStore, *, devices: int, data_dir: Path, settings_for, lane_key_of, report,
                  build_workers: int, placement=None, place_timeout: float = 600.0):
         self.store = store
         self.devices = devices
         self.data_dir = Path(data_dir)
         self.settings_for = settings_for
         self.lane_key_of = lane_key_of
+        self.report = report
+        #: The lane each waiting job needs, by job id: computed once, at intake (or on first sight).
+        self.lane_keys: dict[str, tuple] = {}
         self.lanes: dict[str, Lane] = {}
         self.placement = placement or LocalDevices(devices)
         self.place_timeout = place_timeout
@@ -92,6 +98,7 @@ class Scheduler:
         from pkb_core.serve.store import WAITING
 
         if self.store.set_state(job_id, JobState.CANCELLED, note="cancelled before it ran", only_from=WAITING):
+            self.lane_keys.pop(job_id, None)
             return
         for lane in list(self.lanes.values()):
             if lane.job_id == job_id:
@@ -146,7 +153,7 @@ class Scheduler:
                 return
             if self.store.set_state(item["id"], JobState.BUILDING, note="", only_from=(JobState.QUEUED,)):
                 job = Job.from_json(item["job"])
-                key = self.lane_key_of(item["submission"], item["world_size"])
+                key = self._key(item)
                 self.building.add(item["id"])
                 done = self._built_callback(item["id"], job, key)
                 try:
@@ -186,12 +193,11 @@ class Scheduler:
         self.placement.prune({item["world_size"] for item in ready})
         reserved = False
         # In submission order (min() below keeps the earliest of equals); jobs no group can hold reserve nothing.
-        remaining = [item for item in ready
-                     if not self._unplaceable_job(item, self.lane_key_of(item["submission"], item["world_size"]))]
+        remaining = [item for item in ready if not self._unplaceable_job(item, self._key(item))]
         while remaining:
             item = min(remaining, key=lambda w: (-w["priority"], len(self.served.get(w["client"], ()))))
             remaining.remove(item)
-            key = self.lane_key_of(item["submission"], item["world_size"])
+            key = self._key(item)
             lane = self._idle_lane(key) or (None if reserved else self._new_lane(key))
             if lane is None:
                 if not reserved:
@@ -203,10 +209,18 @@ class Scheduler:
                 continue
             if not self.store.set_state(item["id"], JobState.RUNNING, note="", only_from=(JobState.READY,)):
                 continue  # cancelled meanwhile
+            self.lane_keys.pop(item["id"], None)  # running: a lane of its kind holds it
             if lane.run(item["id"], Job.from_json(item["job"])):
                 self.served.setdefault(item["client"], collections.deque()).append(now)
             else:
                 self.store.set_state(item["id"], JobState.READY, note="its group was gone; waiting again")
+
+    def _key(self, item: dict) -> tuple:
+        """The lane ``item`` (a waiting job) needs: as the intake left it, else worked out once."""
+        key = self.lane_keys.get(item["id"])
+        if key is None:
+            key = self.lane_keys[item["id"]] = self.lane_key_of(item["submission"], item["world_size"])
+        return key
 
     def _unplaceable_job(self, item: dict, key: tuple) -> bool:
         """True for a job no group of its kind can hold now or later (as far as the placement knows):
@@ -223,8 +237,9 @@ class Scheduler:
                                       f"it waits {left:.0f} s more for one, then fails")
             return True
         self._unplaceable.pop(item["id"], None)
+        self.lane_keys.pop(item["id"], None)
         job = Job.from_json(item["job"])
-        self.store.finish(item["id"], self._error_record(job, key, f"no group of world size {key[1]} could start "
+        self.report(item["id"], self._error_record(job, key, f"no group of world size {key[1]} could start "
                                                                     f"within {self.place_timeout:.0f} s: {reason}"))
         return True
 
@@ -271,7 +286,8 @@ class Scheduler:
             job_id, job, record = args
             self.building.discard(job_id)
             if record is not None:
-                self.store.finish(job_id, record)
+                self.lane_keys.pop(job_id, None)
+                self.report(job_id, record)
             elif job is not None:
                 self.store.set_job(job_id, job.to_json())
                 self.store.set_state(job_id, JobState.READY, only_from=(JobState.BUILDING,))
@@ -284,7 +300,7 @@ class Scheduler:
             if result.cancelled:
                 self.store.set_state(result.job_id, JobState.CANCELLED, note="cancelled while it ran")
             elif result.record is not None:
-                self.store.finish(result.job_id, result.record)
+                self.report(result.job_id, result.record)
         if lane.job_id == result.job_id:
             lane.job_id = None
             lane.jobs_done += 1
@@ -307,4 +323,4 @@ class Scheduler:
         if planned is not None:
             job, world_size = planned
             reason = f"{result.error}; it ran {MAX_ATTEMPTS} times and its group failed each time"
-            self.store.finish(job_id, self._error_record(job, (job.backend, world_size), reason))
+            self.report(job_id, self._error_record(job, (job.backend, world_size), reason))

@@ -11,10 +11,16 @@ naming the original), unless it asks for a ``fresh`` run. Overload: more than
 ``max_queued`` jobs waiting refuses new ones (HTTP 429 with a Retry-After).
 One service per data directory: it holds the folder's lock
 (:mod:`pkb_core.serve.data_lock`) from its construction to :meth:`Service.stop`.
+
+Its jobs are planned, settled and reported by one session
+(:class:`pkb_core.launch.session.Session`), as ``pkb run``'s are: the intake plans through
+it, each lane's launch settings are made by it, and every record — a lane's, the compile
+pool's, one answered at intake — is handed to its reporter, whose first observer is the store
+(:class:`pkb_core.serve.store.StoreObserver`); the plugins' ``pkb_report_job`` sees each job
+once, as it does under ``pkb run``.
 """
 from __future__ import annotations
 
-import functools
 import os
 import secrets
 import time
@@ -25,7 +31,7 @@ from pkb_core.contracts.serve import CancelRequest, Cancelled, Health, JobState,
 from pkb_core.serve.data_lock import DataLock
 from pkb_core.serve.intake import Intake, Refused
 from pkb_core.serve.scheduler import Scheduler
-from pkb_core.serve.store import WAITING, JobStore
+from pkb_core.serve.store import WAITING, JobStore, StoreObserver
 
 
 @dataclass
@@ -71,10 +77,13 @@ class Service:
     """See the module docstring. :meth:`start` recovers the jobs a killed service left.
 
     :param placement: where its groups run (:mod:`pkb_core.serve.placement`); default this node's devices.
+    :param pkb_config: the pkb configuration (:class:`pkb_core.config.Config`: each backend's
+        ``[backends.<name>]`` options); default none.
     """
 
-    def __init__(self, config: ServiceConfig, pm, placement=None):
-        from pkb_core.build.phase import default_workers
+    def __init__(self, config: ServiceConfig, pm, placement=None, *, pkb_config=None):
+        from pkb_core.compile.phase import default_workers
+        from pkb_core.launch.session import Session
 
         # Absolute: a lane may start elsewhere (a Ray actor's working folder) and is told its run folder.
         config.data_dir = Path(config.data_dir).absolute()
@@ -86,13 +95,17 @@ class Service:
         try:
             private_folder(data)  # its queue and every client's sources: the service's alone
             self.store = JobStore(data / "jobs.sqlite")
-            self.intake = Intake(pm, device=config.device, devices=config.devices, sources=data / "sources",
+            # A service runs for weeks: its reporter keeps no records (the store holds them).
+            self.session = Session(pm, pkb_config, device=config.device, observers=[StoreObserver(self.store)],
+                                   keep_records=False)
+            self.intake = Intake(self.session, devices=config.devices, sources=data / "sources",
                                  max_source_bytes=config.max_source_bytes, job_timeout=config.job_timeout,
                                  max_timeout=config.max_timeout)
             self.scheduler = Scheduler(self.store, devices=config.devices, data_dir=data,
                                        settings_for=self._settings_for, lane_key_of=self._lane_key_of,
-                                       build_workers=config.build_workers or default_workers(64),
+                                       report=self._report, build_workers=config.build_workers or default_workers(64),
                                        placement=placement, place_timeout=config.place_timeout)
+            self.session.reporter.open()  # its observers, the store first, for the service's life
         except BaseException:
             self.data_lock.release()
             raise
@@ -106,33 +119,30 @@ class Service:
 
     def stop(self) -> None:
         self.scheduler.stop()
+        self.session.reporter.close()
         self.store.close()
         self.data_lock.release()
 
     # -- what lanes need ---------------------------------------------------------------
     def _lane_key_of(self, submission: Submission, world_size: int) -> tuple:
+        """The lane of a job the intake did not plan in this process (one recovered after a restart)."""
         return self.intake.lane_key(submission, world_size)
 
+    def _report(self, job_id: str, record) -> None:
+        """A job's record, from wherever it was made: to the session's observers (the store first)."""
+        self.session.report(record, job_id=job_id)
+
     def _settings_for(self, key: tuple):
-        """The launch settings of a lane for ``(backend, world size, timeout)``."""
-        from pkb_core.launch.plan import launch_settings
-
+        """The launch settings of a lane for ``(backend, world size, timeout)``; with the machine's
+        ceilings (the physics floor of timed jobs, read once per service) on GPUs only: in CPU mode
+        a lane starts without waiting for a calibration of the host."""
         backend, world_size, timeout = key
-        return launch_settings(self.pm, self.intake.backend(backend), device=self.config.device, nproc=world_size,
-                               run_dir=Path(self.config.data_dir) / "runs" / f"{backend}-W{world_size}",
-                               job_timeout=timeout, calibration=self._calibration(),
-                               build_timeout=self.config.build_timeout, build_workers=1,
-                               hidden=(self.config.data_dir,), **self.config.limits)
-
-    @functools.cache
-    def _calibration(self):
-        """This machine's ceilings (the physics floor of timed jobs), read once per service: on
-        GPUs only, as ``pkb run`` calibrates; None in CPU mode."""
-        if self.config.device != "cuda":
-            return None
-        from pkb_core.machine.calibrate import calibrate
-
-        return calibrate("cuda")
+        self.intake.backend(backend)  # still installed and able to run here
+        session = self.session.sibling(backend=backend, world_size=world_size)
+        return session.settings(Path(self.config.data_dir) / "runs" / f"{backend}-W{world_size}",
+                                calibrated=self.config.device == "cuda", job_timeout=timeout,
+                                build_timeout=self.config.build_timeout, build_workers=1,
+                                hidden=(self.config.data_dir,), **self.config.limits)
 
     # -- the API ------------------------------------------------------------------------
     def submit(self, submission: Submission) -> JobView:
@@ -162,7 +172,9 @@ class Service:
         if answered_now is not None:
             record = job_record(planned.job, planned.world_size, *answered_now)
             self.store.add(job_id, submission, state=JobState.DONE, record=record, **common)
+            self._report(job_id, record)
             return self.store.view(job_id)
+        self.scheduler.lane_keys[job_id] = planned.lane_key
         self.store.add(job_id, submission, **common)
         self.scheduler.wake()
         return self.store.view(job_id)
@@ -190,6 +202,8 @@ class Service:
         if request.ids is None and request.client is None and not request.all:
             raise Refused("say which jobs to cancel: ids, client, or all: true")
         cancelled = self.store.cancel_waiting(ids=request.ids, client=request.client)
+        for job_id in cancelled:
+            self.scheduler.lane_keys.pop(job_id, None)
         running = self.store.ids(ids=request.ids, client=request.client, states=(JobState.RUNNING,))
         for job_id in running:
             self.scheduler.cancel(job_id)

@@ -19,6 +19,7 @@ from pathlib import Path
 from pkb_core.contracts.job import Job
 from pkb_core.contracts.record import Record
 from pkb_core.contracts.serve import JobState, JobView, Submission
+from pkb_core.plugin.hookspecs import hookimpl
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -248,3 +249,20 @@ def _view(row) -> JobView:
                    world_size=world_size, submitted_at=submitted, started_at=started, finished_at=finished,
                    note=note or "", same_as=same_as,
                    record=Record.from_json(json.loads(record)) if record else None)
+
+
+class StoreObserver:
+    """The store as an observer of the service's session (:mod:`pkb_core.launch.session`): each
+    job's record, reported with its job id (a lane's, the compile pool's, the scheduler's own),
+    finishes the job. It runs first, so the other observers see a record the store holds; a job
+    answered at intake is stored with its record in the one transaction that adds it, before it
+    is reported (it never waits), and a job cancelled meanwhile keeps its state."""
+
+    def __init__(self, store: JobStore):
+        self.store = store
+
+    @hookimpl(tryfirst=True)
+    def pkb_report_job(self, record, reporter):
+        if reporter.job_id is not None:
+            self.store.finish(reporter.job_id, record)
+

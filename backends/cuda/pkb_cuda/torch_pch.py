@@ -7,13 +7,13 @@ with, so the flags are torch's own: :func:`main_cpp_flags` has torch write
 the ninja file load_inline would write for these arguments and reads the
 compile line of ``main.cpp`` back from it (less ``-DTORCH_EXTENSION_NAME``,
 which differs per module and which the header does not read). The PCH itself
-is :mod:`pkb_core.build.pch`'s: in pkb's cache, one per compiler, flags and
+is :mod:`pkb_core.compile.pch`'s: in pkb's cache, one per compiler, flags and
 torch build, built once per machine under a lock, never in torch's folder.
 
 :func:`pch_cflags` is what :mod:`pkb_cuda.build` adds to ``extra_cflags``; it
 is ``[]`` (and the build is the plain one) when the compiler is not GCC,
 torch's ninja writer is not there, or the PCH cannot be built or used, each
-said in one line on stderr by :mod:`pkb_core.build.pch`.
+said in one line on stderr by :mod:`pkb_core.compile.pch`.
 """
 from __future__ import annotations
 

@@ -284,7 +284,7 @@ def test_parallelkittens_files_are_unsupported_before_the_multicast_rule(tmp_pat
     problem = build_registry(get_plugin_manager()).get("2")
     request = {"backend": "parallelkittens", "problem_path": str(problem.path), "solution": str(path),
                "device": "cuda", "run_dir": str(tmp_path)}
-    code = ("import json, sys\nfrom pkb_core.build.builder import build\n"
+    code = ("import json, sys\nfrom pkb_core.compile.builder import build\n"
             "from pkb_core.contracts.build import BuildRequest\n"
             f"print(json.dumps(build(BuildRequest.from_json(json.loads({json.dumps(json.dumps(request))}))).to_json()))")
     answer = json.loads(subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,

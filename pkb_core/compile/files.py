@@ -1,6 +1,6 @@
 """Two things every cache that several processes fill at once needs: an exclusive
 file lock (the first process builds, the others wait) and a write that readers
-see whole or not at all. Used by the precompiled headers (:mod:`pkb_core.build.pch`)
+see whole or not at all. Used by the precompiled headers (:mod:`pkb_core.compile.pch`)
 and by backends' build caches (the cuda backend's ``pkb_cuda.build``)."""
 from __future__ import annotations
 

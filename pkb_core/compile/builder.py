@@ -1,6 +1,6 @@
-"""One build of the compile phase: ``python -m pkb_core.build.builder`` (request on stdin).
+"""One build of the compile phase: ``python -m pkb_core.compile.builder`` (request on stdin).
 
-The compile phase (:mod:`pkb_core.build.phase`) runs each solution's build in a
+The compile phase (:mod:`pkb_core.compile.phase`) runs each solution's build in a
 process of its own, before any job starts: the backend's compile hook, with a
 :class:`BuildContext` as its state, imports the solution (which builds what it
 builds at import: ``load_inline``, ``pkb_cuda.compile``) and may build more
@@ -88,7 +88,7 @@ def _lock_down(run_dir, protected, solution=None, hidden=()) -> None:
 def _enter_network() -> None:
     """Enter the build's own network namespace, if the phase made one (a spawned builder; a forked
     one entered it as it was forked): before the request, so before the solution's code."""
-    from pkb_core.build.phase import NETNS_FD_ENV
+    from pkb_core.compile.phase import NETNS_FD_ENV
     from pkb_core.process.netns import enter
 
     fd = os.environ.pop(NETNS_FD_ENV, None)

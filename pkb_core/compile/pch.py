@@ -46,7 +46,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pkb_core.build.files import file_lock, write_atomic
+from pkb_core.compile.files import file_lock, write_atomic
 
 #: The header's file name inside its folder (``-include <folder>/pkb_pch.h``).
 HEADER_NAME = "pkb_pch.h"

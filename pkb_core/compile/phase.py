@@ -3,7 +3,7 @@
 Building is the slow part of evaluating model-generated CUDA (tens of seconds per
 file with torch's headers), and it needs CPUs, not GPUs. So :func:`run_jobs
 <pkb_core.launch.jobs.run_jobs>` first hands every distinct solution of its jobs to
-:class:`BuildPhase`: a pool of builder processes (:mod:`pkb_core.build.builder`), as
+:class:`BuildPhase`: a pool of builder processes (:mod:`pkb_core.compile.builder`), as
 many as the node's cores and memory allow (:func:`default_workers`), each running
 the backend's compile hook on one solution ahead of time, with its compiles
 (the cuda backend's ``.cu`` and ``main.cpp``) two at a time
@@ -86,9 +86,10 @@ def outcome_key(backend: str, solution: Path, device: str) -> str:
     import torch
 
     from pkb_core import __version__
+    from pkb_core.problem.source import read_solution
 
     payload = {
-        "backend": backend, "device": device, "source": hashlib.sha256(Path(solution).read_bytes()).hexdigest(),
+        "backend": backend, "device": device, "source": hashlib.sha256(read_solution(solution)).hexdigest(),
         "torch": torch.__version__, "pkb": __version__, "code": code_fingerprint(),
         "env": {name: os.environ.get(name, "") for name in KEY_ENVIRONMENT},
     }
@@ -148,7 +149,7 @@ class BuildPhase:
         self.workers = workers
         self.timeout = timeout
         self.on_result = on_result
-        #: How a builder process starts: None spawns ``python -m pkb_core.build.builder``; the
+        #: How a builder process starts: None spawns ``python -m pkb_core.compile.builder``; the
         #: reward service forks warm ones (:class:`pkb_core.serve.builders.WarmBuilders`).
         self.starter = starter
         #: Each builder's limits (its cgroup: :func:`pkb_core.machine.limits.build_memory_mib`) and log cap.
@@ -278,7 +279,7 @@ class BuildPhase:
             netns = () if containment.netns_fd is None else (containment.netns_fd,)
             if netns:
                 env[NETNS_FD_ENV] = str(containment.netns_fd)
-            proc = subprocess.Popen([sys.executable, "-m", "pkb_core.build.builder"], stdin=subprocess.PIPE,
+            proc = subprocess.Popen([sys.executable, "-m", "pkb_core.compile.builder"], stdin=subprocess.PIPE,
                                     stdout=log, stderr=subprocess.STDOUT, env=env, pass_fds=(write_fd, *netns),
                                     start_new_session=True)
             spawned(proc.pid)
