@@ -43,6 +43,16 @@ class Parcels:
     def paths(self, name: str, nproc: int) -> list[str]:
         return [f"{self.prefix}{name}-r{rank}" for rank in range(nproc)]
 
+    def discard(self, *paths: list[str]) -> None:
+        """Remove parcels once read. A candidate's exports are charged to its job's memory limit
+        (tmpfs pages belong to their writer's cgroup), and a timed mode writes one set a round:
+        kept to the job's end, an honest job at the default size on GPUs passed 8 GiB."""
+        for path in (p for group in paths for p in group):
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+
     def remove(self) -> None:
         folder, stem = os.path.split(self.prefix)
         if not os.path.isdir(folder):
@@ -271,6 +281,7 @@ class JobRun:
             for a, o in zip(answers, outputs)]), "rank")
         if (self.job.save_outputs or dryrun) and (found or trial == self.job.trials - 1):
             self.ask_judge(judge.Save(slug=self.job.slug, dryrun=dryrun))
+        self.parcels.discard(inputs, outputs)
         if found:
             raise JobEnded(*found)
 

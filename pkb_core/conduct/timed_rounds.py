@@ -206,6 +206,7 @@ def _time_mode(run: RoundsRun, mode: str, budget_s: float) -> ModeTiming:
         candidate.WarmCandidate(mode=mode, count=job.warmup, skeleton=s, path=p, slots=warm_slots)
         for s, p in zip(skeletons, paths)])
     failures += [a.failure for a in answers]
+    run.parcels.discard(paths)
     warm_ms = max(reference_warm_ms, candidate_warm_ms)
     failure = next((f for f in failures if f), None)
     if failure:
@@ -241,6 +242,7 @@ def _time_mode(run: RoundsRun, mode: str, budget_s: float) -> ModeTiming:
                 out_bytes = max(a.out_bytes for a in answers)
         # After both sides, so the judge's outputs are this round's.
         _check_sample(run, *sample, calls, out_bytes)
+        run.parcels.discard(paths, sample[1])
         round_ += 1
         samples = round_ * calls
         stopped = rule.decide_within(samples, per_call["reference"], per_call["candidate"],
