@@ -154,23 +154,29 @@ def test_hostile_jobs_meet_their_limits_and_each_next_job_passes(pkb_invoke, tmp
 
 
 @ROOT_ONLY
-def test_the_job_after_a_fork_chain_times_as_it_does_alone(pkb_invoke, tmp_path):
-    """The chain burned both cores for 40 s after its job, and the next job's reference read 16 ms
-    against 2.5-3.1 ms. Ended with its cgroup, it leaves the same honest file timed after it within
-    the spread of that file timed before it (a factor of 3 on a shared 2-core machine; the leak was
-    5x)."""
+def test_the_job_after_an_attack_times_as_it_does_alone(pkb_invoke, tmp_path):
+    """The fork chain burned both cores for 40 s after its job, and the next job's reference read
+    16 ms against 2.5-3.1 ms. Timed in one batch, the same honest file after a fork chain, a
+    shared-memory fill and a snoop reads within the spread of its time alone before them (a factor
+    of 3 on a shared 2-core machine; the leak was 5x). (The log flood, timed, writes 256 MiB a
+    call: its test above shows its cap.)"""
     _tree()
     result = pkb_invoke("run", "--backend", "reference", "--solutions", FIXTURES.parent / "containment_timing",
-                        "--problem", "1", "--trials", "1", "--measure-perf", "--timeout", "60",
-                        "--out", tmp_path / "run", "--json")
+                        "--problem", "1", "--trials", "1", "--measure-perf", "--memory-limit", "256",
+                        "--timeout", "60", "--out", tmp_path / "run", "--json")
     records = {r["solution"].rsplit("/", 1)[-1]: r for r in json.loads(result.stdout)["results"]}
     assert records["1_allreduce_b_fork_chain.py"]["verdict"] == "flagged"
-    alone, after = records["1_allreduce_a_alone.py"], records["1_allreduce_c_after_the_chain.py"]
-    assert alone["verdict"] == after["verdict"] == "pass", (alone["reason"], after["reason"])
-    for side in ("reference", "candidate"):
-        before_ms = alone["stats"]["modes"]["latency"][side]["median"]
-        after_ms = after["stats"]["modes"]["latency"][side]["median"]
-        assert after_ms < 3 * before_ms, (side, before_ms, after_ms)
+    assert records["1_allreduce_d_fills_shared_memory.py"]["verdict"] == "crash"
+    assert records["1_allreduce_f_snoops.py"]["verdict"] == "pass", records["1_allreduce_f_snoops.py"]["reason"]
+    alone = records["1_allreduce_a_alone.py"]
+    for name in ("1_allreduce_c_after_the_chain.py", "1_allreduce_e_after_the_fill.py",
+                 "1_allreduce_g_after_the_snoop.py"):
+        after = records[name]
+        assert alone["verdict"] == after["verdict"] == "pass", (name, alone["reason"], after["reason"])
+        for side in ("reference", "candidate"):
+            before_ms = alone["stats"]["modes"]["latency"][side]["median"]
+            after_ms = after["stats"]["modes"]["latency"][side]["median"]
+            assert after_ms < 3 * before_ms, (name, side, before_ms, after_ms)
 
 
 @ROOT_ONLY
