@@ -128,11 +128,14 @@ def test_no_import_cycles_between_subpackages():
 def test_the_process_boundaries_show_in_the_imports():
     """docs/trust.md's processes in the tree: the candidate's code imports nothing of the judge
     (and the judge nothing of the candidate); what both sides run lives in harness/, which
-    imports neither; the launcher's conduct of a job imports neither side's rank."""
+    imports neither; the launcher's conduct of a job imports neither side's rank; the confinement
+    every process applies to itself lies below them all, and the keeper below both sides."""
     graph = _package_graph()
     assert "judge" not in graph["candidate"] and "candidate" not in graph["judge"]
     assert not graph["harness"] & {"judge", "candidate", "conduct", "launch"}
     assert not graph["conduct"] & {"judge", "candidate", "launch"}
+    assert not graph["confine"] & {"judge", "candidate", "keeper", "harness", "compile", "launch", "serve"}
+    assert not graph["keeper"] & {"judge", "candidate", "harness", "launch"}
 
 
 def test_the_command_table_names_every_handler_and_nothing_else():
