@@ -309,7 +309,7 @@ class Launch:
         """Run ``pending`` in order (until an observer stops the run); the records made.
 
         :param pending: a list of jobs, or a :class:`JobFeed` (the reward service's lanes,
-            :mod:`pkb_core.serve.lane`: the launch stays warm between jobs, its judge's
+            :mod:`pkb_core.serve.lane_process`: the launch stays warm between jobs, its judge's
             ranks, zygotes and the next job's candidate group waiting for the next job).
         """
         from pkb_core.contracts.outcome import JobEnded
