@@ -190,7 +190,7 @@ def test_no_job_can_write_its_cgroup_or_a_sysctl():
     parent = os.path.join(os.path.dirname(os.path.dirname(procs)), "cgroup.procs")
     code = f"""
 import os
-from pkb_core.candidate.lockdown import lock_down
+from pkb_core.confine.lockdown import lock_down
 missing = lock_down(network=False, writable=["/tmp"])
 assert not [m for m in missing if "read-only" in m], missing
 for path in ({procs!r}, {parent!r}):

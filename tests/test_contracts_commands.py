@@ -156,7 +156,7 @@ class _Channel:
 
 def test_a_worker_builds_the_request_calls_its_handler_and_sends_the_typed_answer():
     from pkb_core.errors import SolutionFailed
-    from pkb_core.launch.worker import serve
+    from pkb_core.harness.worker_loop import serve
 
     class Handler:
         def on_trial(self, request):

@@ -1,4 +1,4 @@
-"""The store keeper of a candidate group (pkb_core.launch.keeper), run for real: a keeper process and
+"""The store keeper of a candidate group (pkb_core.keeper), run for real: a keeper process and
 clients (KeeperStore) in threads or forked children. Before the seal it is a bounded key-value store;
 after it, barriers only (and on CUDA torch symm_mem's handle exchange), and any other request kills the
 rank that made it and is reported on the launcher's pipe."""
@@ -11,9 +11,9 @@ from datetime import timedelta
 
 import pytest
 
-from pkb_core.candidate.keeper_store import KeeperStore
-from pkb_core.launch import keeper
-from pkb_core.launch.keeper_process import serve as serve_keeper
+from pkb_core.keeper import server as keeper
+from pkb_core.keeper.client import KeeperStore
+from pkb_core.keeper.process import serve as serve_keeper
 
 TOKEN = "t0ken"
 
@@ -23,8 +23,8 @@ def start_keeper():
     started = []
 
     def start(world_size=2, cuda=False, peer_uid=None):
-        # As the launcher makes it on one node (pkb_core.launch.stores.KeeperSocket): an abstract Unix socket.
-        from pkb_core.launch.stores import KeeperSocket
+        # As the launcher makes it on one node (pkb_core.keeper.listener.KeeperSocket): an abstract Unix socket.
+        from pkb_core.keeper.listener import KeeperSocket
 
         made = KeeperSocket(unix=True)
         listen, report_read, report_write = made.listen, made.report_read, made.report_write

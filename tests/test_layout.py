@@ -128,11 +128,14 @@ def test_no_import_cycles_between_subpackages():
 def test_the_process_boundaries_show_in_the_imports():
     """docs/trust.md's processes in the tree: the candidate's code imports nothing of the judge
     (and the judge nothing of the candidate); what both sides run lives in harness/, which
-    imports neither; the launcher's conduct of a job imports neither side's rank."""
+    imports neither; the launcher's conduct of a job imports neither side's rank; the confinement
+    every process applies to itself lies below them all, and the keeper below both sides."""
     graph = _package_graph()
     assert "judge" not in graph["candidate"] and "candidate" not in graph["judge"]
     assert not graph["harness"] & {"judge", "candidate", "conduct", "launch"}
     assert not graph["conduct"] & {"judge", "candidate", "launch"}
+    assert not graph["confine"] & {"judge", "candidate", "keeper", "harness", "compile", "launch", "serve"}
+    assert not graph["keeper"] & {"judge", "candidate", "harness", "launch"}
 
 
 def test_the_command_table_names_every_handler_and_nothing_else():
@@ -186,3 +189,31 @@ def test_core_names_no_backend_but_its_own():
             if isinstance(node, ast.Constant) and node.value in plugins:
                 named.append(f"{path.relative_to(ROOT)}:{node.lineno}: {node.value!r}")
     assert not named, named
+
+
+@pytest.mark.parametrize("shape, module, name", [
+    ("Placement", "serve/placement.py", "LocalDevices"), ("Placement", "ray/placement.py", "RayPlacement"),
+    ("Lane", "serve/local_lane.py", "LocalLane"), ("Lane", "ray/ray_lane.py", "RayLane"),
+    ("BuildPool", "serve/builds.py", "LocalBuilds"), ("BuildPool", "ray/builds.py", "RayBuilds"),
+], ids=["LocalDevices", "RayPlacement", "LocalLane", "RayLane", "LocalBuilds", "RayBuilds"])
+def test_the_service_implementations_have_its_shapes(shape, module, name):
+    """Each placement, lane and build pool the scheduler may hold (this node's, a Ray cluster's)
+    has every method of its Protocol in pkb_core/serve/protocols.py, with the same parameters,
+    and sets every field it names (read from the source: the Ray modules import Ray)."""
+    def classes(path):
+        return {node.name: node for node in ast.parse(path.read_text()).body if isinstance(node, ast.ClassDef)}
+
+    def params(func):
+        return [a.arg for a in func.args.args + func.args.kwonlyargs]
+
+    protocol, impl = classes(CORE / "serve" / "protocols.py")[shape], classes(CORE / module)[name]
+    methods = {node.name: node for node in impl.body if isinstance(node, ast.FunctionDef)}
+    fields = {target.attr for node in ast.walk(methods["__init__"]) if isinstance(node, (ast.Assign, ast.AnnAssign))
+              for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+              if isinstance(target, ast.Attribute)}
+    for member in protocol.body:
+        if isinstance(member, ast.FunctionDef):
+            assert member.name in methods, f"{name} lacks {member.name}"
+            assert params(methods[member.name]) == params(member), f"{name}.{member.name}"
+        elif isinstance(member, ast.AnnAssign):
+            assert member.target.id in fields, f"{name} sets no {member.target.id}"

@@ -9,7 +9,7 @@ import socket
 
 import pytest
 
-from pkb_core.candidate.lockdown import _ARCHES, lock_down
+from pkb_core.confine.lockdown import _ARCHES, lock_down
 
 pytestmark = pytest.mark.skipif(platform.machine() not in _ARCHES, reason="no seccomp table for this machine")
 

@@ -82,7 +82,7 @@ def test_a_candidate_user_cannot_signal_root_through_a_descriptor_owner(tmp_path
     previous = signal.signal(signal.SIGUSR2, lambda *_: got.append(True))
     code = f"""
 import fcntl, os, signal
-from pkb_core.candidate.sandbox import SANDBOX_UID_BASE, switch_user
+from pkb_core.confine.sandbox import SANDBOX_UID_BASE, switch_user
 assert switch_user(SANDBOX_UID_BASE + 12345) is None
 r, w = os.pipe()
 fcntl.fcntl(r, fcntl.F_SETOWN, {os.getpid()})
@@ -110,7 +110,7 @@ def test_without_root_the_missing_protections_are_recorded():
     are missing and said so; nothing fails silently."""
     code = """
 import json
-from pkb_core.candidate import lockdown, sandbox
+from pkb_core.confine import lockdown, sandbox
 assert sandbox.switch_user(sandbox.SANDBOX_UID_BASE + 4321) is None
 print(json.dumps(lockdown.lock_down(network=False, writable=["/tmp"], user=sandbox.SANDBOX_UID_BASE + 1)))
 """

@@ -453,7 +453,7 @@ def test_the_attack_set_gets_pkb_runs_verdicts_through_the_service(fake_dist, tm
 
 
 def _lane_pids(server_pid: int) -> list[int]:
-    """The service's lane processes (its children running pkb_core.serve.lane)."""
+    """The service's lane processes (its children running pkb_core.serve.lane_process)."""
     found = []
     for entry in os.listdir("/proc"):
         if entry.isdigit():
@@ -462,7 +462,7 @@ def _lane_pids(server_pid: int) -> list[int]:
                 cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
             except OSError:
                 continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == server_pid and b"pkb_core.serve.lane" in cmdline:
+            if int(stat.rsplit(")", 1)[1].split()[1]) == server_pid and b"pkb_core.serve.lane_process" in cmdline:
                 found.append(int(entry))
     return found
 

@@ -6,7 +6,7 @@ backend's symmetric heap, calls the solution, and sends back what it returned
 reference output, never compares, and nothing it reports is a time pkb uses:
 the launcher's own clock times each of its batches from the outside
 (:mod:`pkb_core.conduct.timed_rounds`). Before the solution is
-imported, the process is locked down (:mod:`pkb_core.candidate.lockdown`); a
+imported, the process is locked down (:mod:`pkb_core.confine.lockdown`); a
 custom-kernel backend's processes hold only the sealed world group
 (:mod:`pkb_core.candidate.sealed`).
 
@@ -135,7 +135,7 @@ class CandidateRank:
         self.job = job = request.job
         self.problem = read_spec(job.problem_path).load()  # the problem pack's code: before the lockdown
         seal = getattr(self.store, "seal", None)
-        if seal is not None:  # from here on the job's store serves barriers only (pkb_core.launch.keeper)
+        if seal is not None:  # from here on the job's store serves barriers only (pkb_core.keeper)
             seal()
         missing = _lock_down(job, self.run_dir, network=not self.custom_kernels, scratch=self.shm_dir,
                              uid=self.sandbox_uid)
@@ -306,14 +306,14 @@ class CandidateRank:
 
 
 def _lock_down(job: Job, run_dir, *, network: bool, scratch: str | None, uid: int | None) -> list[str]:
-    """Lock this process down for ``job`` (:mod:`pkb_core.candidate.lockdown`):
+    """Lock this process down for ``job`` (:mod:`pkb_core.confine.lockdown`):
     the group's own user and shared-memory folder come from the launcher
     (``uid``, ``scratch``); the solution's text is read first, while this
     process may still read it. Returns the protections missing."""
     import os
 
-    from pkb_core.candidate.lockdown import lock_down, protected_caches
-    from pkb_core.candidate.sandbox import use_scratch
+    from pkb_core.confine.lockdown import lock_down, protected_caches
+    from pkb_core.confine.sandbox import use_scratch
     from pkb_core.candidate.solution import keep_source
 
     keep_source(job.solution)

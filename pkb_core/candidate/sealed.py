@@ -8,12 +8,12 @@ group whose only backend is torch's ``FakeProcessGroup`` with
 ``error_on_collective``: every collective, by any route (``torch.distributed``
 functions, c10d dispatcher ops, functional collectives, the group's backend
 object), ends in a C++ error, and point-to-point ops move nothing. There is no
-NCCL or gloo communicator to reach, and after :func:`pkb_core.candidate.lockdown.lock_down`
+NCCL or gloo communicator to reach, and after :func:`pkb_core.confine.lockdown.lock_down`
 no new one can be built (both need new TCP connections).
 
 ``dist.barrier()`` keeps working: :func:`install_barrier` replaces it with
 a :class:`pkb_core.harness.barrier.StoreBarrier`, a host barrier counted by the group's store keeper
-(:mod:`pkb_core.launch.keeper`: barriers are all it serves after the lockdown) that first waits
+(:mod:`pkb_core.keeper`: barriers are all it serves after the lockdown) that first waits
 for this rank's device work (the ordering NCCL's barrier gives) and reports
 each call to the launcher, which counts them in the record. That is a service
 to the solution, not a guard: a solution that removes it only loses its own

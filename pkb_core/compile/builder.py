@@ -9,7 +9,7 @@ lazily, where their arguments are known at import). What gets built lands in
 the backend's own cache, keyed by content, where the job's candidate finds it.
 
 The solution's code runs here, so the process is locked down like a
-candidate's (:mod:`pkb_core.candidate.lockdown`: no new network connections, nothing
+candidate's (:mod:`pkb_core.confine.lockdown`: no new network connections, nothing
 of the judge's reachable, the run directory read-only). It needs no GPU and
 initialises none. The request (:class:`pkb_core.contracts.build.BuildRequest`) comes
 on standard input; the answer (:class:`pkb_core.contracts.build.BuildAnswer`) is the last
@@ -31,7 +31,7 @@ from pkb_core.plugin.backend import BuildContext
 def build(request: BuildRequest, announce=lambda message: None) -> BuildAnswer:
     from pkb_core.candidate.defaults import CoreDefaults
     from pkb_core.errors import CompileError, SolutionUnsupported, describe
-    from pkb_core.candidate.lockdown import protected_caches
+    from pkb_core.confine.lockdown import protected_caches
     from pkb_core.candidate.plugin_manager import worker_plugin_manager
     from pkb_core.candidate.solution import check_source
     from pkb_core.problem.contract import read_spec
@@ -71,8 +71,8 @@ def _lock_down(run_dir, protected, solution=None, hidden=()) -> None:
     import tempfile
 
     from pkb_core.cache import cache_dir
-    from pkb_core.candidate.lockdown import lock_down
-    from pkb_core.candidate.sandbox import use_scratch
+    from pkb_core.confine.lockdown import lock_down
+    from pkb_core.confine.sandbox import use_scratch
 
     scratch = tempfile.mkdtemp(prefix="pkb-build-")
     atexit.register(shutil.rmtree, scratch, True)

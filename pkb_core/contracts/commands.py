@@ -2,7 +2,7 @@
 
 The launcher sends with it (:meth:`pkb_core.launch.ranks.RankGroup.command` takes a
 request object and reads every answer with its answer class) and the worker dispatches
-with it (:func:`pkb_core.launch.worker.serve` builds the request object from the line it
+with it (:func:`pkb_core.harness.worker_loop.serve` builds the request object from the line it
 read and calls its role's ``on_<op>`` with it). The same op name may mean different
 commands for the two roles (``warm``, ``time``, ``profile``), so a command is found by
 role and op, or by its request class. ``tests/test_layout.py`` checks that the table

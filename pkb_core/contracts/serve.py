@@ -5,7 +5,7 @@ A client (``pkb submit``, :class:`pkb_core.client.Client`, any HTTP caller)
 sends a :class:`Submission` and gets a :class:`JobView`; a bulk cancel is a
 :class:`CancelRequest` answered by a :class:`Cancelled`; the service's queue
 statistics are a :class:`QueueStats`. Between the service and a lane (the
-process that holds one warm GPU group, :mod:`pkb_core.serve.lane`) go
+process that holds one warm GPU group, :mod:`pkb_core.serve.lane_process`) go
 :class:`LaneTask` and :class:`LaneResult` as JSON lines. Every one is parsed with
 :meth:`Contract.from_json <pkb_core.contracts.serial.Contract.from_json>`:
 unknown fields and wrong types are refused with one line naming the field.

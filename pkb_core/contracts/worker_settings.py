@@ -2,7 +2,7 @@
 
 The launcher (or another node's agent) makes one per rank and puts it in the
 worker's environment as JSON under :data:`WorkerSettings.ENV`;
-:func:`pkb_core.launch.worker.main` reads it once and hands its fields to the
+:func:`pkb_core.harness.worker_loop.begin` reads it once and hands its fields to the
 code that needs them. ``RANK``, ``LOCAL_RANK`` and ``WORLD_SIZE`` are set beside
 it for third-party code that reads them (a backend's build, a solution); pkb
 reads only the settings. The reply pipe's descriptor stays a variable of its own
@@ -23,7 +23,7 @@ from pkb_core.contracts.serial import Contract, optional
 
 @attrs.frozen(kw_only=True)
 class WorkerSettings(Contract):
-    """How one judge or candidate process starts (:mod:`pkb_core.launch.worker`)."""
+    """How one judge or candidate process starts (:mod:`pkb_core.judge.worker`, :mod:`pkb_core.candidate.worker`)."""
 
     ENV: typing.ClassVar[str] = "PKB_WORKER_SETTINGS"
 
@@ -56,7 +56,7 @@ class WorkerSettings(Contract):
     custom_kernels: bool = True
     backend_options: dict = attrs.field(factory=dict)
     #: Global rank 0 of a candidate group: its store keeper's listening socket and report
-    #: pipe (descriptors the zygote handed over; :func:`pkb_core.launch.worker.start_keeper`).
+    #: pipe (descriptors the zygote handed over; :func:`pkb_core.keeper.process.start_keeper`).
     keeper_fds: tuple[int, ...] | None = optional()
 
     def for_rank(self, rank: int, local_rank: int) -> WorkerSettings:

@@ -12,7 +12,7 @@ class StoreBarrier:
 
     Each barrier is a generation: every rank adds 1 to the generation's
     counter and waits until it reaches the group's size. A custom-kernel
-    candidate's store (:class:`pkb_core.candidate.keeper_store.KeeperStore`)
+    candidate's store (:class:`pkb_core.keeper.client.KeeperStore`)
     serves no keys after the lockdown: there the keeper counts the generations
     itself (``arrive``, with the namespace ``prefix``). Subgroups (a group
     argument of the barrier) count under their own key. On CUDA the rank's

@@ -1,5 +1,5 @@
 """Where a launch takes its jobs from: a list (``pkb run``) or a feed that waits for
-the next job (the reward service's lanes, :mod:`pkb_core.serve.lane`).
+the next job (the reward service's lanes, :mod:`pkb_core.serve.lane_process`).
 
 A :class:`pkb_core.launch.launcher.Launch` asks its feed for one job at a time
 and, while more may follow, starts the next job's candidate group ahead; a feed

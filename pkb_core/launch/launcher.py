@@ -11,7 +11,7 @@ launcher itself conducts each job (:mod:`pkb_core.conduct.jobrun`), turns hangs,
 crashes and errors into verdicts (:mod:`pkb_core.launch.ranks`) and is the only
 process that writes records. The judge's group gets a c10d store served from
 this process; a candidate group's store is served inside the candidate's own
-sandbox, by a keeper process of its rank 0 (:mod:`pkb_core.launch.keeper`), so
+sandbox, by a keeper process of its rank 0 (:mod:`pkb_core.keeper`), so
 nothing a candidate asks of its store costs the launcher's time or memory.
 """
 from __future__ import annotations
@@ -43,7 +43,7 @@ class Launch:
     """The jobs of one launch on this node (see the module docstring)."""
 
     def __init__(self, settings: LaunchSettings, reporter: Reporter | None = None, remote=None):
-        from pkb_core.candidate.lockdown import protect_from_peers
+        from pkb_core.confine.lockdown import protect_from_peers
         from pkb_core.process.reaper import become_subreaper
 
         protect_from_peers()  # the process that holds the secret and writes the records
@@ -121,13 +121,14 @@ class Launch:
     def _sandbox_uid(self) -> int | None:
         """A user of its own for a new candidate group (None where this
         process cannot give one: not root; the records then list the gap)."""
-        from pkb_core.candidate.sandbox import can_switch_user, new_sandbox_uid
+        from pkb_core.confine.sandbox import can_switch_user, new_sandbox_uid
 
         return new_sandbox_uid(set(self._uids.values())) if can_switch_user() else None
 
     def _start(self, role: str, run_id: str = ""):
         from pkb_core.launch.ranks import RankGroup
-        from pkb_core.launch.stores import JudgeStore, KeeperSocket
+        from pkb_core.keeper.listener import KeeperSocket
+        from pkb_core.launch.stores import JudgeStore
         from pkb_core.launch.zygotes import Zygotes
 
         settings = self.settings
@@ -204,7 +205,7 @@ class Launch:
 
         from pkb_core.contracts import commands_candidate as candidate
         from pkb_core.launch.ranks import RankGroup
-        from pkb_core.launch.stores import KeeperSocket
+        from pkb_core.keeper.listener import KeeperSocket
         from pkb_core.launch.zygotes import Zygotes
 
         settings = self.settings
@@ -308,7 +309,7 @@ class Launch:
         """Run ``pending`` in order (until an observer stops the run); the records made.
 
         :param pending: a list of jobs, or a :class:`JobFeed` (the reward service's lanes,
-            :mod:`pkb_core.serve.lane`: the launch stays warm between jobs, its judge's
+            :mod:`pkb_core.serve.lane_process`: the launch stays warm between jobs, its judge's
             ranks, zygotes and the next job's candidate group waiting for the next job).
         """
         from pkb_core.contracts.outcome import JobEnded

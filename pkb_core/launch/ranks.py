@@ -3,7 +3,7 @@
 A :class:`RankGroup` is the processes of one role, one per rank (the judge's
 for a launch, or one job's candidate), each in a session of its own, with a
 c10d store of its own (the judge's served by the launcher, a candidate's by
-its keeper, :mod:`pkb_core.launch.keeper`, whose refusals end the job as
+its keeper, :mod:`pkb_core.keeper`, whose refusals end the job as
 ``flagged``). :meth:`RankGroup.command` sends one command to
 every rank and waits for every answer; it is also the watchdog: no answers by
 the deadline is :class:`JobEnded` ``timeout``; an error from one rank while
@@ -22,7 +22,7 @@ leave its session, :mod:`pkb_core.process.sessions`, but a fork chain can outrun
 the scans that find them).
 
 Where the processes come from: the judge's are spawned (``python -m
-pkb_core.launch.worker judge``); a candidate's are forked by the launch's
+pkb_core.judge.worker``); a candidate's are forked by the launch's
 :class:`pkb_core.launch.zygotes.Zygotes` (:mod:`pkb_core.launch.zygote`); ranks on other nodes are reached
 through :class:`pkb_core.launch.nodes.Conductor`.
 """
@@ -119,7 +119,7 @@ class RankGroup:
         #: job ``unsupported`` (the launcher's own finding for the group's job:
         #: :func:`pkb_core.plugin.multicast.multicast_claim_believable`); otherwise it is an ``error``.
         self.multicast_believed = False
-        #: The read end of the store keeper's report pipe (a candidate group's; :mod:`pkb_core.launch.keeper`).
+        #: The read end of the store keeper's report pipe (a candidate group's; :mod:`pkb_core.keeper`).
         self.keeper_report = None
         self._refusal = None
         #: The processes the last freeze stopped (the thaw continues exactly these).
@@ -129,11 +129,11 @@ class RankGroup:
 
     @staticmethod
     def spawn_workers(settings, ranks, *, env: dict, log) -> list:
-        """New ``python -m pkb_core.launch.worker ROLE`` processes for ``ranks`` (this
+        """New ``python -m pkb_core.judge.worker`` processes for ``ranks`` (this
         node's global ranks, in local-rank order), each in a session of its own.
 
-        :param settings: the group's :class:`pkb_core.contracts.worker_settings.WorkerSettings`
-            (each process gets them for its rank).
+        :param settings: the judge's :class:`pkb_core.contracts.worker_settings.WorkerSettings`
+            (each process gets them for its rank; a candidate's processes are forked by the zygotes).
         :param env: environment of every process (the settings are added).
         """
         from pkb_core.process.reaper import spawned
@@ -144,7 +144,7 @@ class RankGroup:
             read_fd, write_fd = os.pipe()
             worker_env = dict(env, **settings.for_rank(rank, local).environ(), **{REPLY_FD_ENV: str(write_fd)},
                               **spawner_environment())
-            proc = subprocess.Popen([sys.executable, "-m", "pkb_core.launch.worker", settings.role],
+            proc = subprocess.Popen([sys.executable, "-m", "pkb_core.judge.worker"],
                                     stdin=subprocess.PIPE,
                                     stdout=log, stderr=subprocess.STDOUT, env=worker_env,
                                     pass_fds=(write_fd,), start_new_session=True)

@@ -12,7 +12,7 @@ by a link), so no process of a launch uses ``/dev/shm`` itself:
                                   parcels (the judge writes its inputs there), its scratch
 ```
 
-A candidate group runs as a user of its own (:mod:`pkb_core.candidate.sandbox`),
+A candidate group runs as a user of its own (:mod:`pkb_core.confine.sandbox`),
 so it can open only its own job's folder: not the judge's, not another job's
 (whose names it does not know and could not enter), not the launch folder's
 listing. The launcher removes each job's folder with its job, the launch folder

@@ -8,7 +8,7 @@ solution, never initialises CUDA (a process that did cannot fork usable
 children) and never runs a job itself, so every child starts from the same
 clean state. The child puts itself in a new session (its own process group,
 which the launcher freezes and kills), takes the command and reply pipes the
-launcher sent along, and becomes a candidate worker (:mod:`pkb_core.launch.worker`).
+launcher sent along, and becomes a candidate worker (:mod:`pkb_core.candidate.worker`).
 
 The zygote reaps its children and reports each exit status to the launcher,
 which needs it to name the signal a crashed candidate died of.
@@ -19,7 +19,7 @@ control socket (a socketpair with the launcher): a
 :class:`pkb_core.contracts.worker_settings.WorkerSettings` and rank variables, the
 cgroup to join, the log cap) with the descriptors it names attached (the child's
 stdin, its reply pipe, its output; for global rank 0 also its group's store
-keeper's listening socket and report pipe, :func:`pkb_core.launch.worker.start_keeper`;
+keeper's listening socket and report pipe, :func:`pkb_core.keeper.process.start_keeper`;
 the group's network namespace) -> ``{"pid": N}``; ``{"exited": N, "code": C}``
 whenever a child ends (``C`` negative for a signal, as ``subprocess`` reports it).
 
@@ -66,7 +66,7 @@ def _warm_imports(backend: str) -> None:
 
 
 def serve(sock: socket.socket, backend: str) -> int:
-    from pkb_core.candidate.lockdown import protect_from_peers
+    from pkb_core.confine.lockdown import protect_from_peers
 
     _warm_imports(backend)
     # No candidate may write into this process's memory (through /proc) and so
@@ -112,7 +112,7 @@ def serve(sock: socket.socket, backend: str) -> int:
 
 
 def _become(sock, request: ForkRequest, fds, zygote: int) -> None:
-    """The child's life: a candidate worker (:mod:`pkb_core.launch.worker`) or, for the
+    """The child's life: a candidate worker (:mod:`pkb_core.candidate.worker`) or, for the
     reward service's compile pool, a builder (:mod:`pkb_core.compile.builder`: its request
     on the standard input, its answer on the reply pipe)."""
     code = 1
@@ -165,9 +165,9 @@ def _become(sock, request: ForkRequest, fds, zygote: int) -> None:
 
             code = build()
         else:
-            from pkb_core.launch.worker import main
+            from pkb_core.candidate.worker import main
 
-            code = main(["candidate"])
+            code = main()
     except BaseException:  # noqa: BLE001 - report and leave; never return into the zygote's loop
         import traceback
 

@@ -125,7 +125,7 @@ class Zygotes:
             job's log, nor the launch's.
         :param keeper_fds: the group's store keeper's listening socket and report
             pipe; they go to global rank 0, which forks the keeper
-            (:mod:`pkb_core.launch.keeper`).
+            (:mod:`pkb_core.keeper`).
         :param containment: the group's :class:`pkb_core.launch.containment.Containment`
             (each rank's cgroup, the group's network namespace, the log cap), if any."""
         workers = []

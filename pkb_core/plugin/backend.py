@@ -95,7 +95,7 @@ class WorkerContext:
     job's ranks: what a backend needs to set up a runtime collectively. The
     default process group is initialised; for a custom-kernel backend it is the
     sealed group of :mod:`pkb_core.candidate.sealed` (ranks and a barrier, no
-    collectives), and the process is locked down (:mod:`pkb_core.candidate.lockdown`)
+    collectives), and the process is locked down (:mod:`pkb_core.confine.lockdown`)
     only after init, so init may still open connections of its own (an
     NVSHMEM bootstrap, say). ``control_group`` is the default group.
     """

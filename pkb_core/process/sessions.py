@@ -3,7 +3,7 @@
 Every worker process (a judge's rank, a candidate's rank, a builder) is started
 as the leader of a session of its own. Its children may make process groups of
 their own (ninja puts each compiler in one), but they cannot leave the session:
-the candidate lockdown forbids ``setsid`` (:mod:`pkb_core.candidate.lockdown`). So the
+the candidate lockdown forbids ``setsid`` (:mod:`pkb_core.confine.lockdown`). So the
 session id names everything a worker started, and these helpers act on all of
 it, reading membership from ``/proc``.
 """
@@ -114,7 +114,7 @@ def die_with_parent(parent: int | None = None) -> None:
     A worker forked by a zygote, a group's keeper and a service's lane call it, so none
     outlives the process that answers for it (a launcher killed with ``kill -9`` takes
     its zygotes, and they their children, along). The kernel clears the setting when a
-    process changes its user: :func:`pkb_core.candidate.sandbox.switch_user` arms it again.
+    process changes its user: :func:`pkb_core.confine.sandbox.switch_user` arms it again.
     """
     try:
         _LIBC.prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG

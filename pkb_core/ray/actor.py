@@ -3,7 +3,7 @@
 ``pkb serve --ray`` (:class:`pkb_core.ray.placement.RayPlacement`) places a
 :class:`GroupActor` in a placement group of W devices on one node. The actor
 starts there the same lane process as a local service does
-(``python -m pkb_core.serve.lane``: a warm Launch holding the run secret,
+(``python -m pkb_core.serve.lane_process``: a warm Launch holding the run secret,
 the judge's ranks, the zygotes and the next job's fresh candidate group) and
 relays :class:`~pkb_core.contracts.serve.LaneTask` to it and its
 :class:`~pkb_core.contracts.serve.LaneResult` lines back. It runs no solution
@@ -65,7 +65,7 @@ class GroupActor:
     def __init__(self, token: str, settings: dict, log: str, front_node: str | None = None):
         import ray
 
-        from pkb_core.serve.lanes import start_lane_process
+        from pkb_core.serve.lane_process import start_lane_process
 
         self._token = token
         self._settings = settings
@@ -81,7 +81,7 @@ class GroupActor:
             raise PermissionError("this group answers only the service that started it")
 
     def _write(self, message: dict) -> bool:
-        from pkb_core.serve.lanes import write_line
+        from pkb_core.serve.lane_process import write_line
 
         with self._lock:  # calls come on several threads of the actor
             return write_line(self._proc, message)
@@ -147,7 +147,7 @@ class GroupActor:
 
     def stop(self, token: str, grace: float = STOP_GRACE_S) -> int | None:
         """End the lane's input (it stops after the running job); terminate it if it lingers."""
-        from pkb_core.serve.lanes import stop_lane_process
+        from pkb_core.serve.lane_process import stop_lane_process
 
         self._check(token)
         return stop_lane_process(self._proc, grace)

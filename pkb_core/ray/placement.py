@@ -6,7 +6,7 @@ for a group of W is a Ray placement group of one bundle of W devices with the
 mode: a node offers them with ``ray start --resources '{"pkb_slot": N}'``) on a
 single node. The group's :class:`~pkb_core.ray.actor.GroupActor` is scheduled in
 that placement group and its lane process runs on that node
-(:class:`~pkb_core.ray.lane.RayLane`).
+(:class:`~pkb_core.ray.ray_lane.RayLane`).
 
 Asking is not blocking: the first :meth:`RayPlacement.acquire` for W creates the
 placement group and waits a moment for it; while Ray cannot place it (the
@@ -30,7 +30,7 @@ import ray
 
 from pkb_core.contracts.batch import LaunchSettings
 from pkb_core.ray.actor import GroupActor
-from pkb_core.ray.lane import RayLane
+from pkb_core.ray.ray_lane import RayLane
 
 #: The logical resource a CPU-mode group takes per rank (GPUs take Ray's own ``GPU``).
 CPU_SLOT = "pkb_slot"

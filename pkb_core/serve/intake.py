@@ -183,7 +183,7 @@ class Intake:
         (written once; a file with the same content is the same file). Every folder on the
         way is the service's alone (0700): a job's candidate, which runs as a user of its
         own, reaches its own file and nothing beside it (the lockdown binds back only the
-        path it needs, :func:`pkb_core.candidate.sandbox.expose`)."""
+        path it needs, :func:`pkb_core.confine.sandbox.expose`)."""
         digest = hashlib.sha256(source.encode()).hexdigest()
         path = self.sources / digest[:2] / digest / f"{problem_key}.py"
         if not path.exists():

@@ -6,14 +6,15 @@ starts it there. Two exist:
 
 - :class:`LocalDevices` (``pkb serve``): the node's devices (GPUs; in CPU mode,
   rank slots) split into disjoint sets, one per lane process
-  (:class:`pkb_core.serve.lanes.Lane`).
+  (:class:`pkb_core.serve.local_lane.LocalLane`).
 - :class:`pkb_core.ray.placement.RayPlacement` (``pkb serve --ray``): a Ray
   placement group per group, on whichever node has the room, holding a Ray
   actor that owns the lane process there (:mod:`pkb_core.ray`). Ray is imported
   only then: the command (or :class:`pkb_core.ray.EvaluatorPool`) hands it to
   the service, which never imports it.
 
-Every placement answers the same questions, so the scheduler has no branch on
+Every placement answers the same questions
+(:class:`pkb_core.serve.protocols.Placement`), so the scheduler has no branch on
 which one it has: take room for a group of W now (:meth:`acquire`; ``None``: not
 now), would retiring these idle lanes make room (:meth:`room_after`), can the
 place ever hold W (:meth:`never_fits`), start a lane in the room taken
@@ -29,7 +30,7 @@ from pkb_core.contracts.batch import LaunchSettings
 
 
 class LocalDevices:
-    """The node's ``devices`` device indices (see the module docstring)."""
+    """The node's ``devices`` device indices (see the module docstring); a :class:`pkb_core.serve.protocols.Placement`."""
 
     def __init__(self, devices: int):
         self.devices = devices
@@ -53,9 +54,9 @@ class LocalDevices:
         return f"waiting for {world_size} free device(s) for a group of its kind"
 
     def start_lane(self, lane_id: str, key: tuple, room, settings: LaunchSettings, *, on_result, log: Path):
-        from pkb_core.serve.lanes import Lane
+        from pkb_core.serve.local_lane import LocalLane
 
-        return Lane(lane_id, key, room, settings, on_result=on_result, log=log)
+        return LocalLane(lane_id, key, room, settings, on_result=on_result, log=log)
 
     def release(self, lane) -> None:
         self.free |= set(lane.devices)

@@ -4,7 +4,7 @@ One thread owns every decision (the loop in :meth:`Scheduler._loop`); HTTP
 handlers and lane readers only wake it. A job goes ``queued`` -> ``building``
 (the compile pool: CPU threads running the same compile phase as ``pkb run``,
 never holding a group) -> ``ready`` -> ``running`` on a lane
-(:mod:`pkb_core.serve.lanes`) -> ``done``.
+(:class:`pkb_core.serve.protocols.Lane`) -> ``done``.
 
 Groups by world size. The devices (GPUs; in CPU mode, rank slots) of the
 service's placement (:mod:`pkb_core.serve.placement`: this node's, or a Ray
@@ -36,8 +36,8 @@ from pathlib import Path
 from pkb_core.contracts.job import Job
 from pkb_core.contracts.serve import GroupView, JobState, LaneResult
 from pkb_core.contracts.verdict import Verdict
-from pkb_core.serve.lanes import Lane
 from pkb_core.serve.placement import LocalDevices
+from pkb_core.serve.protocols import BuildPool, Lane, Placement
 from pkb_core.serve.store import JobStore
 
 #: A job whose lane died under it runs this many times in all before it is recorded as ``error``.
@@ -59,7 +59,7 @@ class Scheduler:
     """
 
     def __init__(self, store: JobStore, *, devices: int, data_dir: Path, settings_for, lane_key_of, report,
-                 build_workers: int, placement=None, place_timeout: float = 600.0):
+                 build_workers: int, placement: Placement | None = None, place_timeout: float = 600.0):
         self.store = store
         self.devices = devices
         self.data_dir = Path(data_dir)
@@ -69,14 +69,14 @@ class Scheduler:
         #: The lane each waiting job needs, by job id: computed once, at intake (or on first sight).
         self.lane_keys: dict[str, tuple] = {}
         self.lanes: dict[str, Lane] = {}
-        self.placement = placement or LocalDevices(devices)
+        self.placement: Placement = placement or LocalDevices(devices)
         self.place_timeout = place_timeout
         #: When each job that no group could ever hold began to wait (monotonic seconds).
         self._unplaceable: dict[str, float] = {}
         #: Ids of the jobs whose builds are in the compile pool.
         self.building: set[str] = set()
         #: The compile pool (:mod:`pkb_core.serve.builds`): this node's, or Ray tasks anywhere in the cluster.
-        self.builds = self.placement.build_pool(build_workers, self.data_dir / "logs" / "builders.log")
+        self.builds: BuildPool = self.placement.build_pool(build_workers, self.data_dir / "logs" / "builders.log")
         self.build_workers = build_workers
         #: When each client's recent jobs started (the fair share counts those of the last window).
         self.served: dict[str, collections.deque] = {}

@@ -291,7 +291,7 @@ READ_ONLY_CACHE_SCRIPT = textwrap.dedent("""
     import os, sys
     import pkb_cuda.build as b
     import pkb_cuda.toolchain
-    from pkb_core.candidate.lockdown import lock_down
+    from pkb_core.confine.lockdown import lock_down
 
     pkb_cuda.toolchain.toolchain = lambda: {"torch": "fake"}
     scratch = sys.argv[1]

@@ -3,7 +3,7 @@
 Every candidate group needs a rendezvous: its ranks find each other, and the
 harness's barriers (and a solution's ``dist.barrier()``) count arrivals. That
 service is a process of the group's own, the *keeper*, forked by the group's
-rank 0 before any job code runs (:func:`pkb_core.launch.worker.start_keeper`, :mod:`pkb_core.launch.keeper_process`).
+rank 0 before any job code runs (:func:`pkb_core.keeper.process.start_keeper`, :mod:`pkb_core.keeper.process`).
 It lives in rank 0's session, so the launcher's freeze and kill of the
 candidate reach it, it is non-dumpable, and its memory is capped
 (``RLIMIT_DATA``): whatever a candidate asks of its store costs the candidate's
@@ -12,7 +12,7 @@ own sandbox, never the launcher or the judge (whose store is separate).
 Two kinds, chosen by the backend:
 
 ``counter`` (custom-kernel backends)
-    pkb's own protocol (:mod:`pkb_core.candidate.keeper_store` is its client):
+    pkb's own protocol (:mod:`pkb_core.keeper.client` is its client):
     JSON lines over the connection each rank opens before its lockdown. Until a
     rank *seals* its connection (its own pkb code does, just before the
     lockdown and the solution's import), the keeper is a small key-value store

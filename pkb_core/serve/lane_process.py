@@ -1,7 +1,8 @@
-"""A lane: the process that holds one warm group of the reward service.
+"""A lane process: the process that holds one warm group of the reward service (its
+handle in the service is a :class:`pkb_core.serve.protocols.Lane`).
 
-``python -m pkb_core.serve.lane`` is started by the service
-(:class:`pkb_core.serve.lanes.Lane`) for one backend, world size and job
+``python -m pkb_core.serve.lane_process`` is started by the service
+(:class:`pkb_core.serve.local_lane.LocalLane`) for one backend, world size and job
 timeout on a fixed set of devices. It is a launcher like ``pkb run``'s
 (:class:`pkb_core.launch.launcher.Launch`: it holds the run secret, conducts the
 jobs and writes their records), fed one job at a time: between jobs its judge's
@@ -22,15 +23,20 @@ import json
 import os
 import queue
 import signal
+import subprocess
 import sys
 import threading
+from pathlib import Path
 
 from pkb_core.contracts.batch import LaunchSettings
 from pkb_core.contracts.serve import LaneResult, LaneTask
 from pkb_core.launch.feed import JobFeed
 from pkb_core.plugin.reporter import Reporter
+from pkb_core.process.channel import send_line
 
 LANE_FD_ENV = "PKB_LANE_FD"
+#: Seconds a lane may take to finish its job and stop when told to.
+STOP_GRACE_S = 30.0
 
 
 class TaskFeed(JobFeed):
@@ -129,6 +135,46 @@ def main() -> int:
         send(fd, LaneResult(job_id=feed.current or "", error=f"the lane failed: {describe(exc)}"))
         return 1
     return 0
+
+
+
+# -- its starter's side (the service's LocalLane, a Ray GroupActor): start it, write to it, stop it
+def start_lane_process(settings: dict, log: Path, env: dict) -> tuple[subprocess.Popen, int]:
+    """Start ``python -m pkb_core.serve.lane_process`` with ``settings`` as its first line, its output in
+    ``log`` and ``env`` over this process's environment; ``(the process, the descriptor its
+    LaneResult lines come on)``. The Ray actors start their node's lane with it too."""
+    read_fd, write_fd = os.pipe()
+    env = dict(os.environ, **env, **{LANE_FD_ENV: str(write_fd)}, PYTHONUNBUFFERED="1")
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "ab") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "pkb_core.serve.lane_process"], stdin=subprocess.PIPE,
+                                stdout=out, stderr=subprocess.STDOUT, env=env, pass_fds=(write_fd,))
+    os.close(write_fd)
+    write_line(proc, settings)
+    return proc, read_fd
+
+
+def write_line(proc: subprocess.Popen, message: dict) -> bool:
+    """One JSON line to a lane's input (False when the lane is gone)."""
+    return send_line(proc.stdin, message)
+
+
+def stop_lane_process(proc: subprocess.Popen, grace: float = STOP_GRACE_S) -> int:
+    """End a lane's input (it stops after the running job, stopping its groups); terminate it if it
+    lingers, kill it if that does not end it; its exit status."""
+    try:
+        proc.stdin.close()
+    except OSError:
+        pass
+    try:
+        return proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        proc.terminate()  # its SIGTERM handler stops the groups
+        try:
+            return proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            return proc.wait()
 
 
 if __name__ == "__main__":

@@ -1,8 +1,9 @@
 """The service's handle on a group that runs as a Ray actor: a lane, to the scheduler.
 
-:class:`RayLane` has the methods and fields of :class:`pkb_core.serve.lanes.Lane`
-(``run``, ``cancel``, ``stop``, ``view``; ``key``, ``devices``, ``job_id``,
-``idle_since``, ``jobs_done``, ``dead``), so the scheduler treats both alike.
+:class:`RayLane` is a :class:`pkb_core.serve.protocols.Lane`, as the local
+:class:`pkb_core.serve.local_lane.LocalLane` is (``run``, ``cancel``, ``stop``, ``view``;
+``key``, ``devices``, ``job_id``, ``idle_since``, ``jobs_done``, ``dead``), so the scheduler
+treats both alike.
 Its work runs in a :class:`pkb_core.ray.actor.GroupActor` in the placement
 group the placement reserved; a thread of the handle waits on the actor's
 ``next_result`` calls and hands each checked :class:`LaneResult` to the

@@ -1,6 +1,6 @@
 """A custom-kernel candidate's c10d store: a client of the group's keeper.
 
-The keeper (:mod:`pkb_core.launch.keeper`) serves counters and barriers, not a
+The keeper (:mod:`pkb_core.keeper`) serves counters and barriers, not a
 key-value service: after :meth:`KeeperStore.seal` (pkb's code calls it before
 the lockdown, so before any solution code) a SET of bytes or a GET of a key
 ends the job as ``flagged``. This class is only the polite way to ask: the

@@ -1,6 +1,6 @@
 """A candidate's own user and its own view of the file system.
 
-The seccomp filter of :mod:`pkb_core.candidate.lockdown` names system calls; the
+The seccomp filter of :mod:`pkb_core.confine.lockdown` names system calls; the
 kernel's permission checks name *owners*. A candidate that runs as the
 launcher's user can reach everything that user owns by routes no syscall filter
 lists (a signal the kernel delivers for a descriptor it owns: ``F_SETOWN`` +

@@ -1,5 +1,7 @@
-"""The service's handle on one lane process (:mod:`pkb_core.serve.lane`): start it on
-its devices, hand it a job, cancel it, read its results, stop it.
+"""The service's handle on one lane process on this node (:class:`LocalLane`, a
+:class:`pkb_core.serve.protocols.Lane`; the process itself is :mod:`pkb_core.serve.lane_process`,
+and a group on a Ray cluster has :class:`pkb_core.ray.ray_lane.RayLane`): start it on its
+devices, hand it a job, cancel it, read its results, stop it.
 
 A lane runs one job at a time. Its results arrive on a pipe read by a thread of
 its own, which hands each :class:`~pkb_core.contracts.serve.LaneResult` to the
@@ -10,8 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -19,15 +19,10 @@ from pathlib import Path
 from pkb_core.contracts.batch import LaunchSettings
 from pkb_core.contracts.serial import ContractError
 from pkb_core.contracts.serve import GroupView, LaneResult, LaneTask
-from pkb_core.process.channel import send_line
-from pkb_core.serve.lane import LANE_FD_ENV
+from pkb_core.serve.lane_process import STOP_GRACE_S, start_lane_process, stop_lane_process, write_line
 
-#: Seconds a lane may take to finish its job and stop when told to.
-STOP_GRACE_S = 30.0
-
-
-class Lane:
-    """One lane (see the module docstring).
+class LocalLane:
+    """A lane process on this node (see the module docstring); a :class:`pkb_core.serve.protocols.Lane`.
 
     :param key: ``(backend, world size, job timeout)``: the jobs it can run.
     :param devices: the device indices it holds (GPUs: ``CUDA_VISIBLE_DEVICES``).
@@ -92,42 +87,3 @@ class Lane:
     def view(self) -> GroupView:
         return GroupView(id=self.id, backend=self.key[0], world_size=self.key[1], devices=self.devices,
                          job=self.job_id, jobs_done=self.jobs_done)
-
-
-def start_lane_process(settings: dict, log: Path, env: dict) -> tuple[subprocess.Popen, int]:
-    """Start ``python -m pkb_core.serve.lane`` with ``settings`` as its first line, its output in
-    ``log`` and ``env`` over this process's environment; ``(the process, the descriptor its
-    LaneResult lines come on)``. The Ray actors start their node's lane with it too."""
-    read_fd, write_fd = os.pipe()
-    env = dict(os.environ, **env, **{LANE_FD_ENV: str(write_fd)}, PYTHONUNBUFFERED="1")
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with open(log, "ab") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "pkb_core.serve.lane"], stdin=subprocess.PIPE,
-                                stdout=out, stderr=subprocess.STDOUT, env=env, pass_fds=(write_fd,))
-    os.close(write_fd)
-    write_line(proc, settings)
-    return proc, read_fd
-
-
-def write_line(proc: subprocess.Popen, message: dict) -> bool:
-    """One JSON line to a lane's input (False when the lane is gone)."""
-    return send_line(proc.stdin, message)
-
-
-def stop_lane_process(proc: subprocess.Popen, grace: float = STOP_GRACE_S) -> int:
-    """End a lane's input (it stops after the running job, stopping its groups); terminate it if it
-    lingers, kill it if that does not end it; its exit status."""
-    try:
-        proc.stdin.close()
-    except OSError:
-        pass
-    try:
-        return proc.wait(timeout=grace)
-    except subprocess.TimeoutExpired:
-        proc.terminate()  # its SIGTERM handler stops the groups
-        try:
-            return proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            return proc.wait()
-

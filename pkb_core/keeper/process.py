@@ -1,7 +1,7 @@
-"""The store keeper's process, from its fork to its death: it caps its own memory, then
-serves its group's store, pkb's counter protocol (:class:`pkb_core.launch.keeper.CounterKeeper`,
-custom-kernel backends) or torch's own ``TCPStore`` (the reference backend). Forked by the
-group's rank 0 (:func:`pkb_core.launch.worker.start_keeper`); never returns."""
+"""The store keeper's process, from its fork to its death: forked by the group's rank 0
+(:func:`start_keeper`), it caps its own memory, then serves its group's store, pkb's counter
+protocol (:class:`pkb_core.keeper.server.CounterKeeper`, custom-kernel backends) or torch's
+own ``TCPStore`` (the reference backend) until killed (:func:`serve`)."""
 from __future__ import annotations
 
 import os
@@ -9,7 +9,42 @@ import resource
 import signal
 import socket
 
-from pkb_core.launch.keeper import MEMORY_HEADROOM, CounterKeeper
+from pkb_core.keeper.server import MEMORY_HEADROOM, CounterKeeper
+
+
+def start_keeper(settings) -> None:
+    """Fork the group's store keeper if the
+    launcher handed this process its socket (global rank 0 of a candidate
+    group: ``settings.keeper_fds``), before any job code runs here. The keeper
+    stays in this session (frozen and killed with the candidate) and keeps only
+    its socket, its report pipe and the launch log: holding this rank's command
+    or reply pipe would hide this rank's death from the launcher.
+
+    :param settings: the rank's :class:`pkb_core.contracts.worker_settings.WorkerSettings`."""
+    if not settings.keeper_fds:
+        return
+    listen_fd, report_fd = settings.keeper_fds
+    parent = os.getpid()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            from pkb_core.process.sessions import die_with_parent
+
+            die_with_parent(parent)  # no keeper outlives its group's rank 0
+            keep = {listen_fd, report_fd, 1, 2}
+            for fd in map(int, os.listdir("/proc/self/fd")):
+                if fd not in keep:
+                    try:
+                        os.close(fd)
+                    except OSError:
+                        pass
+            serve("counter" if settings.custom_kernels else "tcpstore", listen_fd, report_fd,
+                  settings.world_size, settings.store_token, cuda=settings.device_type == "cuda",
+                  peer_uid=settings.sandbox_uid)
+        finally:
+            os._exit(1)
+    os.close(listen_fd)
+    os.close(report_fd)
 
 
 def cap_memory(headroom: int = MEMORY_HEADROOM) -> None:
@@ -38,7 +73,7 @@ def serve_tcpstore(listen_fd: int, world_size: int) -> None:
 
     import torch.distributed as dist
 
-    from pkb_core.launch.stores import close_door
+    from pkb_core.confine.door import close_door
 
     door = socket.socket(fileno=os.dup(listen_fd))
     # world_size ranks and this process's own client (torch counts the master's too).
@@ -56,7 +91,7 @@ def serve(kind: str, listen_fd: int, report_fd: int, world_size: int, token: str
     :param peer_uid: the group's own user (its sandbox uid): on a Unix socket, a
         connection from any user but it and the launcher's (the ranks connect before
         their lockdown) is closed unanswered and unreported."""
-    from pkb_core.candidate.lockdown import protect_from_peers
+    from pkb_core.confine.lockdown import protect_from_peers
 
     protect_from_peers()
     cap_memory()

@@ -30,7 +30,7 @@ stopped by the kernel, with settings that cannot be reverted from inside:
     process with SIGSYS (``AF_NETLINK`` is refused with ``EAFNOSUPPORT``):
     no new TCP connection, so no new NCCL or gloo communicator can be built
     (both bootstrap over TCP). The one connection made before the lockdown,
-    to the job's store keeper, serves barriers only (:mod:`pkb_core.launch.keeper`);
+    to the job's store keeper, serves barriers only (:mod:`pkb_core.keeper`);
   - x32 system calls (x86_64's arch with bit 30 set in the number), which the
     rules above would not recognise.
 
@@ -39,7 +39,7 @@ stopped by the kernel, with settings that cannot be reverted from inside:
   processes (:func:`protect_from_peers`) through ``/proc``;
 
 * a user of its own and a read-only file system but for its own scratch
-  (:mod:`pkb_core.candidate.sandbox`), so it cannot signal, read or write any
+  (:mod:`pkb_core.confine.sandbox`), so it cannot signal, read or write any
   process or file of the launcher, the judge or another job, nor pkb's
   installation, the problem pack, the solutions' folder or the run directory;
   this needs root (``CAP_SETUID``, ``CAP_SYS_ADMIN``) when the lockdown starts.
@@ -200,20 +200,20 @@ def lock_down(*, network: bool, read_only=(), writable=(), hidden=(), user: int 
         one (:func:`protected_caches` inside a builder's cache).
     :param writable: the only folders this process (and its children) may
         still write; every other mount is remounted read-only in a private
-        mount namespace (:func:`pkb_core.candidate.sandbox.seal`). Needs
+        mount namespace (:func:`pkb_core.confine.sandbox.seal`). Needs
         ``CAP_SYS_ADMIN``; without it this item is reported missing.
     :param hidden: folders this process sees empty (the run directory).
     :param revealed: folders inside ``hidden`` ones it still reads (a builder's solution in a
         service's data directory).
     :param user: the uid (and gid) this process becomes
-        (:func:`pkb_core.candidate.sandbox.switch_user`; a candidate group's
+        (:func:`pkb_core.confine.sandbox.switch_user`; a candidate group's
         own, from the launcher). ``None`` keeps the user (a builder).
     :param expose: folders ``user`` must still read (the solution's, the
         problem's); Python's installation and import paths always are.
     """
     import sys
 
-    from pkb_core.candidate import sandbox
+    from pkb_core.confine import sandbox
 
     sys.dont_write_bytecode = True  # nothing imported from here on leaves a bytecode file
     missing = []

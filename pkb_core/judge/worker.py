@@ -1,0 +1,58 @@
+"""Entry point of a judge rank's process: ``python -m pkb_core.judge.worker``.
+
+Spawned by the launcher, one per rank, once per launch
+(:meth:`pkb_core.launch.ranks.RankGroup.spawn_workers`); its output goes to the launch
+log. It dies with the launcher, makes itself non-dumpable, picks its device, connects
+to the judge's c10d store (served by the launcher,
+:class:`pkb_core.launch.stores.JudgeStore`), builds the judge's real process group,
+takes the run secret as its first message (never in the environment or on disk), then
+answers commands (:class:`pkb_core.judge.rank.JudgeRank`) until told to exit. What it
+shares with a candidate's start is in :mod:`pkb_core.harness.worker_loop`.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from pkb_core.harness.worker_loop import begin, connect, ready, serve
+
+
+def main() -> int:
+    from pkb_core.process.sessions import die_with_spawner
+
+    die_with_spawner()  # spawned by the launcher (a candidate is forked by a zygote, which arms it)
+    settings = begin("judge")
+    from pkb_core.process.channel import WorkerChannel
+
+    channel = WorkerChannel()
+    rank, world_size = settings.rank, settings.world_size
+    device, timeout, dist = connect(settings)
+    host, port = settings.store.rsplit(":", 1)
+    store = dist.TCPStore(host, int(port), world_size, is_master=False, timeout=timeout)
+    from pkb_core.confine.lockdown import protect_from_peers
+    from pkb_core.contracts.messages import Secret
+    from pkb_core.harness.barrier import StoreBarrier
+    from pkb_core.judge.rank import JudgeRank
+
+    protect_from_peers()
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    kwargs = {"device_id": device} if device.type == "cuda" else {}
+    dist.init_process_group(backend, store=dist.PrefixStore("judge", store), rank=rank, world_size=world_size,
+                            timeout=timeout, **kwargs)
+    secret = Secret.from_json(channel.receive()).secret  # first message: never in the environment or on disk
+    handler = JudgeRank(rank=rank, world_size=world_size, device=device, secret=secret,
+                        run_dir=Path(settings.run_dir),
+                        barrier=StoreBarrier(store, world_size, device, prefix="pkb-timing"), store=store,
+                        run_id=settings.run_id, local_world_size=settings.local_world_size)
+    machine = None
+    if rank == 0:
+        from pkb_core.results.records import machine_info
+
+        machine = machine_info(device)
+    ready(channel, machine=machine)
+    serve(channel, handler, "judge")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
