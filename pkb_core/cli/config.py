@@ -2,21 +2,7 @@
 
 Precedence, highest first: command-line flag, environment (``PKB_<COMMAND>_<OPTION>``,
 e.g. ``PKB_RUN_BACKEND``, ``PKB_RUN_TIMEOUT``), the file (read by :mod:`pkb_core.config`),
-the built-in default. Tables:
-
-``[run]``, ``[bench]``, ``[build]``, ... (one per command)
-    Defaults of that command; keys are its option names with ``_`` (``backend``,
-    ``nproc``, ``measure_perf``, ``problem``, ``timeout``, ...).
-``[backends.<name>]``
-    Options handed to that backend's ``pkb_backend_init`` (``ctx.options``).
-``[prompt]``
-    Defaults of ``pkb prompt`` and ``pkb generate`` for the prompt options
-    (``template``, ``backend``, ``precision``, ``hardware``, ``size``, ``nproc``).
-``[generate]``
-    Defaults of ``pkb generate`` (``model``, ``provider``, ``samples``, ...);
-    they win over ``[prompt]``.
-``[providers.<name>]``
-    Options handed to that model provider's factory (docs/generation.md).
+the built-in default. The tables are :mod:`pkb_core.config`'s.
 
 An unknown table or key is an error naming the file and the key (with the
 closest valid one), so a typo never goes unnoticed; the names under
