@@ -101,6 +101,9 @@ class RankGroup:
         self.role = role
         #: The group's cgroup, network namespace and log cap (:mod:`pkb_core.process.containment`), if any.
         self.containment = containment
+        #: Each local rank's cgroup members when first watched after an answer (the rank and what
+        #: it started before its first call, its store keeper): a process not among them is new.
+        self._settled_pids: list[set] | None = None
         self.label = label
         self.log = log
         self.remote = remote
@@ -299,8 +302,9 @@ class RankGroup:
         ``/proc``), not from the candidate.
 
         With cgroups, a rank that used more than :data:`SUSPECT_MS` in the
-        probe, or whose cgroup holds a process besides the rank's own, is
-        watched :data:`LONG_PROBE_S` longer and is busy if it used more than
+        probe, or whose cgroup holds a process it did not hold when first
+        watched (its store keeper is no suspect; a fork chain's new links
+        are), is watched :data:`LONG_PROBE_S` longer and is busy if it used more than
         :data:`LONG_PROBE_SHARE` of the whole stretch: on a loaded machine a
         20 ms probe may give what it left running too little CPU to read, and
         the verdict would then depend on the load."""
@@ -323,12 +327,15 @@ class RankGroup:
         before = self.containment.cpu_ns()
         if None in before:
             return None
+        leaves = self.containment.leaves
+        if self._settled_pids is None:
+            self._settled_pids = [set(leaf.pids()) for leaf in leaves]
         time.sleep(probe_s)
         after = self.containment.cpu_ns()
         used = [((a or 0) - b) / 1e6 for a, b in zip(after, before)]
         busy = [(rank, ms) for rank, ms in zip(ranks, used) if ms > probe_s * 1e3 / 3]
-        suspects = [i for i, (ms, leaf) in enumerate(zip(used, self.containment.leaves))
-                    if ms > SUSPECT_MS or len(leaf.pids()) > 1]
+        suspects = [i for i, (ms, leaf, settled) in enumerate(zip(used, leaves, self._settled_pids))
+                    if ms > SUSPECT_MS or not set(leaf.pids()) <= settled]
         if busy or not suspects:
             return busy
         time.sleep(LONG_PROBE_S)
