@@ -115,9 +115,15 @@ def _end_and_check(proc, sig, mark: str, logs: Path, timeout: float = 120):
 
 def _pkb(args, mark: str, tmp_path: Path):
     env = dict(os.environ, PKB_LEFTOVER_MARK=mark)
+    # SIGINT as a terminal's Ctrl-C delivers it: a test run started in the background (`cmd &` in
+    # a script) has SIGINT ignored, and an ignored signal stays ignored across exec.
     return subprocess.Popen([sys.executable, "-m", "pkb_core", *map(str, args)], env=env, cwd=tmp_path,
                             stdout=subprocess.DEVNULL, stderr=open(tmp_path / "pkb.err", "ab"),
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=_default_sigint)
+
+
+def _default_sigint():
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 @ROOT_ONLY
