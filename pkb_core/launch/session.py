@@ -156,10 +156,7 @@ class Session:
     def refuse(self, refused, run_dir, recorded=()) -> list:
         """An ``unsupported`` record, written and reported, for each refused job (``refused``:
         :meth:`plan`'s second list) whose key is not in ``recorded``; the records."""
-        from pkb_core.results.records import job_record
-
-        return [self.report(job_record(job, self.world_size, Verdict.UNSUPPORTED, why), run_dir)
-                for job, why in refused if job.key not in recorded]
+        return [self.record(job, Verdict.UNSUPPORTED, why, run_dir) for job, why in refused if job.key not in recorded]
 
     def record(self, job, verdict: Verdict, reason: str, run_dir=None, *, job_id: str | None = None):
         """A job that ends without a launch (a source that is no solution file, a group that
