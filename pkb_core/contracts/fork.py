@@ -10,7 +10,7 @@ from pkb_core.contracts.serial import Contract, optional
 
 #: The descriptors a fork request may hand the child, by the name it gives each.
 DESCRIPTORS = (
-    "stdin",          # its commands (a candidate) or its request (a builder)
+    "stdin",          # its commands (a rank) or its request (a builder)
     "reply",          # its answers
     "output",         # its standard output and error: the job's log, or the build's
     "keeper_listen",  # global rank 0 of a candidate group: its store keeper's listening socket
@@ -28,9 +28,9 @@ class ForkRequest(Contract):
     network namespace when one is handed, and sends its output through a pump capped
     at ``log_cap`` bytes (:mod:`pkb_core.process.log_cap`)."""
 
-    ROLES: typing.ClassVar[tuple[str, ...]] = ("candidate", "builder")
+    ROLES: typing.ClassVar[tuple[str, ...]] = ("candidate", "builder", "judge")
 
-    #: ``candidate`` or ``builder``.
+    #: ``candidate``, ``builder`` (from a candidate zygote) or ``judge`` (from a judge zygote).
     role: str = attrs.field(validator=attrs.validators.in_(ROLES))
     #: Variables set over the zygote's own environment (the candidate's settings and rank).
     env: dict = attrs.field(factory=dict)

@@ -1,7 +1,7 @@
-"""Entry point of a judge rank's process: ``python -m pkb_core.judge.worker``.
+"""Entry point of a judge rank's process: :func:`main`, also ``python -m pkb_core.judge.worker``.
 
-Spawned by the launcher, one per rank, once per launch
-(:meth:`pkb_core.launch.ranks.RankGroup.spawn_workers`); its output goes to the launch
+Forked by the launch's judge zygote, one per rank, once per launch
+(:class:`pkb_core.launch.zygotes.JudgeZygote`); its output goes to the launch
 log. It dies with the launcher, makes itself non-dumpable, picks its device, connects
 to the judge's c10d store (served by the launcher,
 :class:`pkb_core.launch.stores.JudgeStore`), builds the judge's real process group,
@@ -20,7 +20,7 @@ from pkb_core.harness.worker_loop import begin, connect, ready, serve
 def main() -> int:
     from pkb_core.process.sessions import die_with_spawner
 
-    die_with_spawner()  # spawned by the launcher (a candidate is forked by a zygote, which arms it)
+    die_with_spawner()  # where spawned by the launcher; forked by the judge zygote, the zygote armed it
     settings = begin("judge")
     from pkb_core.process.channel import WorkerChannel
 

@@ -37,12 +37,18 @@ def run_jobs(jobs: list[Job], settings: LaunchSettings, reporter: Reporter | Non
     if skip_recorded:
         done = {r.key for r in read_records(run_dir)}
         jobs = [job for job in jobs if job.key not in done]
-    pending, records = compile_phase(jobs, settings, reporter)
-    if pending and not reporter.stopped:
-        if settings.nodes:
+    if settings.nodes:
+        pending, records = compile_phase(jobs, settings, reporter)
+        if pending and not reporter.stopped:
             records += run_multinode(pending, settings, reporter)
-        else:
-            records += Launch(settings, reporter).run(pending)
+        return records
+    launch = Launch(settings, reporter)
+    try:  # the builders are forked by the zygote that forks the jobs' candidates
+        pending, records = compile_phase(jobs, settings, reporter, starter=launch.builder_starter())
+        if pending and not reporter.stopped:
+            records += launch.run(pending)
+    finally:
+        launch.stop_zygotes()
     return records
 
 

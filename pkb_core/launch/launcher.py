@@ -55,6 +55,8 @@ class Launch:
         self.zygotes = None
         #: Fork servers of the reference backend, for window mode's reference groups (made at first use).
         self.reference_zygotes = None
+        #: The fork server of the judge's ranks (made with the first judge group).
+        self.judge_zygote = None
         self._groups = 0
         self.reporter = reporter or Reporter()
         #: The records this launch made, in order.
@@ -78,13 +80,8 @@ class Launch:
         settings for the launch, with ``forwarded``: the group's ``store``,
         ``store_token``, ``run_id``, ``scratch`` and ``sandbox_uid``; from node 0
         on other nodes). The rank fields are each process's own (set as it starts)."""
-        from pkb_core.process.environment import allowed_environment
-
         settings = self.settings
-        # A candidate's processes (and the zygotes they start from) run solution code: only the
-        # variables they need, never the launcher's tokens or keys.
-        env = dict(allowed_environment(os.environ, settings.environment) if role == "candidate" else os.environ,
-                   PYTHONUNBUFFERED="1")
+        env = self.environment(role, preload)
         shm_dir = None
         uid = forwarded.get("sandbox_uid")
         if forwarded.get("scratch") and forwarded.get("run_id"):  # the group's own shared-memory folder
@@ -93,10 +90,6 @@ class Launch:
             if self.scratch is None or self.scratch.path != forwarded["scratch"]:
                 self.scratch = Scratch(forwarded["scratch"])
             shm_dir = self.scratch.group(forwarded["run_id"], uid)
-        if role == "candidate" and preload:
-            env.update(preload_environment(settings.preload))
-        for name, value in device_environment(settings.device).items():
-            env.setdefault(name, value)
         worker = WorkerSettings(
             role=role, world_size=settings.world_size, local_world_size=settings.nproc, device_type=settings.device,
             store=forwarded["store"], store_token=forwarded.get("store_token", ""),
@@ -104,6 +97,48 @@ class Launch:
             run_id=forwarded.get("run_id", ""), shm_dir=shm_dir, sandbox_uid=uid, backend=settings.backend,
             custom_kernels=settings.custom_kernels, backend_options=settings.options)
         return env, worker
+
+    def environment(self, role: str, preload: bool = True) -> dict:
+        """The environment of this node's processes of ``role`` (see :meth:`node_env`)."""
+        from pkb_core.process.environment import allowed_environment
+
+        settings = self.settings
+        # A candidate's processes (and the zygote they start from) run solution code: only the
+        # variables they need, never the launcher's tokens or keys.
+        env = dict(allowed_environment(os.environ, settings.environment) if role == "candidate" else os.environ,
+                   PYTHONUNBUFFERED="1")
+        if role == "candidate" and preload:
+            env.update(preload_environment(settings.preload))
+        for name, value in device_environment(settings.device).items():
+            env.setdefault(name, value)
+        return env
+
+    def candidate_zygotes(self):
+        """This launch's candidate fork server (:class:`pkb_core.launch.zygotes.Zygotes`), started
+        at the first call: the compile phase's builders and every job's candidates come from it."""
+        from pkb_core.launch.zygotes import Zygotes
+
+        if self.zygotes is None:
+            self.zygotes = Zygotes(range(self.settings.nproc), self.settings.backend,
+                                   env=self.environment("candidate"), log_path=self.log_path,
+                                   startup_s=STARTUP_TIMEOUT_S)
+        return self.zygotes
+
+    def builder_starter(self):
+        """How this launch's compile phase starts builders
+        (:attr:`BuildPhase.starter <pkb_core.compile.phase.BuildPhase.starter>`): forked by the
+        launch's candidate zygote, started at the first build (a launch that builds nothing starts
+        none before its first job)."""
+        return lambda *args: self.candidate_zygotes().builder_starter()(*args)
+
+    def stop_zygotes(self) -> None:
+        """Stop this launch's fork servers (done at the end of :meth:`run`; for a launch whose
+        compile phase left it nothing to run)."""
+        for name in ("zygotes", "reference_zygotes", "judge_zygote"):
+            zygotes = getattr(self, name)
+            if zygotes is not None:
+                zygotes.stop()
+                setattr(self, name, None)
 
     def _forwarded(self, store, run_id: str = "", uid: int | None = None) -> dict:
         """A group's part of its workers' settings, the same on every node."""
@@ -129,7 +164,7 @@ class Launch:
         from pkb_core.launch.ranks import RankGroup
         from pkb_core.keeper.listener import KeeperSocket
         from pkb_core.launch.stores import JudgeStore
-        from pkb_core.launch.zygotes import Zygotes
+        from pkb_core.launch.zygotes import JudgeZygote
 
         settings = self.settings
         containment = None
@@ -144,16 +179,13 @@ class Launch:
         forwarded = self._forwarded(store, run_id, uid)
         env, worker = self.node_env(role, forwarded)
         local_ranks = range(settings.nproc)  # this node holds ranks 0 .. nproc-1
-        log = None
         if role == "judge":
-            log = open(self.log_path, "ab")
-            workers = RankGroup.spawn_workers(worker, local_ranks, env=env, log=log)
+            if self.judge_zygote is None:
+                self.judge_zygote = JudgeZygote(env=env, log=open(self.log_path, "ab"), startup_s=STARTUP_TIMEOUT_S)
+            workers = self.judge_zygote.fork_workers(worker, local_ranks)
         else:
-            if self.zygotes is None:
-                self.zygotes = Zygotes(local_ranks, settings.backend, env=env, log_path=self.log_path,
-                                       startup_s=STARTUP_TIMEOUT_S)
             try:
-                workers = self.zygotes.fork_workers(worker, log_path=self.job_log(run_id), keeper_fds=store.fds(),
+                workers = self.candidate_zygotes().fork_workers(worker, log_path=self.job_log(run_id), keeper_fds=store.fds(),
                                                     containment=containment)
             except BaseException:
                 containment.close()  # no group will: its processes (if any started) end with it
@@ -165,7 +197,7 @@ class Launch:
         if self.remote is not None:
             workers += self.remote.start_group(role, group_id, forwarded,
                                                deadline=time.monotonic() + STARTUP_TIMEOUT_S)
-        group = RankGroup(role, workers, label="judge rank" if role == "judge" else "rank", log=log,
+        group = RankGroup(role, workers, label="judge rank" if role == "judge" else "rank",
                           remote=self.remote, group_id=group_id, containment=containment)
         group.shm_name = run_id
         self._watch(group, uid)
@@ -354,9 +386,7 @@ class Launch:
             self._stop(spare)
             if judges is not None:
                 self._stop(judges, deadline=time.monotonic() + JUDGE_GRACE_S)
-            for zygotes in (self.zygotes, self.reference_zygotes):
-                if zygotes is not None:
-                    zygotes.stop()
+            self.stop_zygotes()
             if self.scratch is not None:
                 self.scratch.remove()
         return self.records

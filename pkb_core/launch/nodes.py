@@ -28,7 +28,7 @@ import time
 from pkb_core.process.channel import LineReader
 from pkb_core.errors import PkbError
 from pkb_core.launch.ranks import RankGroup, _Worker, wait_for_exit
-from pkb_core.launch.zygotes import Zygotes
+from pkb_core.launch.zygotes import JudgeZygote, Zygotes
 from pkb_core.process.sessions import cpu_ms_during, signal_sessions
 
 #: The part of a group's worker settings the conductor sends along with it (the rest, the run
@@ -194,6 +194,7 @@ class Agent:
         self.groups: dict = {}  # group -> list of (worker, socket)
         self.leftovers: dict = {}  # group -> (its shared-memory folder, its user, the launch's folder)
         self.zygotes = None
+        self.judge_zygote = None
         logs = os.path.join(settings.run_dir, "logs")
         os.makedirs(logs, exist_ok=True)
         self.log = open(os.path.join(logs, f"node{nodes.node_rank}.log"), "ab")
@@ -228,8 +229,9 @@ class Agent:
         finally:
             for group in list(self.groups):
                 self._stop(group)
-            if self.zygotes is not None:
-                self.zygotes.stop()
+            for zygotes in (self.zygotes, self.judge_zygote):
+                if zygotes is not None:
+                    zygotes.stop()
             for _folder, _uid, launch_folder in self.leftovers.values():
                 if launch_folder:
                     shutil.rmtree(launch_folder, ignore_errors=True)
@@ -256,7 +258,9 @@ class Agent:
     def _start(self, role, group, forwarded):
         env, worker = self.env_for(role, forwarded)
         if role == "judge":
-            workers = RankGroup.spawn_workers(worker, self.ranks, env=env, log=self.log)
+            if self.judge_zygote is None:
+                self.judge_zygote = JudgeZygote(env=env, log=open(self.log.name, "ab"), startup_s=180)
+            workers = self.judge_zygote.fork_workers(worker, self.ranks)
         else:
             if self.zygotes is None:
                 self.zygotes = Zygotes(self.ranks, self.settings.backend, env=env,

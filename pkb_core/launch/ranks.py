@@ -21,8 +21,8 @@ every process of every rank's session gets SIGSTOP/SIGCONT (a candidate cannot
 leave its session, :mod:`pkb_core.process.sessions`, but a fork chain can outrun
 the scans that find them).
 
-Where the processes come from: the judge's are spawned (``python -m
-pkb_core.judge.worker``); a candidate's are forked by the launch's
+Where the processes come from: the judge's are forked by the launch's
+:class:`pkb_core.launch.zygotes.JudgeZygote`, a candidate's by its
 :class:`pkb_core.launch.zygotes.Zygotes` (:mod:`pkb_core.launch.zygote`); ranks on other nodes are reached
 through :class:`pkb_core.launch.nodes.Conductor`.
 """
@@ -89,7 +89,7 @@ class _Worker:
 class RankGroup:
     """Worker processes of one role (``judge`` or ``candidate``), one per rank.
 
-    :param workers: every rank's :class:`_Worker` (from :meth:`spawn_workers`,
+    :param workers: every rank's :class:`_Worker` (from :meth:`JudgeZygote.fork_workers`,
         :meth:`Zygotes.fork_workers` or another node's conductor).
     :param label: how verdict reasons name this group (``"rank"`` for a
         candidate, ``"judge rank"`` for the judge).
@@ -129,32 +129,6 @@ class RankGroup:
         self._stopped: list = []
         #: Why the group was cancelled from another thread (:meth:`cancel`), or None.
         self.cancelled: str | None = None
-
-    @staticmethod
-    def spawn_workers(settings, ranks, *, env: dict, log) -> list:
-        """New ``python -m pkb_core.judge.worker`` processes for ``ranks`` (this
-        node's global ranks, in local-rank order), each in a session of its own.
-
-        :param settings: the judge's :class:`pkb_core.contracts.worker_settings.WorkerSettings`
-            (each process gets them for its rank; a candidate's processes are forked by the zygotes).
-        :param env: environment of every process (the settings are added).
-        """
-        from pkb_core.process.reaper import spawned
-        from pkb_core.process.sessions import spawner_environment
-
-        workers = []
-        for local, rank in enumerate(ranks):
-            read_fd, write_fd = os.pipe()
-            worker_env = dict(env, **settings.for_rank(rank, local).environ(), **{REPLY_FD_ENV: str(write_fd)},
-                              **spawner_environment())
-            proc = subprocess.Popen([sys.executable, "-m", "pkb_core.judge.worker"],
-                                    stdin=subprocess.PIPE,
-                                    stdout=log, stderr=subprocess.STDOUT, env=worker_env,
-                                    pass_fds=(write_fd,), start_new_session=True)
-            spawned(proc.pid)
-            os.close(write_fd)
-            workers.append(_Worker(rank, _Popen(proc), proc.stdin, read_fd))
-        return workers
 
     # -- commands -------------------------------------------------------------
     def command(self, request, *, deadline: float, grace: float = ERROR_GRACE_S) -> list:
@@ -441,19 +415,3 @@ class RankGroup:
         if self.log:
             self.log.close()
 
-
-class _Popen:
-    """A spawned process, as :class:`RankGroup` uses it."""
-
-    def __init__(self, proc: subprocess.Popen):
-        self.proc = proc
-        self.pid = proc.pid
-
-    def poll(self):
-        return self.proc.poll()
-
-    def wait(self, timeout):
-        try:
-            return self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            return None

@@ -13,6 +13,13 @@ launcher sent along, and becomes a candidate worker (:mod:`pkb_core.candidate.wo
 The zygote reaps its children and reports each exit status to the launcher,
 which needs it to name the signal a crashed candidate died of.
 
+A launch's judge ranks come from a zygote of their own, ``python -m pkb_core.launch.zygote
+--judge`` (:class:`pkb_core.launch.zygotes.JudgeZygote`): it has the launcher's environment and
+imports the judge's modules, never a backend's, so nothing the candidate side preloads or is
+handed reaches the judge, and nothing the judge is handed (its store's token, the launcher's
+environment) is in the memory that candidates are forked from. Its children become judge ranks
+(:mod:`pkb_core.judge.worker`) in sessions of their own, in no job's cgroup.
+
 Started as ``python -m pkb_core.launch.zygote BACKEND``. Protocol on the zygote's
 control socket (a socketpair with the launcher): a
 :class:`pkb_core.contracts.fork.ForkRequest` line (the role, the candidate's
@@ -46,6 +53,10 @@ from pkb_core.contracts.fork import DESCRIPTORS, ForkRequest
 from pkb_core.process.sessions import die_with_parent
 
 
+#: The argument that makes a judge zygote (its children are judge ranks).
+JUDGE = "--judge"
+
+
 def _warm_imports(backend: str) -> None:
     """Import what every candidate of ``backend`` imports, without touching a GPU."""
     import torch  # noqa: F401
@@ -65,10 +76,24 @@ def _warm_imports(backend: str) -> None:
         pass
 
 
+def _warm_judge_imports() -> None:
+    """Import what a judge rank imports before its first job, without touching a GPU."""
+    import torch  # noqa: F401
+    import torch.distributed  # noqa: F401
+
+    import pkb_core.judge.rank  # noqa: F401
+    import pkb_core.judge.worker  # noqa: F401
+
+
 def serve(sock: socket.socket, backend: str) -> int:
+    """Fork children on ``sock``'s requests until the launcher goes away; ``backend`` names the
+    modules to import first (:data:`JUDGE` for a judge zygote)."""
     from pkb_core.confine.lockdown import protect_from_peers
 
-    _warm_imports(backend)
+    if backend == JUDGE:
+        _warm_judge_imports()
+    else:
+        _warm_imports(backend)
     # No candidate may write into this process's memory (through /proc) and so
     # into every later job's processes; the children inherit the setting.
     protect_from_peers()
@@ -90,6 +115,8 @@ def serve(sock: socket.socket, backend: str) -> int:
             while b"\n" in buffer:
                 line, buffer = buffer.split(b"\n", 1)
                 request = ForkRequest.from_json(json.loads(line))
+                if (request.role == "judge") != (backend == JUDGE):  # the two kinds never mix
+                    raise SystemExit(f"pkb: a {backend} zygote was asked for a {request.role}")
                 pid = os.fork()
                 if pid == 0:
                     _become(sock, request, fds, zygote)  # never returns
@@ -112,9 +139,9 @@ def serve(sock: socket.socket, backend: str) -> int:
 
 
 def _become(sock, request: ForkRequest, fds, zygote: int) -> None:
-    """The child's life: a candidate worker (:mod:`pkb_core.candidate.worker`) or, for the
-    reward service's compile pool, a builder (:mod:`pkb_core.compile.builder`: its request
-    on the standard input, its answer on the reply pipe)."""
+    """The child's life: a candidate worker (:mod:`pkb_core.candidate.worker`), a builder
+    (:mod:`pkb_core.compile.builder`: its request on the standard input, its answer on the
+    reply pipe) or, from a judge zygote, a judge rank (:mod:`pkb_core.judge.worker`)."""
     code = 1
     try:
         sock.close()
@@ -164,6 +191,10 @@ def _become(sock, request: ForkRequest, fds, zygote: int) -> None:
             from pkb_core.compile.builder import main as build
 
             code = build()
+        elif request.role == "judge":
+            from pkb_core.judge.worker import main as judge
+
+            code = judge()
         else:
             from pkb_core.candidate.worker import main
 
@@ -187,7 +218,7 @@ def main() -> int:
     become_subreaper()
     import_torch_after_preloads()  # a backend's own build of a library must load before torch's
     sock = socket.socket(fileno=int(os.environ["PKB_ZYGOTE_FD"]))
-    return serve(sock, sys.argv[1])  # the backend whose modules its children import
+    return serve(sock, sys.argv[1])  # the backend whose modules its children import, or JUDGE
 
 
 if __name__ == "__main__":

@@ -1,7 +1,12 @@
 """The launcher's side of the zygotes (:mod:`pkb_core.launch.zygote`): one fork server per
-local rank, started once per launch, asked for a fresh candidate group per job. A forked
-child is a :class:`pkb_core.launch.ranks.RankGroup` worker like any other; its exit status
-comes from the zygote that reaped it."""
+launch and backend on this node, started once, asked for a fresh candidate group per job
+(a process for each local rank), and, where the launch builds its solutions, for their
+builders. A forked child is a :class:`pkb_core.launch.ranks.RankGroup` worker like any
+other; its exit status comes from the zygote that reaped it.
+
+One zygote, not one per rank: every rank's child starts from the same imported state
+(the rank is in its settings, never in the zygote), and each zygote is a Python that
+imported torch and the backend, about 2.5 CPU-seconds that a launch paid once per rank."""
 from __future__ import annotations
 
 import json
@@ -11,6 +16,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -51,6 +57,8 @@ class _Zygote:
         spawned(self.proc.pid)
         child.close()
         self.reader = LineReader(self.sock.fileno())
+        #: Held while the control socket is read or written: a service's compile threads share a zygote.
+        self.lock = threading.RLock()
         self.exits: dict = {}
         self.pending: list = []
         self.ready = False
@@ -82,7 +90,8 @@ class _Zygote:
                 self.pending.append(message)
 
     def read_exits(self):
-        self._take(self.reader.read_messages())
+        with self.lock:
+            self._take(self.reader.read_messages())
 
     def stop(self) -> None:
         """Close its socket and kill its session (it and whatever it has not reaped)."""
@@ -95,26 +104,74 @@ class _Zygote:
 
     def fork(self, request: ForkRequest, fds: list, deadline: float) -> int:
         """A new child as ``request`` says, handed ``fds`` (in the order ``request.fds`` names them)."""
-        if not self.ready:
-            self._wait_for(deadline, lambda m: "ready" in m)
-            self.ready = True
-        socket.send_fds(self.sock, [json.dumps(request.to_json()).encode() + b"\n"], fds)
-        return self._wait_for(deadline, lambda m: "pid" in m)["pid"]
+        with self.lock:
+            if not self.ready:
+                self._wait_for(deadline, lambda m: "ready" in m)
+                self.ready = True
+            socket.send_fds(self.sock, [json.dumps(request.to_json()).encode() + b"\n"], fds)
+            return self._wait_for(deadline, lambda m: "pid" in m)["pid"]
+
+
+def fork_builder(zygote: _Zygote, request: bytes, log, reply_fd: int, environment: dict, containment,
+                 deadline: float) -> _Forked:
+    """A builder (:mod:`pkb_core.compile.builder`) forked by ``zygote``, as a
+    :attr:`BuildPhase.starter <pkb_core.compile.phase.BuildPhase.starter>` starts one: ``request``
+    (the build request's line) on its standard input, its answer on ``reply_fd``, its output in
+    ``log``, ``environment`` (what builders get over the zygote's: ``MAX_JOBS``, the device's
+    mode) set, and in ``containment``'s cgroup and network before it reads its request, so
+    before any of the solution's code runs."""
+    child_stdin, stdin = os.pipe()
+    log_fd = os.dup(log.fileno())
+    try:
+        names, fds = ["stdin", "reply", "output"], [child_stdin, reply_fd, log_fd]
+        if containment.netns_fd is not None:
+            names.append("netns")
+            fds.append(containment.netns_fd)
+        fork = ForkRequest(role="builder", env={"PYTHONUNBUFFERED": "1", **environment}, fds=names,
+                           cgroup=containment.procs_files())
+        pid = zygote.fork(fork, fds, deadline)
+    except BaseException:
+        os.close(stdin)
+        raise
+    finally:
+        os.close(child_stdin)
+        os.close(log_fd)
+    with os.fdopen(stdin, "wb") as pipe:
+        pipe.write(request)
+    return _Forked(zygote, pid)
+
+
+def _fork_worker(zygote: _Zygote, rank: int, request: ForkRequest, fds: list, deadline: float) -> _Worker:
+    """A rank's process forked by ``zygote`` as ``request`` says, with a new command pipe and reply
+    pipe as its first two descriptors (``request.fds`` names them first) and then ``fds``."""
+    child_stdin, stdin = os.pipe()
+    reply_read, reply_write = os.pipe()
+    try:
+        pid = zygote.fork(request, [child_stdin, reply_write, *fds], deadline)
+    except BaseException:
+        os.close(stdin)
+        os.close(reply_read)
+        raise
+    finally:
+        os.close(child_stdin)
+        os.close(reply_write)
+    return _Worker(rank, _Forked(zygote, pid), os.fdopen(stdin, "wb"), reply_read)
 
 
 class Zygotes:
-    """The fork servers of one launch on this node, one per local rank (see :mod:`pkb_core.launch.zygote`).
+    """The candidate side's fork server of one launch and backend on this node (see
+    :mod:`pkb_core.launch.zygote`).
 
     :param ranks: this node's global ranks, in local-rank order.
-    :param backend: the backend whose modules the zygotes import once.
-    :param env: the zygotes' environment (its children's, but for their settings).
+    :param backend: the backend whose modules the zygote imports once.
+    :param env: the zygote's environment (its children's, but for their settings).
     """
 
     def __init__(self, ranks, backend: str, *, env: dict, log_path: Path, startup_s: float):
         self.ranks = list(ranks)
         self.startup_s = startup_s
         self.log = open(log_path, "ab")
-        self.zygotes = [_Zygote(backend, env, self.log) for _ in self.ranks]
+        self.zygote = _Zygote(backend, env, self.log)
 
     def fork_workers(self, settings, log_path: Path | None = None, keeper_fds=(), containment=None) -> list:
         """One fresh candidate process per local rank, each with ``settings``
@@ -130,32 +187,66 @@ class Zygotes:
             (each rank's cgroup, the group's network namespace, the log cap), if any."""
         workers = []
         log_fd = os.open(log_path or self.log.name, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
-        for local, (rank, zygote) in enumerate(zip(self.ranks, self.zygotes)):
-            child_stdin, stdin = os.pipe()
-            reply_read, reply_write = os.pipe()
-            names, fds = ["stdin", "reply", "output"], [child_stdin, reply_write, log_fd]
-            if rank == 0 and keeper_fds:
-                names += ["keeper_listen", "keeper_report"]
-                fds += list(keeper_fds)
-            cgroup, log_cap, pump_cgroup = (), None, ()
-            if containment is not None:
-                cgroup, log_cap = containment.procs_files(local), containment.log_cap_per_rank
-                pump_cgroup = containment.pump_procs_files()
-                if containment.netns_fd is not None:
-                    names.append("netns")
-                    fds.append(containment.netns_fd)
-            request = ForkRequest(role="candidate", env=settings.for_rank(rank, local).environ(), fds=names,
-                                  cgroup=cgroup, log_cap=log_cap, pump_cgroup=pump_cgroup)
-            try:
-                pid = zygote.fork(request, fds, time.monotonic() + self.startup_s)
-            finally:
-                os.close(child_stdin)
-                os.close(reply_write)
-            workers.append(_Worker(rank, _Forked(zygote, pid), os.fdopen(stdin, "wb"), reply_read))
-        os.close(log_fd)
+        try:
+            for local, rank in enumerate(self.ranks):
+                names, fds = ["output"], [log_fd]
+                if rank == 0 and keeper_fds:
+                    names += ["keeper_listen", "keeper_report"]
+                    fds += list(keeper_fds)
+                cgroup, log_cap, pump_cgroup = (), None, ()
+                if containment is not None:
+                    cgroup, log_cap = containment.procs_files(local), containment.log_cap_per_rank
+                    pump_cgroup = containment.pump_procs_files()
+                    if containment.netns_fd is not None:
+                        names.append("netns")
+                        fds.append(containment.netns_fd)
+                request = ForkRequest(role="candidate", env=settings.for_rank(rank, local).environ(),
+                                      fds=["stdin", "reply", *names], cgroup=cgroup, log_cap=log_cap,
+                                      pump_cgroup=pump_cgroup)
+                workers.append(_fork_worker(self.zygote, rank, request, fds, time.monotonic() + self.startup_s))
+        finally:
+            os.close(log_fd)
         return workers
 
+    def builder_starter(self):
+        """A :attr:`BuildPhase.starter <pkb_core.compile.phase.BuildPhase.starter>` that forks each
+        builder from this zygote (``pkb run``'s compile phase: a build starts from the state its
+        candidates start from, and no Python of its own is started for it)."""
+        def start(request: bytes, log, reply_fd: int, environment: dict, containment) -> _Forked:
+            return fork_builder(self.zygote, request, log, reply_fd, environment, containment,
+                                time.monotonic() + self.startup_s)
+
+        return start
+
     def stop(self) -> None:
-        for zygote in self.zygotes:
-            zygote.stop()
+        self.zygote.stop()
+        self.log.close()
+
+
+class JudgeZygote:
+    """The fork server of a launch's judge ranks on this node (``python -m
+    pkb_core.launch.zygote --judge``), started with the judge's first group.
+
+    :param env: the judge ranks' environment (the launcher's own: :meth:`Launch.node_env
+        <pkb_core.launch.launcher.Launch.node_env>`), their settings aside.
+    """
+
+    def __init__(self, *, env: dict, log, startup_s: float):
+        from pkb_core.launch.zygote import JUDGE
+
+        self.startup_s = startup_s
+        self.log = log
+        self.zygote = _Zygote(JUDGE, env, log)
+
+    def fork_workers(self, settings, ranks) -> list:
+        """A judge rank for each of ``ranks`` (this node's global ranks, in local-rank order),
+        each in a session of its own with its rank's part of ``settings`` (the judge's
+        :class:`pkb_core.contracts.worker_settings.WorkerSettings`), its output the launch log."""
+        return [_fork_worker(self.zygote, rank, ForkRequest(role="judge", env=settings.for_rank(rank, local).environ(),
+                                                           fds=["stdin", "reply", "output"]),
+                             [self.log.fileno()], time.monotonic() + self.startup_s)
+                for local, rank in enumerate(ranks)]
+
+    def stop(self) -> None:
+        self.zygote.stop()
         self.log.close()

@@ -16,31 +16,12 @@ import os
 import threading
 import time
 
-from pkb_core.contracts.fork import ForkRequest
-from pkb_core.launch.ranks import wait_for_exit
-from pkb_core.launch.zygotes import _Zygote
+from pkb_core.launch.zygotes import _Zygote, fork_builder
 from pkb_core.plugin.preload import preload_environment
 from pkb_core.process.environment import allowed_environment
 
 #: Seconds a builder zygote may take to start (Python, torch, the backend's modules).
 STARTUP_S = 180.0
-
-
-class _ForkedBuilder:
-    """A forked builder as :class:`pkb_core.compile.phase.BuildPhase` handles a process."""
-
-    def __init__(self, pool: "WarmBuilders", zygote: _Zygote, pid: int):
-        self._pool = pool
-        self._zygote = zygote
-        self.pid = pid
-
-    def poll(self):
-        with self._pool.lock:
-            self._zygote.read_exits()
-        return self._zygote.exits.get(self.pid)
-
-    def wait(self, timeout: float | None = None):
-        return wait_for_exit(self.poll, 3600.0 if timeout is None else timeout)
 
 
 class WarmBuilders:
@@ -54,27 +35,11 @@ class WarmBuilders:
 
     def starter(self, backend: str, preload=(), environment=()):
         """A :attr:`BuildPhase.starter <pkb_core.compile.phase.BuildPhase.starter>` for ``backend``."""
-        def start(request: bytes, log, reply_fd: int, environment: dict, containment) -> _ForkedBuilder:
+        def start(request: bytes, log, reply_fd: int, extra: dict, containment):
+            # The zygote's environment is pkb's allow-list and the backend's own names (``environment``);
+            # ``extra`` is what every builder gets over it.
             zygote = self._zygote(backend, tuple(preload), tuple(environment))
-            child_stdin, stdin = os.pipe()
-            log_fd = os.dup(log.fileno())
-            try:
-                with self.lock:
-                    # What builders the phase spawns get (MAX_JOBS, the device's mode); the child joins
-                    # its cgroup before it reads its request (so before the solution's code runs).
-                    names, fds = ["stdin", "reply", "output"], [child_stdin, reply_fd, log_fd]
-                    if containment.netns_fd is not None:
-                        names.append("netns")
-                        fds.append(containment.netns_fd)
-                    fork = ForkRequest(role="builder", env={"PYTHONUNBUFFERED": "1", **environment}, fds=names,
-                                       cgroup=containment.procs_files())
-                    pid = zygote.fork(fork, fds, time.monotonic() + STARTUP_S)
-            finally:
-                os.close(child_stdin)
-                os.close(log_fd)
-            with os.fdopen(stdin, "wb") as pipe:
-                pipe.write(request)
-            return _ForkedBuilder(self, zygote, pid)
+            return fork_builder(zygote, request, log, reply_fd, extra, containment, time.monotonic() + STARTUP_S)
 
         return start
 
