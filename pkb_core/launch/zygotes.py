@@ -38,8 +38,8 @@ class _Forked:
         self.zygote.read_exits()
         return self.zygote.exits.get(self.pid)
 
-    def wait(self, timeout):
-        return wait_for_exit(self.poll, timeout)
+    def wait(self, timeout: float | None = None):
+        return wait_for_exit(self.poll, 3600.0 if timeout is None else timeout)
 
 
 class _Zygote:
