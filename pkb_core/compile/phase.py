@@ -149,8 +149,10 @@ class BuildPhase:
         self.workers = workers
         self.timeout = timeout
         self.on_result = on_result
-        #: How a builder process starts: None spawns ``python -m pkb_core.compile.builder``; the
-        #: reward service forks warm ones (:class:`pkb_core.serve.builders.WarmBuilders`).
+        #: How a builder process starts: None spawns ``python -m pkb_core.compile.builder`` (``pkb
+        #: build``, a Ray worker); ``pkb run`` forks each from its launch's candidate zygote
+        #: (:meth:`pkb_core.launch.launcher.Launch.builder_starter`), the reward service from a warm
+        #: zygote per backend (:class:`pkb_core.serve.builders.WarmBuilders`).
         self.starter = starter
         #: Each builder's limits (its cgroup: :func:`pkb_core.machine.limits.build_memory_mib`) and log cap.
         from pkb_core.machine import limits

@@ -6,9 +6,9 @@ start-up (about 2 s of CPU) for what is often a source check and an import. The
 service keeps one zygote (:mod:`pkb_core.launch.zygote`, role ``builder``) per
 backend and forks each builder from it in milliseconds: the child starts
 from the zygote's clean state (nothing of any solution ever ran there) in a
-session of its own, and is otherwise the same builder ``pkb run``'s compile
-phase spawns, with the same request, lockdown, answer and outcome cache. So
-the verdicts are ``pkb run``'s.
+session of its own, and is the same builder ``pkb run``'s compile phase forks
+from its launch's zygote (:func:`pkb_core.launch.zygotes.fork_builder`), with the
+same request, lockdown, answer and outcome cache. So the verdicts are ``pkb run``'s.
 """
 from __future__ import annotations
 
