@@ -348,7 +348,9 @@ def test_exitfirst_stops_at_a_compile_error_before_any_launch(pkb_invoke, tmp_pa
     result = pkb_invoke("run", "--solutions", folder, "--problem", "1", "--out", out, "--exitfirst")
     assert result.exit_code == 1
     assert [r["verdict"] for r in _records(out)] == ["compile-error"]
-    assert not list(out.glob("logs/launch-*.log"))  # nothing was launched
+    # No job was launched: each job's candidate group writes its own log from its start. (The
+    # failing build was forked by the launch's zygote, whose output is the launch log.)
+    assert not list(out.glob("logs/job-*.log"))
 
 
 def test_unsupported_neither_fails_nor_stops_a_run(pkb_invoke, fake_dist, tmp_path):

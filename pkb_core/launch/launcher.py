@@ -64,8 +64,9 @@ class Launch:
         self.run_dir = Path(settings.run_dir)
         self.launch_id = secrets.token_hex(4)
         self.secret = secrets.token_hex(16)
+        #: The launch log: the zygotes' and the judge's output (made when the first of them starts, so
+        #: a run whose compile phase left nothing to launch has none).
         self.log_path = self.run_dir / "logs" / f"launch-{self.launch_id}.log"
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self.machine = {}
         self._stores = {}
         #: This launch's shared-memory folders (:mod:`pkb_core.launch.scratch`).
@@ -181,6 +182,7 @@ class Launch:
         local_ranks = range(settings.nproc)  # this node holds ranks 0 .. nproc-1
         if role == "judge":
             if self.judge_zygote is None:
+                self.log_path.parent.mkdir(parents=True, exist_ok=True)
                 self.judge_zygote = JudgeZygote(env=env, log=open(self.log_path, "ab"), startup_s=STARTUP_TIMEOUT_S)
             workers = self.judge_zygote.fork_workers(worker, local_ranks)
         else:

@@ -170,6 +170,7 @@ class Zygotes:
     def __init__(self, ranks, backend: str, *, env: dict, log_path: Path, startup_s: float):
         self.ranks = list(ranks)
         self.startup_s = startup_s
+        Path(log_path).parent.mkdir(parents=True, exist_ok=True)
         self.log = open(log_path, "ab")
         self.zygote = _Zygote(backend, env, self.log)
 
