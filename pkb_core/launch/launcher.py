@@ -52,8 +52,9 @@ class Launch:
         #: The other nodes of a multi-node launch (:class:`pkb_core.launch.nodes.Conductor`), or None.
         self.remote = remote
         self.store_host = remote.host if remote is not None else "127.0.0.1"
+        #: The fork server of the candidates and builders (:meth:`candidate_zygotes`, made at first use).
         self.zygotes = None
-        #: Fork servers of the reference backend, for window mode's reference groups (made at first use).
+        #: The fork server of the reference backend, for window mode's reference groups (made at first use).
         self.reference_zygotes = None
         #: The fork server of the judge's ranks (made with the first judge group).
         self.judge_zygote = None
@@ -130,7 +131,10 @@ class Launch:
         (:attr:`BuildPhase.starter <pkb_core.compile.phase.BuildPhase.starter>`): forked by the
         launch's candidate zygote, started at the first build (a launch that builds nothing starts
         none before its first job)."""
-        return lambda *args: self.candidate_zygotes().builder_starter()(*args)
+        return self._fork_builder
+
+    def _fork_builder(self, *args):
+        return self.candidate_zygotes().builder_starter()(*args)
 
     def stop_zygotes(self) -> None:
         """Stop this launch's fork servers (done at the end of :meth:`run`; for a launch whose
