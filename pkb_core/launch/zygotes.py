@@ -74,8 +74,11 @@ class _Zygote:
                     return message
             remaining = deadline - time.monotonic()
             if remaining <= 0 or self.reader.closed:
-                code = self.proc.poll()
-                raise JobEnded(Verdict.ERROR, "a zygote (the fork server of the candidate's processes) "
+                try:  # a closed socket is an exit under way: wait a moment to name its status
+                    code = self.proc.wait(timeout=5) if self.reader.closed else self.proc.poll()
+                except subprocess.TimeoutExpired:
+                    code = None
+                raise JobEnded(Verdict.ERROR, "a zygote (a fork server of the launch's processes) "
                                         + ("did not answer" if code is None else f"exited with status {code}"))
             with selectors.DefaultSelector() as waiting:
                 waiting.register(self.sock.fileno(), selectors.EVENT_READ)
