@@ -133,8 +133,14 @@ class Launch:
         none before its first job)."""
         return self._fork_builder
 
-    def _fork_builder(self, *args):
-        return self.candidate_zygotes().builder_starter()(*args)
+    def _fork_builder(self, request: bytes, log, reply_fd: int, environment: dict, containment):
+        """One builder forked by the launch's candidate zygote (a build starts from the state its
+        candidates start from, and no Python of its own is started for it)."""
+        from pkb_core.launch.zygotes import fork_builder
+
+        zygotes = self.candidate_zygotes()
+        return fork_builder(zygotes.zygote, request, log, reply_fd, environment, containment,
+                            time.monotonic() + zygotes.startup_s)
 
     def stop_zygotes(self) -> None:
         """Stop this launch's fork servers (done at the end of :meth:`run`; for a launch whose

@@ -27,7 +27,7 @@ import time
 
 from pkb_core.process.channel import LineReader
 from pkb_core.errors import PkbError
-from pkb_core.launch.ranks import RankGroup, _Worker, wait_for_exit
+from pkb_core.launch.ranks import _Worker, wait_for_exit
 from pkb_core.launch.zygotes import JudgeZygote, Zygotes
 from pkb_core.process.sessions import cpu_ms_during, signal_sessions
 

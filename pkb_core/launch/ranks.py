@@ -33,8 +33,6 @@ import os
 import secrets
 import selectors
 import signal
-import subprocess
-import sys
 import time
 
 from pkb_core.contracts.commands import command_of, decode_answer, encode
@@ -42,7 +40,7 @@ from pkb_core.contracts.commands_candidate import End
 from pkb_core.contracts.messages import REASON_CHARS, Exit, Failure
 from pkb_core.contracts.outcome import JobEnded
 from pkb_core.contracts.verdict import Verdict
-from pkb_core.process.channel import REPLY_FD_ENV, LineReader, send_line
+from pkb_core.process.channel import LineReader, send_line
 from pkb_core.process.sessions import cpu_ms_during, kill_sessions, signal_pids, signal_sessions
 
 #: Seconds to wait, after one rank reported an error, for the others to answer.

@@ -212,16 +212,6 @@ class Zygotes:
             os.close(log_fd)
         return workers
 
-    def builder_starter(self):
-        """A :attr:`BuildPhase.starter <pkb_core.compile.phase.BuildPhase.starter>` that forks each
-        builder from this zygote (``pkb run``'s compile phase: a build starts from the state its
-        candidates start from, and no Python of its own is started for it)."""
-        def start(request: bytes, log, reply_fd: int, environment: dict, containment) -> _Forked:
-            return fork_builder(self.zygote, request, log, reply_fd, environment, containment,
-                                time.monotonic() + self.startup_s)
-
-        return start
-
     def stop(self) -> None:
         self.zygote.stop()
         self.log.close()
