@@ -1,6 +1,7 @@
 """The launch's two kinds of fork server (pkb_core.launch.zygote): the judge's zygote has the
 launcher's environment, the candidates' an allow-listed one, and neither forks the other's
-children, so what the judge is handed never lies in memory a candidate is forked from."""
+children, so what the judge is handed never lies in memory a candidate is forked from. Both are
+forked from the launch's base, which holds neither's."""
 from __future__ import annotations
 
 import os
@@ -27,3 +28,61 @@ def test_a_zygote_refuses_the_other_kinds_child(tmp_path, kind, role):
             os.close(write)
             zygote.stop()
     assert f"a {kind} zygote was asked for a {role}" in (tmp_path / "zygote.log").read_text()
+
+
+def _memory_holds(pid: int, needle: bytes) -> bool:
+    """Whether ``needle`` lies anywhere in the readable memory of process ``pid``."""
+    with open(f"/proc/{pid}/maps") as maps, open(f"/proc/{pid}/mem", "rb", buffering=0) as mem:
+        for line in maps:
+            span, perms = line.split()[:2]
+            if not perms.startswith("r"):
+                continue
+            start, end = (int(x, 16) for x in span.split("-"))
+            try:
+                mem.seek(start)
+                if needle in mem.read(end - start):
+                    return True
+            except (OSError, OverflowError, ValueError):
+                continue
+    return False
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="reading a zygote's memory (it is not dumpable) needs root")
+def test_the_base_forks_the_judges_zygote_and_the_judges_variables_reach_no_other(tmp_path):
+    from pkb_core.launch.zygotes import ZygoteBase, _Zygote
+    from pkb_core.process.environment import allowed_environment
+    from pkb_core.plugin.preload import PRELOAD_ENV
+
+    secret = "pkb-test-" + os.urandom(12).hex()
+    candidates = dict(allowed_environment(os.environ), PYTHONUNBUFFERED="1")
+    judges = dict(os.environ, PYTHONUNBUFFERED="1", PKB_SERVE_TOKEN=secret)
+    base = ZygoteBase(env=candidates, log_path=tmp_path / "launch.log", startup_s=120)
+    zygotes = []
+    try:
+        # The judge's variables are not read at start-up: its zygote is forked. A preload or an
+        # interpreter setting must be in place before the process starts: those are not.
+        assert base.forks(judges) and base.forks(candidates)
+        assert not base.forks(dict(candidates, **{PRELOAD_ENV: "/x/libnccl.so"}))
+        assert not base.forks(dict(judges, PYTHONMALLOC="malloc"))
+        assert not base.forks({k: v for k, v in candidates.items() if k != "PATH"})
+        with open(tmp_path / "launch.log", "ab") as log:
+            judge = _Zygote(JUDGE, judges, log, base)
+            zygotes.append(judge)
+            judge.wait_ready(time.monotonic() + 120)
+            candidate = _Zygote("reference", candidates, log, base)
+            zygotes.append(candidate)
+            candidate.wait_ready(time.monotonic() + 120)
+        assert {judge.proc.pid, candidate.proc.pid} <= _children(base.server.proc.pid)  # forked, not started
+        needle = secret.encode()
+        assert _memory_holds(judge.proc.pid, needle)  # the scan finds it where it is
+        assert not _memory_holds(candidate.proc.pid, needle)
+        assert not _memory_holds(base.server.proc.pid, needle)
+    finally:
+        for zygote in zygotes:
+            zygote.stop()
+        base.stop()
+
+
+def _children(pid: int) -> set:
+    return {int(child) for task in os.listdir(f"/proc/{pid}/task")
+            for child in open(f"/proc/{pid}/task/{task}/children").read().split()}

@@ -44,3 +44,24 @@ class ForkRequest(Contract):
     #: The ``cgroup.procs`` files of the cgroup its output pump joins (the group's, beside the
     #: ranks' leaves: its copying is not the rank's CPU use after an answer); none: the child's.
     pump_cgroup: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+
+
+@attrs.frozen(kw_only=True)
+class ZygoteRequest(Contract):
+    """A new zygote, asked of a launch's *base* (``python -m pkb_core.launch.zygote --base``): a
+    JSON line on the base's control socket with one descriptor attached, the new zygote's own
+    control socket. The base reads nothing else of it: the zygote's environment comes on that
+    socket (:class:`ZygoteEnvironment`), so no variable of the judge's passes through the memory
+    that later zygotes are forked from."""
+
+    #: The backend whose modules the zygote imports, or ``--judge`` for the judge's zygote.
+    kind: str = attrs.field(validator=attrs.validators.min_len(1))
+
+
+@attrs.frozen(kw_only=True)
+class ZygoteEnvironment(Contract):
+    """The first line on a zygote's control socket when it was forked from a base: the whole
+    environment it takes on before it imports anything of its kind (the base's, for a candidate
+    zygote; the launcher's, for the judge's)."""
+
+    env: dict = attrs.field(factory=dict)

@@ -58,6 +58,8 @@ class Launch:
         self.reference_zygotes = None
         #: The fork server of the judge's ranks (made with the first judge group).
         self.judge_zygote = None
+        #: The process the zygotes above are forked from, where they can be (:meth:`zygote_base`).
+        self.base = None
         self._groups = 0
         self.reporter = reporter or Reporter()
         #: The records this launch made, in order.
@@ -123,8 +125,19 @@ class Launch:
         if self.zygotes is None:
             self.zygotes = Zygotes(range(self.settings.nproc), self.settings.backend,
                                    env=self.environment("candidate"), log_path=self.log_path,
-                                   startup_s=STARTUP_TIMEOUT_S)
+                                   startup_s=STARTUP_TIMEOUT_S, base=self.zygote_base())
         return self.zygotes
+
+    def zygote_base(self):
+        """This launch's :class:`pkb_core.launch.zygotes.ZygoteBase`, started at the first call: one
+        Python importing torch for the launch's zygotes, the judge's included, instead of one each.
+        Its environment is the candidates' without the backend's preload."""
+        from pkb_core.launch.zygotes import ZygoteBase
+
+        if self.base is None:
+            self.base = ZygoteBase(env=self.environment("candidate", preload=False), log_path=self.log_path,
+                                   startup_s=STARTUP_TIMEOUT_S)
+        return self.base
 
     def builder_starter(self):
         """How this launch's compile phase starts builders
@@ -145,7 +158,7 @@ class Launch:
     def stop_zygotes(self) -> None:
         """Stop this launch's fork servers (done at the end of :meth:`run`; for a launch whose
         compile phase left it nothing to run)."""
-        for name in ("zygotes", "reference_zygotes", "judge_zygote"):
+        for name in ("zygotes", "reference_zygotes", "judge_zygote", "base"):  # the base last: it forked the others
             zygotes = getattr(self, name)
             if zygotes is not None:
                 zygotes.stop()
@@ -193,7 +206,8 @@ class Launch:
         if role == "judge":
             if self.judge_zygote is None:
                 self.log_path.parent.mkdir(parents=True, exist_ok=True)
-                self.judge_zygote = JudgeZygote(env=env, log=open(self.log_path, "ab"), startup_s=STARTUP_TIMEOUT_S)
+                self.judge_zygote = JudgeZygote(env=env, log=open(self.log_path, "ab"), startup_s=STARTUP_TIMEOUT_S,
+                                                base=self.zygote_base())
             workers = self.judge_zygote.fork_workers(worker, local_ranks)
         else:
             try:
@@ -262,7 +276,7 @@ class Launch:
         worker = attrs.evolve(worker, backend="reference", custom_kernels=False, backend_options={})
         if self.reference_zygotes is None:
             self.reference_zygotes = Zygotes(range(settings.nproc), "reference", env=env, log_path=self.log_path,
-                                             startup_s=STARTUP_TIMEOUT_S)
+                                             startup_s=STARTUP_TIMEOUT_S, base=self.zygote_base())
         try:
             workers = self.reference_zygotes.fork_workers(worker, log_path=self.job_log(run_id),
                                                           keeper_fds=store.fds(), containment=containment)

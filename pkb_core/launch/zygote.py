@@ -42,6 +42,7 @@ parent dies, still in the job's cgroup, and is reaped here when it ends.
 """
 from __future__ import annotations
 
+import gc
 import json
 import os
 import selectors
@@ -49,12 +50,14 @@ import signal
 import socket
 import sys
 
-from pkb_core.contracts.fork import DESCRIPTORS, ForkRequest
+from pkb_core.contracts.fork import DESCRIPTORS, ForkRequest, ZygoteEnvironment, ZygoteRequest
 from pkb_core.process.sessions import die_with_parent
 
 
 #: The argument that makes a judge zygote (its children are judge ranks).
 JUDGE = "--judge"
+#: The argument that makes a launch's base, which forks its zygotes (:func:`serve_base`).
+BASE = "--base"
 
 
 def _warm_imports(backend: str) -> None:
@@ -88,17 +91,65 @@ def _warm_judge_imports() -> None:
 def serve(sock: socket.socket, backend: str) -> int:
     """Fork children on ``sock``'s requests until the launcher goes away; ``backend`` names the
     modules to import first (:data:`JUDGE` for a judge zygote)."""
-    from pkb_core.confine.lockdown import protect_from_peers
-
     if backend == JUDGE:
         _warm_judge_imports()
     else:
         _warm_imports(backend)
+    _settle()
+    zygote = os.getpid()
+
+    def request_of(line: bytes) -> ForkRequest:
+        request = ForkRequest.from_json(json.loads(line))
+        if (request.role == "judge") != (backend == JUDGE):  # the two kinds never mix
+            raise SystemExit(f"pkb: a {backend} zygote was asked for a {request.role}")
+        return request
+
+    return _fork_on_requests(sock, request_of, lambda request, fds: _become(sock, request, fds, zygote),
+                             len(DESCRIPTORS))
+
+
+def serve_base(sock: socket.socket) -> int:
+    """A launch's base (``python -m pkb_core.launch.zygote --base``): import torch once, then fork a
+    zygote (:func:`serve`) on each :class:`pkb_core.contracts.fork.ZygoteRequest`, until the launcher
+    goes away.
+
+    The base is started with the candidates' environment (pkb's allow-list, no preload) and reads
+    nothing but the kind of each zygote, so whatever it holds any zygote may hold. A judge's zygote
+    forked from it takes the launcher's environment from its own control socket, in its own memory;
+    a zygote forked later never sees it. The launcher forks only the zygotes whose environment
+    differs from the base's in variables read after start-up
+    (:meth:`pkb_core.launch.zygotes.ZygoteBase.forks`): a backend that preloads a library gets a
+    zygote of its own making, since the library must load before torch."""
+    import torch  # noqa: F401
+    import torch.distributed  # noqa: F401
+
+    _settle()
+    base = os.getpid()
+
+    def request_of(line: bytes) -> ZygoteRequest:
+        return ZygoteRequest.from_json(json.loads(line))
+
+    return _fork_on_requests(sock, request_of, lambda request, fds: _become_zygote(sock, request, fds, base), 1)
+
+
+def _settle() -> None:
+    """Make this process fit to fork from, and tell the launcher it is ready."""
+    from pkb_core.confine.lockdown import protect_from_peers
+
     # No candidate may write into this process's memory (through /proc) and so
     # into every later job's processes; the children inherit the setting.
     protect_from_peers()
+    # What was imported is never freed: out of the collector's sight, a child's collections
+    # neither walk it nor write its objects' headers, which would copy every page of it.
+    gc.collect()
+    gc.freeze()
+
+
+def _fork_on_requests(sock: socket.socket, request_of, become, max_fds: int) -> int:
+    """Say ready, then for each request line on ``sock`` (``request_of(line)``, in this process)
+    fork a child that runs ``become(request, fds)`` and never returns; answer ``{"pid": N}``, and
+    ``{"exited": N, "code": C}`` when a child ends. Returns when the launcher goes away."""
     sock.sendall(b'{"ready": true}\n')
-    zygote = os.getpid()
     selector = selectors.DefaultSelector()
     selector.register(sock, selectors.EVENT_READ)
     buffer = b""
@@ -106,7 +157,7 @@ def serve(sock: socket.socket, backend: str) -> int:
     while True:
         for _key, _ in selector.select(timeout=0.05):
             try:
-                data, fds, _flags, _addr = socket.recv_fds(sock, 1 << 16, len(DESCRIPTORS))
+                data, fds, _flags, _addr = socket.recv_fds(sock, 1 << 16, max_fds)
             except OSError:
                 data, fds = b"", []
             if not data:
@@ -114,12 +165,10 @@ def serve(sock: socket.socket, backend: str) -> int:
             buffer += data
             while b"\n" in buffer:
                 line, buffer = buffer.split(b"\n", 1)
-                request = ForkRequest.from_json(json.loads(line))
-                if (request.role == "judge") != (backend == JUDGE):  # the two kinds never mix
-                    raise SystemExit(f"pkb: a {backend} zygote was asked for a {request.role}")
+                request = request_of(line)
                 pid = os.fork()
                 if pid == 0:
-                    _become(sock, request, fds, zygote)  # never returns
+                    become(request, fds)  # never returns
                 for fd in fds:
                     os.close(fd)
                 children.add(pid)
@@ -136,6 +185,46 @@ def serve(sock: socket.socket, backend: str) -> int:
                 children.discard(pid)
                 code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
                 sock.sendall(json.dumps({"exited": pid, "code": code}).encode() + b"\n")
+
+
+def _become_zygote(base_sock, request: ZygoteRequest, fds, base: int) -> None:
+    """A zygote forked by the base: its own session, death with the base, the environment that
+    comes first on its control socket (``fds[0]``), then :func:`serve`."""
+    code = 1
+    try:
+        base_sock.close()
+        os.setsid()
+        die_with_parent(base)
+        from pkb_core.process.reaper import become_subreaper
+
+        become_subreaper()  # not inherited across fork
+        sock = socket.socket(fileno=fds[0])
+        environment = ZygoteEnvironment.from_json(json.loads(_first_line(sock)))
+        os.environ.clear()
+        os.environ.update(environment.env)
+        code = serve(sock, request.kind)
+    except BaseException:  # noqa: BLE001 - report and leave; never return into the base's loop
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
+def _first_line(sock: socket.socket) -> bytes:
+    """The first line on ``sock``: the launcher sends nothing more until this zygote is ready."""
+    data = b""
+    while b"\n" not in data:
+        chunk = sock.recv(1 << 16)
+        if not chunk:
+            raise SystemExit("pkb: the launcher went away before it sent the zygote's environment")
+        data += chunk
+    line, rest = data.split(b"\n", 1)
+    if rest:
+        raise SystemExit("pkb: the launcher sent more than the zygote's environment before it was ready")
+    return line
 
 
 def _become(sock, request: ForkRequest, fds, zygote: int) -> None:
@@ -218,6 +307,8 @@ def main() -> int:
     become_subreaper()
     import_torch_after_preloads()  # a backend's own build of a library must load before torch's
     sock = socket.socket(fileno=int(os.environ["PKB_ZYGOTE_FD"]))
+    if sys.argv[1] == BASE:
+        return serve_base(sock)
     return serve(sock, sys.argv[1])  # the backend whose modules its children import, or JUDGE
 
 

@@ -20,7 +20,7 @@ import threading
 import time
 from pathlib import Path
 
-from pkb_core.contracts.fork import ForkRequest
+from pkb_core.contracts.fork import ForkRequest, ZygoteEnvironment, ZygoteRequest
 from pkb_core.contracts.outcome import JobEnded
 from pkb_core.contracts.verdict import Verdict
 from pkb_core.launch.ranks import _Worker, wait_for_exit
@@ -43,19 +43,28 @@ class _Forked:
 
 
 class _Zygote:
-    """One rank's fork server process (:mod:`pkb_core.launch.zygote`) and its control socket."""
+    """A fork server process (:mod:`pkb_core.launch.zygote`) and its control socket: started
+    for itself, or forked by ``base`` (a :class:`ZygoteBase`) where that one :meth:`forks
+    <ZygoteBase.forks>` its environment."""
 
-    def __init__(self, backend: str, env: dict, log):
+    def __init__(self, backend: str, env: dict, log, base: "ZygoteBase | None" = None, startup_s: float = 180.0):
         from pkb_core.process.reaper import spawned
         from pkb_core.process.sessions import spawner_environment
 
         self.sock, child = socket.socketpair()
-        env = dict(env, PKB_ZYGOTE_FD=str(child.fileno()), **spawner_environment())
-        self.proc = subprocess.Popen([sys.executable, "-m", "pkb_core.launch.zygote", backend], stdout=log,
-                                     stderr=subprocess.STDOUT, env=env, pass_fds=(child.fileno(),),
-                                     start_new_session=True)
-        spawned(self.proc.pid)
-        child.close()
+        if base is not None and base.forks(env):
+            try:  # the zygote's environment follows on its own socket, never through the base
+                self.proc = base.fork_zygote(backend, child, time.monotonic() + startup_s)
+            finally:
+                child.close()
+            self.sock.sendall(json.dumps(ZygoteEnvironment(env=env).to_json()).encode() + b"\n")
+        else:
+            env = dict(env, PKB_ZYGOTE_FD=str(child.fileno()), **spawner_environment())
+            self.proc = subprocess.Popen([sys.executable, "-m", "pkb_core.launch.zygote", backend], stdout=log,
+                                         stderr=subprocess.STDOUT, env=env, pass_fds=(child.fileno(),),
+                                         start_new_session=True)
+            spawned(self.proc.pid)
+            child.close()
         self.reader = LineReader(self.sock.fileno())
         #: Held while the control socket is read or written: a service's compile threads share a zygote.
         self.lock = threading.RLock()
@@ -103,14 +112,22 @@ class _Zygote:
             os.killpg(self.proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
-        self.proc.wait()
+        try:  # a forked zygote's exit is reported by its base, which may be gone
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
 
-    def fork(self, request: ForkRequest, fds: list, deadline: float) -> int:
-        """A new child as ``request`` says, handed ``fds`` (in the order ``request.fds`` names them)."""
+    def wait_ready(self, deadline: float) -> None:
+        """Return once the zygote has imported what it imports (at once after the first time)."""
         with self.lock:
             if not self.ready:
                 self._wait_for(deadline, lambda m: "ready" in m)
                 self.ready = True
+
+    def fork(self, request: ForkRequest | ZygoteRequest, fds: list, deadline: float) -> int:
+        """A new child as ``request`` says, handed ``fds`` (in the order ``request.fds`` names them)."""
+        with self.lock:
+            self.wait_ready(deadline)
             socket.send_fds(self.sock, [json.dumps(request.to_json()).encode() + b"\n"], fds)
             return self._wait_for(deadline, lambda m: "pid" in m)["pid"]
 
@@ -168,14 +185,17 @@ class Zygotes:
     :param ranks: this node's global ranks, in local-rank order.
     :param backend: the backend whose modules the zygote imports once.
     :param env: the zygote's environment (its children's, but for their settings).
+    :param base: the launch's :class:`ZygoteBase`, which forks the zygote where it can (None: started
+        for itself).
     """
 
-    def __init__(self, ranks, backend: str, *, env: dict, log_path: Path, startup_s: float):
+    def __init__(self, ranks, backend: str, *, env: dict, log_path: Path, startup_s: float,
+                 base: "ZygoteBase | None" = None):
         self.ranks = list(ranks)
         self.startup_s = startup_s
         Path(log_path).parent.mkdir(parents=True, exist_ok=True)
         self.log = open(log_path, "ab")
-        self.zygote = _Zygote(backend, env, self.log)
+        self.zygote = _Zygote(backend, env, self.log, base, startup_s)
 
     def fork_workers(self, settings, log_path: Path | None = None, keeper_fds=(), containment=None) -> list:
         """One fresh candidate process per local rank, each with ``settings``
@@ -223,14 +243,16 @@ class JudgeZygote:
 
     :param env: the judge ranks' environment (the launcher's own: :meth:`Launch.node_env
         <pkb_core.launch.launcher.Launch.node_env>`), their settings aside.
+    :param base: the launch's :class:`ZygoteBase`, which forks the zygote where it can (None: started
+        for itself).
     """
 
-    def __init__(self, *, env: dict, log, startup_s: float):
+    def __init__(self, *, env: dict, log, startup_s: float, base: "ZygoteBase | None" = None):
         from pkb_core.launch.zygote import JUDGE
 
         self.startup_s = startup_s
         self.log = log
-        self.zygote = _Zygote(JUDGE, env, log)
+        self.zygote = _Zygote(JUDGE, env, log, base, startup_s)
 
     def fork_workers(self, settings, ranks) -> list:
         """A judge rank for each of ``ranks`` (this node's global ranks, in local-rank order),
@@ -243,4 +265,52 @@ class JudgeZygote:
 
     def stop(self) -> None:
         self.zygote.stop()
+        self.log.close()
+
+
+class ZygoteBase:
+    """A launch's base on this node (``python -m pkb_core.launch.zygote --base``): one Python that
+    imported torch, from which the launch's zygotes are forked instead of each starting Python and
+    importing torch again (about 3 CPU-seconds each on a CPU machine).
+
+    It is started with the candidates' environment (``env``: pkb's allow-list, no preload) and
+    never sees another: a zygote forked from it reads its own environment on its own socket.
+
+    :param env: the base's environment.
+    :param log_path: the launch log, its output and its zygotes'.
+    """
+
+    #: What a process reads of its environment as it starts, before any line of pkb runs (the
+    #: interpreter's settings, the dynamic loader's, the C library's): a zygote whose environment
+    #: differs from the base's in one of these must start for itself.
+    STARTUP = ("PYTHON", "LD_", "GLIBC_", "MALLOC_")
+
+    def __init__(self, *, env: dict, log_path: Path, startup_s: float):
+        from pkb_core.launch.zygote import BASE
+
+        self.env = dict(env)
+        Path(log_path).parent.mkdir(parents=True, exist_ok=True)
+        self.log = open(log_path, "ab")
+        self.server = _Zygote(BASE, self.env, self.log)
+
+    def forks(self, env: dict) -> bool:
+        """Whether a zygote with ``env`` can be forked from this base: ``env`` holds the base's
+        variables unchanged, and the others are none that is read at start-up (:data:`STARTUP`)
+        nor a preload (a preloaded library must load before torch)."""
+        from pkb_core.plugin.preload import PRELOAD_ENV
+
+        if any(env.get(name) != value for name, value in self.env.items()):
+            return False
+        added = env.keys() - self.env.keys()
+        return not any(name.startswith(self.STARTUP) or name == PRELOAD_ENV for name in added)
+
+    def fork_zygote(self, kind: str, control: socket.socket, deadline: float) -> _Forked:
+        """A new zygote of ``kind`` (a backend, or ``--judge``), whose control socket is ``control``;
+        its environment is the caller's to send on the other end."""
+        return _Forked(self.server, self.server.fork(ZygoteRequest(kind=kind), [control.fileno()], deadline))
+
+    def stop(self) -> None:
+        """Kill the base (its zygotes are stopped first: :meth:`Launch.stop_zygotes
+        <pkb_core.launch.launcher.Launch.stop_zygotes>`; any left die with it)."""
+        self.server.stop()
         self.log.close()
