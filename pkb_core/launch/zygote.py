@@ -1,9 +1,9 @@
-"""Fresh candidate processes in milliseconds: one fork server per rank.
+"""Fresh candidate processes in milliseconds: fork servers, one of each kind per launch.
 
 Every job gets new candidate processes (nothing of one candidate may reach the
 next job), but starting Python and importing torch and a backend takes seconds
-per process. A *zygote* pays that once per launch: it imports torch, the
-harness and the backend's modules, and then only forks. It never imports a
+per process. A *zygote* pays that once per launch: it imports the harness and
+the backend's modules, and then only forks. It never imports a
 solution, never initialises CUDA (a process that did cannot fork usable
 children) and never runs a job itself, so every child starts from the same
 clean state. The child puts itself in a new session (its own process group,
@@ -20,7 +20,10 @@ handed reaches the judge, and nothing the judge is handed (its store's token, th
 environment) is in the memory that candidates are forked from. Its children become judge ranks
 (:mod:`pkb_core.judge.worker`) in sessions of their own, in no job's cgroup.
 
-Started as ``python -m pkb_core.launch.zygote BACKEND``. Protocol on the zygote's
+A launch's zygotes are forked from its *base* (``python -m pkb_core.launch.zygote --base``,
+:func:`serve_base`), the one process of the launch that starts Python and imports torch; a zygote
+whose environment the base cannot give it is started as ``python -m pkb_core.launch.zygote BACKEND``
+(or ``--judge``). Protocol on the zygote's
 control socket (a socketpair with the launcher): a
 :class:`pkb_core.contracts.fork.ForkRequest` line (the role, the candidate's
 :class:`pkb_core.contracts.worker_settings.WorkerSettings` and rank variables, the
