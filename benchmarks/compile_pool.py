@@ -1,5 +1,5 @@
 """Builds per hour of the compile phase: builders spawned (``pkb run``) against builders forked
-warm from a zygote (the reward service's compile pool, ``pkb_core.serve.builders``).
+warm from a zygote (the reward service's compile pool, ``pkb_core.launch.warm_builders``).
 
     python3 benchmarks/compile_pool.py FILES_DIR --backend triton [--workers N] [--device cpu]
 
@@ -24,7 +24,7 @@ from pathlib import Path
 def build_all(files: list[Path], problem_of, args, warm: bool) -> dict:
     from pkb_core.compile.phase import BuildPhase, default_workers
     from pkb_core.plugin.manager import get_backend_info, get_plugin_manager
-    from pkb_core.serve.builders import WarmBuilders
+    from pkb_core.launch.warm_builders import WarmBuilders
 
     info = get_backend_info(get_plugin_manager(), args.backend)
     with tempfile.TemporaryDirectory(prefix="pkb-pool-") as scratch:

@@ -29,6 +29,7 @@ def build(pm, backend, solution, solutions, problems, device, build_timeout, bui
     import tempfile
 
     from pkb_core.compile.phase import BuildPhase
+    from pkb_core.launch.warm_builders import WarmBuilders
     from pkb_core.cli.config import config_of
     from pkb_core.machine.device import detect_device
     from pkb_core.errors import PkbError
@@ -62,10 +63,16 @@ def build(pm, backend, solution, solutions, problems, device, build_timeout, bui
             seconds = "" if result.cached else f"  {result.seconds:.1f} s"
             click.echo(f"[{done}/{total}] {Path(path).name}  {state}{seconds}", err=True)
 
+        # Builders are forked from one zygote that imported torch and the backend, not each started.
+        warm = WarmBuilders(Path(run_dir) / "logs" / "builders.log")
         phase = BuildPhase(backend=backend, device=device, run_dir=Path(run_dir), options=options,
                            preload=tuple(info.preload()), workers=build_jobs, timeout=build_timeout, on_result=show,
-                           environment=tuple(info.environment))
-        results = phase.run([(path, spec.path) for spec, path, _ in pairs])
+                           environment=tuple(info.environment),
+                           starter=warm.starter(backend, tuple(info.preload()), tuple(info.environment)))
+        try:
+            results = phase.run([(path, spec.path) for spec, path, _ in pairs])
+        finally:
+            warm.stop()
     failed = {path: r for path, r in results.items() if not r.ok}
     unsupported = sum(r.verdict == Verdict.UNSUPPORTED for r in failed.values())
     flagged = sum(r.verdict == Verdict.FLAGGED for r in failed.values())  # killed by the lockdown

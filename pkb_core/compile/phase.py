@@ -149,10 +149,10 @@ class BuildPhase:
         self.workers = workers
         self.timeout = timeout
         self.on_result = on_result
-        #: How a builder process starts: None spawns ``python -m pkb_core.compile.builder`` (``pkb
-        #: build``, a Ray worker); ``pkb run`` forks each from its launch's candidate zygote
-        #: (:meth:`pkb_core.launch.launcher.Launch.builder_starter`), the reward service from a warm
-        #: zygote per backend (:class:`pkb_core.serve.builders.WarmBuilders`).
+        #: How a builder process starts: None spawns ``python -m pkb_core.compile.builder`` (a
+        #: multi-node launch's compile phase); ``pkb run`` forks each from its launch's candidate zygote
+        #: (:meth:`pkb_core.launch.launcher.Launch.builder_starter`), ``pkb build``, the reward service
+        #: and the Ray actors from a warm zygote per backend (:class:`pkb_core.launch.warm_builders.WarmBuilders`).
         self.starter = starter
         #: Each builder's limits (its cgroup: :func:`pkb_core.machine.limits.build_memory_mib`) and log cap.
         from pkb_core.machine import limits

@@ -30,7 +30,7 @@ _WARM = None
 def _warm():
     global _WARM
     if _WARM is None:
-        from pkb_core.serve.builders import WarmBuilders
+        from pkb_core.launch.warm_builders import WarmBuilders
 
         _WARM = WarmBuilders(Path(tempfile.gettempdir()) / "pkb-ray-builders.log")
     return _WARM

@@ -13,7 +13,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from pkb_core.serve.builders import WarmBuilders
+from pkb_core.launch.warm_builders import WarmBuilders
 
 
 def build_one(job, settings, warm: WarmBuilders):

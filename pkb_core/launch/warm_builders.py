@@ -1,10 +1,11 @@
-"""The service's compile pool starts its builders warm: forked from a zygote.
+"""Builders started warm: forked from a zygote.
 
 A builder (:mod:`pkb_core.compile.builder`) is a fresh process per solution, locked
 down before the solution's code runs; spawned, it pays Python's and torch's
-start-up (about 2 s of CPU) for what is often a source check and an import. The
-service keeps one zygote (:mod:`pkb_core.launch.zygote`, role ``builder``) per
-backend and forks each builder from it in milliseconds: the child starts
+start-up (about 2 s of CPU) for what is often a source check and an import.
+:class:`WarmBuilders` keeps one zygote (:mod:`pkb_core.launch.zygote`, role ``builder``)
+per backend and forks each builder from it in milliseconds, for ``pkb build``, the
+reward service's compile pool and the Ray actors': the child starts
 from the zygote's clean state (nothing of any solution ever ran there) in a
 session of its own, and is the same builder ``pkb run``'s compile phase forks
 from its launch's zygote (:func:`pkb_core.launch.zygotes.fork_builder`), with the
