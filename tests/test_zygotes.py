@@ -56,7 +56,7 @@ def test_the_base_forks_the_judges_zygote_and_the_judges_variables_reach_no_othe
     secret = "pkb-test-" + os.urandom(12).hex()
     candidates = dict(allowed_environment(os.environ), PYTHONUNBUFFERED="1")
     judges = dict(os.environ, PYTHONUNBUFFERED="1", PKB_SERVE_TOKEN=secret)
-    base = ZygoteBase(env=candidates, log_path=tmp_path / "launch.log", startup_s=120)
+    base = ZygoteBase(env=candidates, log_path=tmp_path / "launch.log")
     zygotes = []
     try:
         # The judge's variables are not read at start-up: its zygote is forked. A preload or an

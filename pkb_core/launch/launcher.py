@@ -135,8 +135,7 @@ class Launch:
         from pkb_core.launch.zygotes import ZygoteBase
 
         if self.base is None:
-            self.base = ZygoteBase(env=self.environment("candidate", preload=False), log_path=self.log_path,
-                                   startup_s=STARTUP_TIMEOUT_S)
+            self.base = ZygoteBase(env=self.environment("candidate", preload=False), log_path=self.log_path)
         return self.base
 
     def builder_starter(self):

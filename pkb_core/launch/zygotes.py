@@ -57,7 +57,10 @@ class _Zygote:
                 self.proc = base.fork_zygote(backend, child, time.monotonic() + startup_s)
             finally:
                 child.close()
-            self.sock.sendall(json.dumps(ZygoteEnvironment(env=env).to_json()).encode() + b"\n")
+            try:
+                self.sock.sendall(json.dumps(ZygoteEnvironment(env=env).to_json()).encode() + b"\n")
+            except OSError:
+                pass  # it died at once: waiting for it to be ready names its exit status
         else:
             env = dict(env, PKB_ZYGOTE_FD=str(child.fileno()), **spawner_environment())
             self.proc = subprocess.Popen([sys.executable, "-m", "pkb_core.launch.zygote", backend], stdout=log,
@@ -285,7 +288,7 @@ class ZygoteBase:
     #: differs from the base's in one of these must start for itself.
     STARTUP = ("PYTHON", "LD_", "GLIBC_", "MALLOC_")
 
-    def __init__(self, *, env: dict, log_path: Path, startup_s: float):
+    def __init__(self, *, env: dict, log_path: Path):
         from pkb_core.launch.zygote import BASE
 
         self.env = dict(env)
