@@ -136,7 +136,8 @@ def serve_base(sock: socket.socket) -> int:
 
 
 def _settle() -> None:
-    """Make this process fit to fork from, and tell the launcher it is ready."""
+    """Make this process fit to fork from: out of its peers' reach, its imports out of the
+    collector's sight."""
     from pkb_core.confine.lockdown import protect_from_peers
 
     # No candidate may write into this process's memory (through /proc) and so
