@@ -216,18 +216,18 @@ def test_outcomes_are_keyed_by_the_code_that_decides_them(fake_dist, tmp_path):
     version number had not moved): the outcome's key holds a fingerprint of pkb's and its
     plugins' files, so editing a backend invalidates it; a backend of one module counts that
     file alone, not every file beside it."""
-    from pkb_core.compile import phase
+    from pkb_core.compile import outcomes
 
     site = fake_dist("pkbtest-fingerprint", {"pkb.backends": {"fingerprinted": "pkbtest_fingerprinted"}},
                      {"pkbtest_fingerprinted": "SERVES = {}\n"})
     solution = tmp_path / "1_allreduce.py"
     solution.write_text("def solution(x):\n    return x\n")
-    phase.code_fingerprint.cache_clear()
-    before = phase.outcome_key("fingerprinted", solution, "cpu")
+    outcomes.code_fingerprint.cache_clear()
+    before = outcomes.outcome_key("fingerprinted", solution, "cpu")
     (site / "unrelated_neighbour.py").write_text("X = 1\n")
-    phase.code_fingerprint.cache_clear()
-    assert phase.outcome_key("fingerprinted", solution, "cpu") == before
+    outcomes.code_fingerprint.cache_clear()
+    assert outcomes.outcome_key("fingerprinted", solution, "cpu") == before
     (site / "pkbtest_fingerprinted.py").write_text("SERVES = {'utils.cuda_helpers': 'somewhere'}\n")
-    phase.code_fingerprint.cache_clear()
-    assert phase.outcome_key("fingerprinted", solution, "cpu") != before
-    phase.code_fingerprint.cache_clear()
+    outcomes.code_fingerprint.cache_clear()
+    assert outcomes.outcome_key("fingerprinted", solution, "cpu") != before
+    outcomes.code_fingerprint.cache_clear()

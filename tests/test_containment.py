@@ -57,7 +57,8 @@ while True:
 def _hierarchy(version: int):
     """A cgroup to make test cgroups in: this process's tree (whichever version pkb chose here), or
     the v2 hierarchy's core (freeze, kill, CPU: no controller needed) where one is writable."""
-    from pkb_core.process.cgroups import Cgroup, own_cgroups
+    from pkb_core.process.cgroup_tree import own_cgroups
+    from pkb_core.process.cgroups import Cgroup
 
     if version == 0:
         return _tree()
@@ -296,7 +297,7 @@ def test_a_cgroup_that_holds_processes_puts_the_tree_under_its_nearest_delegatin
     """v2's rule of no internal processes: pkb's own cgroup holds its shell and cannot pass the
     memory and pids controllers on (a container's command cgroup, seen on the GPU machines), so
     the tree goes under the nearest ancestor whose children get them."""
-    from pkb_core.process import cgroups
+    from pkb_core.process import cgroup_tree
 
     root = tmp_path / "cg"
     own = root / "process_api" / "job1"
@@ -305,8 +306,8 @@ def test_a_cgroup_that_holds_processes_puts_the_tree_under_its_nearest_delegatin
         (folder / "cgroup.procs").write_text("")
         (folder / "cgroup.subtree_control").write_text(delegated)
         (folder / "cgroup.controllers").write_text("cpu memory pids" if folder != own else "")
-    assert cgroups._choose({"v2": str(own)}) == (2, {"": str(root)})
+    assert cgroup_tree._choose({"v2": str(own)}) == (2, {"": str(root)})
     (root / "process_api" / "cgroup.subtree_control").write_text("memory pids")
-    assert cgroups._choose({"v2": str(own)}) == (2, {"": str(root / "process_api")})
+    assert cgroup_tree._choose({"v2": str(own)}) == (2, {"": str(root / "process_api")})
     (own / "cgroup.subtree_control").write_text("memory pids")
-    assert cgroups._choose({"v2": str(own)}) == (2, {"": str(own)})
+    assert cgroup_tree._choose({"v2": str(own)}) == (2, {"": str(own)})

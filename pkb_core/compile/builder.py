@@ -88,8 +88,7 @@ def _lock_down(run_dir, protected, solution=None, hidden=()) -> None:
 def _enter_network() -> None:
     """Enter the build's own network namespace, if the phase made one (a spawned builder; a forked
     one entered it as it was forked): before the request, so before the solution's code."""
-    from pkb_core.compile.phase import NETNS_FD_ENV
-    from pkb_core.process.netns import enter
+    from pkb_core.process.netns import NETNS_FD_ENV, enter
 
     fd = os.environ.pop(NETNS_FD_ENV, None)
     if fd is not None:

@@ -13,7 +13,7 @@ a job's timeout no longer pays for compiling.
 
 The phase's own cache remembers each solution's outcome by content (the file,
 the backend, the device type, torch and pkb versions, the toolchain variables
-of :data:`KEY_ENVIRONMENT`): a solution built before is not built again, and
+of :data:`pkb_core.compile.outcomes.KEY_ENVIRONMENT`): a solution built before is not built again, and
 one that failed gets its ``compile-error`` again from the cache, with the
 compiler's message, without rebuilding. A build that exceeds its own limit
 (``--build-timeout``) or whose process dies is ``compile-error`` with the
@@ -23,7 +23,6 @@ throughput, builds per hour of wall time, is in :attr:`BuildPhase.summary`
 """
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import os
@@ -36,14 +35,10 @@ from pathlib import Path
 from pkb_core.contracts.verdict import Verdict
 from pkb_core.cache import builds_dir
 from pkb_core.contracts.build import BuildAnswer, BuildRequest, BuildResult, SourceChecked
+from pkb_core.compile.outcomes import outcome_key
 from pkb_core.contracts.serial import ContractError
 from pkb_core.process.channel import REPLY_FD_ENV
 
-#: The variable that tells a spawned builder which descriptor is its network namespace.
-NETNS_FD_ENV = "PKB_NETNS_FD"
-
-#: Environment variables that change what a build produces.
-KEY_ENVIRONMENT = ("TORCH_CUDA_ARCH_LIST", "CUDA_HOME", "CUDAHOSTCXX", "CXX", "PKB_NVSHMEM4PY_HOME")
 #: Seconds one build may take unless told otherwise.
 BUILD_TIMEOUT_S = 600.0
 #: Memory one build may need: its two compiles at once (nvcc on torch's headers
@@ -51,49 +46,6 @@ BUILD_TIMEOUT_S = 600.0
 BUILD_MEMORY_BYTES = 7 << 29
 #: Compiles one build runs at once (ninja's ``MAX_JOBS``): its ``.cu`` and its ``main.cpp``.
 BUILD_JOBS = 2
-
-
-@functools.lru_cache(maxsize=1)
-def code_fingerprint() -> str:
-    """Which code of pkb's decides an outcome: the path, size and modification
-    time of every Python file of ``pkb_core`` and of the packages behind the
-    ``pkb.backends`` and ``pkb.problems`` entry points. A version number alone
-    did not move when a backend learned to serve a module (a stale
-    ``compile-error`` came back from the cache); an edit, an upgrade or a
-    reinstall now does. Costs a few milliseconds, once per process."""
-    import importlib.util
-
-    from pkb_core.plugin.manager import BACKEND_GROUP, entry_points
-
-    roots = {"pkb_core"}
-    for group in (BACKEND_GROUP, "pkb.problems"):
-        roots.update(ep.module.split(".")[0] for _, ep in entry_points(group))
-    digest = hashlib.sha256()
-    for root in sorted(roots):
-        spec = importlib.util.find_spec(root)
-        if spec is None or not spec.origin:
-            continue
-        # A package: its folder's files; a module of one file: that file (not its folder's).
-        files = Path(spec.origin).parent.rglob("*.py") if spec.submodule_search_locations else [Path(spec.origin)]
-        for path in sorted(files):
-            stat = path.stat()
-            digest.update(f"{path}:{stat.st_size}:{stat.st_mtime_ns}\n".encode())
-    return digest.hexdigest()[:16]
-
-
-def outcome_key(backend: str, solution: Path, device: str) -> str:
-    """What a build's outcome depends on, as a hash."""
-    import torch
-
-    from pkb_core import __version__
-    from pkb_core.problem.source import read_solution
-
-    payload = {
-        "backend": backend, "device": device, "source": hashlib.sha256(read_solution(solution)).hexdigest(),
-        "torch": torch.__version__, "pkb": __version__, "code": code_fingerprint(),
-        "env": {name: os.environ.get(name, "") for name in KEY_ENVIRONMENT},
-    }
-    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:32]
 
 
 def default_workers(builds: int) -> int:
@@ -254,6 +206,7 @@ class BuildPhase:
         from pkb_core.plugin.preload import preload_environment
         from pkb_core.process.containment import contain
         from pkb_core.process.environment import allowed_environment
+        from pkb_core.process.netns import NETNS_FD_ENV
         from pkb_core.process.reaper import spawned
         from pkb_core.process.sessions import spawner_environment
 

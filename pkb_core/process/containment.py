@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import os
 
-from pkb_core.process.cgroups import Cgroup, CgroupTree, process_tree
+from pkb_core.process.cgroup_tree import CgroupTree, process_tree
+from pkb_core.process.cgroups import Cgroup
 
 _WATCHED: list = []
 

@@ -27,6 +27,8 @@ import struct
 import threading
 
 CLONE_NEWNET = 0x40000000
+#: The variable that tells a spawned process (a builder) which inherited descriptor is its network namespace.
+NETNS_FD_ENV = "PKB_NETNS_FD"
 _SIOCGIFFLAGS, _SIOCSIFFLAGS, _IFF_UP = 0x8913, 0x8914, 0x1
 
 

@@ -8,7 +8,7 @@ compile pool) has a *warden*: ``python -m pkb_core.process.warden``, a small pro
 in a session of its own that only reads a pipe from its owner. The owner writes
 what must not outlive it (JSON lines):
 
-``{"cgroup": [dir, ...]}``   its cgroup tree (:mod:`pkb_core.process.cgroups`): every process in it is ended
+``{"cgroup": [dir, ...]}``   its cgroup tree (:mod:`pkb_core.process.cgroup_tree`): every process in it is ended
 ``{"folder": path}``         a shared-memory folder (``/dev/shm/pkb-<launch>``): removed
 ``{"user": uid}``            a candidate group's user: its files directly in ``/dev/shm`` removed
 ``{"session": sid}``         a session of processes (where there is no cgroup): ended
