@@ -583,7 +583,7 @@ or must return; the other files changed comments, timing and packaging only):
 | every problem | `run_local.py` default dtype fp32, `--atol`/`--rtol` 1e-5 | bf16, 1e-2 | bf16 on a GPU; tolerances per dtype (pkb_core/judge/check.py) |
 | 21 clip_grad_norm_no_ep | `fsdp_group` None: the reference reduces nothing (a local norm) | `dist.group.WORLD` | `{pkb_commit}`'s: a group of every rank |
 | 22 clip_grad_norm_ep | `fsdp_group`, `ep_fsdp_group`, `ep_group` all None: no reduction | WORLD and a 2-D EP x EP-FSDP grid (E = W // 2) | `{pkb_commit}`'s grid, E = W at W = 2 (see 22's rows) |
-| 26 moe_token_preprocess | returns the two splits as `List[int]` | as int64 tensors | the reference returns int64 tensors; a list of W Python ints is accepted as the same answer (pkb_core/judge/check.py) |
+| 26 moe_token_preprocess | returns the two splits as `List[int]` | as int64 tensors | the reference returns int64 tensors; a list of W Python ints, or floats equal to them, is accepted as the same answer (pkb_core/judge/check.py) |
 | 46 | `fsdp_adamw_sharded` (the trees' early 47) | `gemv_decode`, a new problem | `{pkb_commit}`'s; `pkb import-pkb` reports the trees' `47_fsdp_adamw_sharded` as not mapped |
 | 60 physicsnemo_distributed_irfft | `x` the spectrum of a 3-D signal sized from M, N (16 x 1024 x 1024 at the default), `dim` (1, 2) | of a (2, 10, 720, 1440) signal, `dim` (-2, -1) | `{pkb_commit}`'s |
 | 61 gsplat_3d_gaussian_splatting | 8-256 Gaussians per rank, scales 0.02-0.06 | 1000-10000, scales 0-0.02 | `{pkb_commit}`'s count (fp32 and random cameras: see 61's rows) |

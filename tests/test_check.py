@@ -74,9 +74,20 @@ def test_a_list_of_ints_is_the_same_answer_as_a_1d_integer_tensor():
     assert "out[0]: 1 of 2 elements differ at (1,) (got 6, expected 5); exact comparison" in \
         compare(([3, 6], [4, 4], torch.zeros(2, 4)), ref)
     assert "out[0]: shape (3,), expected (2,)" in compare(([3, 5, 0], [4, 4], torch.zeros(2, 4)), ref)
-    # only ints, only where the reference has a 1-D integer tensor
-    assert "output structure" in compare([3.0, 5.0], torch.tensor([3, 5]))
+    # only integers, only where the reference has a 1-D integer tensor
+    assert "output structure" in compare([3.5, 5.0], torch.tensor([3, 5]))
+    assert "output structure" in compare([True, 5], torch.tensor([1, 5]))
     assert "output structure" in compare([[3, 5]], torch.tensor([[3, 5]]))
+
+
+def test_floats_equal_to_the_integer_splits_are_the_same_answer():
+    """PKB's own reference of problem 26 sums an fp32 mask: ``tolist()`` gives floats (issue 55)."""
+    ref = (torch.tensor([3, 5]), torch.tensor([4, 4]), torch.zeros(2, 4))
+    assert compare(([3.0, 5.0], [4.0, 4], torch.zeros(2, 4)), ref) is None
+    assert "out[1]: 1 of 2 elements differ at (0,) (got 3, expected 4); exact comparison" in \
+        compare(([3.0, 5.0], [3.0, 4.0], torch.zeros(2, 4)), ref)
+    assert "output structure" in compare(([3.0, 5.0], [4.5, 3.5], torch.zeros(2, 4)), ref)
+    assert "output structure" in compare([float("nan"), 5.0], torch.tensor([3, 5]))
 
 
 def test_a_rule_pkbs_harness_did_not_apply_is_named_only_when_it_is_the_only_one_broken():

@@ -18,7 +18,9 @@ floats among them with the same rule.
 One answer, two forms: a list or tuple of Python ints where the reference has a
 1-D integer tensor is that tensor (PKB's first published commit returned problem
 26's splits as ``List[int]``, its later ones as int64 tensors): it compares
-exactly, like the tensor would.
+exactly, like the tensor would. A Python float equal to an integer counts as that
+integer there (PKB's own reference of problem 26 sums an fp32 mask, so ``tolist()``
+gives floats); a list holding any other float is not that answer.
 
 PKB's own harness compared only tensors, by shape and value, after a cast to
 float: it did not check output dtypes, the nesting of outputs, or whether a
@@ -101,15 +103,16 @@ def compare(candidate, reference, tolerance=None, bound=None) -> str | None:
 
 
 def _integer_lists_as_tensors(candidate, reference):
-    """``candidate`` with each list or tuple of Python ints that stands where the
-    reference has a 1-D integer tensor replaced by that tensor's form (the same
-    answer: see the module docstring). Anything else is left as it is."""
+    """``candidate`` with each list or tuple of Python ints (or floats equal to
+    integers) that stands where the reference has a 1-D integer tensor replaced by
+    that tensor's form (the same answer: see the module docstring). Anything else
+    is left as it is."""
     if isinstance(reference, torch.Tensor):
         if (reference.dim() == 1 and not reference.is_floating_point() and not reference.is_complex()
                 and reference.dtype != torch.bool and isinstance(candidate, (list, tuple))
-                and all(type(v) is int for v in candidate)):
+                and all(_integral(v) for v in candidate)):
             try:
-                return torch.tensor(list(candidate), dtype=reference.dtype, device=reference.device)
+                return torch.tensor([int(v) for v in candidate], dtype=reference.dtype, device=reference.device)
             except (OverflowError, RuntimeError):  # out of the dtype's range: compared as it came
                 return candidate
         return candidate
@@ -119,6 +122,12 @@ def _integer_lists_as_tensors(candidate, reference):
     if isinstance(reference, dict) and isinstance(candidate, dict):
         return {k: _integer_lists_as_tensors(v, reference[k]) if k in reference else v for k, v in candidate.items()}
     return candidate
+
+
+def _integral(value) -> bool:
+    """Whether ``value`` is a Python int, or a Python float whose value is an
+    integer (bools are neither: ``True`` is no split size)."""
+    return type(value) is int or (type(value) is float and value.is_integer())
 
 
 def _same_leaves(candidate, reference, tolerance) -> bool:
