@@ -196,6 +196,46 @@ def test_unknown_tables_and_keys_in_pkb_toml_are_refused(pkb_invoke, tmp_path, m
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.parametrize("text, message", [
+    ("measure_perf = 1", "1 is an integer, not true or false"),
+    ("measure_perf = [true]", "[true] is a list, not true or false"),
+    ("timeout = [5]", "[5] is a list, not a number"),
+    ("nproc = 2.5", "2.5 is a float, not an integer"),
+    ("nproc = true", "true is a boolean, not an integer"),
+    ("trials = true", "true is a boolean, not an integer"),
+    ("backend = 3.5", "3.5 is a float, not a string"),
+    ("problem = [1, 7.5]", "[1, 7.5] holds a float (7.5); it takes a non-empty list of strings and integers "
+                            "(or one comma-separated string)"),
+    ("problem = []", "[] is an empty list, not a non-empty list of strings and integers "
+                      "(or one comma-separated string)"),
+    ("slurm_option = [1]", "[1] is a list, not a list of strings"),
+])
+def test_a_value_of_the_wrong_toml_type_is_refused_in_one_line(pkb_invoke, tmp_path, monkeypatch, text, message):
+    """Issue 55: these ended in a traceback, ran a truncated value, or read a list as its str()."""
+    monkeypatch.chdir(tmp_path)
+    key = text.split(" =")[0]
+    (tmp_path / "pkb.toml").write_text(f"[run]\n{text}\n")
+    for command in (["problems"], ["run", "--out", "o"]):
+        assert one_error_line(pkb_invoke(*command), 4) == \
+            f"Error: Invalid value for {key!r} in [run] of pkb.toml: {message}"
+    assert not (tmp_path / "o").exists()
+
+
+def test_toml_values_become_what_the_command_line_would_give(pkb_pm):
+    from pkb_core.cli.config import command_defaults
+    from pkb_core.cli.main import prepare
+    from pkb_core.config import Config
+
+    cli = prepare(pkb_pm, Config())
+    config = Config({"run": {"problem": [1, "allgather"], "timing_mode": ["latency", "graph"], "nproc": 2,
+                             "timeout": 30, "measure_perf": True, "slurm_option": "--x=1", "rdzv_id": 7},
+                     "report": {"k": [1, 5]}, "inspect": {"problem": 7}}, "pkb.toml")
+    defaults, _ = command_defaults(config, cli)
+    assert defaults["run"] == {"problems": "1,allgather", "timing_modes": "latency,graph", "nproc": 2,
+                               "job_timeout": 30, "measure_perf": True, "slurm_options": ["--x=1"], "rdzv_id": "7"}
+    assert defaults["report"] == {"ks": "1,5"} and defaults["inspect"] == {"problem": "7"}
+
+
 def test_help_works_while_the_configuration_is_wrong(pkb_invoke, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "pkb.toml").write_text("[rum]\n")

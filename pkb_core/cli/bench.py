@@ -22,6 +22,7 @@ from pathlib import Path
 
 import click
 
+from pkb_core.cli.config_values import ListOption
 from pkb_core.cli.limits import limit_options
 
 from pkb_core.contracts.verdict import Verdict
@@ -55,10 +56,10 @@ def parse_sizes(text: str) -> list[int]:
 
 
 @click.command()
-@click.option("--problem", "problems", default="collective", show_default=True)
+@click.option("--problem", "problems", cls=ListOption, default="collective", show_default=True)
 @click.option("--backend", required=True, help="Backend plugin whose solutions run (see `pkb backends`).")
 @click.option("--solutions", default=None, help="Directory of solutions (default: the backend's samples).")
-@click.option("--sizes", default=DEFAULT_SIZES, show_default=True, help="Per-rank message sizes.")
+@click.option("--sizes", cls=ListOption, default=DEFAULT_SIZES, show_default=True, help="Per-rank message sizes.")
 @click.option("--nproc", type=click.IntRange(min=1), default=None, help="Ranks (default: every GPU; 2 in CPU mode).")
 @click.option("--dtype", type=click.Choice(["auto", "bf16", "fp16", "fp32"]), default="auto")
 @click.option("--trials", type=click.IntRange(min=1), default=2, show_default=True,

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from pkb_core.cli.config_values import ListOption
 from pkb_core.contracts.verdict import Verdict
 
 
@@ -15,7 +16,8 @@ from pkb_core.contracts.verdict import Verdict
 @click.option("--backend", required=True, help="Backend plugin (see `pkb backends`).")
 @click.option("--solution", default=None, help="A solution file.")
 @click.option("--solutions", default=None, help="A directory of <id>_<name>*.py solution files (default: the backend's samples).")
-@click.option("--problem", "problems", default=None, help="Ids, names, categories or ranges (default: all).")
+@click.option("--problem", "problems", cls=ListOption, default=None,
+              help="Ids, names, categories or ranges (default: all).")
 @click.option("--device", type=click.Choice(["auto", "cuda", "cpu"]), default="auto", show_default=True,
               help="The device type the builds are for (nothing runs on it).")
 @click.option("--build-timeout", type=click.FloatRange(min=0, min_open=True), default=600.0, show_default=True,

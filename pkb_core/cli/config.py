@@ -5,7 +5,8 @@ e.g. ``PKB_RUN_BACKEND``, ``PKB_RUN_TIMEOUT``), the file (read by :mod:`pkb_core
 the built-in default. The tables are :mod:`pkb_core.config`'s.
 
 An unknown table or key is an error naming the file and the key (with the
-closest valid one), so a typo never goes unnoticed; the names under
+closest valid one), so a typo never goes unnoticed, and so is a value of a TOML
+type the option does not take (:mod:`pkb_core.cli.config_values`); the names under
 ``[backends.*]`` and ``[providers.*]`` are plugins' and are not checked (a
 plugin may be installed on one machine and not another).
 """
@@ -16,6 +17,7 @@ import os
 
 import click
 
+from pkb_core.cli.config_values import toml_default
 from pkb_core.config import PLUGIN_TABLES, Config
 
 #: Where the group keeps the run's configuration on the click context (``ctx.meta``: shared by
@@ -69,7 +71,8 @@ def command_defaults(config: Config, cli: click.Group) -> tuple[dict, dict]:
     Returns ``(default_map, written)``: the defaults of each command by parameter
     name, and ``{(command, parameter): key as written}`` (for error messages).
     Raises :class:`click.UsageError` naming the file and the key for an unknown
-    table or key, or a table that is not one."""
+    table or key, a table that is not one, or a value of a TOML type the option does not
+    take (:func:`pkb_core.cli.config_values.toml_default`)."""
     origin = config.origin or "pkb configuration"
     commands = {name: cmd for name, cmd in cli.commands.items() if option_keys(cmd)}
     tables = sorted(set(commands) | set(PLUGIN_TABLES))
@@ -100,7 +103,12 @@ def command_defaults(config: Config, cli: click.Group) -> tuple[dict, dict]:
             if name in values:
                 raise click.UsageError(f"{origin}: {config.table(section)} sets {name!r} twice "
                                        f"({written[(section, name)]!r} and {key!r})")
-            values[name] = value
+            param = next(p for p in commands[section].params if p.name == name)
+            try:
+                values[name] = toml_default(param, value)
+            except ValueError as exc:
+                raise click.UsageError(f"Invalid value for {key!r} in {config.table(section)} of "
+                                       f"{config.origin or 'the pkb configuration'}: {exc}") from None
             written[(section, name)] = key
         per_command[section] = values
     prompt = per_command.get("prompt", {})

@@ -6,11 +6,12 @@ from pathlib import Path
 import click
 
 from pkb_core.errors import PkbError
+from pkb_core.cli.config_values import ListOption
 from pkb_core.cli.prompt import prompt_options, prompt_request
 
 
 @click.command()
-@click.option("--problem", "problems", required=True,
+@click.option("--problem", "problems", cls=ListOption, required=True,
               help="Ids, names, categories, ranges (1-8) or 'all', comma-separated.")
 @prompt_options
 @click.option("--model", required=True, help="Model name, as the provider knows it.")

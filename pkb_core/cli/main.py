@@ -16,6 +16,7 @@ import click
 from pkb_core import __version__
 from pkb_core.cli.config import (CONFIG_META, add_option_envvars, command_defaults, config_of, default_map,
                                  value_origin)
+from pkb_core.cli.config_values import ListOption
 from pkb_core.config import Config, load_config
 from pkb_core.errors import PkbError
 from pkb_core.plugin.manager import backend_infos, get_plugin_manager
@@ -221,7 +222,7 @@ def build_cli(pm) -> click.Group:
     @click.option("--force", is_flag=True, help="Measure again even if cached (the noise floor too).")
     @click.option("--noise/--no-noise", default=True, show_default=True,
                   help="Measure the noise floor (the reference against itself) when it is not cached.")
-    @click.option("--noise-problems", default="1,2,7", show_default=True,
+    @click.option("--noise-problems", cls=ListOption, default="1,2,7", show_default=True,
                   help="Problems (ids) timed against themselves for the noise floor.")
     @click.option("--noise-iters", type=int, default=None,
                   help="At most this many timed calls per side and mode for the noise floor (default: pkb run's, "

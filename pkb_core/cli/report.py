@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from pkb_core.cli.console import Section, show
+from pkb_core.cli.config_values import ListOption
 from pkb_core.errors import PkbError
 from pkb_core.results.report import FAST_P, load_run
 from pkb_core.results.rounds import summarize_run
@@ -23,8 +24,8 @@ HOST_ONLY = "n/a (host timings only: --include-cpu counts them)"
 @click.option("--html", "html_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Also write a self-contained HTML page to this file.")
 @click.option("--plots", is_flag=True, help="Also write PNG and SVG charts into RUN_DIR/plots (needs matplotlib).")
-@click.option("--k", "ks", default=None, help="k values of pass@k, comma-separated (default: 1,2,5,10,... up to "
-                                              "the most samples of any problem).")
+@click.option("--k", "ks", cls=ListOption, default=None,
+              help="k values of pass@k, comma-separated (default: 1,2,5,10,... up to the most samples of any problem).")
 @click.option("--include-cpu", is_flag=True,
               help="Count host timings (CPU mode) in fast_p and the geomean speedup too (left out by default).")
 def report(run_dir, json_, html_file, plots, ks, include_cpu):

@@ -11,6 +11,7 @@ import click
 
 from pkb_core.errors import PkbError
 from pkb_core.plugin.reference_backend import NAME as REFERENCE
+from pkb_core.cli.config_values import ListOption
 from pkb_core.cli.limits import limit_options
 from pkb_core.launch.fanout import executor_options
 from pkb_core.cli.progress import JobProgress
@@ -21,7 +22,7 @@ from pkb_core.plugin.hookspecs import hookimpl
 
 
 @click.command()
-@click.option("--problem", "problems", default=None,
+@click.option("--problem", "problems", cls=ListOption, default=None,
               help="Ids, names, categories, ranges (1-8) or 'all', comma-separated. Default: all (or the "
                    "problem a --solution file is named after).")
 @click.option("--backend", default=REFERENCE, show_default=True, help="Backend plugin (see `pkb backends`).")
@@ -43,7 +44,7 @@ from pkb_core.plugin.hookspecs import hookimpl
 @click.option("--mode", type=click.Choice(["eval", "dryrun"]), default="eval", show_default=True,
               help="eval checks against the reference; dryrun runs only the candidate and saves its outputs.")
 @click.option("--measure-perf", is_flag=True, help="Time the reference and the candidate (times and speedups).")
-@click.option("--timing-mode", "timing_modes", default="latency", show_default=True,
+@click.option("--timing-mode", "timing_modes", cls=ListOption, default="latency", show_default=True,
               callback=lambda ctx, param, value: _timing_modes(value),
               help="Comma-separated: latency, back-to-back, graph (the first gives the headline numbers).")
 @click.option("--profile", is_flag=True, help="Save per-rank profiler traces of a few calls (needs --measure-perf).")
