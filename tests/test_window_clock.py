@@ -88,7 +88,7 @@ def test_a_side_that_never_signals_is_a_timeout_not_a_hang(clock):
     skeletons, region, layout = _arm(clock, sets)
     side = WindowSide(CPU)
     side.attach(region)
-    side.region.write_ready(3)  # it says it is ready, then never finishes a call
+    side.region.write_queued(4)  # it says its first call is queued, then never finishes it
     clock.send("open", side="candidate", epoch=3, timeout_s=1.5, **layout)
     answer = clock.receive()
     assert answer["times_ns"] == [] and "never finished" in answer["status"]
@@ -99,7 +99,7 @@ def test_done_signalled_ahead_gets_snapshots_of_nothing(clock):
     skeletons, region, layout = _arm(clock, sets)
     side = WindowSide(CPU)
     side.attach(region)
-    side.region.write_ready(1)
+    side.region.write_queued(1 + len(sets))
     side.region.write_done(1 + len(sets))  # every window "done" before any call ran
     clock.send("open", side="candidate", epoch=1, timeout_s=20, **layout)
     assert clock.receive()["status"] == "ok"
@@ -122,7 +122,7 @@ def test_window_mode_judges_honest_and_hostile_solutions(pkb_invoke, tmp_path):
     assert honest["verdict"] == "pass", honest
     window = honest["stats"]["modes"]["window"]
     assert window["alignment"] == {"reference": "timekeeper windows", "candidate": "timekeeper windows"}
-    assert set(window["windows_us"]) == {"null", "reference", "candidate"}
+    assert set(window["windows_us"]) == {"null", "harness", "reference", "candidate"}
     assert window["speedup"]["rounds"] >= 6 and window["speedup"]["low"] is not None
     # No garbage collection of either side (or of the null side) lands inside a window.
     assert all(d["gc_collections_in_windows"] == 0 for d in window["window_diagnostics"].values())

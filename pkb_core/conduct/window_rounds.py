@@ -1,11 +1,15 @@
 """Window mode: every call timed in its own window of the judge's timekeeper (docs/timing.md).
 
 Per round the launcher has the judge arm ``k + 1`` fresh input sets for each side (into the
-timekeeper's private staging) and runs three batches, each one call a window:
+timekeeper's private staging) and runs four batches, each one call a window:
 
-* ``null``: the judge's rank as a side that calls nothing: what a window costs by itself
-  (the hand-offs between the timekeeper's context and the side's, the release of the
-  inputs, placing them, the device barrier, the export of the arguments, the snapshot);
+* ``null``: the judge's rank as a side that only waits for each gate and closes it: the pure
+  cost of a hand-off between the timekeeper's context and a side's (with the release of the
+  inputs and the snapshot of the same bytes). Every side does at least this, so it is what is
+  subtracted, and a side whose windows are measurably shorter is ``flagged``, never read as fast;
+* ``harness``: the judge's rank placing each set, crossing the device barrier and exporting, with
+  no call: what pkb's side harness adds to a window (a diagnostic: it runs in a side's process
+  too, where the side could skip it, so nothing is subtracted for it);
 * ``reference`` and ``candidate``, in a random order balanced over pairs of rounds: two groups
   made the same way (forked by zygotes, locked down, set up, frozen between batches, timed
   through the same code), the reference group calling the problem's reference as its solution
@@ -13,12 +17,13 @@ timekeeper's private staging) and runs three batches, each one call a window:
   speedup differ only in the code they call.
 
 A batch's value is the median over its windows of the slowest rank's window (the first
-window is a lead-in: the side's host may still be queueing it; it is checked, not timed).
-A side's per-call time in a round is its value less the null batch's: the kernel's own
-time and the harness's copies it cannot avoid. The speedup is the ratio of the two sides'
-medians with the interval over the rounds' paired ratios (:mod:`pkb_core.conduct.intervals`),
-as in every mode. Nothing a side's process says is a time: the timekeeper's clock holds
-every number, and no side sees set ``w + 1`` before call ``w``'s outputs were taken.
+window is a lead-in: checked, not timed). A side's per-call time in a round is its value less
+the null batch's. The speedup is the ratio of the two sides' medians with the interval over
+the rounds' paired ratios (:mod:`pkb_core.conduct.intervals`), as in every mode; the raw
+windows' ratio (nothing subtracted) stands beside it. Nothing a side's process says is a
+time: the timekeeper's clock holds every number, it starts a window only once the side has
+queued the call (:mod:`pkb_core.harness.windows`), and no side sees set ``w + 1`` before
+call ``w``'s outputs were taken.
 
 The job's run is used through the same public interface as latency mode's rounds
 (:class:`pkb_core.conduct.timed_rounds.RoundsRun`; named, not imported: timed_rounds
@@ -40,9 +45,13 @@ from pkb_core.contracts.outcome import JobEnded
 from pkb_core.contracts.timing import ModeTiming
 from pkb_core.contracts.verdict import Verdict
 
-#: A call's time is never taken as less than this share of its window (the null batch is
-#: itself measured: on a loaded host it can exceed a short call's window).
-FLOOR_SHARE = 0.01
+#: A side is measurably shorter than the empty hand-off when its median window is below the
+#: null's by more than the largest of: this many microseconds (a window's spread on a GPU),
+#: this share of the null, and the spread of the null's own per-round values.
+BELOW_NULL_US = 2.0
+BELOW_NULL_SHARE = 0.02
+#: The judge's own sides, timed every round before the two that are compared.
+JUDGE_SIDES = ("null", "harness")
 #: Warm-up batches at most (each of up to ``calls`` windows).
 WARM_BATCHES = 3
 
@@ -60,6 +69,9 @@ class Batches:
         self.spread: dict = {}
         self.host: dict = {}
         self.collections: dict = {}
+        #: Per side: the timed batches in which a call was not queued ahead of its gate (the
+        #: timekeeper's own observation), and the first such call.
+        self.unqueued: dict = {}
 
     def _timeout(self) -> float:
         return max(1.0, self.run.deadline - time.monotonic() - 1.0)
@@ -95,6 +107,11 @@ class Batches:
                                         for a in answers]), "rank")
             if found:
                 raise JobEnded(*found)
+        late = [t.not_queued_ahead for t in times if isinstance(t.not_queued_ahead, int)]
+        if late and "/warm" not in label:
+            seen = self.unqueued.setdefault(side, {"batches": 0, "first_call": min(late)})
+            seen["batches"] += 1
+            seen["first_call"] = min(seen["first_call"], min(late))
         per_window = [max(t.times_ns[w] for t in times) / 1e3 for w in range(min(len(t.times_ns) for t in times))]
         if len(per_window) < k:
             raise JobEnded(Verdict.ERROR, f"the timekeeper timed {len(per_window)} of the {side}'s {k} calls")
@@ -118,6 +135,8 @@ class Batches:
                 found[side]["host_us_per_call"] = round(statistics.median(self.host[side]), 3)
             if side in self.collections:
                 found[side]["gc_collections_in_windows"] = self.collections[side]
+            if side in self.unqueued:
+                found[side]["not_queued_ahead"] = self.unqueued[side]
         return found
 
 
@@ -132,32 +151,66 @@ def time_windows(run, mode: str, budget_s: float, calls: int, least: int, cap: i
     batches = Batches(run, calls)
     warm = min(WARM_BATCHES, max(1, -(-job.warmup // calls))) if job.warmup else 0
     for i in range(warm):
-        for side in ("null", "reference", "candidate"):
+        for side in (*JUDGE_SIDES, "reference", "candidate"):
             batches.batch(side, f"{mode}/warm{i}", check=side == "candidate")
     rule = StoppingRule(min_samples=max(1, least), max_samples=cap)
     per_call = {"reference": [], "candidate": []}
-    raw = {"reference": [], "candidate": [], "null": []}
+    raw = {"reference": [], "candidate": [], **{side: [] for side in JUDGE_SIDES}}
     started = time.monotonic()
     round_, stopped, order = 0, None, ("reference", "candidate")
     while stopped is None:
         # A random order for each pair of rounds, the other order in its second round.
         order = tuple(batches.rng.sample(order, 2)) if round_ % 2 == 0 else order[::-1]
-        null = statistics.median(batches.batch("null", f"{mode}/{round_}/null")[1:])
-        raw["null"].append(null)
+        for side in JUDGE_SIDES:
+            raw[side].append(statistics.median(batches.batch(side, f"{mode}/{round_}/{side}")[1:]))
+        null = raw["null"][-1]
         for side in order:
             value = statistics.median(batches.batch(side, f"{mode}/{round_}/{side}", check=side == "candidate")[1:])
             raw[side].append(value)
-            per_call[side].append(max(value - null, FLOOR_SHARE * value) / 1e3)  # ms
+            per_call[side].append((value - null) / 1e3)  # ms; never floored: a short side is judged below
         round_ += 1
         samples = round_ * calls
-        stopped = rule.decide_within(samples, per_call["reference"], per_call["candidate"],
-                                     time.monotonic() - started, budget_s)
+        stopped = rule.decide_within(samples, *_positive(per_call), time.monotonic() - started, budget_s)
+    _judge_against_null(raw)
     pairs = list(zip(per_call["reference"], per_call["candidate"]))
     total = round_ * calls
     alignment = {"reference": "timekeeper windows", "candidate": "timekeeper windows"}
+    raw_ratio = speedup(raw["reference"], raw["candidate"], list(zip(raw["reference"], raw["candidate"])))
+    extra = {"windows_us": {side: round(statistics.median(v), 3) for side, v in raw.items()},
+             "raw_speedup": {"value": raw_ratio.value, "low": raw_ratio.low, "high": raw_ratio.high},
+             "harness_us": round(statistics.median(raw["harness"]) - statistics.median(raw["null"]), 3),
+             "window_diagnostics": batches.diagnostics()}
     return ModeTiming(reference=summarize(per_call["reference"], per_call["reference"], calls=total),
                       candidate=summarize(per_call["candidate"], per_call["candidate"], calls=total),
                       speedup=speedup(per_call["reference"], per_call["candidate"], pairs), stopped=stopped,
-                      batches=round_, alignment=alignment, calls_per_batch=calls,
-                      extra={"windows_us": {side: round(statistics.median(v), 3) for side, v in raw.items()},
-                             "window_diagnostics": batches.diagnostics()})
+                      batches=round_, alignment=alignment, calls_per_batch=calls, extra=extra)
+
+
+def _positive(per_call: dict) -> tuple[list, list]:
+    """The sides' per-call values for the stopping rule (which needs positive times: a value at
+    or below the hand-off's is judged by :func:`_judge_against_null` once the rounds end)."""
+    return tuple([max(v, 1e-9) for v in per_call[side]] for side in ("reference", "candidate"))
+
+
+def below_null_slack(null_rounds: list[float]) -> float:
+    """How far (us) a side's median window may lie below the null's before it is measurably
+    shorter than the empty hand-off: the null's own noise, at least :data:`BELOW_NULL_US`."""
+    median = statistics.median(null_rounds)
+    return max(BELOW_NULL_US, BELOW_NULL_SHARE * median, max(null_rounds) - min(null_rounds))
+
+
+def _judge_against_null(raw: dict) -> None:
+    """A side whose windows are measurably shorter than a window with nothing in it did less
+    than every side must (wait for its gate, close it): the candidate is ``flagged`` with the
+    numbers; the reference group (pkb's own) makes it the job's error."""
+    null = statistics.median(raw["null"])
+    slack = below_null_slack(raw["null"])
+    for side in ("candidate", "reference"):
+        value = statistics.median(raw[side])
+        if value < null - slack:
+            line = (f"the {side}'s windows ({value:.1f} us, median over {len(raw[side])} rounds) are shorter than "
+                    f"the judge's empty hand-off ({null:.1f} us, noise {slack:.1f} us): its calls did less than "
+                    "waiting for their gates and closing them")
+            if side == "candidate":
+                raise JobEnded(Verdict.FLAGGED, line + " (a timing cheat, never a speedup)")
+            raise JobEnded(Verdict.ERROR, line + " (pkb's own reference group: the clock is not to be trusted here)")

@@ -121,7 +121,8 @@ class Clocks(Answer):
 @attrs.frozen(kw_only=True)
 class ArmWindows(Request):
     """Draw ``k`` fresh input sets (round ``round``) into the timekeeper's private staging
-    for ``side`` (``reference``, ``candidate`` or ``null``: docs/timing.md), keep them for
+    for ``side`` (``reference``, ``candidate``, or the judge's own ``null`` and ``harness``
+    sides: docs/timing.md), keep them for
     the check, and make sure the side's gate region fits them. ``folder``: where a CPU
     region's file goes (the side's own shared-memory folder; empty: the judge's)."""
 
@@ -144,7 +145,8 @@ class Armed(Answer):
 @attrs.frozen(kw_only=True)
 class OpenWindows(Request):
     """Run the armed sets of ``side`` through the timekeeper's windows (round epoch
-    ``epoch``); for ``null`` the judge's rank is the side itself."""
+    ``epoch``); for ``null`` (the empty hand-off) and ``harness`` (a side's placing, device
+    barrier and export with no call) the judge's rank is the side itself."""
 
     OP = "open"
     side: str
@@ -162,6 +164,10 @@ class WindowTimes(Answer):
     host_us: float | None = optional()
     #: When the judge's rank was the side: its garbage collections during the batch.
     collections: int | None = optional()
+    #: The first window whose call the side had not queued ahead of its gate (GPU: the
+    #: timekeeper opened that gate itself after waiting; that window and the batch's later
+    #: ones may hold the side's host time); None when every call was queued ahead.
+    not_queued_ahead: int | None = optional()
 
 
 @attrs.frozen(kw_only=True)

@@ -5,9 +5,12 @@ times on a rank and exports it to that side (a CUDA IPC handle on GPU, a shared-
 file in the side's own folder on CPU). The side can read and write it but never free it.
 It holds three words and two slots:
 
+``queued`` the side writes ``E + 1 + w`` once everything call ``w`` does is queued behind its
+           gate (GPU: on the side's stream; CPU: the side is waiting for ``go``). The
+           timekeeper starts window ``w``'s clock only after it, so the side's host work
+           (Python, launches, messages) is never inside a window
 ``go``     the timekeeper writes ``E + 1 + w`` once call ``w``'s inputs are in ``in_slot``
 ``done``   the side writes ``E + 1 + w`` once call ``w``'s outputs and arguments are in ``out_slot``
-``ready``  the side writes ``E`` once its first calls are queued (on GPU: behind ``go``)
 ``in_slot``   one call's input set, released by the timekeeper from its private staging
 ``out_slot``  what one call produced (its outputs and argument buffers, :func:`pack_into`)
 
@@ -25,7 +28,7 @@ import os
 import time
 
 #: Byte offsets of the words in a region's header, and the header's size (slots start after it).
-GO, DONE, READY = 0, 64, 128
+GO, DONE, QUEUED = 0, 64, 128
 HEADER = 4096
 #: Polls of a host word before a poll sleeps (CPU engine).
 SPINS = 200
@@ -95,7 +98,7 @@ class HostRegion:
         finally:
             os.close(fd)
         self.size = size
-        self.go, self.done, self.ready = (HostWord(self.map, at) for at in (GO, DONE, READY))
+        self.go, self.done, self.queued = (HostWord(self.map, at) for at in (GO, DONE, QUEUED))
 
     def view(self, at: int, n: int):
         """Bytes ``at..at+n`` as a writable memoryview (the timekeeper's copies)."""
@@ -108,7 +111,7 @@ class HostRegion:
         return torch.frombuffer(self.map, dtype=torch.uint8, offset=at, count=n)
 
     def close(self) -> None:
-        for word in (self.go, self.done, self.ready):
+        for word in (self.go, self.done, self.queued):
             word.cell = None
         try:
             self.map.close()
@@ -175,8 +178,8 @@ def import_handle(handle: str) -> int:
 class SideRegion:
     """A side's view of its gate region: the slots as tensors, the words as operations.
 
-    On GPU the waits and writes are queued on the side's current stream (and ``ready`` on
-    a stream of its own, so it is not held behind the first ``go``); on CPU they happen now.
+    On GPU the waits and writes are queued on the side's current stream (and ``queued`` on
+    a stream of its own, so it is not held behind the gates it announces); on CPU they happen now.
     """
 
     def __init__(self, *, device, handle: str = "", path: str = "", in_bytes: int, out_bytes: int):
@@ -211,18 +214,22 @@ class SideRegion:
         else:
             self.host.done.write(value)
 
-    def write_ready(self, value: int) -> None:
+    def write_queued(self, value: int) -> None:
+        """Say that call ``value - E - 1`` is queued (GPU: on a stream of its own, which no
+        gate holds, so the word lands as soon as the host has issued it)."""
         if self.host is None:
-            stream_write(self.side_stream.cuda_stream, self.ptr + READY, value)
+            stream_write(self.side_stream.cuda_stream, self.ptr + QUEUED, value)
         else:
-            self.host.ready.write(value)
+            self.host.queued.write(value)
 
     def abandon(self, value: int) -> None:
         """Mark every call up to ``value`` done at once (a side that failed mid-batch), so the
         timekeeper's windows end now instead of at its deadline."""
         if self.host is None:
+            stream_write(self.side_stream.cuda_stream, self.ptr + QUEUED, value)
             stream_write(self.side_stream.cuda_stream, self.ptr + DONE, value)
         else:
+            self.host.queued.write(value)
             self.host.done.write(value)
 
     def close(self) -> None:

@@ -1,19 +1,23 @@
 """One side's calls, each in a window of the judge's timekeeper (docs/timing.md).
 
-The same code runs the reference's calls (in the judge's processes), a candidate's (in
-its own) and the null side's (the judge's, calling nothing: the cost of a window itself).
-For every call ``w`` of a batch the side
+The same code runs the reference group's calls, a candidate's, and the judge's null side
+(the empty hand-off: a window with no call in it, what a window costs by itself). For every
+call ``w`` of a batch the side
 
-1. waits for the timekeeper's ``go`` (:mod:`pkb_core.harness.gates`): set ``w`` is in ``in_slot``;
-2. places it in its own buffers (the backend's symmetric heap for a candidate) and calls;
-3. writes the call's outputs and its argument buffers after the call into ``out_slot``
+1. announces it (``queued``, :mod:`pkb_core.harness.gates`): on GPU once everything the call
+   does is queued on its stream behind the gate; on CPU once it waits for the gate;
+2. waits for the timekeeper's ``go``: set ``w`` is in ``in_slot``;
+3. places it in its own buffers (the backend's symmetric heap for a candidate) and calls;
+4. writes the call's outputs and its argument buffers after the call into ``out_slot``
    (:func:`pkb_core.harness.parcel.pack_into`) and signals ``done``.
 
-On GPU all of it is queued on the side's stream behind the gate words (stream memory
-operations, front-end waits): the host queues calls ahead, the device runs each one when
-its gate opens, so neither side's host work (Python, launches, the command's messages)
-lies inside a window unless the device waits for it. On CPU the steps run in this
-process as they come. Nothing here measures time: the timekeeper's clock does.
+The timekeeper starts window ``w``'s clock only once ``queued`` says the call is on the
+device's queue, so on GPU the side's host (unpacking, Python, launches) is never inside a
+window: the host queues the whole batch ahead, and the device runs each call when its gate
+opens. A call whose queueing waits for the device (an ``.item()``, a first allocation's
+rendezvous) cannot be queued ahead of its own gate: the timekeeper sees it stall and opens
+the gate itself, and the record says from which call the side's windows hold its host's
+time (``not_queued_ahead``). Nothing here measures time: the timekeeper's clock does.
 """
 from __future__ import annotations
 
@@ -24,13 +28,6 @@ import torch
 
 from pkb_core.harness.gates import SideRegion
 from pkb_core.harness.parcel import TRUSTED, pack_into, unpack_from
-
-
-#: Calls queued on GPU before the side says it is ready. 0: ``ready`` comes first. A head
-#: start (measured on 2xH100 with 8) deadlocks a call whose queueing waits on the device
-#: (a first allocation's rendezvous, an ``.item()``): its window never opens. The first
-#: window of a batch is a lead-in instead (pkb_core.conduct.window_rounds).
-HEAD_START = 0
 
 
 class WindowTimeout(RuntimeError):
@@ -45,8 +42,7 @@ class WindowSide:
         self.region = None
         self.key = None
         #: The median host time this side spent queueing (GPU) or running (CPU) one call of its
-        #: last batch, in microseconds: a diagnostic (on GPU a side whose host needs longer than
-        #: a window makes the device wait for it inside the window).
+        #: last batch, in microseconds: a diagnostic (on GPU it lies before each window).
         self.host_us = None
         #: Garbage collections of this process during its last batch (0 unless its calls ask for one).
         self.collections = 0
@@ -71,7 +67,8 @@ class WindowSide:
         ``out_slot``, in order.
 
         :param call: ``call(args) -> (outputs, arguments after the call)``, where ``args`` is
-            the set as views of ``in_slot`` (the side copies what it keeps).
+            the set as views of ``in_slot`` (the side copies what it keeps); ``None`` for the
+            empty hand-off (the null side: each window is a wait for ``go`` and ``done``).
         """
         region = self.region
         deadline = time.monotonic() + timeout_s
@@ -79,23 +76,30 @@ class WindowSide:
         was_enabled = gc.isenabled()
         gc.disable()  # no collection of this process lands inside a window
         collected = _collections()
-        head = HEAD_START if self.device.type == "cuda" else 0
+        on_device = self.device.type == "cuda"
         try:
-            if not head:
-                region.write_ready(epoch)
             for w, skeleton in enumerate(skeletons):
                 mark = epoch + 1 + w
+                queued = time.perf_counter()
+                # The set's views of in_slot are laid out before the gate (their values arrive with it).
+                args = None if call is None else unpack_from(skeleton, region.in_slot, limits=TRUSTED,
+                                                             make_group=make_group, copy=False)
+                if not on_device:
+                    region.write_queued(mark)  # CPU: from here on this side only waits for the gate
                 if not region.wait_go(mark, deadline):
                     raise WindowTimeout(f"the gate of call {w} never opened")
-                queued = time.perf_counter()
-                args = unpack_from(skeleton, region.in_slot, limits=TRUSTED, make_group=make_group, copy=False)
-                outputs, after = call(args)
-                written.append(pack_into({"out": outputs, "args": after}, region.out_slot))
+                if not on_device:
+                    queued = time.perf_counter()  # CPU: the host time of the call itself
+                if call is None:
+                    written.append(None)
+                else:
+                    outputs, after = call(args)
+                    written.append(pack_into({"out": outputs, "args": after}, region.out_slot))
                 region.write_done(mark)
+                if on_device:
+                    region.write_queued(mark)  # GPU: all of call w is on the stream, behind its gate
                 host.append(time.perf_counter() - queued)
-                if head and w + 1 == min(head, len(skeletons)):
-                    region.write_ready(epoch)  # a head start: the host stays ahead of the device
-            if self.device.type == "cuda":
+            if on_device:
                 torch.cuda.synchronize(self.device)
             self.collections = _collections() - collected  # read before the collector is on again
         except BaseException:

@@ -386,18 +386,20 @@ class JudgeRank:
 
     def on_open(self, request: OpenWindows) -> WindowTimes:
         """The armed sets of ``request.side`` through the timekeeper's windows. For the
-        ``null`` side this rank is the side: it places each set and calls nothing, as a
-        group's rank places its set and calls its solution."""
+        judge's own sides this rank is the side: ``null`` waits for each gate and closes it
+        (the empty hand-off, what a window costs by itself), ``harness`` places each set,
+        crosses the device barrier and exports, calling nothing (what a side's harness adds)."""
         armed = self.armed[request.side]
         clock = self._clock()
-        own = request.side == "null"  # the judge's rank is the null side; both others are groups
+        own = request.side in ("null", "harness")  # the reference and the candidate are groups
         call = self._side_call(request.side, armed) if own else None  # before the timekeeper waits for it
         clock.send("open", side=request.side, epoch=request.epoch, sizes=armed["sizes"],
                    set_stride=armed["set_stride"], snap_stride=armed["snap_stride"], timeout_s=request.timeout_s)
         failure = None
         if own:
             try:
-                self.window_side.run(epoch=request.epoch, skeletons=armed["skeletons"], call=call,
+                self.window_side.run(epoch=request.epoch, skeletons=armed["skeletons"],
+                                     call=None if request.side == "null" else call,
                                      timeout_s=request.timeout_s, make_group=lambda *_: None)
             except Exception as exc:  # noqa: BLE001 - reported after the timekeeper's answer
                 failure = exc
@@ -406,18 +408,18 @@ class JudgeRank:
             raise failure
         return WindowTimes(times_ns=answer["times_ns"], status=answer["status"],
                            host_us=self.window_side.host_us if own else None,
-                           collections=self.window_side.collections if own else None)
+                           collections=self.window_side.collections if own else None,
+                           not_queued_ahead=answer.get("not_queued_ahead"))
 
     def _side_call(self, side: str, armed):
-        """This rank as the ``null`` side (it calls nothing; what a window costs by itself):
-        its gate region attached, its device barrier made, and its call in each window."""
+        """This rank as one of the judge's own sides: its gate region attached, its device
+        barrier made, and (``harness``) what a side does in each window, less the call."""
         from pkb_core.harness.windows import WindowSide
 
         if getattr(self, "window_side", None) is None:
             self.window_side = WindowSide(self.device)
         self.window_side.attach(armed["region"])
         self.align()
-        reference = self.problem.reference if side == "reference" else None
         sets = iter(armed["sets"])
         barrier = self.timer.device_barrier
 
@@ -425,7 +427,7 @@ class JudgeRank:
             placed = _placed(next(sets), views)
             if barrier is not None:
                 barrier()  # every rank's set is in place before any call reads its peers
-            return (reference(*placed) if reference else None), placed
+            return None, placed
 
         return call
 

@@ -3,6 +3,8 @@
 Every timed call of either side runs in its own *window* (docs/timing.md): the timekeeper,
 on its own stream (its own CUDA context, one per GPU; on CPU its own process and clock),
 
+0. waits until the side says call ``w`` is queued (``queued``): on GPU the call's work is on
+   the side's stream behind its gate, so the side's host is not inside the window;
 1. stamps ``t0``;
 2. *releases* the call's input set: copies it from its private staging (memory no side
    can map) into the side's ``in_slot`` (:mod:`pkb_core.harness.gates`);
@@ -31,12 +33,19 @@ import os
 import sys
 import time
 
-from pkb_core.harness.gates import DONE, GO, READY, HostRegion, behind, checked, driver, export_handle, \
+from pkb_core.harness.gates import DONE, GO, QUEUED, HostRegion, behind, checked, driver, export_handle, \
     slot_layout, stream_wait, stream_write
 
 #: Windows queued ahead of the last one known finished (GPU): a stream's queue holds about a
 #: thousand operations, and a host blocked in a full queue could not keep its deadline.
 AHEAD = 48
+#: How long (GPU) the timekeeper waits for a side to queue a call before it opens the call's
+#: gate itself: a call whose queueing needs the device (an ``.item()``, a first allocation's
+#: rendezvous) waits on work behind its own gate. Once a side stalls, its later calls of the
+#: batch are not waited for (``not_queued_ahead``: their windows may hold the side's host).
+STALL_S = 0.25
+#: The same wait once a batch has stalled: the side may still announce calls it did queue.
+STALL_AGAIN_S = 0.002
 
 
 class HostClock:
@@ -66,10 +75,12 @@ class HostClock:
         region, in_bytes, out_bytes = self.regions[side]
         in_at, out_at, _ = slot_layout(in_bytes, out_bytes)
         times = []
-        if not region.ready.wait(epoch, deadline):
-            return {"times_ns": times, "status": "the side never said it was ready"}
         for w, n in enumerate(sizes):
             mark = epoch + 1 + w
+            # A CPU side announces a call once it waits for the gate: what it did since the
+            # last window (its bookkeeping, the next set's layout) is outside this one.
+            if not region.queued.wait(mark, deadline):
+                return {"times_ns": times, "status": f"call {w} never started (the side never waited for its gate)"}
             t0 = time.perf_counter_ns()
             region.view(in_at, n)[:] = self.staging.view(w * set_stride, n)
             region.go.write(mark)
@@ -77,7 +88,7 @@ class HostClock:
                 return {"times_ns": times, "status": f"call {w} never finished (no done before the deadline)"}
             self.snap.view(w * snap_stride, out_bytes)[:] = region.view(out_at, out_bytes)
             times.append(time.perf_counter_ns() - t0)
-        return {"times_ns": times, "status": "ok"}
+        return {"times_ns": times, "status": "ok", "not_queued_ahead": None}
 
     def close(self):
         for region, *_ in self.regions.values():
@@ -136,14 +147,16 @@ class DeviceClock:
         cu = driver()
         ptr, in_bytes, out_bytes = self.regions[side]
         in_at, out_at, _ = slot_layout(in_bytes, out_bytes)
-        stream = self.stream
+        stream, n = self.stream, len(sizes)
         handle = int(stream)
-        stream_wait(handle, ptr + READY, epoch)
         queued = finished = 0
-        status = "ok"
-        while finished < len(sizes):
-            while queued < len(sizes) and queued - finished < AHEAD:
+        status, stalled_at = "ok", None
+        while finished < n:
+            while queued < n and queued - finished < AHEAD:
                 w, mark = queued, epoch + 1 + queued
+                if stalled_at is None:
+                    # The clock starts once the side's host has put call w on its queue.
+                    stream_wait(handle, ptr + QUEUED, mark)
                 checked(cu.cuEventRecord(self._event(2 * w), stream))
                 checked(cu.cuMemcpyDtoDAsync(cu.CUdeviceptr(ptr + in_at), cu.CUdeviceptr(self.staging + w * set_stride),
                                              sizes[w], stream))
@@ -153,18 +166,25 @@ class DeviceClock:
                                              cu.CUdeviceptr(ptr + out_at), out_bytes, stream))
                 checked(cu.cuEventRecord(self._event(2 * w + 1), stream))
                 queued += 1
+            # Window ``finished`` starts when the side announces it; a side that does not (its
+            # queueing waits on work behind this very gate) has the gate opened for it.
+            wait = STALL_S if stalled_at is None else STALL_AGAIN_S
+            if not self._wait_event(self._event(2 * finished), min(deadline, time.monotonic() + wait)):
+                if stalled_at is None:
+                    stalled_at = finished
+                stream_write(int(self.control), ptr + QUEUED, epoch + n)
             if not self._wait_event(self._event(2 * finished + 1), deadline):
                 status = f"call {finished} never finished (no done before the deadline)"
                 # The words are the timekeeper's own: opening every gate lets its stream drain
                 # whatever the side does, so a hung side costs its own job, never the judge.
-                stream_write(int(self.control), ptr + READY, epoch)
-                stream_write(int(self.control), ptr + DONE, epoch + len(sizes))
+                stream_write(int(self.control), ptr + QUEUED, epoch + n)
+                stream_write(int(self.control), ptr + DONE, epoch + n)
                 checked(cu.cuStreamSynchronize(stream))
                 break
             finished += 1
         times = [int(checked(cu.cuEventElapsedTime(self._event(2 * w), self._event(2 * w + 1))) * 1e6)
                  for w in range(finished)]
-        return {"times_ns": times, "status": status}
+        return {"times_ns": times, "status": status, "not_queued_ahead": stalled_at}
 
     def _wait_event(self, event, deadline: float) -> bool:
         cu = driver()
