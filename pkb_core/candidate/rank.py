@@ -281,9 +281,10 @@ class CandidateRank:
             placed = slots.place(views, request.slots)
             if barrier is not None:
                 barrier()  # every rank's set is in place before any call reads its peers
-            # The same buffers and shapes as an earlier call: its launched callable (the hook
-            # runs once per layout, not in every window: a pluggy call costs the host microseconds).
-            layout = repr([(tuple(t.shape), t.dtype, t.data_ptr()) for t in _tensor_leaves(placed)])
+            # The same buffers, shapes and other arguments as an earlier call: its launched callable
+            # (the hook runs once per layout, not in every window: a pluggy call costs the host
+            # microseconds). The other arguments belong to the key: a set's split sizes differ.
+            layout = _layout_key(placed)
             if layout not in launched:
                 launched[layout] = self.pm.hook.pkb_backend_launch(state=self.state, program=self.program,
                                                                    inputs=placed)
@@ -360,6 +361,18 @@ def _failed(exc: BaseException, when: str = "", *, solution=None) -> SolutionFai
     if multicast:
         return SolutionFailed(f"{multicast}{when}", multicast_off=True)
     return SolutionFailed(f"solution raised {describe(exc, solution)}{when}")
+
+
+def _layout_key(tree) -> str:
+    """What a launched callable depends on besides its buffers' values: every tensor's shape,
+    dtype and address, and every other argument's value."""
+    if isinstance(tree, torch.Tensor):
+        return repr((tuple(tree.shape), tree.dtype, tree.data_ptr()))
+    if isinstance(tree, (list, tuple)) and not isinstance(tree, torch.Size):
+        return f"{type(tree).__name__}[{','.join(_layout_key(item) for item in tree)}]"
+    if isinstance(tree, dict):
+        return "{" + ",".join(f"{key!r}:{_layout_key(item)}" for key, item in tree.items()) + "}"
+    return f"{type(tree).__name__}:{id(tree) if callable(tree) else repr(tree)}"
 
 
 def _tensor_leaves(tree):

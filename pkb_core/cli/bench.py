@@ -1,9 +1,10 @@
 """``pkb bench``: a message-size sweep of solutions against NCCL, nccl-tests style.
 
 For each problem that defines ``sweep`` (the collectives) and each size, the
-backend's solution and the reference are checked and timed in latency mode
-(eager, one call per sample) and in CUDA-graph mode (host launch cost
-removed); on GPU, the problem's strong non-NCCL baselines
+backend's solution and the reference are checked and timed in the modes of
+``--timing-mode`` (default: the headline mode, ``window``: the judge's device
+clock around each call; ``latency`` and ``graph`` are the launcher's clock,
+labelled diagnostics); on GPU, the problem's strong non-NCCL baselines
 (:mod:`pkb_core.baselines`, e.g. torch symm_mem one-shot/two-shot all-reduce)
 are timed too. The table gives times in microseconds, speedups, and busbw in
 GB/s as nccl-tests defines it, under the name of the reference's library (NCCL on
@@ -77,11 +78,14 @@ def parse_sizes(text: str) -> list[int]:
 @click.option("--force", is_flag=True, help="Rerun jobs that already have a record in --out, replacing their records.")
 @click.option("--baselines/--no-baselines", default=True, show_default=True,
               help="Also time torch symm_mem's all-reduce kernels (one_shot, two_shot) on GPU.")
+@click.option("--timing-mode", "timing_modes", cls=ListOption, default=None,
+              help="Timing modes, the first the table's and busbw's (default: the headline mode, "
+                   "docs/timing.md).")
 @click.option("--json", "json_", is_flag=True)
 @click.pass_obj
 @limit_options  # --memory-limit, --max-processes, --log-cap: pkb_core/cli/limits.py
 def bench(pm, problems, backend, solutions, sizes, nproc, dtype, trials, warmup, iters, device, job_timeout,
-          build_timeout, build_jobs, out, force, baselines, json_, limits):
+          build_timeout, build_jobs, out, force, baselines, timing_modes, json_, limits):
     """Sweep message sizes: solutions vs NCCL (eager and CUDA graph), with busbw."""
     from pkb_core.baselines import baselines_for
     from pkb_core.cli.config import config_of
@@ -96,9 +100,10 @@ def bench(pm, problems, backend, solutions, sizes, nproc, dtype, trials, warmup,
     device, nproc, info = session.device, session.world_size, session.info
     _, dtype = device_defaults(device, dtype=dtype)
     itemsize = ITEMSIZE[dtype]
-    # Window mode (the judge's timekeeper around each call) beside the launcher's clock on GPUs,
-    # where it resolves what the other two cannot; on CPU a sweep stays one mode (host timings).
-    modes = ("latency", "graph", "window") if device == "cuda" else ("latency",)
+    from pkb_core.cli.run import _timing_modes
+    from pkb_core.contracts.modes import HEADLINE_MODE
+
+    modes = _timing_modes(timing_modes) if timing_modes else (HEADLINE_MODE,)
     run_dir = Path(out or Path("runs") / ("bench-" + _dt.datetime.now().strftime("%Y%m%d-%H%M%S")))
     request = RunRequest(problems=problems, backend=backend, solution=None, solutions=solutions, nproc=nproc,
                          trials=trials, dtype=dtype, size="default", mode="eval", measure_perf=True, warmup=warmup,
@@ -153,7 +158,7 @@ def bench(pm, problems, backend, solutions, sizes, nproc, dtype, trials, warmup,
     records = [by_key[k] for k in keys if k in by_key]
     library = reference_library(device)
     own = {job.key for job in jobs}
-    average = avg_busbw([r for r in records if r.key in own])
+    average = avg_busbw([r for r in records if r.key in own], mode=modes[0])
     if json_:
         click.echo(json.dumps({"run_dir": str(run_dir), "reference": library, "avg_busbw_gbps": average,
                                "results": [r.to_json() for r in records]}, indent=2))
@@ -163,7 +168,7 @@ def bench(pm, problems, backend, solutions, sizes, nproc, dtype, trials, warmup,
         if device == "cpu":
             click.echo(CPU_TIMING_NOTE)
         not_passed = sum(r.verdict != Verdict.PASS for r in records)
-        reference_avg = avg_busbw([r for r in records if r.key in own], side="reference")
+        reference_avg = avg_busbw([r for r in records if r.key in own], side="reference", mode=modes[0])
         click.echo(f"# Jobs not passed : {not_passed}")
         click.echo(f"# Avg bus bandwidth of {library} : " + _gbps(reference_avg))
         click.echo("# Avg bus bandwidth : " + _gbps(average))
@@ -193,39 +198,45 @@ def _best(*times):
     return min(times) if times else None
 
 
-def avg_busbw(records, side: str = "candidate"):
+def avg_busbw(records, side: str = "candidate", mode: str | None = None):
     """Mean busbw (GB/s) of the solutions over the passing ``records`` (``side="reference"``:
-    of the reference on the same rows), nccl-tests' ``# Avg bus bandwidth``; None without any."""
+    of the reference on the same rows) in ``mode`` (default: each record's headline mode),
+    nccl-tests' ``# Avg bus bandwidth``; None without any."""
     values = []
     for r in records:
         if r.verdict != Verdict.PASS:
             continue
-        t = _best(_median_us(r, "latency", side), _median_us(r, "graph", side))
-        bw = _busbw(r, t)
+        bw = _busbw(r, _median_us(r, mode or _headline(r), side))
         if bw is not None:
             values.append(bw)
     return sum(values) / len(values) if values else None
+
+
+def _headline(record) -> str | None:
+    modes = list(record.stats.modes) if record.stats else []
+    return modes[0] if modes else None
 
 
 def _gbps(value) -> str:
     return "n/a (no passing timed job)" if value is None else f"{value:{fixed_format([value])}} GB/s"
 
 
-def sweep_table(records, modes=("latency", "graph"), library: str = "NCCL") -> str:
-    """One row per (problem, size, solution): times in us, speedups, busbw in GB/s (fixed point)."""
+def sweep_table(records, modes=("window",), library: str = "NCCL") -> str:
+    """One row per (problem, size, solution): per mode the two sides' times in us and the
+    speedup; busbw in GB/s from the first mode's times (fixed point)."""
     rows = []
     for r in sorted(records, key=lambda r: (r.problem_id, int(r.size.split(":")[1]), r.solution)):
         nbytes = int(r.size.split(":")[1])
-        ref_eager, sol_eager = _median_us(r, "latency", "reference"), _median_us(r, "latency", "candidate")
-        ref_graph, sol_graph = _median_us(r, "graph", "reference"), _median_us(r, "graph", "candidate")
-        rows.append([r.problem, _human(nbytes), r.solution, r.verdict, ref_eager, ref_graph, sol_eager,
-                     sol_graph, _ratio(ref_eager, sol_eager), _ratio(ref_graph, sol_graph),
-                     _busbw(r, ref_graph or ref_eager), _busbw(r, _best(sol_eager, sol_graph))])
-    headers = ["problem", "size", "solution", "verdict", f"{library} us", f"{library} graph us", "sol us",
-               "sol graph us", "x eager", "x graph", f"{library} busbw GB/s", "sol busbw GB/s"]
-    keep = [i for i, h in enumerate(headers) if "graph" in modes or "graph" not in h]
-    headers = [headers[i] for i in keep]
-    rows = [[row[i] for i in keep] for row in rows]
+        row = [r.problem, _human(nbytes), r.solution, r.verdict]
+        for mode in modes:
+            ref, sol = _median_us(r, mode, "reference"), _median_us(r, mode, "candidate")
+            row += [ref, sol, _ratio(ref, sol)]
+        row += [_busbw(r, _median_us(r, modes[0], "reference")), _busbw(r, _median_us(r, modes[0], "candidate"))]
+        rows.append(row)
+    headers = ["problem", "size", "solution", "verdict"]
+    for mode in modes:
+        headers += [f"{library} {mode} us", f"sol {mode} us", f"x {mode}"]
+    headers += [f"{library} busbw GB/s", "sol busbw GB/s"]
     return render_table(headers, rows, formats={i: fixed_format([row[i] for row in rows])
                                                 for i in range(4, len(headers))})
 

@@ -1,6 +1,8 @@
 """``pkb run``: parse options, plan jobs, run them, show the results."""
 from __future__ import annotations
 
+from pkb_core.contracts.modes import HEADLINE_MODE
+
 import datetime as _dt
 import json
 import os
@@ -44,7 +46,7 @@ from pkb_core.plugin.hookspecs import hookimpl
 @click.option("--mode", type=click.Choice(["eval", "dryrun"]), default="eval", show_default=True,
               help="eval checks against the reference; dryrun runs only the candidate and saves its outputs.")
 @click.option("--measure-perf", is_flag=True, help="Time the reference and the candidate (times and speedups).")
-@click.option("--timing-mode", "timing_modes", cls=ListOption, default="latency", show_default=True,
+@click.option("--timing-mode", "timing_modes", cls=ListOption, default=HEADLINE_MODE, show_default=True,
               callback=lambda ctx, param, value: _timing_modes(value),
               help="Comma-separated: latency, back-to-back, graph (the first gives the headline numbers).")
 @click.option("--profile", is_flag=True, help="Save per-rank profiler traces of a few calls (needs --measure-perf).")
@@ -246,11 +248,16 @@ def _timing_modes(text) -> tuple:
 
 def writable_paths(run_dir: Path, junitxml: Path | None) -> None:
     """Refuse, in one line and before any job, a run directory or report file that cannot be written."""
+    from pkb_core.results.records import make_run_dir
+
     for folder, what in ((run_dir, "run directory"), (junitxml.parent if junitxml else None, "--junitxml folder")):
         if folder is None:
             continue
         try:
-            folder.mkdir(parents=True, exist_ok=True)
+            if folder is run_dir:
+                make_run_dir(run_dir)  # 0700: records and logs are no candidate's to read
+            else:
+                folder.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise PkbError(f"cannot create the {what} {folder}: {exc.strerror or exc}") from None
         if not os.access(folder, os.W_OK | os.X_OK):

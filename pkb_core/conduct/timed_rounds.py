@@ -134,18 +134,24 @@ def time_job(run: RoundsRun) -> None:
     sets ``run.outcome.timing``; raises :class:`JobEnded` for a flag."""
     job = run.job
     modes = {}
-    for index, mode in enumerate(job.timing_modes):
+    asked = list(job.timing_modes)
+    primary = asked[0]
+    for index, mode in enumerate(asked):
         unavailable = unavailable_reason(run, mode)
         if unavailable:
             modes[mode] = ModeTiming(unavailable=unavailable)
+            if index == 0 and "latency" not in asked:
+                # The headline still needs a number: the launcher's clock, labelled by its mode.
+                asked.insert(1, "latency")
+                primary = "latency"
             continue
-        budget = time_share(run.deadline - time.monotonic(), len(job.timing_modes) - index)
+        budget = time_share(run.deadline - time.monotonic(), len(asked) - index)
         modes[mode] = _time_mode(run, mode, budget)
     # ``clock`` says where the calls ran (reports keep CPU runs out of fast_p); either way
     # the times are the launcher's clock around device-synchronised batches. The headline
     # is the first mode's (Timing.reference, .candidate, .speedup read it from ``modes``).
     clock = "device" if run.settings.device == "cuda" else "host"
-    timing = Timing(modes=modes, primary=job.timing_modes[0], clock=clock)
+    timing = Timing(modes=modes, primary=primary, clock=clock)
     timing = run.outcome.timing = run.physics_floor(timing)
     # On the launcher's clock: a time below the floor is the machine's calibration
     # or the solution skipping work, never a time the candidate reported.
@@ -163,8 +169,9 @@ def unavailable_reason(run: RoundsRun, mode: str) -> str | None:
     """Why ``mode`` cannot time this problem here, or None."""
     if mode == "window" and getattr(run.candidates, "remote", None) is not None:
         return "window mode times one node's groups (a multi-node job's ranks have no timekeeper in common)"
-    if mode != "latency" and run.problem.mutates:
-        return "the problem mutates its arguments: latency mode only"
+    if mode not in ("latency", "window") and run.problem.mutates:
+        # Window mode releases a fresh set into every window; batches reuse theirs.
+        return "the problem mutates its arguments: latency and window modes only"
     if mode == "graph" and not getattr(run.problem.module, "CUDA_GRAPH", True):
         return "the reference cannot be replayed from a CUDA graph (CUDA_GRAPH = False in the problem)"
     if mode == "graph" and run.settings.device != "cuda":

@@ -13,6 +13,8 @@ docs/serve.md is the HTTP reference.
 """
 from __future__ import annotations
 
+from pkb_core.contracts.modes import HEADLINE_MODE
+
 import enum
 
 import attrs
@@ -41,7 +43,7 @@ class Submission(Contract):
     size: str = "auto"
     dtype: str = "auto"
     measure_perf: bool = False
-    timing_modes: tuple[str, ...] = ("latency",)
+    timing_modes: tuple[str, ...] = (HEADLINE_MODE,)
     warmup: int | None = None
     iters: int | None = None
     min_iters: int | None = None

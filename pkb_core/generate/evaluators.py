@@ -16,6 +16,8 @@ planning, compile phase and launch), feedback included.
 """
 from __future__ import annotations
 
+from pkb_core.contracts.modes import HEADLINE_MODE
+
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -43,7 +45,7 @@ class EvalOptions:
     size: str = "auto"
     dtype: str = "auto"
     measure_perf: bool = False
-    timing_modes: tuple[str, ...] = ("latency",)
+    timing_modes: tuple[str, ...] = (HEADLINE_MODE,)
     timeout: float | None = None
 
 

@@ -427,7 +427,7 @@ class JudgeRank:
             placed = _placed(next(sets), views)
             if barrier is not None:
                 barrier()  # every rank's set is in place before any call reads its peers
-            return None, placed
+            return placed, placed  # exported as a call's outputs and arguments would be
 
         return call
 

@@ -21,6 +21,8 @@ options and the compile phase's settings).
 """
 from __future__ import annotations
 
+from pkb_core.contracts.modes import HEADLINE_MODE
+
 import hashlib
 import re
 from dataclasses import dataclass
@@ -51,7 +53,7 @@ class RunRequest:
     warmup: int
     iters: int
     save_outputs: bool
-    timing_modes: tuple = ("latency",)
+    timing_modes: tuple = (HEADLINE_MODE,)
     profile: bool = False
     #: Timed calls per side and mode before the stopping rule may stop (None: ``iters``, a fixed count).
     min_iters: int | None = None
@@ -114,7 +116,7 @@ TIMING_DEFAULTS = {"tiny": (3, 10, 20), "default": (500, 100, 1000), "large": (5
 
 def make_request(*, backend: str, device: str, nproc: int, trials: int = 5, size: str = "auto",
                  dtype: str = "auto", mode: str = "eval", measure_perf: bool = False,
-                 timing_modes: tuple = ("latency",), warmup: int | None = None, iters: int | None = None,
+                 timing_modes: tuple = (HEADLINE_MODE,), warmup: int | None = None, iters: int | None = None,
                  min_iters: int | None = None, save_outputs: bool = False, profile: bool = False,
                  problems: str | None = None, solution: str | None = None,
                  solutions: str | None = None) -> RunRequest:
