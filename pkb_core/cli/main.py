@@ -33,6 +33,7 @@ BUILTIN_COMMANDS = [
     "pkb_core.cli.report:report",
     "pkb_core.cli.report:plot",
     "pkb_core.cli.compare:compare",
+    "pkb_core.cli.leaderboard:leaderboard",
     "pkb_core.cli.inspect:inspect",
     "pkb_core.cli.prompt:prompt",
     "pkb_core.cli.generate:generate",
