@@ -106,6 +106,9 @@ def test_the_terminal_table(pkb_invoke, two_runs, monkeypatch):
     assert "5/6" in row_b and "83.3" in row_b and "1.5" in row_b
     assert "4/6" in row_a and "66.7" in row_a and f"n/a (< {MIN_PROBLEMS} problems)" in row_a
     assert "By category: passed / total" in result.output and "rows differ" not in result.output
+    # The verdict mix shows the verdicts some row has: compile-error (B's), not crash (nobody's).
+    verdict_header = lines[lines.index("Verdicts") + 1]
+    assert "compile-error" in verdict_header and "fail" in verdict_header and "crash" not in verdict_header
 
 
 def test_different_world_sizes_and_machines_are_rows_never_pooled(tmp_path):
@@ -138,10 +141,16 @@ def test_timing_modes_and_problem_sets_are_said(tmp_path, pkb_invoke, monkeypatc
     found = {d["setting"]: d for d in board["differences"]}
     assert found["timing mode"]["values"] == {"sols (triton) #1": "latency", "sols (triton) #2": "untimed"}
     assert found["problem set"]["values"] == {"sols (triton) #1": 3, "sols (triton) #2": 3}
-    assert found["problem set"]["common"] == 2
+    assert found["problem set"]["common"] == 2 and found["problem set"]["common_by_name"] == 2
     # --common scores both on problems 2 and 3 only.
     common = leaderboard([read_run(timed), read_run(checked)], common=True)
     assert [r["overall"]["total"] for r in common["rows"]] == [2, 2] and common["common"] == 2
+    # The same problem at another size is another problem: said, not matched.
+    tiny = write_run(tmp_path / "tiny", [rec(i, speedup=1.5, size="tiny") for i in (1, 2, 3)])
+    sizes = leaderboard([read_run(timed), read_run(tiny)])
+    assert {d["setting"]: (d["common"], d["common_by_name"]) for d in sizes["differences"]} == {"problem set": (0, 3)}
+    assert any("3 in common by name alone: a problem at another size or dtype is another problem" in note
+               for note in sizes["notes"])
     monkeypatch.setenv("PKB_PLAIN", "1")
     result = pkb_invoke("leaderboard", timed, checked)
     assert "rows differ in timing mode (latency: sols (triton) #1; untimed: sols (triton) #2)" in result.output
@@ -157,6 +166,9 @@ def test_cpu_host_timings_are_labelled(tmp_path, pkb_invoke, monkeypatch):
     assert board["host_timings"] == [rows["cpu"]["label"]]
     # Left out of the speed numbers by default, as pkb report does; counted with include_cpu.
     assert rows["cpu"]["overall"]["geomean_speedup"] is None and rows["cpu"]["overall"]["fast_p"]["1"] is None
+    # An untimed CPU run has no timings to label.
+    checked = write_run(tmp_path / "checked", [rec(1, machine=CPU, timing="check")])
+    assert not leaderboard([read_run(checked)])["rows"][0]["host_timings"]
     counted = {r["machine"]: r for r in leaderboard([read_run(cpu)], include_cpu=True)["rows"]}
     assert counted["cpu"]["overall"]["geomean_speedup"] == pytest.approx(0.05)
     assert any("host timings (CPU mode)" in note and rows["cpu"]["label"] in note for note in board["notes"])

@@ -14,7 +14,7 @@ from pkb_core.contracts.verdict import VERDICTS
 from pkb_core.results.leaderboard import MIN_PROBLEMS, SHOWN_P, leaderboard as make_leaderboard
 from pkb_core.results.runs import read_run
 
-#: The verdicts of the verdict mix (``pass`` has its own column).
+#: The verdicts of the verdict mix (``pass`` has its own column); tables show those some row has.
 MIX = [v for v in VERDICTS if v != "pass"]
 #: What a cell says where a number needs timings there are not.
 NA = "n/a"
@@ -66,14 +66,16 @@ def sections(board: dict) -> list[Section]:
     """The leaderboard (its notes under it), the verdict mix, and the categories."""
     rows = board["rows"]
     fast = [f"fast_{p} %" for p in SHOWN_P]
+    mix = verdict_mix(board)
     out = [Section("Leaderboard", ["#", "run", "machine", "W", "timing", "problems", "passed", "pass %", *fast,
                                    "geomean", "95% interval"],
                    [[row["rank"], row["label"], machine_text(row), row["world_size"], row["timing"] or "unknown",
-                     *_numbers(row["overall"])[:-len(MIX)]] for row in rows], notes=list(board["notes"])),
-           Section("Verdicts", ["#", "run", "pass", *MIX],
+                     *_numbers(row["overall"])] for row in rows], notes=list(board["notes"])),
+           Section("Verdicts", ["#", "run", "pass", *mix],
                    [[row["rank"], row["label"], row["overall"]["verdicts"]["pass"],
-                     *[row["overall"]["verdicts"][v] for v in MIX]] for row in rows],
-                   notes=["unsupported records are not counted in passed / total"])]
+                     *[row["overall"]["verdicts"][v] for v in mix]] for row in rows],
+                   notes=["unsupported records are not counted in passed / total; a verdict no row has is left "
+                          "out (--json lists every one)"])]
     categories = board["categories"]
     out.append(Section("By category: passed / total", ["run", *categories],
                        [[row["label"], *[_passed(row["categories"].get(c)) for c in categories]] for row in rows]))
@@ -89,10 +91,16 @@ def sections(board: dict) -> list[Section]:
 def detail_section(board: dict) -> Section:
     """Every number of every row's categories, one line each (the HTML page's last table)."""
     fast = [f"fast_{p} %" for p in SHOWN_P]
+    mix = verdict_mix(board)
     return Section("By category, every number", ["run", "category", "problems", "passed", "pass %", *fast, "geomean",
-                                                 "95% interval", *MIX],
-                   [[row["label"], category, *_numbers(s)] for row in board["rows"]
-                    for category, s in row["categories"].items()])
+                                                 "95% interval", *mix],
+                   [[row["label"], category, *_numbers(s), *[s["verdicts"][v] for v in mix]]
+                    for row in board["rows"] for category, s in row["categories"].items()])
+
+
+def verdict_mix(board: dict) -> list[str]:
+    """The verdicts besides ``pass`` that some row has."""
+    return [v for v in MIX if any(row["overall"]["verdicts"].get(v) for row in board["rows"])]
 
 
 def machine_text(row: dict) -> str:
@@ -101,7 +109,7 @@ def machine_text(row: dict) -> str:
 
 
 def _numbers(s: dict) -> list:
-    """problems, passed, pass %, fast_p %..., geomean, its interval, then the verdict mix."""
+    """problems, passed, pass %, fast_p %..., geomean, its interval."""
     speed = s["geomean_speedup"]
     if speed is None:
         interval = ""
@@ -110,7 +118,7 @@ def _numbers(s: dict) -> list:
     else:
         interval = f"{NA} (< {MIN_PROBLEMS} problems)"
     return [s["problems"], _passed(s), _pct(s["pass_rate"]), *[_fast(s, p) for p in SHOWN_P],
-            NA if speed is None else round(speed, 3), interval, *[s["verdicts"][v] for v in MIX]]
+            NA if speed is None else round(speed, 3), interval]
 
 
 def _passed(s) -> str:

@@ -214,7 +214,9 @@ def _row(name: str, entry: Entry, records, include_cpu: bool, order: int) -> dic
         "rank": None, "label": name, "run": str(run.path), "backend": entry.backend,
         "model": run.model and run.model["model"], "model_from": run.model and run.model["from"],
         "machine": entry.machine, "world_size": entry.world_size, "timing": entry.timing,
-        "host_timings": entry.machine == "cpu" or any(host_timed(r) for r in records if r.speedup),
+        # CPU mode times the host (an untimed CPU run has no timings to label).
+        "host_timings": (entry.machine == "cpu" and entry.timing != "untimed")
+        or any(host_timed(r) for r in records if r.speedup),
         "loop": is_loop(run.records),
         "overall": stats(records, include_cpu),
         "categories": {c: stats(rs, include_cpu) for c, rs in sorted(by_category.items())},
@@ -256,15 +258,17 @@ def _labels(entries, given: list) -> list[str]:
 
 def differences(rows, problem_sets: dict, shared: set) -> list[dict]:
     """The settings the rows differ in: ``{"setting", "values": {label: value}}`` each; for the
-    problem set the values are problem counts, with ``common`` (how many every row has)."""
+    problem set the values are problem counts, with ``common`` (how many every row has) and
+    ``common_by_name`` (how many names every row has: more when sizes or dtypes differ)."""
     found = []
     for field, word in SETTINGS.items():
         values = {row["label"]: row[field] for row in rows}
         if len({v for v in values.values() if v is not None}) > 1:
             found.append({"setting": word, "values": values})
     if len({frozenset(s) for s in problem_sets.values()}) > 1:
+        by_name = set.intersection(*({key[0] for key in s} for s in problem_sets.values()))
         found.append({"setting": "problem set", "values": {label: len(s) for label, s in problem_sets.items()},
-                      "common": len(shared)})
+                      "common": len(shared), "common_by_name": len(by_name)})
     return found
 
 
@@ -280,6 +284,9 @@ def notes(rows, found, runs, entries, common: bool, shared: int, include_cpu: bo
             values = "; ".join(f"{label}: {n}" for label, n in difference["values"].items())
             scored = (f"every row scored on the {shared} problems all rows have (--common)" if common else
                       f"{shared} problems in common (--common scores every row on those only)")
+            if difference["common_by_name"] > shared:
+                scored += (f"; {difference['common_by_name']} in common by name alone: a problem at another size or "
+                           "dtype is another problem")
             out.append(f"rows differ in problem set (problems: {values}); {scored}")
         else:
             values = "; ".join(f"{value}: {', '.join(labels)}" for value, labels in by_value.items())
