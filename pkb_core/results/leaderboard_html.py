@@ -60,13 +60,13 @@ document.querySelectorAll('table.sortable th').forEach(function (th) {
 """
 
 #: The chart's geometry (px).
-_BAR, _GAP, _PANEL, _PAD = 18, 8, 300, 60
+_BAR, _GAP, _PANEL, _PAD, _TOP = 18, 8, 300, 60, 34
 _PASS_COLOUR, _FASTER, _SLOWER, _SAME = "#3b6fb6", "#17803d", "#c0262d", "#b8b8b8"
 
 
 def render_leaderboard_html(board: dict, sections, command: str | None = None) -> str:
-    """A complete HTML document: the chart, then ``sections`` (titled tables with ``headers``,
-    ``rows`` and ``notes``, the terminal's) as sortable tables, then the leaderboard's notes."""
+    """A complete HTML document: the settings the rows differ in, the chart, then ``sections``
+    (titled tables with ``headers``, ``rows`` and ``notes``, the terminal's) as sortable tables."""
     title = "pkb leaderboard"
     parts = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
              f"<title>{title}</title><style>{_STYLE}</style></head><body>", f"<h1>{title}</h1>",
@@ -80,8 +80,6 @@ def render_leaderboard_html(board: dict, sections, command: str | None = None) -
         parts.append(f"<h2>{html.escape(section.title)}</h2>")
         parts.append(sortable_table(section.headers, section.rows))
         parts += [f'<p class="note">{html.escape(note)}</p>' for note in section.notes]
-    parts.append("<h2>Notes</h2>")
-    parts += [f'<p class="note">{html.escape(note)}</p>' for note in board["notes"]]
     parts.append(f"<script>{_SCRIPT}</script></body></html>")
     return "\n".join(parts) + "\n"
 
@@ -128,37 +126,41 @@ def chart_svg(rows) -> str:
     label_width = min(420, 7 * max([len(_chart_label(r)) for r in rows] + [10]))
     low, high = _speed_range(rows)
     width = label_width + 2 * _PANEL + 3 * _PAD
-    height = _PAD + len(rows) * (_BAR + _GAP) + _PAD
+    height = _TOP + len(rows) * (_BAR + _GAP) + 24
     x_pass = label_width + _PAD
     x_speed = x_pass + _PANEL + _PAD
 
     def at(speedup):  # x of a speedup on the log axis
         return x_speed + _PANEL * (math.log(speedup) - math.log(low)) / (math.log(high) - math.log(low))
 
-    bottom = _PAD + len(rows) * (_BAR + _GAP)
+    bottom = _TOP + len(rows) * (_BAR + _GAP)
     out = [f'<svg width="{width}" height="{height}" role="img" '
            f'aria-label="pass rate and geomean speedup per row">',
-           f'<text x="{x_pass}" y="{_PAD - 22}">pass rate (%)</text>',
-           f'<text x="{x_speed}" y="{_PAD - 22}">geomean speedup (log scale), 95 % interval</text>']
+           f'<text x="{x_pass}" y="{_TOP - 14}">pass rate (%)</text>',
+           f'<text x="{x_speed}" y="{_TOP - 14}">geomean speedup (log scale), 95 % interval</text>']
     for pct in (0, 25, 50, 75, 100):
         x = x_pass + _PANEL * pct / 100
-        out.append(f'<line x1="{x:.1f}" y1="{_PAD - 4}" x2="{x:.1f}" y2="{bottom}" stroke="#e3e3e3"/>')
+        out.append(f'<line x1="{x:.1f}" y1="{_TOP - 4}" x2="{x:.1f}" y2="{bottom}" stroke="#e3e3e3"/>')
         out.append(f'<text x="{x:.1f}" y="{bottom + 14}" text-anchor="middle">{pct}</text>')
     for tick in _ticks(low, high):
         x = at(tick)
         colour = "#555" if tick == 1 else "#e3e3e3"
-        out.append(f'<line x1="{x:.1f}" y1="{_PAD - 4}" x2="{x:.1f}" y2="{bottom}" stroke="{colour}"/>')
+        out.append(f'<line x1="{x:.1f}" y1="{_TOP - 4}" x2="{x:.1f}" y2="{bottom}" stroke="{colour}"/>')
         out.append(f'<text x="{x:.1f}" y="{bottom + 14}" text-anchor="middle">{tick:g}x</text>')
     for i, row in enumerate(rows):
-        y = _PAD + i * (_BAR + _GAP)
+        y = _TOP + i * (_BAR + _GAP)
         middle = y + _BAR / 2 + 4
         overall = row["overall"]
         out.append(f'<text x="{label_width + _PAD - 6}" y="{middle:.1f}" text-anchor="end">'
                    f'{html.escape(_chart_label(row))}</text>')
-        rate = overall["pass_rate"] or 0.0
-        out.append(f'<rect x="{x_pass}" y="{y}" width="{_PANEL * rate:.1f}" height="{_BAR}" fill="{_PASS_COLOUR}">'
-                   f'<title>{html.escape(row["label"])}: {overall["passed"]}/{overall["total"]} passed</title></rect>')
-        out.append(f'<text x="{x_pass + _PANEL * rate + 4:.1f}" y="{middle:.1f}">{100 * rate:.1f}</text>')
+        rate = overall["pass_rate"]
+        if rate is None:  # nothing counted: every record unsupported
+            out.append(f'<text x="{x_pass + 4}" y="{middle:.1f}" fill="#777">n/a (every record unsupported)</text>')
+        else:
+            out.append(f'<rect x="{x_pass}" y="{y}" width="{_PANEL * rate:.1f}" height="{_BAR}" '
+                       f'fill="{_PASS_COLOUR}"><title>{html.escape(row["label"])}: {overall["passed"]}/'
+                       f'{overall["total"]} passed</title></rect>')
+            out.append(f'<text x="{x_pass + _PANEL * rate + 4:.1f}" y="{middle:.1f}">{100 * rate:.1f}</text>')
         speed = overall["geomean_speedup"]
         if speed is None:
             out.append(f'<text x="{at(1.0) + 4:.1f}" y="{middle:.1f}" fill="#777">n/a (no correct timed record'
