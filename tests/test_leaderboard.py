@@ -261,6 +261,15 @@ def test_pkb_run_json_output_and_a_pkb_tree_folder_name(tmp_path):
     assert leaderboard([run])["rows"][0]["label"] == "gpt-5.5 (cuda)"
 
 
+def test_the_model_from_pkb_generates_record_beside_a_solution(tmp_path):
+    gen = tmp_path / "gen"
+    gen.mkdir()
+    (gen / "1_p1.json").write_text(json.dumps({"model": {"provider": "openai", "model": "m-1", "temperature": 0}}))
+    run = read_run(write_run(tmp_path / "run", [rec(1, folder=str(gen)), rec(2, folder=str(gen))]))
+    assert run.model == {"model": "m-1", "provider": "openai", "from": str(gen / "1_p1.json")}
+    assert leaderboard([run])["rows"][0]["label"] == "m-1 (triton)"
+
+
 def test_a_refinement_loop_counts_each_problems_best_round(tmp_path):
     loop = tmp_path / "loop"
     for k, verdict in ((1, "fail"), (2, "pass")):

@@ -189,6 +189,7 @@ def leaderboard(runs, labels=(), include_cpu: bool = False, common: bool = False
     rows.sort(key=_rank_key)
     for rank, row in enumerate(rows, 1):
         row["rank"] = rank
+        del row["order"]  # the order given: the last tie-break only
     found = differences(rows, problem_sets, shared)
     return {
         "rows": rows,

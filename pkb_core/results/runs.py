@@ -100,12 +100,12 @@ def model_of(path: Path, records) -> dict | None:
         data = _json(loop)
         if isinstance(data, dict) and data.get("model"):
             return {"model": str(data["model"]), "provider": data.get("provider"), "from": str(loop)}
-    for folder in _solution_folders(records):
-        for record_file in sorted(folder.glob("*.json"))[:1] if folder.is_dir() else ():
-            data = _json(record_file)
-            model = data.get("model") if isinstance(data, dict) else None
-            if isinstance(model, dict) and model.get("model"):
-                return {"model": str(model["model"]), "provider": model.get("provider"), "from": str(record_file)}
+    for solution in sorted({Path(str(r.solution)) for r in records if str(r.solution).endswith(".py")}):
+        record_file = solution.with_suffix(".json")
+        data = _json(record_file) if record_file.is_file() else None
+        model = data.get("model") if isinstance(data, dict) else None
+        if isinstance(model, dict) and model.get("model"):
+            return {"model": str(model["model"]), "provider": model.get("provider"), "from": str(record_file)}
     for part in [p for folder in _solution_folders(records) for p in folder.parts] + list(path.parts):
         match = PKB_TREE.match(part)
         if match:
