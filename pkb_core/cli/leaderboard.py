@@ -21,7 +21,7 @@ NA = "n/a"
 
 
 @click.command()
-@click.argument("runs", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.argument("runs", nargs=-1, required=True, metavar="RUN...", type=click.Path(path_type=Path))
 @click.option("--label", "labels", multiple=True,
               help="A run's row label, in the order of the runs (repeat it; default: the run's model, else its "
                    "folder, and its backend).")
