@@ -38,6 +38,22 @@ def test_statuses(runs):
     assert by_name["9_layernorm_backward_a.py"]["why"] == "verdict pass -> fail"
 
 
+def test_a_cancelled_job_is_no_regression(runs):
+    """Issue 55: the reward service's cancel says nothing about the solution; --fail-on never fails on it."""
+    import attrs
+
+    from pkb_core.results.compare import failures
+
+    before = load_run(runs[0])
+    after = [attrs.evolve(r, verdict="cancelled", reason="cancelled while it ran") if r.solution.endswith(
+        ("9_layernorm_backward_a.py", "1_allreduce_c.py")) else r for r in load_run(runs[1])]
+    rows = {r["solution"]: r for r in compare_runs(before, after)}
+    for name in ("9_layernorm_backward_a.py", "1_allreduce_c.py"):  # were pass -> fail, fail -> pass
+        assert rows[name]["status"] == "cancelled" and rows[name]["why"] == "cancelled in B: nothing was found to compare"
+    assert rows["1_allreduce_a.py"]["status"] == "regressed"  # the others as before
+    assert [r["solution"] for r in failures(list(rows.values()), ("median", 0.05))] == ["1_allreduce_a.py"]
+
+
 def test_a_larger_threshold_hides_the_slowdown(runs):
     rows = compare_runs(load_run(runs[0]), load_run(runs[1]), threshold=0.25)
     assert _statuses(rows)["1_allreduce_a.py"] == "unchanged"

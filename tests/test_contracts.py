@@ -159,6 +159,30 @@ def test_a_records_file_with_a_line_that_is_not_a_record_names_the_line(tmp_path
         read_records(tmp_path)
 
 
+def test_a_cut_off_last_line_says_how_to_go_on_under_force_too(tmp_path):
+    """Issue 55: a run killed while appending leaves half a line; the error names it and the way out."""
+    from pkb_core.results.records import RECORDS, append_record, forget_records, read_records
+
+    record = Record(key="k", problem_id=1, problem="1_allreduce", category="collective", backend="triton",
+                    solution="a.py", world_size=2, size="tiny", dtype="fp32", mode="eval", verdict="pass")
+    append_record(tmp_path, record)
+    append_record(tmp_path, attrs.evolve(record, key="k2"))
+    path = tmp_path / RECORDS
+    whole = path.read_text()
+    path.write_text(whole[: len(whole) - 40])  # the second record, cut off
+    way_out = (f"^{path}:2: the last line is cut off, not a whole record \\(a run stopped while writing it\\): "
+               f"delete line 2 of {path}, and a rerun runs its job again$")
+    with pytest.raises(PkbError, match=way_out):
+        read_records(tmp_path)
+    with pytest.raises(PkbError, match=way_out):  # pkb run --force reads the file too
+        forget_records(tmp_path, {"k"})
+    path.write_text(whole[: len(whole) - 40] + "\n" + whole.splitlines()[0] + "\n")  # cut, then appended to
+    with pytest.raises(PkbError, match=rf"^{path}:2: not a pkb record"):
+        forget_records(tmp_path, {"k"})
+    path.write_text(whole.splitlines()[0] + "\n" + whole.splitlines()[1])  # whole, only its newline missing
+    assert [r.key for r in read_records(tmp_path)] == ["k", "k2"]
+
+
 def test_a_calibration_cache_that_is_not_one_is_measured_again(tmp_path, monkeypatch):
     from pkb_core.machine import calibrate
 

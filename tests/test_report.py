@@ -26,6 +26,28 @@ def test_aggregates_match_hand_computed_values(samples):
     assert agg["timed_correct"] == 5
 
 
+def test_cancelled_jobs_are_counted_apart_from_failures(samples):
+    """Issue 55: a job the reward service cancelled is no failure of its solution."""
+    import attrs
+
+    records = load_run(samples)
+    stopped = [attrs.evolve(r, key=r.key + "#stopped", verdict="cancelled", reason="cancelled while it ran")
+               for r in records[:3]]
+    agg = summarize(records + stopped)["aggregates"]
+    assert agg["count"] == 9 and agg["unsupported"] == 1 and agg["cancelled"] == 3  # as without them
+    assert agg["pass_rate"] == pytest.approx(5 / 9) and agg["verdicts"]["cancelled"] == 3
+
+
+def test_the_geomean_label_says_what_it_counted(fixtures):
+    """Issue 55: in CPU mode the host timings are left out, and the label says so beside its 0."""
+    from pkb_core.cli.report import geomean_label
+
+    host = summarize(load_run(fixtures / "runs" / "cpu_twice_a"))["aggregates"]
+    assert geomean_label(host) == "geomean speedup (0 correct timed rows; 3 host-timed left out)"
+    counted = summarize(load_run(fixtures / "runs" / "cpu_twice_a"), include_cpu=True)["aggregates"]
+    assert geomean_label(counted) == "geomean speedup (3 correct timed rows)"
+
+
 def test_category_rollup(samples):
     categories = {c["category"]: c for c in summarize(load_run(samples))["categories"]}
     assert categories["collective"] == pytest.approx(
@@ -100,7 +122,7 @@ def test_report_text_and_custom_k(pkb_invoke, samples):
     assert result.exit_code == 0, result.output
     out = result.stdout
     for text in ("Results", "Aggregates", "By category", "pass@k", "1_allreduce_a.py", "throttled",
-                 "fast_1.5 (correct and speedup > 1.5)  22.2%", "geomean speedup (5 correct, timed)    1.380x"):
+                 "fast_1.5 (correct and speedup > 1.5)    22.2%", "geomean speedup (5 correct timed rows)  1.380x"):
         assert text in out, text
     assert "\x1b[" not in out  # not a terminal: plain text, no colour codes
     at3 = [line for line in out.splitlines() if line.startswith("3 ")]

@@ -330,12 +330,35 @@ def test_a_running_job_is_cancelled_and_a_hostile_one_does_not_reach_the_next(se
         assert client.get(hanging.id).state.value == "running"
         cancelled = client.cancel(hanging.id)
         assert client.wait(cancelled.id, timeout=30).state.value == "cancelled"
+        # Its line in the lane's records says so: no `error` that pkb report would count as a failure.
+        lines = (server.data / "runs" / "triton-W2" / "records.jsonl").read_text().splitlines()
+        [line] = [json.loads(text) for text in lines if f'"solution": "1_allreduce-{hanging.id}.py"' in text]
+        assert line["verdict"] == "cancelled" and line["reason"].startswith("cancelled while it ran"), line
         hostile = client.evaluate(1, HOSTILE, backend="triton", client="cancel", timeout=10)
         # It stops what it can reach (its own peer rank: nothing else runs as its user).
         assert hostile.verdict.value in ("flagged", "fail", "crash", "error", "timeout"), hostile
         honest = client.evaluate(1, ALLREDUCE + "\n# after the hostile one\n", backend="triton", client="cancel")
         assert honest.verdict.value == "pass", honest.reason
         assert client.health()["ok"] is True
+
+
+def test_a_service_that_cannot_be_reached_is_one_service_error():
+    """Issue 55: not httpx's ConnectError, which a trainer's reward function would not expect."""
+    from pkb_core.client.http import UNREACHABLE
+
+    url = f"http://127.0.0.1:{_free_port()}"  # nothing listens there
+    with Client(url) as client, pytest.raises(ServiceError) as raised:
+        client.evaluate(1, ALLREDUCE, backend="triton")
+    assert raised.value.status == UNREACHABLE and str(raised.value) == raised.value.message
+    assert raised.value.message.startswith(f"cannot reach the service at {url}: ")
+    assert "\n" not in raised.value.message
+
+    async def stats():
+        async with AsyncClient(url) as client:
+            return await client.stats()
+
+    with pytest.raises(ServiceError, match=f"^cannot reach the service at {url}: "):
+        asyncio.run(stats())
 
 
 def test_a_full_queue_answers_429_and_a_token_guards_a_service(tmp_path):

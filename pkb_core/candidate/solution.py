@@ -79,6 +79,9 @@ def load_module(path):
         source = solution_text(path)
     except OSError:
         raise CompileError(f"solution file {path} does not exist") from None
+    except UnicodeDecodeError as exc:  # the file and the byte, not the line of pkb's that decoded it
+        raise CompileError(f"{path} is not UTF-8 text ({exc.reason} at byte {exc.start}); "
+                           "a solution file is UTF-8 Python") from None
     refuse_unsupported(path)
     name = SOLUTION_MODULE_PREFIX + hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:12]
     try:

@@ -139,11 +139,13 @@ def interval_text(interval) -> str:
 def _aggregates_section(agg) -> Section:
     missing = HOST_ONLY if agg.get("host_timed") and not agg.get("include_cpu") and not agg["timed_correct"] \
         else UNTIMED
-    rows = [["rows counted", agg["count"]], ["unsupported (not counted)", agg["unsupported"]],
-            ["verdicts", ", ".join(f"{n} {v}" for v, n in agg["verdicts"].items())],
-            ["pass rate", _pct(agg["pass_rate"])]]
+    rows = [["rows counted", agg["count"]], ["unsupported (not counted)", agg["unsupported"]]]
+    if agg.get("cancelled"):
+        rows.append(["cancelled (not counted)", agg["cancelled"]])
+    rows += [["verdicts", ", ".join(f"{n} {v}" for v, n in agg["verdicts"].items())],
+             ["pass rate", _pct(agg["pass_rate"])]]
     rows += [[f"fast_{p:g} (correct and speedup > {p:g})", _pct(agg["fast_p"][f"{p:g}"]) or missing] for p in FAST_P]
-    rows.append([f"geomean speedup ({agg['timed_correct']} correct, timed)", _times(agg["geomean_speedup"]) or missing])
+    rows.append([geomean_label(agg), _times(agg["geomean_speedup"]) or missing])
     if agg.get("differences"):
         rows.append(["speedups by their interval", ", ".join(f"{n} {d}" for d, n in agg["differences"].items())])
     notes = ["fast_p counts a speedup only when its 95 % interval lies above 1.0: one that contains 1.0 is "
@@ -153,6 +155,17 @@ def _aggregates_section(agg) -> Section:
                      + ("counted (--include-cpu)" if agg.get("include_cpu") else
                         "left out of fast_p and the geomean (--include-cpu counts them)"))
     return Section("Aggregates", ["metric", "value"], rows, notes=notes)
+
+
+def geomean_label(agg) -> str:
+    """What the geomean speedup is over: ``geomean speedup (3 correct timed rows)``, and the
+    correct rows with host timings it leaves out (``; 4 host-timed left out``), so a count of 0
+    beside rows that show speedups says why."""
+    counted_rows = agg["timed_correct"]
+    label = f"geomean speedup ({counted_rows} correct timed row{'' if counted_rows == 1 else 's'}"
+    if agg.get("host_timed") and not agg.get("include_cpu"):
+        label += f"; {agg['host_timed']} host-timed left out"
+    return label + ")"
 
 
 def _categories_section(categories) -> Section:

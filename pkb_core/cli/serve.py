@@ -244,7 +244,7 @@ def submit(ctx, files, url, token, problem, backend, world_size, trials, measure
             if wait:
                 queued = [(path, service.wait(view.id)) for path, view in queued]
     except ServiceError as exc:
-        raise PkbError(f"the service refused: {exc.message} ({exc.status})") from None
+        raise PkbError(_refusal(exc)) from None
     except httpx.HTTPError as exc:
         raise PkbError(f"cannot reach the service at {url}: {exc}") from None
     if json_:
@@ -255,6 +255,14 @@ def submit(ctx, files, url, token, problem, backend, world_size, trials, measure
     failed = wait and any(v.record is not None and v.record.verdict in FAILING for _, v in queued)
     if failed or left_out:
         raise SystemExit(1)
+
+
+def _refusal(exc) -> str:
+    """The line of a :class:`~pkb_core.client.ServiceError`: no answer came (its message names the
+    URL and why), or the service refused (its message and status)."""
+    from pkb_core.client.http import UNREACHABLE
+
+    return exc.message if exc.status == UNREACHABLE else f"the service refused: {exc.message} ({exc.status})"
 
 
 class _LeftOut(Exception):
@@ -283,8 +291,16 @@ def _submission_of(path: Path, problem: str | None, backend: str | None, typed: 
     return path, problem or named.group(1), text, declared or backend
 
 
+#: Lines of a reason ``pkb submit --wait`` shows: the error itself (``--json`` has all of it).
+REASON_LINES = 6
+
+
 def _job_line(view, path: Path) -> str:
-    """``<id>  <state>  <problem>  <file>`` and, once it has one, the verdict, speedup and reason."""
+    """``<id>  <state>  <problem>  <file>`` and, once it has one, the verdict, speedup and reason.
+
+    The reason's first line follows in full (a compiler's or Python's error line is the news),
+    its next lines below it, indented, up to :data:`REASON_LINES` in all; it names the file
+    as the user gave it (``path``), where the record names it by its label."""
     from pkb_core.cli.progress import speedup_text
 
     line = f"{view.id}  {view.state.value:9}  {view.problem}  {path}"
@@ -292,7 +308,13 @@ def _job_line(view, path: Path) -> str:
     if record is None:
         return f"{line}  {view.note}".rstrip()
     timed = speedup_text(record)
-    return f"{line}  {record.verdict.value}{'  ' + timed if timed else ''}  {record.reason[:100]}".rstrip()
+    reason = record.reason.replace(record.solution, str(path)) if record.solution else record.reason
+    lines = [text.rstrip() for text in reason.splitlines() if text.strip()] or [""]
+    shown = [f"{line}  {record.verdict.value}{'  ' + timed if timed else ''}  {lines[0]}".rstrip()]
+    shown += [f"    {text}" for text in lines[1:REASON_LINES]]
+    if len(lines) > REASON_LINES:
+        shown.append(f"    ({len(lines) - REASON_LINES} more line(s): pkb submit --wait --json has them)")
+    return "\n".join(shown)
 
 
 @click.command()
@@ -318,7 +340,7 @@ def cancel(job_ids, url, token, client, all_, json_):
         with Client(url, token=token) as service:
             answer = service.cancel_jobs(job_ids or None, client=client, all=all_)
     except ServiceError as exc:
-        raise PkbError(f"the service refused: {exc.message} ({exc.status})") from None
+        raise PkbError(_refusal(exc)) from None
     except httpx.HTTPError as exc:
         raise PkbError(f"cannot reach the service at {url}: {exc}") from None
     if json_:

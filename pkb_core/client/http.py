@@ -7,7 +7,8 @@ never raises: an empty, undecodable or oversized one is its job's
 ``compile-error`` record, as a file that does not parse. A full queue (429) is
 retried after the service's ``Retry-After``; any other refusal (of the request:
 an unknown problem or backend, an option out of range, a wrong token) raises
-:class:`ServiceError` with the service's one line.
+:class:`ServiceError` with the service's one line, and so does a service that
+cannot be reached (no answer: ``status`` :data:`UNREACHABLE`).
 
 Without a URL a client talks to ``$PKB_SERVER``, else :data:`DEFAULT_URL`
 (as ``pkb submit`` does); without a token it sends ``$PKB_SERVE_TOKEN``, if set.
@@ -34,13 +35,24 @@ POLL_S = 30.0
 OVERLOAD_RETRIES = 20
 
 
+#: :attr:`ServiceError.status` when no answer came: the service could not be reached.
+UNREACHABLE = 0
+
+
 class ServiceError(RuntimeError):
-    """A refusal of the service: ``status`` and its one-line ``message``."""
+    """A refusal of the service: ``status`` and its one-line ``message``; or no answer at all
+    (``status`` :data:`UNREACHABLE`, the message names the URL and why)."""
 
     def __init__(self, status: int, message: str):
-        super().__init__(f"{status}: {message}")
+        super().__init__(f"{status}: {message}" if status != UNREACHABLE else message)
         self.status = status
         self.message = message
+
+
+def _unreachable(url: str, exc: httpx.TransportError) -> ServiceError:
+    """No answer from the service at ``url`` (refused, timed out, cut off), as one line."""
+    why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return ServiceError(UNREACHABLE, f"cannot reach the service at {url}: {why}")
 
 
 def _base_url(url: str | None) -> str:
@@ -89,10 +101,18 @@ class Client:
     """
 
     def __init__(self, url: str | None = None, *, token: str | None = None, timeout: float = 30.0):
-        self._http = httpx.Client(base_url=_base_url(url), headers=_headers(token), timeout=timeout)
+        self.url = _base_url(url)
+        self._http = httpx.Client(base_url=self.url, headers=_headers(token), timeout=timeout)
 
     def close(self) -> None:
         self._http.close()
+
+    def _call(self, method: str, path: str, **request) -> httpx.Response:
+        """One HTTP request; :class:`ServiceError` when no answer comes (not httpx's exception)."""
+        try:
+            return self._http.request(method, path, **request)
+        except httpx.TransportError as exc:
+            raise _unreachable(self.url, exc) from None
 
     def __enter__(self):
         return self
@@ -105,42 +125,43 @@ class Client:
         trials, measure_perf, client, priority, fresh, ...)."""
         body = _submission(problem, source, options)
         for _ in range(OVERLOAD_RETRIES):
-            response = self._http.post("/v1/jobs", **body)
+            response = self._call("POST", "/v1/jobs", **body)
             if response.status_code != 429:
                 return JobView.from_json(_answer(response))
             time.sleep(_retry_after(response))
         return JobView.from_json(_answer(response))
 
     def get(self, job_id: str) -> JobView:
-        return JobView.from_json(_answer(self._http.get(f"/v1/jobs/{job_id}")))
+        return JobView.from_json(_answer(self._call("GET", f"/v1/jobs/{job_id}")))
 
     def wait(self, job_id: str, timeout: float | None = None) -> JobView:
         """The job once final (or as it is after ``timeout`` seconds)."""
         end = None if timeout is None else time.monotonic() + timeout
         while True:
             hold = POLL_S if end is None else max(0.0, min(POLL_S, end - time.monotonic()))
-            view = JobView.from_json(_answer(self._http.get(f"/v1/jobs/{job_id}/wait", params={"timeout": hold},
-                                                            timeout=hold + 30)))
+            view = JobView.from_json(_answer(self._call("GET", f"/v1/jobs/{job_id}/wait", params={"timeout": hold},
+                                                        timeout=hold + 30)))
             if view.state.final or (end is not None and time.monotonic() >= end):
                 return view
 
     def cancel(self, job_id: str) -> JobView:
-        return JobView.from_json(_answer(self._http.post(f"/v1/jobs/{job_id}/cancel")))
+        return JobView.from_json(_answer(self._call("POST", f"/v1/jobs/{job_id}/cancel")))
 
     def cancel_jobs(self, ids=None, *, client: str | None = None, all: bool = False) -> Cancelled:
         """Cancel many unfinished jobs in one call: those among ``ids`` and of ``client`` (both when
         both are given), or with ``all`` every one."""
-        return Cancelled.from_json(_answer(self._http.post("/v1/jobs/cancel", json=_cancel_body(ids, client, all))))
+        return Cancelled.from_json(_answer(self._call("POST", "/v1/jobs/cancel",
+                                                      json=_cancel_body(ids, client, all))))
 
     def jobs(self, *, state: str | None = None, client: str | None = None, limit: int = 100) -> list[JobView]:
         params = {k: v for k, v in {"state": state, "client": client, "limit": limit}.items() if v is not None}
-        return [JobView.from_json(j) for j in _answer(self._http.get("/v1/jobs", params=params))["jobs"]]
+        return [JobView.from_json(j) for j in _answer(self._call("GET", "/v1/jobs", params=params))["jobs"]]
 
     def stats(self) -> QueueStats:
-        return QueueStats.from_json(_answer(self._http.get("/v1/stats")))
+        return QueueStats.from_json(_answer(self._call("GET", "/v1/stats")))
 
     def health(self) -> dict:
-        return _answer(self._http.get("/v1/health"))
+        return _answer(self._call("GET", "/v1/health"))
 
     def evaluate(self, problem, source: str, **options) -> Record | None:
         """Submit, wait, and return the record (None if the job was cancelled)."""
@@ -159,10 +180,18 @@ class AsyncClient:
     """The asyncio twin of :class:`Client` (same methods, awaited)."""
 
     def __init__(self, url: str | None = None, *, token: str | None = None, timeout: float = 30.0):
-        self._http = httpx.AsyncClient(base_url=_base_url(url), headers=_headers(token), timeout=timeout)
+        self.url = _base_url(url)
+        self._http = httpx.AsyncClient(base_url=self.url, headers=_headers(token), timeout=timeout)
 
     async def aclose(self) -> None:
         await self._http.aclose()
+
+    async def _call(self, method: str, path: str, **request) -> httpx.Response:
+        """One HTTP request; :class:`ServiceError` when no answer comes (not httpx's exception)."""
+        try:
+            return await self._http.request(method, path, **request)
+        except httpx.TransportError as exc:
+            raise _unreachable(self.url, exc) from None
 
     async def __aenter__(self):
         return self
@@ -173,34 +202,34 @@ class AsyncClient:
     async def submit(self, problem, source: str, **options) -> JobView:
         body = _submission(problem, source, options)
         for _ in range(OVERLOAD_RETRIES):
-            response = await self._http.post("/v1/jobs", **body)
+            response = await self._call("POST", "/v1/jobs", **body)
             if response.status_code != 429:
                 return JobView.from_json(_answer(response))
             await asyncio.sleep(_retry_after(response))
         return JobView.from_json(_answer(response))
 
     async def get(self, job_id: str) -> JobView:
-        return JobView.from_json(_answer(await self._http.get(f"/v1/jobs/{job_id}")))
+        return JobView.from_json(_answer(await self._call("GET", f"/v1/jobs/{job_id}")))
 
     async def wait(self, job_id: str, timeout: float | None = None) -> JobView:
         loop = asyncio.get_running_loop()
         end = None if timeout is None else loop.time() + timeout
         while True:
             hold = POLL_S if end is None else max(0.0, min(POLL_S, end - loop.time()))
-            view = JobView.from_json(_answer(await self._http.get(
-                f"/v1/jobs/{job_id}/wait", params={"timeout": hold}, timeout=hold + 30)))
+            view = JobView.from_json(_answer(await self._call(
+                "GET", f"/v1/jobs/{job_id}/wait", params={"timeout": hold}, timeout=hold + 30)))
             if view.state.final or (end is not None and loop.time() >= end):
                 return view
 
     async def cancel(self, job_id: str) -> JobView:
-        return JobView.from_json(_answer(await self._http.post(f"/v1/jobs/{job_id}/cancel")))
+        return JobView.from_json(_answer(await self._call("POST", f"/v1/jobs/{job_id}/cancel")))
 
     async def cancel_jobs(self, ids=None, *, client: str | None = None, all: bool = False) -> Cancelled:
-        return Cancelled.from_json(_answer(await self._http.post("/v1/jobs/cancel",
-                                                                 json=_cancel_body(ids, client, all))))
+        return Cancelled.from_json(_answer(await self._call("POST", "/v1/jobs/cancel",
+                                                            json=_cancel_body(ids, client, all))))
 
     async def stats(self) -> QueueStats:
-        return QueueStats.from_json(_answer(await self._http.get("/v1/stats")))
+        return QueueStats.from_json(_answer(await self._call("GET", "/v1/stats")))
 
     async def evaluate(self, problem, source: str, **options) -> Record | None:
         return (await self.wait((await self.submit(problem, source, **options)).id)).record

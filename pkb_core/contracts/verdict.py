@@ -28,14 +28,18 @@ class Verdict(str, enum.Enum):
     #: a rule was broken (a collective in a custom-kernel solution, a forbidden
     #: system call, times the launcher's clock contradicts): never a win
     FLAGGED = "flagged"
+    #: stopped from outside before it ended (a cancel of the reward service's):
+    #: nothing was found about the solution
+    CANCELLED = "cancelled"
 
     def __str__(self) -> str:
         return self.value
 
     @property
     def failing(self) -> bool:
-        """Whether a run that has this verdict failed (``unsupported`` does not)."""
-        return self not in (Verdict.PASS, Verdict.UNSUPPORTED)
+        """Whether a run that has this verdict failed (``unsupported`` and ``cancelled`` do not:
+        neither is a finding about the solution)."""
+        return self not in (Verdict.PASS, Verdict.UNSUPPORTED, Verdict.CANCELLED)
 
 
 #: Every verdict's text, in the order reports list them.

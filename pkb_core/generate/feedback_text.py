@@ -24,6 +24,7 @@ _VERDICT_WORDS = {
     Verdict.CRASH: "crash: a rank's process died",
     Verdict.UNSUPPORTED: "unsupported",
     Verdict.FLAGGED: "flagged: a rule of the harness was broken (never a win, even if the answer is right)",
+    Verdict.CANCELLED: "cancelled: stopped before it ended (nothing was found about the file)",
 }
 
 

@@ -418,8 +418,7 @@ class Launch:
 
     def cancel_current(self) -> bool:
         """Kill the running job's candidate processes (from another thread): the job ends
-        at once as a ``crash`` of its own, and the launch goes on with the next. False
-        when no job runs."""
+        at once, ``cancelled``, and the launch goes on with the next. False when no job runs."""
         group = self.current
         if group is None:
             return False
@@ -491,11 +490,15 @@ class Launch:
             stopping = time.time()
             if run is not None and run.reference_group is not None:
                 self.stop_group(run.reference_group)
-            healthy = outcome.verdict not in (Verdict.TIMEOUT, Verdict.CRASH, Verdict.ERROR)
+            healthy = outcome.verdict not in (Verdict.TIMEOUT, Verdict.CRASH, Verdict.ERROR, Verdict.CANCELLED)
             self._stop(candidates, stacks=outcome.verdict == Verdict.TIMEOUT,
                        deadline=time.monotonic() + JUDGE_GRACE_S if healthy else None)
             parcels.remove()
             outcome.phases["stop"] = round(time.time() - stopping, 3)
+        if candidates.cancelled and outcome.verdict != Verdict.CANCELLED:
+            # Killed from outside, whatever that looked like from here (a group that did not
+            # start, a dead rank): the job was stopped, nothing was found about the solution.
+            outcome.verdict, outcome.reason = Verdict.CANCELLED, candidates.cancelled
         if self.settings.custom_kernels and outcome.verdict in (Verdict.FLAGGED, Verdict.FAIL, Verdict.ERROR):
             from pkb_core.candidate.source_hints import collective_hint
 

@@ -178,7 +178,7 @@ class RankGroup:
             if now >= limit:
                 break
             if self.cancelled:
-                raise JobEnded(Verdict.ERROR, f"{self.cancelled} ({self.phases()})")
+                raise JobEnded(Verdict.CANCELLED, f"{self.cancelled} ({self.phases()})")
             for key, _ in self.selector.select(timeout=min(limit - now, CANCEL_POLL_S)):
                 worker = key.data
                 for message in worker.reader.read_messages():

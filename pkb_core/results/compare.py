@@ -15,6 +15,8 @@ Each matched row gets a status:
   contains 1.0 (:mod:`pkb_core.conduct.intervals`). A change whose speedups'
   intervals overlap moved the reference as much as the solution: the machine
   (its load, its clocks), not the solution, changed between the runs;
+* ``cancelled``: either run's job was cancelled (stopped from outside: the reward
+  service's cancel), so nothing was found to compare; never a regression;
 * ``only in A`` / ``only in B``: no partner in the other run.
 
 The intervals are each record's own (``solution_ci_ms``, ``speedup_ci``: per-round
@@ -89,6 +91,10 @@ def _overlap(a, b) -> bool:
 def compare_row(a: Record, b: Record, threshold: float = DEFAULT_THRESHOLD) -> dict:
     """The comparison of one matched pair of records."""
     row = dict(_side(a, "a"), **_side(b, "b"), change=None)
+    stopped = [name for name in ("a", "b") if row[f"verdict_{name}"] == Verdict.CANCELLED]
+    if stopped:
+        which = "both runs" if len(stopped) == 2 else stopped[0].upper()
+        return dict(row, status="cancelled", why=f"cancelled in {which}: nothing was found to compare")
     if row["verdict_a"] == Verdict.PASS and row["verdict_b"] != Verdict.PASS:
         return dict(row, status="regressed", why=f"verdict pass -> {row['verdict_b']}")
     if row["verdict_a"] != Verdict.PASS and row["verdict_b"] == Verdict.PASS:

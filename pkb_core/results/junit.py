@@ -11,7 +11,7 @@ verdict                                        element
 ``fail``, ``flagged``                          ``<failure type="VERDICT" message="REASON">``
 ``error``, ``compile-error``, ``timeout``,      ``<error type="VERDICT" message="REASON">``
 ``crash``
-``unsupported``                                ``<skipped type="unsupported" message="REASON">``
+``unsupported``, ``cancelled``                 ``<skipped type="VERDICT" message="REASON">``
 =============================================  ===========================================
 
 Timed jobs carry ``<properties>``: ``reference_ms``, ``solution_ms``, ``speedup``.
@@ -29,7 +29,7 @@ from pkb_core.contracts.verdict import Verdict
 
 FAILURES = (Verdict.FAIL, Verdict.FLAGGED)
 ERRORS = (Verdict.ERROR, Verdict.COMPILE_ERROR, Verdict.TIMEOUT, Verdict.CRASH)
-SKIPPED = (Verdict.UNSUPPORTED,)
+SKIPPED = (Verdict.UNSUPPORTED, Verdict.CANCELLED)
 
 
 def testcase_name(record: dict) -> str:

@@ -15,6 +15,7 @@ import datetime as _dt
 import json
 import os
 import platform
+import re
 from pathlib import Path
 
 import attrs
@@ -57,9 +58,26 @@ def job_record(job: Job, world_size: int, verdict: str, reason: str = "", *, tim
                 fields["sol"] = attrs.evolve(timing.sol, reference_fraction=timing.sol.floor_ms / ref,
                                              solution_fraction=timing.sol.floor_ms / cand if cand > 0 else None)
     record = Record(**fields)
-    return attrs.evolve(record, feedback=feedback_of(record, finding=finding, running=running,
-                                                     trials_asked=job.trials,
-                                                     solution=job.solution if verdict == "compile-error" else None))
+    # The feedback reads the reason as pkb made it: it names the file a model was told it writes
+    # (pkb_core.generate), whatever the record's label.
+    feedback = feedback_of(record, finding=finding, running=running, trials_asked=job.trials,
+                           solution=job.solution if verdict == "compile-error" else None)
+    return attrs.evolve(record, reason=named_as_recorded(reason, job), feedback=feedback)
+
+
+def named_as_recorded(reason: str, job: Job) -> str:
+    """``reason`` naming the solution file as the record does (``job.solution_label``) where it
+    names the file pkb read (``job.solution``): its path, and its bare name where a place
+    ``name:line`` gives it. The reward service reads a copy of each submitted source
+    (``DATA/sources/<digest>/<problem>.py``), which means nothing to the client that sent it;
+    ``pkb run`` names the file as it was typed."""
+    if not reason or not job.solution or not job.solution_label:
+        return reason
+    reason = reason.replace(job.solution, job.solution_label)
+    read, shown = Path(job.solution).name, Path(job.solution_label).name
+    if read != shown:  # not part of a longer name or path: "(1_allreduce.py:12)", "raised in 1_allreduce.py:7"
+        reason = re.sub(rf"(?<![\w./-]){re.escape(read)}(?=:\d)", lambda _: shown, reason)
+    return reason
 
 
 def _rigor(timing: Timing) -> dict:
@@ -109,19 +127,38 @@ def read_records(run_dir: Path) -> list[Record]:
     if not path.exists():
         return []
     by_key = {}
-    for number, line in enumerate(path.read_text().splitlines(), 1):
-        if line.strip():
-            record = parse_record(line, f"{path}:{number}")
-            by_key[record.key] = record
+    for line, record in _numbered_records(path):
+        by_key[record.key] = record
     return list(by_key.values())
 
 
-def parse_record(line: str, where: str) -> Record:
+def _numbered_records(path: Path):
+    """``(line, record)`` for each non-empty line of the records file ``path``, in order;
+    :class:`PkbError` naming the file and line number at the first line that is no record."""
+    text = path.read_text()
+    lines = text.splitlines()
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        # Records are appended whole, one write each, newline last (append_record): a last
+        # line without its newline was cut off, by a run killed or a disk full while writing it.
+        cut = number == len(lines) and not text.endswith("\n")
+        yield line, parse_record(line, f"{path}:{number}", cut=cut)
+
+
+def parse_record(line: str, where: str, cut: bool = False) -> Record:
     """One line of a records file as a :class:`Record`; :class:`PkbError` (one line, naming
-    ``where``) when it is not one."""
+    ``where``) when it is not one.
+
+    :param cut: the line is the file's last and has no newline: if it is no record, the
+        error says so, and how to go on (delete it: its job then runs again)."""
     try:
         return Record.from_json(json.loads(line))
     except (ValueError, PkbError) as exc:
+        if cut:
+            path, _, number = where.rpartition(":")
+            raise PkbError(f"{where}: the last line is cut off, not a whole record (a run stopped while "
+                           f"writing it): delete line {number} of {path}, and a rerun runs its job again") from None
         raise PkbError(f"{where}: not a pkb record ({describe(exc)})") from None
 
 
@@ -135,10 +172,7 @@ def forget_records(run_dir: Path, keys) -> int:
         return 0
     keys = set(keys)
     kept, dropped = [], {}
-    for line in path.read_text().splitlines():
-        if not line.strip():
-            continue
-        record = parse_record(line, str(path))
+    for line, record in _numbered_records(path):
         if record.key in keys:
             dropped[record.key] = record
         else:

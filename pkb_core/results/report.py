@@ -78,9 +78,14 @@ def solution_name(record: Record) -> str:
     return Path(str(record.solution)).name
 
 
+#: Verdicts that say nothing about the solution (it could not run here; it was stopped from
+#: outside): left out of every rate, and counted apart.
+NOT_COUNTED = (Verdict.UNSUPPORTED, Verdict.CANCELLED)
+
+
 def counted(records) -> list[dict]:
-    """The rows that count towards rates: everything but ``unsupported``."""
-    return [r for r in records if r.verdict != Verdict.UNSUPPORTED]
+    """The rows that count towards rates: everything but ``unsupported`` and ``cancelled``."""
+    return [r for r in records if r.verdict not in NOT_COUNTED]
 
 
 def geomean(values) -> float | None:
@@ -195,7 +200,8 @@ def aggregates(records, include_cpu: bool = False) -> dict:
             readings[difference(r)] = readings.get(difference(r), 0) + 1
     return {
         "count": len(rows),
-        "unsupported": len(records) - len(rows),
+        "unsupported": sum(1 for r in records if r.verdict == Verdict.UNSUPPORTED),
+        "cancelled": sum(1 for r in records if r.verdict == Verdict.CANCELLED),
         "verdicts": dict(sorted(verdicts.items())),
         "pass_rate": fast_p(rows, 0.0),
         "fast_p": {_p(p): fast_p(rows, p, include_cpu) for p in FAST_P},
