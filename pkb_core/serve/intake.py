@@ -31,20 +31,13 @@ from pkb_core.contracts.job import Job
 from pkb_core.contracts.serve import Submission
 from pkb_core.errors import PkbError
 from pkb_core.launch.plan import TIMING_DEFAULTS
+from pkb_core.serve.refusal import Refused
 
 #: Ranges a submission's numbers must fall in (the service's own limits on one job).
 LIMITS = {"trials": (1, 100), "warmup": (0, 10_000), "iters": (1, 100_000), "min_iters": (1, 100_000),
           "priority": (-1000, 1000)}
 #: The longest client tag and label.
 MAX_TAG = 200
-
-
-class Refused(PkbError):
-    """A submission the service does not queue: ``status`` is the HTTP status, the text its one line."""
-
-    def __init__(self, message: str, status: int = 422):
-        super().__init__(message)
-        self.status = status
 
 
 @dataclass
@@ -54,7 +47,9 @@ class Planned:
     job: Job
     problem: str
     world_size: int
-    #: The submission as the store keeps it (a source over the limit is not kept: its record says how large).
+    #: The submission as the store keeps it: its source only where no file holds it (a source that is
+    #: no solution file; one over the limit is not kept at all: its record says how large). A source
+    #: written to its file is kept there alone, not a second time in the store.
     submission: Submission
     #: Equal for submissions whose content, problem and options are equal.
     dedup_key: str
@@ -64,6 +59,10 @@ class Planned:
     refusal: str | None = None
     #: Why the source is no solution file (the job is then answered ``compile-error`` at once).
     compile_error: str | None = None
+    #: The source file written for it (None: its source is no solution file).
+    source_path: str | None = None
+    #: The bytes of source the job keeps, in its file or in the store (the per-client quota counts them).
+    kept_bytes: int = 0
 
 
 class Intake:
@@ -134,12 +133,15 @@ class Intake:
         dedup = {"source": hashlib.sha256(source_bytes(submission.source)).hexdigest(), "timeout": lane_key[2],
                  "options": session.backend_options, "world_size": world_size,
                  **{k: v for k, v in job.to_json().items() if k not in ("key", "slug", "solution", "solution_label")}}
-        oversized = defect is not None and len(source_bytes(submission.source)) > self.max_source_bytes
+        size = len(source_bytes(submission.source))
+        # Kept in the store only where no file holds it, and not at all when over the limit.
+        kept_in_row = defect is not None and size <= self.max_source_bytes
         return Planned(job=job, problem=spec.key, world_size=world_size,
-                       submission=attrs.evolve(submission, source="") if oversized else submission,
+                       submission=submission if kept_in_row else attrs.evolve(submission, source=""),
                        refusal=None if defect else refusal, compile_error=defect,
                        dedup_key=hashlib.sha256(json.dumps(dedup, sort_keys=True).encode()).hexdigest(),
-                       lane_key=lane_key)
+                       lane_key=lane_key, source_path=str(path) if path else None,
+                       kept_bytes=size if (path or kept_in_row) else 0)
 
     @staticmethod
     def label(submission: Submission, problem_key: str, job_id: str) -> str:

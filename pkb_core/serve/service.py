@@ -12,6 +12,13 @@ naming the original), unless it asks for a ``fresh`` run. Overload: more than
 One service per data directory: it holds the folder's lock
 (:mod:`pkb_core.serve.data_lock`) from its construction to :meth:`Service.stop`.
 
+Who asks: every method takes the ``caller`` (:class:`pkb_core.serve.access.Caller`; default
+the admin, as for an embedder such as :class:`pkb_core.ray.EvaluatorPool`). A token's client
+submits jobs of its own and sees, lists and cancels only those: another's job is "no job", as
+an unknown id. Storage: each account keeps at most its quota of jobs and source bytes
+(:mod:`pkb_core.serve.quota`), and finished jobs leave after the retention
+(:mod:`pkb_core.serve.retention`, pruned at :meth:`Service.start` and hourly).
+
 Its jobs are planned, settled and reported by one session
 (:class:`pkb_core.launch.session.Session`), as ``pkb run``'s are: the intake plans through
 it, each lane's launch settings are made by it, and every record — a lane's, the compile
@@ -27,11 +34,22 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import attrs
+
+from pkb_core.compile.source_defects import source_bytes
 from pkb_core.contracts.serve import CancelRequest, Cancelled, Health, JobState, JobView, QueueStats, Submission
+from pkb_core.serve.access import ADMIN, Caller
 from pkb_core.serve.data_lock import DataLock
-from pkb_core.serve.intake import Intake, Refused
+from pkb_core.serve.intake import Intake
+from pkb_core.serve.refusal import Refused
+from pkb_core.serve.quota import DEFAULT_MAX_JOBS, DEFAULT_MAX_SOURCE_BYTES, Quota
+from pkb_core.serve.retention import Retention, SourcesGuard
 from pkb_core.serve.scheduler import Scheduler
 from pkb_core.serve.store import WAITING, JobStore, StoreObserver
+
+#: The client tag of a submission that names none (:class:`Submission`'s default); a token's
+#: client submitting one gets its own name as the tag.
+UNTAGGED = attrs.fields(Submission).client.default
 
 
 @dataclass
@@ -55,6 +73,11 @@ class ServiceConfig:
     #: Each job's limits (``--memory-limit``, ``--max-processes``, ``--log-cap``: the
     #: :func:`pkb_core.launch.plan.launch_settings` keywords; absent: the machine's defaults).
     limits: dict = field(default_factory=dict)
+    #: Jobs, and bytes of source, one client keeps at most (:mod:`pkb_core.serve.quota`).
+    client_max_jobs: int = DEFAULT_MAX_JOBS
+    client_max_source_bytes: int = DEFAULT_MAX_SOURCE_BYTES
+    #: Days a finished job is kept (0: for ever; :mod:`pkb_core.serve.retention`).
+    retention_days: float = 30.0
 
 
 def private_folder(path: Path) -> None:
@@ -101,6 +124,9 @@ class Service:
             self.intake = Intake(self.session, devices=config.devices, sources=data / "sources",
                                  max_source_bytes=config.max_source_bytes, job_timeout=config.job_timeout,
                                  max_timeout=config.max_timeout)
+            self.quota = Quota(config.client_max_jobs, config.client_max_source_bytes, config.retention_days)
+            self.sources_guard = SourcesGuard()
+            self.retention = Retention(self.store, data / "sources", config.retention_days, self.sources_guard)
             self.scheduler = Scheduler(self.store, devices=config.devices, data_dir=data,
                                        settings_for=self._settings_for, lane_key_of=self._lane_key_of,
                                        report=self._report, build_workers=config.build_workers or default_workers(64),
@@ -111,13 +137,17 @@ class Service:
             raise
         self.started = time.time()
         self.recovered = 0
+        #: What the prune at start removed: ``(jobs, source files)``.
+        self.pruned = (0, 0)
 
     def start(self) -> None:
         self.recovered = self.store.recover()
+        self.pruned = self.retention.start()  # before the first request: what is kept is what is served
         self.scheduler.start()
         self.scheduler.wake()
 
     def stop(self) -> None:
+        self.retention.stop()
         self.scheduler.stop()
         self.session.reporter.close()
         self.store.close()
@@ -145,22 +175,40 @@ class Service:
                                 hidden=(self.config.data_dir,), **self.config.limits)
 
     # -- the API ------------------------------------------------------------------------
-    def submit(self, submission: Submission) -> JobView:
+    def submit(self, submission: Submission, caller: Caller = ADMIN) -> JobView:
         """Queue ``submission`` (or answer it at once: from an identical finished job, ``compile-error``
         for a source that is no solution file, ``unsupported`` for a world size its problem refuses);
-        :class:`Refused` / :class:`Overloaded` when its request cannot be queued."""
-        from pkb_core.results.records import job_record
-        from pkb_core.contracts.verdict import Verdict
-
+        :class:`Refused` / :class:`Overloaded` when its request cannot be queued,
+        :class:`~pkb_core.serve.quota.OverQuota` when its account keeps its quota already."""
+        if caller.owner is not None and submission.client == UNTAGGED:
+            submission = attrs.evolve(submission, client=caller.owner)
         waiting = sum(n for state, n in self.store.counts().items() if JobState(state) in WAITING)
         if waiting >= self.config.max_queued:
             raise Overloaded(f"the queue is full ({waiting} jobs waiting, at most {self.config.max_queued})",
                              retry_after=self._retry_after(waiting))
+        account = caller.owner if caller.owner is not None else submission.client
+        size = len(source_bytes(submission.source))
+        # Refused before its source is written; checked again, exactly, as the job is added.
+        jobs, kept = self.store.usage(caller.owner, submission.client)
+        self.quota.admit(account, jobs=jobs, source_bytes=kept,
+                         adding_bytes=size if size <= self.config.max_source_bytes else 0)
+        with self.sources_guard.shared():  # its source file is not pruned before its row names it
+            return self._submit(submission, caller.owner, account)
+
+    def _submit(self, submission: Submission, owner: str | None, account: str) -> JobView:
+        from pkb_core.results.records import job_record
+        from pkb_core.contracts.verdict import Verdict
+
         job_id = f"j{int(time.time() * 1000):x}{secrets.token_hex(4)}"
         planned = self.intake.plan(submission, job_id)
         submission = planned.submission
+
+        def admit(*, jobs: int, source_bytes: int) -> None:
+            self.quota.admit(account, jobs=jobs, source_bytes=source_bytes, adding_bytes=planned.kept_bytes)
+
         common = dict(problem=planned.problem, world_size=planned.world_size, dedup_key=planned.dedup_key,
-                      job_json=planned.job.to_json())
+                      job_json=planned.job.to_json(), owner=owner, source_bytes=planned.kept_bytes,
+                      source_path=planned.source_path, admit=admit)
         if not submission.fresh:
             earlier = self.store.done_with(planned.dedup_key)
             if earlier is not None and earlier.record is not None:
@@ -184,41 +232,53 @@ class Service:
         per_second = self.store.done_since(time.time() - 3600) / 3600
         return int(min(600, max(1, waiting / per_second))) if per_second > 0 else 30
 
-    def view(self, job_id: str) -> JobView:
-        view = self.store.view(job_id)
+    def view(self, job_id: str, caller: Caller = ADMIN) -> JobView:
+        """The job; 404 for an unknown one and for another client's alike (ids do not leak)."""
+        view = self.store.view(job_id, owner=caller.owner)
         if view is None:
             raise Refused(f"no job {job_id!r}", 404)
         return view
 
-    def cancel(self, job_id: str) -> JobView:
-        view = self.view(job_id)
+    def cancel(self, job_id: str, caller: Caller = ADMIN) -> JobView:
+        view = self.view(job_id, caller)
         if not view.state.final:
             self.scheduler.cancel(job_id)
-        return self.view(job_id)
+        return self.view(job_id, caller)
 
-    def cancel_jobs(self, request: CancelRequest) -> Cancelled:
-        """Cancel the unfinished jobs ``request`` selects, in one call: the waiting ones at once
-        (one transaction), the running ones by killing their candidates."""
+    def cancel_jobs(self, request: CancelRequest, caller: Caller = ADMIN) -> Cancelled:
+        """Cancel the unfinished jobs ``request`` selects among the caller's (a client's own; the
+        admin's: every job), in one call: the waiting ones at once (one transaction), the running
+        ones by killing their candidates."""
         if request.ids is None and request.client is None and not request.all:
             raise Refused("say which jobs to cancel: ids, client, or all: true")
-        cancelled = self.store.cancel_waiting(ids=request.ids, client=request.client)
+        selection = dict(ids=request.ids, client=request.client, owner=caller.owner)
+        cancelled = self.store.cancel_waiting(**selection)
         for job_id in cancelled:
             self.scheduler.lane_keys.pop(job_id, None)
-        running = self.store.ids(ids=request.ids, client=request.client, states=(JobState.RUNNING,))
+        running = self.store.ids(**selection, states=(JobState.RUNNING,))
         for job_id in running:
             self.scheduler.cancel(job_id)
         return Cancelled(cancelled=tuple(cancelled), stopping=tuple(running))
 
-    def jobs(self, *, state: str | None = None, client: str | None = None, limit: int = 100) -> list[JobView]:
+    def jobs(self, *, state: str | None = None, client: str | None = None, limit: int = 100,
+             caller: Caller = ADMIN) -> list[JobView]:
+        """The newest jobs the caller may see (a client: its own)."""
         if state is not None and state not in {s.value for s in JobState}:
             raise Refused(f"state {state!r} is not one of {', '.join(s.value for s in JobState)}")
         if not 1 <= limit <= 10_000:
             raise Refused(f"limit {limit} is out of range (1 to 10000)")
-        return self.store.views(state=state, client=client, limit=limit)
+        return self.store.views(state=state, client=client, owner=caller.owner, limit=limit)
 
-    def stats(self) -> QueueStats:
+    def stats(self, caller: Caller = ADMIN) -> QueueStats:
+        """The queue at a glance. A client sees every state's count and every group, but the client
+        tags of its own jobs only, and a group's job id only when the job is its own."""
         groups = tuple(self.scheduler.groups())
-        return QueueStats(states=self.store.counts(), clients=self.store.open_by_client(), groups=groups,
+        if caller.owner is not None:
+            owners = self.store.owners([g.job for g in groups if g.job])
+            groups = tuple(g if g.job is None or owners.get(g.job) == caller.owner else attrs.evolve(g, job=None)
+                           for g in groups)
+        return QueueStats(states=self.store.counts(), clients=self.store.open_by_client(owner=caller.owner),
+                          groups=groups,
                           devices=self.config.devices, devices_held=sum(len(g.devices) for g in groups),
                           builds_running=len(self.scheduler.building),
                           done_last_hour=self.store.done_since(time.time() - 3600),

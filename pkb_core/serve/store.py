@@ -6,6 +6,14 @@ instant (``kill -9``) loses nothing that a client was told: on restart
 the queue (their processes died with the service) and the finished ones are
 served as they were. SQLite is embedded (no server to install); WAL mode lets
 the HTTP handlers read while the scheduler writes.
+
+Each job records who submitted it (``owner``: the client of a token, or NULL for the admin
+token and a service without tokens, :mod:`pkb_core.serve.access`), the bytes of source it
+keeps (``source_bytes``, for the per-client quota, :mod:`pkb_core.serve.quota`) and the
+source file it names (``source_path``, for retention, :mod:`pkb_core.serve.retention`). A
+store written before those columns existed is migrated when it is opened (:data:`MIGRATIONS`,
+SQLite's ``user_version``): its jobs get no owner (only the admin sees them, as everyone
+did before), their source bytes and their source file.
 """
 from __future__ import annotations
 
@@ -47,6 +55,21 @@ CREATE INDEX IF NOT EXISTS jobs_dedup ON jobs(dedup_key, state);
 CREATE INDEX IF NOT EXISTS jobs_client ON jobs(client);
 """
 
+#: Each schema version after the first (:data:`_SCHEMA`, version 0): what takes a store there.
+#: Applied in order, each in one transaction with its ``user_version``, when a store is opened.
+MIGRATIONS = (
+    # 1: who submitted each job, the source bytes it keeps and the source file it names.
+    ("ALTER TABLE jobs ADD COLUMN owner TEXT",
+     "ALTER TABLE jobs ADD COLUMN source_bytes INTEGER NOT NULL DEFAULT 0",
+     "ALTER TABLE jobs ADD COLUMN source_path TEXT",
+     # Jobs stored before kept their source in the row (and in its file): its bytes, its file.
+     "UPDATE jobs SET source_bytes = COALESCE(length(CAST(json_extract(submission, '$.source') AS BLOB)), 0), "
+     "source_path = json_extract(job, '$.solution')",
+     "CREATE INDEX IF NOT EXISTS jobs_owner ON jobs(owner, client)",
+     "CREATE INDEX IF NOT EXISTS jobs_source ON jobs(source_path)",
+     "CREATE INDEX IF NOT EXISTS jobs_finished ON jobs(finished_at)"),
+)
+
 #: States a job leaves only by being scheduled or cancelled.
 WAITING = (JobState.QUEUED, JobState.BUILDING, JobState.READY)
 
@@ -65,8 +88,23 @@ class JobStore:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: a committed row survives a killed process
         self._db.executescript(_SCHEMA)
+        self._migrate()
         self._lock = threading.Lock()
         self._waiting_submissions: dict[str, Submission] = {}  # parsed once per waiting job (:meth:`waiting`)
+
+    def _migrate(self) -> None:
+        """Bring a store of an older schema to :data:`MIGRATIONS`'s last version (a new one too)."""
+        version = self._db.execute("PRAGMA user_version").fetchone()[0]
+        for number, statements in enumerate(MIGRATIONS[version:], start=version + 1):
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                for statement in statements:
+                    self._db.execute(statement)
+                self._db.execute(f"PRAGMA user_version = {number}")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
 
     def close(self) -> None:
         with self._lock:
@@ -79,17 +117,36 @@ class JobStore:
     # -- writes ------------------------------------------------------------------
     def add(self, job_id: str, submission: Submission, *, problem: str, world_size: int, dedup_key: str,
             state: JobState = JobState.QUEUED, job_json: dict | None = None, record: Record | None = None,
-            same_as: str | None = None, note: str = "") -> None:
-        """A new job (``state`` ``done`` with ``record`` for one answered at once)."""
+            same_as: str | None = None, note: str = "", owner: str | None = None, source_bytes: int = 0,
+            source_path: str | None = None, admit=None) -> None:
+        """A new job (``state`` ``done`` with ``record`` for one answered at once).
+
+        :param owner: the client of the token that submitted it (None: the admin, or no tokens).
+        :param source_bytes: the bytes of source it keeps (in its file, or in its row).
+        :param source_path: the source file it names, if one was written.
+        :param admit: ``admit(jobs=, source_bytes=)``, called in the transaction that adds the job with
+            what its account (:meth:`usage`) keeps now; what it raises leaves the job out.
+        """
         now = time.time()
-        self._run("INSERT INTO jobs (id, state, client, priority, problem, backend, world_size, dedup_key, "
-                  "submission, job, record, note, same_as, submitted_at, finished_at) "
-                  "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                  (job_id, JobState(state).value, submission.client, submission.priority, problem,
-                   submission.backend, world_size, dedup_key, json.dumps(submission.to_json()),
-                   json.dumps(job_json) if job_json else None,
-                   json.dumps(record.to_json()) if record else None, note, same_as, now,
-                   now if JobState(state).final else None))
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                if admit is not None:
+                    jobs, kept = self._usage(owner, submission.client)
+                    admit(jobs=jobs, source_bytes=kept)
+                self._db.execute(
+                    "INSERT INTO jobs (id, state, client, priority, problem, backend, world_size, dedup_key, "
+                    "submission, job, record, note, same_as, submitted_at, finished_at, owner, source_bytes, "
+                    "source_path) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (job_id, JobState(state).value, submission.client, submission.priority, problem,
+                     submission.backend, world_size, dedup_key, json.dumps(submission.to_json()),
+                     json.dumps(job_json) if job_json else None,
+                     json.dumps(record.to_json()) if record else None, note, same_as, now,
+                     now if JobState(state).final else None, owner, source_bytes, source_path))
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
 
     def set_state(self, job_id: str, state: JobState, *, note: str | None = None, only_from=None) -> bool:
         """Move a job to ``state`` (from one of ``only_from`` when given); False if it was not there."""
@@ -124,10 +181,11 @@ class JobStore:
                  JobState.DONE.value, JobState.CANCELLED.value))
             return cursor.rowcount > 0
 
-    def cancel_waiting(self, *, ids=None, client: str | None = None, note: str = "cancelled before it ran") -> list[str]:
+    def cancel_waiting(self, *, ids=None, client: str | None = None, owner: str | None = None,
+                       note: str = "cancelled before it ran") -> list[str]:
         """Cancel, in one transaction, every waiting job among ``ids`` (None: any) of ``client``
-        (None: any); the ids cancelled, oldest first."""
-        where, args = _filter(ids=ids, client=client, states=WAITING)
+        (None: any) and ``owner`` (None: any); the ids cancelled, oldest first."""
+        where, args = _filter(ids=ids, client=client, owner=owner, states=WAITING)
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")
             try:
@@ -149,28 +207,63 @@ class JobStore:
                 (JobState.QUEUED.value, JobState.BUILDING.value, JobState.READY.value, JobState.RUNNING.value))
             return cursor.rowcount
 
+    def prune(self, *, finished_before: float) -> tuple[int, list[str]]:
+        """Remove the final jobs that finished before ``finished_before`` (seconds since the epoch), in
+        one transaction: how many, and the source files they named (others may still name them)."""
+        where = "state IN (?, ?) AND finished_at < ?"
+        args = (JobState.DONE.value, JobState.CANCELLED.value, finished_before)
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                paths = [row[0] for row in self._db.execute(
+                    f"SELECT DISTINCT source_path FROM jobs WHERE {where} AND source_path IS NOT NULL", args)]
+                removed = self._db.execute(f"DELETE FROM jobs WHERE {where}", args).rowcount
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+        return removed, paths
+
     # -- reads -------------------------------------------------------------------
-    def view(self, job_id: str) -> JobView | None:
-        rows = self._run(f"SELECT {_VIEW_COLUMNS} FROM jobs WHERE id = ?", (job_id,))
+    def view(self, job_id: str, *, owner: str | None = None) -> JobView | None:
+        """The job ``job_id`` (of ``owner`` only, when given), or None."""
+        where, args = _filter(ids=None, owner=owner)
+        rows = self._run(f"SELECT {_VIEW_COLUMNS} FROM jobs WHERE id = ? AND {where}", (job_id, *args))
         return _view(rows[0]) if rows else None
 
-    def views(self, *, state: str | None = None, client: str | None = None, limit: int = 100) -> list[JobView]:
-        """The newest ``limit`` jobs (filtered by state and client), newest first."""
-        where, args = [], []
-        if state:
-            where.append("state = ?")
-            args.append(state)
-        if client:
-            where.append("client = ?")
-            args.append(client)
-        clause = f"WHERE {' AND '.join(where)}" if where else ""
-        rows = self._run(f"SELECT {_VIEW_COLUMNS} FROM jobs {clause} ORDER BY seq DESC LIMIT ?", (*args, limit))
+    def views(self, *, state: str | None = None, client: str | None = None, owner: str | None = None,
+              limit: int = 100) -> list[JobView]:
+        """The newest ``limit`` jobs (filtered by state, client and owner), newest first."""
+        where, args = _filter(client=client or None, owner=owner, states=(state,) if state else ())
+        rows = self._run(f"SELECT {_VIEW_COLUMNS} FROM jobs WHERE {where} ORDER BY seq DESC LIMIT ?", (*args, limit))
         return [_view(row) for row in rows]
 
-    def ids(self, *, ids=None, client: str | None = None, states=()) -> list[str]:
-        """The ids of the jobs among ``ids`` (None: any) of ``client`` (None: any) in ``states``, oldest first."""
-        where, args = _filter(ids=ids, client=client, states=states)
+    def ids(self, *, ids=None, client: str | None = None, owner: str | None = None, states=()) -> list[str]:
+        """The ids of the jobs among ``ids`` (None: any) of ``client`` and ``owner`` (None: any) in
+        ``states``, oldest first."""
+        where, args = _filter(ids=ids, client=client, owner=owner, states=states)
         return [row[0] for row in self._run(f"SELECT id FROM jobs WHERE {where} ORDER BY seq", args)]
+
+    def owners(self, ids) -> dict[str, str | None]:
+        """``{job id: owner}`` of the jobs among ``ids``."""
+        where, args = _filter(ids=ids)
+        return dict(self._run(f"SELECT id, owner FROM jobs WHERE {where}", args))
+
+    def usage(self, owner: str | None, client: str) -> tuple[int, int]:
+        """``(jobs, source bytes)`` an account keeps: every job of ``owner`` (a token's client), or
+        with no owner the jobs of the ``client`` tag that no token's client owns."""
+        with self._lock:
+            return self._usage(owner, client)
+
+    def _usage(self, owner: str | None, client: str) -> tuple[int, int]:
+        where, args = ("owner = ?", (owner,)) if owner is not None else ("owner IS NULL AND client = ?", (client,))
+        jobs, kept = self._db.execute(f"SELECT COUNT(*), COALESCE(SUM(source_bytes), 0) FROM jobs WHERE {where}",
+                                      args).fetchone()
+        return jobs, kept
+
+    def names_source(self, path: str) -> bool:
+        """Whether a job still names the source file ``path``."""
+        return bool(self._run("SELECT 1 FROM jobs WHERE source_path = ? LIMIT 1", (path,)))
 
     def done_with(self, dedup_key: str) -> JobView | None:
         """The newest finished job with this content and options (for deduplication)."""
@@ -202,9 +295,11 @@ class JobStore:
     def counts(self) -> dict[str, int]:
         return dict(self._run("SELECT state, COUNT(*) FROM jobs GROUP BY state"))
 
-    def open_by_client(self) -> dict[str, int]:
-        return dict(self._run("SELECT client, COUNT(*) FROM jobs WHERE state NOT IN (?, ?) GROUP BY client",
-                              (JobState.DONE.value, JobState.CANCELLED.value)))
+    def open_by_client(self, *, owner: str | None = None) -> dict[str, int]:
+        """Unfinished jobs by client tag (of ``owner`` only, when given)."""
+        where, args = _filter(owner=owner)
+        return dict(self._run(f"SELECT client, COUNT(*) FROM jobs WHERE state NOT IN (?, ?) AND {where} "
+                              "GROUP BY client", (JobState.DONE.value, JobState.CANCELLED.value, *args)))
 
     def done_since(self, since: float) -> int:
         return self._run("SELECT COUNT(*) FROM jobs WHERE state = ? AND finished_at >= ?",
@@ -222,9 +317,10 @@ class JobStore:
         return rows[0][0] if rows else 0
 
 
-def _filter(*, ids=None, client: str | None = None, states=()) -> tuple[str, tuple]:
+def _filter(*, ids=None, client: str | None = None, owner: str | None = None, states=()) -> tuple[str, tuple]:
     """A ``WHERE`` clause and its arguments: jobs among ``ids`` (None: any; ids are bound as JSON,
-    so a bulk cancel of thousands is one statement), of ``client`` (None: any), in ``states``."""
+    so a bulk cancel of thousands is one statement), of ``client`` (None: any), submitted by the
+    token client ``owner`` (None: any), in ``states``."""
     where, args = ["1"], []
     if ids is not None:
         where.append("id IN (SELECT value FROM json_each(?))")
@@ -232,6 +328,9 @@ def _filter(*, ids=None, client: str | None = None, states=()) -> tuple[str, tup
     if client is not None:
         where.append("client = ?")
         args.append(client)
+    if owner is not None:
+        where.append("owner = ?")
+        args.append(owner)
     if states:
         where.append(f"state IN ({', '.join('?' * len(states))})")
         args += [JobState(s).value for s in states]

@@ -1,0 +1,114 @@
+"""Request bodies of the reward service: bounded before they are read, parsed with bounded nesting.
+
+Every route has a cap on its body (:func:`body_cap`). A request whose ``Content-Length``
+is over its route's cap is answered 413 before one byte of its body is read
+(:func:`declared_too_large`, called by the app's guard for every request); a body sent
+without a length (``Transfer-Encoding: chunked``) is read chunk by chunk with a running
+count, and the read stops with a 413 the moment the count passes the cap
+(:func:`read_json`), so the service never holds more than the cap and one chunk of it.
+A refusal sent before the body was read asks the client to close the connection, so the
+server does not go on draining a body nobody will read.
+
+JSON is parsed by :func:`parse_json`: a body that is not JSON (or not UTF-8) is a 400 with
+one line, and so is one nested deeper than :data:`MAX_DEPTH`, whether the parser's own
+recursion guard stops it (a few thousand levels: ``RecursionError``, once a 500) or the
+walk over what it parsed does. No request of the service nests more than three levels.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+
+from pkb_core.serve.refusal import Refused
+
+#: The largest submission body (its source limit, ``--max-source-kb``, is checked again with its own message).
+MAX_SUBMISSION = 8 << 20
+#: The largest bulk-cancel body: tens of thousands of job ids.
+MAX_CANCEL = 1 << 20
+#: Routes that read no body: a declared one over this is refused, a smaller one is never read.
+MAX_OTHER = 16 << 10
+#: The deepest JSON nesting taken (an object holding a list is two levels).
+MAX_DEPTH = 64
+
+
+class TooLarge(Refused):
+    """A body over its route's cap: HTTP 413, and the connection is closed (the rest is never read)."""
+
+    def __init__(self, message: str):
+        super().__init__(message, 413)
+
+
+class NotJson(Refused):
+    """A body that is not JSON, or nests too deep: HTTP 400."""
+
+    def __init__(self, message: str):
+        super().__init__(message, 400)
+
+
+def body_cap(method: str, path: str) -> int:
+    """The most bytes a request body to ``method path`` may have."""
+    if method == "POST" and path == "/v1/jobs":
+        return MAX_SUBMISSION
+    if method == "POST" and path == "/v1/jobs/cancel":
+        return MAX_CANCEL
+    return MAX_OTHER
+
+
+def declared_too_large(method: str, path: str, content_length: str | None) -> TooLarge | None:
+    """The 413 for a request whose ``Content-Length`` header passes its route's cap, else None
+    (no header: a streamed body, counted as it is read)."""
+    if content_length is None:
+        return None
+    cap = body_cap(method, path)
+    try:
+        declared = int(content_length)
+    except ValueError:
+        return None  # the HTTP server refuses a malformed length before the app sees the request
+    if declared > cap:
+        return TooLarge(f"the request body is {declared} bytes; at most {cap} for {method} {path}")
+    return None
+
+
+async def read_json(request, cap: int):
+    """The JSON value of ``request``'s body (a Starlette request), read with a running cap:
+    :class:`TooLarge` at the first chunk that passes ``cap``, :class:`NotJson` for what
+    :func:`parse_json` refuses."""
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > cap:
+            raise TooLarge(f"the request body passed {cap} bytes before it ended; at most {cap} for "
+                           f"{request.method} {request.url.path}")
+    # Parsing and the depth walk are linear in the (capped) body; off the event loop all the same.
+    return await asyncio.to_thread(parse_json, bytes(body))
+
+
+def parse_json(body: bytes):
+    """``body`` parsed as JSON; :class:`NotJson` (one line) when it is not JSON or nests deeper
+    than :data:`MAX_DEPTH`."""
+    try:
+        value = json.loads(body)
+    except RecursionError:
+        raise NotJson(f"the request body nests deeper than {MAX_DEPTH} levels") from None
+    except ValueError as exc:  # UnicodeDecodeError too: JSON is UTF-8
+        raise NotJson(f"the request body is not JSON ({exc})") from None
+    if _deeper_than(value, MAX_DEPTH):
+        raise NotJson(f"the request body nests deeper than {MAX_DEPTH} levels")
+    return value
+
+
+def _deeper_than(value, limit: int) -> bool:
+    """Whether ``value`` nests containers more than ``limit`` deep: a walk level by level, with no
+    recursion (what it checks cannot make it recurse), over containers only."""
+    level = [value] if type(value) in (dict, list) else []
+    depth = 0
+    while level:
+        depth += 1
+        if depth > limit:
+            return True
+        below = []
+        for item in level:
+            below += [child for child in (item.values() if type(item) is dict else item)
+                      if type(child) is dict or type(child) is list]
+        level = below
+    return False

@@ -1,0 +1,142 @@
+"""Retention of the reward service: finished jobs older than ``--retention-days`` leave its data.
+
+What is pruned: every job that is ``done`` or ``cancelled`` and finished more than the
+retention ago, its row in the store (submission, record), and each source file no job left
+in the store names any more (two submissions of one text share one file,
+:meth:`pkb_core.serve.intake.Intake._write_source`). Jobs that wait or run are never pruned.
+When: once when the service starts, before it answers a request, then every
+:data:`PRUNE_EVERY_S` seconds in a thread of its own. SQLite reuses the pages of pruned rows
+for new jobs; the file does not shrink. A lane's run directory (``DATA/runs/...``: its
+``records.jsonl`` for ``pkb report``, and logs) is a run's result and is not pruned here.
+
+A source file is written by a submission before the row that names it is added; the pruner
+must not remove a file between those two steps. :class:`SourcesGuard` orders them:
+submissions hold it shared (they run side by side), the pruner exclusive while it checks
+and removes files.
+"""
+from __future__ import annotations
+
+import contextlib
+import sys
+import threading
+import time
+from pathlib import Path
+
+#: Seconds between two prunes after the first.
+PRUNE_EVERY_S = 3600.0
+
+
+class SourcesGuard:
+    """A shared/exclusive lock: many submissions write source files and add their rows at once;
+    the pruner removes files alone. A waiting pruner goes before new submissions (an hourly prune
+    of milliseconds is never starved by a steady stream of them)."""
+
+    def __init__(self):
+        self._cond = threading.Condition()
+        self._sharing = 0
+        self._exclusive = False
+        self._waiting = 0
+
+    @contextlib.contextmanager
+    def shared(self):
+        with self._cond:
+            while self._exclusive or self._waiting:
+                self._cond.wait()
+            self._sharing += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._sharing -= 1
+                self._cond.notify_all()
+
+    @contextlib.contextmanager
+    def exclusive(self):
+        with self._cond:
+            self._waiting += 1
+            while self._exclusive or self._sharing:
+                self._cond.wait()
+            self._waiting -= 1
+            self._exclusive = True
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._exclusive = False
+                self._cond.notify_all()
+
+
+class Retention:
+    """Prunes ``store`` (a :class:`pkb_core.serve.store.JobStore`) and the source files under ``sources``.
+
+    :param days: the retention; 0 keeps every job (nothing is pruned and no thread starts).
+    """
+
+    def __init__(self, store, sources: Path, days: float, guard: SourcesGuard):
+        self.store = store
+        self.sources = Path(sources)
+        self.days = days
+        self.guard = guard
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def prune(self, now: float | None = None) -> tuple[int, int]:
+        """Prune once: ``(jobs, source files)`` removed."""
+        if self.days <= 0:
+            return 0, 0
+        before = (time.time() if now is None else now) - self.days * 86400
+        jobs, paths = self.store.prune(finished_before=before)
+        files = 0
+        with self.guard.exclusive():
+            for path in sorted(set(paths)):
+                if self._inside(path) and not self.store.names_source(path):
+                    files += _remove(Path(path), self.sources)
+        return jobs, files
+
+    def start(self) -> tuple[int, int]:
+        """Prune now, then every :data:`PRUNE_EVERY_S` seconds in a thread; what the first prune removed."""
+        first = self.prune()
+        if self.days > 0:
+            self._thread = threading.Thread(target=self._loop, name="pkb-retention", daemon=True)
+            self._thread.start()
+        return first
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(PRUNE_EVERY_S):
+            try:
+                jobs, files = self.prune()
+            except Exception as exc:  # noqa: BLE001 - a failed prune is tried again at the next hour
+                print(f"pkb serve: pruning finished jobs failed ({exc}); trying again in an hour",
+                      file=sys.stderr, flush=True)
+                continue
+            if jobs:
+                print(f"pkb serve: pruned {jobs} job(s) finished more than {self.days:g} days ago "
+                      f"and {files} source file(s)", file=sys.stderr, flush=True)
+
+    def _inside(self, path: str) -> bool:
+        """Only files under the service's own sources folder are ever removed."""
+        try:
+            return Path(path).resolve().is_relative_to(self.sources.resolve())
+        except OSError:
+            return False
+
+
+def _remove(path: Path, root: Path) -> int:
+    """Remove ``path`` and the folders above it that it leaves empty, up to ``root``; 1 if it was there."""
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        return 0
+    folder = path.parent
+    while folder != root and root in folder.parents:
+        try:
+            folder.rmdir()
+        except OSError:  # not empty: another problem's file of the same text, or another digest
+            break
+        folder = folder.parent
+    return 1
