@@ -29,3 +29,27 @@ def test_quiet_prints_nothing(capsys):
     progress(_record("1_allreduce", "a.py", "pass"))
     progress.close()
     assert capsys.readouterr().err == "" and progress.done == 1
+
+
+def test_build_lines_go_above_the_bar_on_a_terminal(capsys):
+    """Issue 55: the compile phase's `build [i/n]` lines were written past rich, onto the bar's own line."""
+    import io
+    import re
+
+    from rich.console import Console
+
+    from pkb_core.cli.run import BuildLines
+    from pkb_core.contracts.build import BuildResult
+
+    screen = io.StringIO()
+    progress = JobProgress(1, console=Console(file=screen, force_terminal=True, width=100))
+    progress.start()
+    BuildLines(progress.echo).pkb_report_build(solution="/s/a.py", result=BuildResult(True, seconds=1.25),
+                                               done=1, total=1)
+    progress(_record("1_allreduce", "a.py", "pass"))
+    progress.close()
+    assert capsys.readouterr().err == ""  # nothing went past the bar's console
+    # The terminal as drawn: each line whole on a line of its own, the bar (then removed) apart.
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", screen.getvalue())
+    lines = [line.strip() for line in re.split(r"[\r\n]", text) if line.strip()]
+    assert "build [1/1] a.py  built  1.2 s" in lines and "[1/1] 1_allreduce  a.py  pass" in lines

@@ -2,7 +2,8 @@
 
 The lines (``[i/n] problem  solution  verdict  speedup``) go to stderr as
 before; when stderr is a terminal and ``rich`` is installed (and ``PKB_PLAIN``
-is unset) they scroll above a live bar with the count and the elapsed time.
+is unset) they scroll above a live bar with the count and the elapsed time,
+with every other line printed meanwhile (:meth:`JobProgress.echo`).
 Pipes, CI logs and tests get the plain lines only.
 """
 from __future__ import annotations
@@ -19,10 +20,13 @@ class JobProgress:
     """Call with each finished record, or register as a plugin of the run (it implements
     ``pkb_report_job``); the bar shows between :meth:`start` and :meth:`close`."""
 
-    def __init__(self, total: int, quiet: bool = False, label=None):
-        """:param label: ``label(record)``, the text after ``[i/n]`` (default: problem and solution)."""
+    def __init__(self, total: int, quiet: bool = False, label=None, console=None):
+        """:param label: ``label(record)``, the text after ``[i/n]`` (default: problem and solution).
+        :param console: the rich console the bar draws on (default: one on stderr, when that is a
+            terminal)."""
         self.total, self.done, self.quiet = total, 0, quiet
         self.label = label or (lambda record: f"{record.problem}  {record.solution}")
+        self._console = console
         self._bar = None
         self._task = None
 
@@ -31,12 +35,18 @@ class JobProgress:
         if self.quiet:
             return
         extra = speedup_text(record)
-        line = f"[{self.done}/{self.total}] {self.label(record)}  {record.verdict}{'  ' + extra if extra else ''}"
+        self.echo(f"[{self.done}/{self.total}] {self.label(record)}  {record.verdict}{'  ' + extra if extra else ''}")
+        if self._bar is not None:
+            self._bar.update(self._task, completed=self.done)
+
+    def echo(self, line: str) -> None:
+        """``line`` on stderr: above the bar while it shows, else plainly. A line printed while the
+        bar shows must come through here (the compile phase's ``build [i/n]`` lines too): written
+        past rich, it lands on the bar's own line, and the bar's next refresh draws over it."""
         if self._bar is None:
             click.echo(line, err=True)
-            return
-        self._bar.console.print(line, highlight=False, markup=False)
-        self._bar.update(self._task, completed=self.done)
+        else:
+            self._bar.console.print(line, highlight=False, markup=False)
 
     @hookimpl
     def pkb_report_job(self, record) -> None:
@@ -44,13 +54,13 @@ class JobProgress:
 
     def start(self) -> None:
         """Show the live bar (only on a terminal with rich; otherwise nothing changes)."""
-        if self.quiet or self._bar is not None or not _rich_on_stderr():
+        if self.quiet or self._bar is not None or (self._console is None and not _rich_on_stderr()):
             return
         from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
         self._bar = Progress(TextColumn("jobs"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                             console=Console(stderr=True), transient=True)
+                             console=self._console or Console(stderr=True), transient=True)
         self._bar.start()
         self._task = self._bar.add_task("jobs", total=self.total, completed=self.done)
 

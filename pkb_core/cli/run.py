@@ -143,7 +143,7 @@ def run(pm, problems, backend, solution, solutions, nproc, nnodes, node_rank, rd
         click.echo(skipping_notice(recorded, run_dir), err=True)
     # The run's observers (pkb_report_* hooks): the progress lines, -x, --junitxml.
     progress = JobProgress(len(keys) - len(recorded), quiet=json_)
-    observers = [progress] + ([ExitFirst()] if exitfirst else []) + ([BuildLines()] if not json_ else [])
+    observers = [progress] + ([ExitFirst()] if exitfirst else []) + ([BuildLines(progress.echo)] if not json_ else [])
     if junitxml:
         from pkb_core.results.junit import JunitReport
 
@@ -211,13 +211,17 @@ class ExitFirst:
 
 
 class BuildLines:
-    """One line per finished build of the compile phase (stderr)."""
+    """One line per finished build of the compile phase, through ``echo`` (the progress's
+    :meth:`~pkb_core.cli.progress.JobProgress.echo`: on a terminal, above its bar, not on it)."""
+
+    def __init__(self, echo=None):
+        self.echo = echo or (lambda line: click.echo(line, err=True))
 
     @hookimpl
     def pkb_report_build(self, solution, result, done, total):
         state = "cached" if result.cached else ("built" if result.ok else Verdict.COMPILE_ERROR.value)
         seconds = "" if result.cached else f"  {result.seconds:.1f} s"
-        click.echo(f"build [{done}/{total}] {Path(solution).name}  {state}{seconds}", err=True)
+        self.echo(f"build [{done}/{total}] {Path(solution).name}  {state}{seconds}")
 
 
 def skipping_notice(recorded, run_dir) -> str:
