@@ -144,7 +144,7 @@ NO_GPU = pytest.mark.skipif(shutil.which("nvidia-smi") is not None, reason="a GP
     (["run", "--timing-mode", "latency,fast"], 4, "Error: Invalid value for '--timing-mode': unknown timing mode 'fast'"),
     (["run", "--nnodes", "2", "--node-rank", "2", "--rdzv-endpoint", "h:1"], 4, "Error: --node-rank 2 needs --nnodes > 2"),
     (["run", "--problem", "3", "--out", "FILE/run"], 1, "Error: cannot create the run directory"),
-    (["run", "--problem", "3", "--junitxml", "FILE/junit.xml"], 1, "Error: cannot create the --junitxml folder"),
+    (["run", "--problem", "3", "--junitxml", "FILE/junit.xml"], 1, "Error: the --junitxml folder"),
     (["run", "--solution", "DIR"], 1, "Error: solution file"),
     (["inspect", "DIR/nope", "--problem", "1"], 1, "Error: run directory"),
     # Typed values are the command line's, not the configuration's (there is none here).
@@ -160,6 +160,16 @@ def test_more_bad_input_is_one_line(pkb_invoke, tmp_path, args, code, message):
     assert result.exit_code == code, result.output
     assert result.output.strip().splitlines()[-1].startswith(message), result.output
     assert "Traceback" not in result.output
+
+
+def test_out_naming_a_file_says_it_is_a_file(pkb_invoke, tmp_path):
+    """Issue 55: `--out FILE` said "File exists", where the news is that FILE is no folder."""
+    file = tmp_path / "file"
+    file.write_text("")
+    assert one_error_line(pkb_invoke("run", "--problem", "3", "--out", file), 1) == \
+        f"Error: the run directory {file} is a file, not a folder"
+    assert one_error_line(pkb_invoke("run", "--problem", "3", "--out", file / "run"), 1) == \
+        f"Error: cannot create the run directory {file / 'run'}: {file} is a file, not a folder"
 
 
 def test_profile_needs_measure_perf(pkb_invoke, tmp_path):

@@ -257,6 +257,11 @@ def writable_paths(run_dir: Path, junitxml: Path | None) -> None:
     for folder, what in ((run_dir, "run directory"), (junitxml.parent if junitxml else None, "--junitxml folder")):
         if folder is None:
             continue
+        # A file on the way is named as such (mkdir would say "File exists" or "Not a directory").
+        blocking = next((path for path in [folder, *folder.parents] if path.exists()), None)
+        if blocking is not None and not blocking.is_dir():
+            raise PkbError(f"the {what} {folder} is a file, not a folder" if blocking == folder else
+                           f"cannot create the {what} {folder}: {blocking} is a file, not a folder")
         try:
             if folder is run_dir:
                 make_run_dir(run_dir)  # 0700: records and logs are no candidate's to read
