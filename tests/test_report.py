@@ -214,6 +214,32 @@ def test_sweep_plot_names_gloo_in_cpu_mode(pkb_invoke, fixtures, tmp_path):
     assert "gloo (eager)" in svg and "NCCL" not in svg and "host timing (CPU mode)" in svg
 
 
+def test_the_sweep_plots_two_line_title_stays_above_the_panel_titles(fixtures):
+    """Issue 55: on host timings the figure's title has a second line, which sat on "time" and
+    "bus bandwidth"."""
+    pytest.importorskip("matplotlib")
+    import attrs
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from pkb_core.results.plots import _sweep_figure
+
+    rows = [attrs.evolve(r, clock="host") for r in load_run(fixtures / "runs" / "sweep")]
+    fig = _sweep_figure(plt, "1_allreduce", rows)
+    try:
+        fig.canvas.draw()
+        renderer = fig.canvas.get_renderer()
+        [title] = [t for t in fig.texts if "message-size sweep" in t.get_text()]
+        assert title.get_text().count("\n") == 1
+        above = title.get_window_extent(renderer)
+        for ax in fig.axes:  # display coordinates: y grows upwards
+            assert above.y0 >= ax.title.get_window_extent(renderer).y1, ax.get_title()
+    finally:
+        plt.close(fig)
+
+
 def test_report_plots_flag_writes_into_the_run_dir(pkb_invoke, fixtures, tmp_path):
     pytest.importorskip("matplotlib")
     run = tmp_path / "run"

@@ -242,7 +242,9 @@ def _human_bytes(value, _=None) -> str:
 
 def _sweep_figure(plt, problem, rows):
     """Time (us) and busbw (GB/s) against per-rank message size."""
-    fig, (ax_time, ax_bw) = plt.subplots(1, 2, figsize=(12, 4.8))
+    # Constrained layout makes room for the figure's title above the panels' own titles (its
+    # second line, on host timings, would otherwise sit on them).
+    fig, (ax_time, ax_bw) = plt.subplots(1, 2, figsize=(12, 4.8), layout="constrained")
     fig.suptitle(_titled(f"{problem}: message-size sweep (W={rows[0].world_size}, {rows[0].dtype})", rows))
     series = _sweep_series(rows)
     reference = reference_library(rows)
