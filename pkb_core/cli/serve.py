@@ -19,6 +19,7 @@ import click
 
 from pkb_core.cli.limits import limit_options
 from pkb_core.errors import CannotStart, PkbError
+from pkb_core.serve.quota import DEFAULT_MAX_JOBS, DEFAULT_MAX_SOURCE_BYTES
 
 LOCALHOST = ("127.0.0.1", "::1", "localhost")
 
@@ -41,7 +42,18 @@ LOCALHOST = ("127.0.0.1", "::1", "localhost")
 @click.option("--build-jobs", type=click.IntRange(min=1), default=None,
               help="Builds at once in the compile pool (default: by cores and memory).")
 @click.option("--token", envvar="PKB_SERVE_TOKEN", default=None,
-              help="Bearer token every request must carry (env PKB_SERVE_TOKEN); required beyond localhost.")
+              help="Bearer token every request must carry (env PKB_SERVE_TOKEN): the admin's, which sees every "
+                   "job; required beyond localhost, unless --tokens gives tokens.")
+@click.option("--tokens", "tokens_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="TOML file of client tokens ([clients] name = token) and an admin token (admin = token): "
+                   "a client sees and cancels only its own jobs. Mode 600.")
+@click.option("--client-max-jobs", type=click.IntRange(min=1), default=DEFAULT_MAX_JOBS, show_default=True,
+              help="Jobs one client keeps at most, finished ones included until retention prunes them; "
+                   "more are refused with 429.")
+@click.option("--client-max-source-mb", type=click.IntRange(min=1), default=DEFAULT_MAX_SOURCE_BYTES >> 20,
+              show_default=True, help="MiB of sources one client keeps at most; more are refused with 429.")
+@click.option("--retention-days", type=click.FloatRange(min=0), default=30.0, show_default=True,
+              help="Days a finished job (its record and source) is kept; pruned at start and hourly (0: for ever).")
 @click.option("--ray", "ray_address", is_flag=False, flag_value="auto", default=None, metavar="[ADDRESS]",
               help="Place groups as Ray actors on the Ray cluster at ADDRESS (alone: the one this node is in); "
                    "needs pkb[ray].")
@@ -50,7 +62,7 @@ LOCALHOST = ("127.0.0.1", "::1", "localhost")
 @click.pass_obj
 @limit_options  # --memory-limit, --max-processes, --log-cap: pkb_core/cli/limits.py
 def serve(pm, host, port, data_dir, device, devices, max_queued, max_source_kb, job_timeout, build_jobs, token,
-          ray_address, place_timeout, limits):
+          tokens_file, client_max_jobs, client_max_source_mb, retention_days, ray_address, place_timeout, limits):
     """Run the reward service: an HTTP queue of jobs on warm groups of this node, or of a Ray cluster's
     nodes with --ray (docs/serve.md)."""
     _serve_extra("pkb serve", "fastapi", "uvicorn")
@@ -58,11 +70,15 @@ def serve(pm, host, port, data_dir, device, devices, max_queued, max_source_kb, 
 
     from pkb_core.cli.config import config_of
     from pkb_core.machine.device import detect_device, device_count
+    from pkb_core.serve.access import Access, load_tokens
     from pkb_core.serve.app import create_app
     from pkb_core.serve.service import Service, ServiceConfig
 
-    if not _is_local(host) and not token:
-        raise click.UsageError(f"--host {host} listens beyond localhost: give --token (or PKB_SERVE_TOKEN)")
+    tokens = load_tokens(tokens_file) if tokens_file else None
+    access = Access(admin_tokens=[token, tokens.admin if tokens else None], clients=tokens.clients if tokens else {})
+    if not _is_local(host) and not access.required:
+        raise click.UsageError(f"--host {host} listens beyond localhost: give --token (or PKB_SERVE_TOKEN) "
+                               "or --tokens")
     # The token lives in this process's memory only: nothing it starts inherits it.
     os.environ.pop("PKB_SERVE_TOKEN", None)
     listener = _listen(host, port)
@@ -79,7 +95,8 @@ def serve(pm, host, port, data_dir, device, devices, max_queued, max_source_kb, 
             raise PkbError(f"--devices {devices} but only {available} GPU(s) here")
     config = ServiceConfig(data_dir=data_dir, device=device, devices=devices, max_queued=max_queued,
                            max_source_bytes=max_source_kb << 10, job_timeout=job_timeout, build_workers=build_jobs,
-                           place_timeout=place_timeout, limits=limits)
+                           place_timeout=place_timeout, limits=limits, client_max_jobs=client_max_jobs,
+                           client_max_source_bytes=client_max_source_mb << 20, retention_days=retention_days)
     from pkb_core.process.reaper import become_subreaper
 
     become_subreaper()  # what a dead lane leaves becomes the service's child (reaped by its scheduler)
@@ -88,8 +105,11 @@ def serve(pm, host, port, data_dir, device, devices, max_queued, max_source_kb, 
     service.start()
     if service.recovered:
         click.echo(f"pkb serve: {service.recovered} job(s) a stopped service left were queued again", err=True)
+    if service.pruned[0]:
+        click.echo(f"pkb serve: pruned {service.pruned[0]} job(s) finished more than {retention_days:g} days ago "
+                   f"and {service.pruned[1]} source file(s)", err=True)
     try:
-        server = uvicorn.Server(uvicorn.Config(create_app(service, token=token), host=host, port=port,
+        server = uvicorn.Server(uvicorn.Config(create_app(service, access=access), host=host, port=port,
                                                log_level="warning", access_log=False))
         _announce(server, host, data_dir, device, devices, "on Ray" if ray_address else "")
         server.run(sockets=[listener])

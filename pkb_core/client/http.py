@@ -4,10 +4,11 @@
 ``evaluate_many(items, concurrency=N)`` keeps N submissions in flight and
 returns one record per item, in the order of ``items``. What a source holds
 never raises: an empty, undecodable or oversized one is its job's
-``compile-error`` record, as a file that does not parse. A full queue (429) is
-retried after the service's ``Retry-After``; any other refusal (of the request:
-an unknown problem or backend, an option out of range, a wrong token) raises
-:class:`ServiceError` with the service's one line, and so does a service that
+``compile-error`` record, as a file that does not parse. A full queue (429 with
+``Retry-After``) is retried after the seconds it says; any other refusal (of the
+request: an unknown problem or backend, an option out of range, a wrong token, a
+client over its quota: a 429 without ``Retry-After``, which waiting does not cure)
+raises :class:`ServiceError` with the service's one line, and so does a service that
 cannot be reached (no answer: ``status`` :data:`UNREACHABLE`).
 
 Without a URL a client talks to ``$PKB_SERVER``, else :data:`DEFAULT_URL`
@@ -85,6 +86,11 @@ def _answer(response: httpx.Response) -> dict:
     return response.json()
 
 
+def _retry(response: httpx.Response) -> bool:
+    """Whether to submit again later: a full queue (429 with ``Retry-After``), not a quota (429 without)."""
+    return response.status_code == 429 and "retry-after" in response.headers
+
+
 def _retry_after(response: httpx.Response) -> float:
     try:
         return max(0.5, min(60.0, float(response.headers.get("retry-after", "5"))))
@@ -126,7 +132,7 @@ class Client:
         body = _submission(problem, source, options)
         for _ in range(OVERLOAD_RETRIES):
             response = self._call("POST", "/v1/jobs", **body)
-            if response.status_code != 429:
+            if not _retry(response):
                 return JobView.from_json(_answer(response))
             time.sleep(_retry_after(response))
         return JobView.from_json(_answer(response))
@@ -203,7 +209,7 @@ class AsyncClient:
         body = _submission(problem, source, options)
         for _ in range(OVERLOAD_RETRIES):
             response = await self._call("POST", "/v1/jobs", **body)
-            if response.status_code != 429:
+            if not _retry(response):
                 return JobView.from_json(_answer(response))
             await asyncio.sleep(_retry_after(response))
         return JobView.from_json(_answer(response))
