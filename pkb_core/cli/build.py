@@ -28,8 +28,6 @@ from pkb_core.contracts.verdict import Verdict
 @click.pass_obj
 def build(pm, backend, solution, solutions, problems, device, build_timeout, build_jobs, json_):
     """Build solutions ahead of `pkb run` (outcomes cached by content; failures too)."""
-    import tempfile
-
     from pkb_core.compile.phase import BuildPhase
     from pkb_core.launch.warm_builders import WarmBuilders
     from pkb_core.cli.config import config_of
@@ -38,6 +36,7 @@ def build(pm, backend, solution, solutions, problems, device, build_timeout, bui
     from pkb_core.launch.plan import RunRequest, pair_solutions
     from pkb_core.plugin.manager import get_backend_info
     from pkb_core.problem.registry import build_registry
+    from pkb_core.process import temp_folders
 
     info = get_backend_info(pm, backend)
     device = detect_device(device)
@@ -53,7 +52,8 @@ def build(pm, backend, solution, solutions, problems, device, build_timeout, bui
     # SIGTERM (a time limit around `pkb build`) ends the phase like Ctrl-C: running builders are
     # killed, and every outcome that finished has been printed.
     signal.signal(signal.SIGTERM, _exit_on_signal)
-    with tempfile.TemporaryDirectory(prefix="pkb-build-") as run_dir:
+    # Its run folder (the builds' logs) is gone when it ends, however it ends (kill -9: its warden).
+    with temp_folders.held("pkb-build-run-") as run_dir:
         def show(path, result, done, total):
             # Each outcome is written as it finishes (and flushed), so a build cut by a
             # time limit or a signal has printed every outcome it reached.

@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-from pathlib import Path
 
 from pkb_core.contracts.build import BuildAnswer, BuildRequest, SourceChecked
 from pkb_core.contracts.verdict import Verdict
@@ -38,7 +37,7 @@ def build(request: BuildRequest, announce=lambda message: None) -> BuildAnswer:
 
     pm = worker_plugin_manager(request.backend, CoreDefaults())
     problem = read_spec(request.problem_path).load()
-    _lock_down(request.run_dir, protected_caches(), request.solution, request.hidden)
+    _lock_down(request, protected_caches())
     state = BuildContext(device=request.device, options=request.options)
     try:
         check_source(pm, request.solution, request.device)
@@ -55,34 +54,33 @@ def build(request: BuildRequest, announce=lambda message: None) -> BuildAnswer:
     return BuildAnswer(ok=True)
 
 
-def _lock_down(run_dir, protected, solution=None, hidden=()) -> None:
+def _lock_down(request: BuildRequest, protected) -> None:
     """The builder's lockdown: the solution's code runs here, as the
     launcher's user, so every folder is read-only but pkb's cache (what it
-    builds lands there; the calibration and the build outcomes in it stay
-    read-only) and a temporary folder of its own (compilers write there; the
-    solutions' folder and ``/tmp`` itself are not its to write). The run
-    directory is hidden, unless the solution itself lies in it (the backend
-    reads the file, and what sits beside it, after the lockdown): it then
-    stays read-only like every other folder. The ``hidden`` folders (a
-    service's data directory: its queue, every client's sources) are hidden
-    too, but for the solution's own folder."""
-    import atexit
-    import shutil
-    import tempfile
+    builds lands there; the calibration stays read-only) and the build's
+    temporary folder (compilers write there; the solutions' folder and
+    ``/tmp`` itself are not its to write). The temporary folder is the
+    compile phase's (``request.scratch``), which removes it when the build
+    ends; here it becomes a tmpfs of this process's mount namespace of at most
+    ``request.scratch_bytes`` (charged to the build's cgroup), so nothing the
+    build writes there reaches the disk or outlives its processes.
 
-    from pkb_core.cache import cache_dir
+    Hidden (seen empty): the run directory, the ``request.hidden`` folders (a
+    service's data directory: its queue, every client's sources) and the build
+    outcomes (:mod:`pkb_core.compile.outcomes`: other solutions' compiler
+    messages), but for the solution's own folder, which stays readable (the
+    backend reads the file, and what sits beside it, after the lockdown)."""
+    from pkb_core.cache import builds_dir, cache_dir
     from pkb_core.confine.lockdown import lock_down
     from pkb_core.confine.sandbox import use_scratch
 
-    scratch = tempfile.mkdtemp(prefix="pkb-build-")
-    atexit.register(shutil.rmtree, scratch, True)
     root = cache_dir()
     root.mkdir(parents=True, exist_ok=True)
-    inside = solution is not None and Path(solution).resolve().is_relative_to(Path(run_dir).resolve())
-    folder = [os.path.dirname(os.path.abspath(solution))] if solution else []
-    lock_down(network=False, read_only=protected, writable=[scratch, str(root)],
-              hidden=([] if inside else [run_dir]) + list(hidden), revealed=folder)
-    use_scratch(scratch)  # the same temporary, home and cache variables as a candidate's
+    folder = [os.path.dirname(os.path.abspath(request.solution))]
+    lock_down(network=False, read_only=protected, writable=[request.scratch, str(root)],
+              hidden=[request.run_dir, *request.hidden, str(builds_dir())], revealed=folder,
+              own_tmpfs=[(request.scratch, request.scratch_bytes)])
+    use_scratch(request.scratch)  # the same temporary, home and cache variables as a candidate's
 
 
 def _enter_network() -> None:

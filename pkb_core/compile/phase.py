@@ -17,7 +17,13 @@ of :data:`pkb_core.compile.outcomes.KEY_ENVIRONMENT`): a solution built before i
 one that failed gets its ``compile-error`` again from the cache, with the
 compiler's message, without rebuilding. A build that exceeds its own limit
 (``--build-timeout``) or whose process dies is ``compile-error`` with the
-reason and is not cached (it may be the machine's fault). The phase's
+reason and is not cached (it may be the machine's fault). Each build's
+temporary folder (``pkb-build-*``) is the phase's: made before its builder
+starts, bounded (the builder mounts a tmpfs of its memory limit's size on it, in
+its own mount namespace, charged to its cgroup), and removed once its processes
+are ended, however the build ended (an answer, an exception, SIGKILL, its time
+limit); the folders of phases that were killed outright are swept at the next
+phase's start (:mod:`pkb_core.process.temp_folders`). The phase's
 throughput, builds per hour of wall time, is in :attr:`BuildPhase.summary`
 (``pkb build`` prints it).
 """
@@ -33,9 +39,8 @@ import time
 from pathlib import Path
 
 from pkb_core.contracts.verdict import Verdict
-from pkb_core.cache import builds_dir
 from pkb_core.contracts.build import BuildAnswer, BuildRequest, BuildResult, SourceChecked
-from pkb_core.compile.outcomes import outcome_key
+from pkb_core.compile.outcomes import failure_verdict, outcome_path, read_outcome, store_outcome
 from pkb_core.contracts.serial import ContractError
 from pkb_core.process.channel import REPLY_FD_ENV
 
@@ -46,6 +51,8 @@ BUILD_TIMEOUT_S = 600.0
 BUILD_MEMORY_BYTES = 7 << 29
 #: Compiles one build runs at once (ninja's ``MAX_JOBS``): its ``.cu`` and its ``main.cpp``.
 BUILD_JOBS = 2
+#: The names of builds' temporary folders (``<tmp>/pkb-build-<pid>-<start>-<random>``).
+SCRATCH_PREFIX = "pkb-build-"
 
 
 def default_workers(builds: int) -> int:
@@ -120,9 +127,11 @@ class BuildPhase:
 
     def run(self, requests: list[tuple]) -> dict:
         """``requests``: ``(solution path, problem path)`` pairs; returns ``{solution path: BuildResult}``."""
+        from pkb_core.process import temp_folders
         from pkb_core.process.reaper import become_subreaper
 
         become_subreaper()  # a compiler whose builder was killed becomes this process's child, and is reaped
+        temp_folders.sweep(SCRATCH_PREFIX)  # what builds of phases killed outright left
         distinct = {}
         for solution, problem_path in requests:
             if solution:
@@ -173,7 +182,7 @@ class BuildPhase:
             # their own, so nothing else would stop them or the compilers they started.
             for build in running:
                 _kill(build)
-                build["containment"].close()
+                _release(build)
         wall = time.monotonic() - started
         fresh = [result for result in results.values() if not result.cached]
         self.summary = {"built": len(fresh), "failed": sum(not r.ok for r in fresh),
@@ -203,6 +212,16 @@ class BuildPhase:
 
     # -- one build ---------------------------------------------------------------
     def _start(self, solution: str, problem_path: str) -> dict:
+        from pkb_core.process import temp_folders
+
+        scratch = temp_folders.make(SCRATCH_PREFIX)
+        try:
+            return self._spawn(solution, problem_path, scratch)
+        except BaseException:
+            temp_folders.remove(scratch)  # no build took it
+            raise
+
+    def _spawn(self, solution: str, problem_path: str, scratch: str) -> dict:
         from pkb_core.plugin.preload import preload_environment
         from pkb_core.process.containment import contain
         from pkb_core.process.environment import allowed_environment
@@ -221,7 +240,8 @@ class BuildPhase:
                    **spawner_environment())
         request = BuildRequest(backend=self.backend, solution=solution, problem_path=problem_path,
                                device=self.device, options=self.options, run_dir=str(self.run_dir),
-                               hidden=self.hidden, log_cap=self.log_cap)
+                               hidden=self.hidden, log_cap=self.log_cap, scratch=scratch,
+                               scratch_bytes=self.memory_bytes)
         line = json.dumps(request.to_json()).encode()
         # A cgroup of its own, which the builder is in before it reads its request (so before
         # any of the solution's code runs): its compilers too, ended with it, within its limits.
@@ -248,7 +268,7 @@ class BuildPhase:
         os.close(write_fd)
         os.set_blocking(read_fd, False)
         return {"solution": solution, "proc": proc, "reply": read_fd, "data": b"", "log": log,
-                "started": time.monotonic(), "containment": containment}
+                "started": time.monotonic(), "containment": containment, "scratch": scratch}
 
     def _finished(self, build: dict) -> BuildResult | None:
         try:
@@ -270,11 +290,9 @@ class BuildPhase:
         else:
             result, cacheable = self._answer(build, code, seconds)
             _kill(build)  # whatever the solution's import left running dies with its builder
-        os.close(build["reply"])
-        build["log"].close()
-        build["containment"].close()
+        _release(build)
         if cacheable:
-            self._store(build["solution"], result)
+            store_outcome(self._path(build["solution"]), build["solution"], self.backend, result)
         return result
 
     def _answer(self, build, code, seconds) -> tuple[BuildResult, bool]:
@@ -301,7 +319,7 @@ class BuildPhase:
         if answer.ok:
             return BuildResult(True, "", seconds), True
         message = answer.message or "the build failed"
-        verdict = _failure_verdict(answer.verdict)
+        verdict = failure_verdict(answer.verdict)
         if verdict == Verdict.UNSUPPORTED and lines[0] == checked:
             # Said after the solution's code ran (the source check had passed): not believed.
             verdict = Verdict.COMPILE_ERROR
@@ -326,38 +344,27 @@ class BuildPhase:
         return BuildResult(False, f"the build process exited with status {code} without an answer (log: {log})",
                            seconds)
 
-    # -- the outcome cache ------------------------------------------------------------
+    # -- the outcome cache (:mod:`pkb_core.compile.outcomes`) ----------------------------
     def _path(self, solution: str) -> Path:
-        return builds_dir() / f"{outcome_key(self.backend, Path(solution), self.device)}.json"
+        return outcome_path(self.backend, Path(solution), self.device)
 
     def _cached(self, solution: str) -> BuildResult | None:
-        try:
-            stored = json.loads(self._path(solution).read_text())
-        except (OSError, ValueError):
-            return None
-        message = stored.get("message", "")
-        if stored.get("solution"):
-            # The same content built from another path: the message names this job's file,
-            # never the earlier one (another run's, or another client's of the service).
-            message = message.replace(str(stored["solution"]), str(solution))
-        return BuildResult(bool(stored["ok"]), message, 0.0, cached=True,
-                           verdict=_failure_verdict(stored.get("verdict")))
-
-    def _store(self, solution: str, result: BuildResult) -> None:
-        path = self._path(solution)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({"ok": result.ok, "message": result.message, "seconds": result.seconds,
-                                   "solution": solution, "backend": self.backend, "verdict": result.verdict}))
-        os.replace(tmp, path)
+        return read_outcome(self._path(solution), solution)
 
     def _report(self, solution, result, results, total):
         if self.on_result:
             self.on_result(solution, result, len(results), total)
 
 
-def _failure_verdict(verdict) -> str:
-    return Verdict.UNSUPPORTED if verdict == Verdict.UNSUPPORTED else Verdict.COMPILE_ERROR
+def _release(build: dict) -> None:
+    """What a build held, once its processes are ended (:func:`_kill`): its reply pipe, its log,
+    its cgroup and network, and its temporary folder with whatever was written there."""
+    from pkb_core.process import temp_folders
+
+    os.close(build["reply"])
+    build["log"].close()
+    build["containment"].close()
+    temp_folders.remove(build["scratch"])
 
 
 def _kill(build: dict) -> None:

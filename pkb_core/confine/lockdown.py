@@ -190,7 +190,7 @@ def protected_caches() -> list[str]:
 
 
 def lock_down(*, network: bool, read_only=(), writable=(), hidden=(), user: int | None = None,
-              expose=(), revealed=()) -> list[str]:
+              expose=(), revealed=(), own_tmpfs=()) -> list[str]:
     """Apply the lockdown to this process; return what could not be applied.
 
     :param network: ``False`` refuses new internet sockets (custom-kernel
@@ -210,6 +210,11 @@ def lock_down(*, network: bool, read_only=(), writable=(), hidden=(), user: int 
         own, from the launcher). ``None`` keeps the user (a builder).
     :param expose: folders ``user`` must still read (the solution's, the
         problem's); Python's installation and import paths always are.
+    :param own_tmpfs: ``(folder, bytes)`` pairs: each folder covered by a fresh tmpfs of at
+        most that many bytes, this mount namespace's alone, so what is written there goes
+        with this process and its children however they end
+        (:func:`pkb_core.confine.sandbox.own_tmpfs`; a builder's temporary folder). Name
+        them ``writable`` too. Without a private mount namespace they stay plain folders.
     """
     import sys
 
@@ -222,6 +227,10 @@ def lock_down(*, network: bool, read_only=(), writable=(), hidden=(), user: int 
     if problem:
         missing.append(f"read-only file system: {problem}")
     else:
+        for folder, size in own_tmpfs:
+            problem = sandbox.own_tmpfs(libc, folder, size)
+            if problem:
+                missing.append(problem)
         if user is not None:
             missing += sandbox.expose(libc, sandbox.needed_paths(expose), user)
         missing += sandbox.seal(libc, writable=writable, read_only=read_only, hidden=hidden, revealed=revealed)

@@ -46,6 +46,12 @@ class BuildRequest(Contract):
     hidden: tuple[str, ...] = attrs.field(default=(), converter=tuple)
     #: Bytes of output the build's log takes before the rest is dropped (None: no cap).
     log_cap: int | None = None
+    #: The build's temporary folder, made (and removed when the build ends, however it ends) by
+    #: the compile phase: the only folder the build writes besides pkb's cache.
+    scratch: str
+    #: Bytes the temporary folder may hold: the builder mounts a tmpfs of that size on it in its
+    #: own mount namespace (charged to its cgroup, gone with its processes). None: no cap.
+    scratch_bytes: int | None = None
 
 
 @attrs.frozen(kw_only=True)

@@ -7,8 +7,6 @@ itself (:mod:`pkb_core.serve`) with the same two parts.
 """
 from __future__ import annotations
 
-from pathlib import Path
-
 import attrs
 
 from pkb_core.contracts.batch import LaunchSettings
@@ -16,7 +14,7 @@ from pkb_core.contracts.job import Built, Job
 from pkb_core.contracts.record import Record
 from pkb_core.launch.launcher import STARTUP_TIMEOUT_S, Launch
 from pkb_core.plugin.reporter import Reporter
-from pkb_core.results.records import append_record, job_record, read_records
+from pkb_core.results.records import append_record, job_record, make_run_dir, read_records
 
 
 def run_jobs(jobs: list[Job], settings: LaunchSettings, reporter: Reporter | None = None, *,
@@ -32,8 +30,7 @@ def run_jobs(jobs: list[Job], settings: LaunchSettings, reporter: Reporter | Non
         itself passes False and spares the read.
     """
     reporter = reporter or Reporter()
-    run_dir = Path(settings.run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
+    run_dir = make_run_dir(settings.run_dir)
     if skip_recorded:
         done = {r.key for r in read_records(run_dir)}
         jobs = [job for job in jobs if job.key not in done]

@@ -9,7 +9,7 @@ in a session of its own that only reads a pipe from its owner. The owner writes
 what must not outlive it (JSON lines):
 
 ``{"cgroup": [dir, ...]}``   its cgroup tree (:mod:`pkb_core.process.cgroup_tree`): every process in it is ended
-``{"folder": path}``         a shared-memory folder (``/dev/shm/pkb-<launch>``): removed
+``{"folder": path}``         a folder (a launch's ``/dev/shm/pkb-<launch>``, a build's temporary one): removed
 ``{"user": uid}``            a candidate group's user: its files directly in ``/dev/shm`` removed
 ``{"session": sid}``         a session of processes (where there is no cgroup): ended
 ``{"forget": {...}}``        one of the above, cleaned by the owner already

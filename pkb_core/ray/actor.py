@@ -163,7 +163,13 @@ def _solution_here(path: str, source: str) -> str:
     except OSError:
         pass
     digest = hashlib.sha256(source.encode()).hexdigest()
-    target = Path(tempfile.gettempdir()) / "pkb-ray-sources" / digest / here.name
+    root = Path(tempfile.gettempdir()) / "pkb-ray-sources"
+    # 0700: every client's sources are here, and no job's candidate may read another's (a
+    # candidate reads its own through its lockdown, which binds its solution's folder back).
+    root.mkdir(mode=0o700, exist_ok=True)
+    if root.stat().st_mode & 0o077:
+        os.chmod(root, 0o700)
+    target = root / digest / here.name
     if not target.exists():
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = target.with_suffix(".tmp")

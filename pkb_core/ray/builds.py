@@ -1,7 +1,10 @@
 """``pkb serve --ray``'s compile pool: each build a Ray CPU task, on whichever node has a free CPU.
 
 The task carries the job and its solution's text (the service's file is not on
-that node), writes the text to a folder of its own, runs the compile phase there
+that node), writes the text to a folder of its own (``pkb-ray-build-*``, 0700,
+removed when the task ends, however it ends; the folders of Ray workers killed
+outright are swept by the next task: :mod:`pkb_core.process.temp_folders`), runs
+the compile phase there
 (:func:`pkb_core.serve.builds.build_one`: the same builder and outcome cache as
 ``pkb run``; within one Ray worker process builders are forked from a warm zygote
 kept for the worker's life) and returns the job as built, or the record of a
@@ -12,7 +15,6 @@ at most ``workers`` tasks in flight; Ray places them.
 """
 from __future__ import annotations
 
-import tempfile
 import threading
 from pathlib import Path
 
@@ -23,30 +25,50 @@ from pkb_core.contracts.batch import LaunchSettings
 from pkb_core.contracts.job import Job
 from pkb_core.contracts.record import Record
 
+#: The names of a build task's folder and of a Ray worker's folder for its zygotes' log.
+TASK_PREFIX, WORKER_PREFIX = "pkb-ray-build-", "pkb-ray-builders-"
 #: This Ray worker process's builder zygotes (kept between the tasks it runs).
 _WARM = None
 
 
 def _warm():
+    """The worker's builder zygotes, their log in a folder of the worker's own (0700: the log
+    is no job's to read), removed when the worker ends (its warden's, if it is killed)."""
     global _WARM
     if _WARM is None:
-        from pkb_core.launch.warm_builders import WarmBuilders
+        import atexit
 
-        _WARM = WarmBuilders(Path(tempfile.gettempdir()) / "pkb-ray-builders.log")
+        from pkb_core.launch.warm_builders import WarmBuilders
+        from pkb_core.process import temp_folders
+
+        temp_folders.sweep(WORKER_PREFIX)
+        folder = temp_folders.make(WORKER_PREFIX)
+        _WARM = WarmBuilders(Path(folder) / "zygotes.log")
+
+        def stop():
+            _WARM.stop()
+            temp_folders.remove(folder)
+
+        atexit.register(stop)
     return _WARM
 
 
 @ray.remote(num_cpus=1)
 def build_task(job_json: dict, source: str, settings_json: dict) -> tuple:
     """One job's compile phase on this node: ``(built job JSON or None, record JSON or None, error or None)``."""
+    from pkb_core.process import temp_folders
     from pkb_core.serve.builds import build_one
 
     job = Job.from_json(job_json)
-    folder = Path(tempfile.mkdtemp(prefix="pkb-ray-build-"))
-    path = folder / Path(job.solution).name
-    path.write_text(source)
-    settings = attrs.evolve(LaunchSettings.from_json(settings_json), run_dir=folder / "run")
-    built, record, error = build_one(attrs.evolve(job, solution=str(path)), settings, _warm())
+    temp_folders.sweep(TASK_PREFIX)
+    folder = Path(temp_folders.make(TASK_PREFIX))
+    try:
+        path = folder / Path(job.solution).name
+        path.write_text(source)
+        settings = attrs.evolve(LaunchSettings.from_json(settings_json), run_dir=folder / "run")
+        built, record, error = build_one(attrs.evolve(job, solution=str(path)), settings, _warm())
+    finally:  # the source, the run folder and the build's log go with the task
+        temp_folders.remove(str(folder))
     if built is not None:
         built = attrs.evolve(built, solution=job.solution)  # the service's own path again
     return (built.to_json() if built else None), (record.to_json() if record else None), error

@@ -1,6 +1,9 @@
 """Result records: one self-contained JSON object per job, appended as JSON lines.
 
-A run directory holds ``records.jsonl``; a rerun into the same directory skips
+A run directory holds ``records.jsonl``; pkb makes the directory 0700 and the
+file 0600 (:func:`make_run_dir`): records, logs and saved outputs are read by
+the user who ran pkb (``pkb report``, the service), never by a job's candidate,
+which runs as a user of its own. A rerun into the same directory skips
 jobs whose key is already there (and says so), unless ``pkb run --force`` drops
 their records first (:func:`forget_records`). ``--json`` prints exactly these records.
 
@@ -16,6 +19,7 @@ import json
 import os
 import platform
 import re
+import stat
 from pathlib import Path
 
 import attrs
@@ -108,13 +112,25 @@ def check_record(record: Record) -> str:
     return line
 
 
+def make_run_dir(run_dir) -> Path:
+    """``run_dir``, made where it is missing: 0700 whatever the umask (its parents as the umask
+    says). A folder that exists keeps its mode (its owner chose it)."""
+    run_dir = Path(run_dir)
+    try:
+        run_dir.parent.mkdir(parents=True, exist_ok=True)
+        run_dir.mkdir(mode=0o700)
+        os.chmod(run_dir, 0o700)
+    except FileExistsError:
+        pass
+    return run_dir
+
+
 def append_record(run_dir: Path, record: Record) -> None:
     """Append one record (checked by :func:`check_record`); a single write of one line,
-    so readers never see half of it."""
-    run_dir = Path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
+    so readers never see half of it. A new records file is 0600."""
+    run_dir = make_run_dir(run_dir)
     line = check_record(record) + "\n"
-    fd = os.open(run_dir / RECORDS, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    fd = os.open(run_dir / RECORDS, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     try:
         os.write(fd, line.encode())
     finally:
@@ -186,7 +202,9 @@ def forget_records(run_dir: Path, keys) -> int:
         if folder.is_dir():
             shutil.rmtree(folder, ignore_errors=True)
     tmp = path.with_name(f".{RECORDS}.{os.getpid()}")
-    tmp.write_text("".join(kept))
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, stat.S_IMODE(path.stat().st_mode))
+    with os.fdopen(fd, "w") as out:  # the mode the file had (0600 as pkb made it)
+        out.write("".join(kept))
     os.replace(tmp, path)
     return len(dropped)
 
