@@ -143,7 +143,11 @@ def test_hostile_jobs_meet_their_limits_and_each_next_job_passes(pkb_invoke, tmp
     assert not _alive_with_uid(uid)
     fill = records["1_allreduce_c_fills_shared_memory.py"]
     assert fill["verdict"] == "crash", fill["reason"]
-    assert fill["reason"].startswith("killed by the memory limit (256 MiB"), fill["reason"]
+    # It says what the job used (the cgroup's peak, its shared-memory file included) against the limit.
+    peak = int(fill["reason"].split("its peak use was ")[1].split(" MiB")[0])
+    assert fill["reason"].startswith(f"killed by the memory limit (its peak use was {peak} MiB of 256 MiB"), \
+        fill["reason"]
+    assert 200 <= peak <= 256, fill["reason"]
     flood = records["1_allreduce_e_floods_its_log.py"]
     assert flood["verdict"] == "pass", flood["reason"]
     assert any("cap of 1 MiB" in note for note in flood["notes"]), flood

@@ -15,8 +15,9 @@ def limit_options(command):
     (``memory_mib``, ``max_processes``, ``log_cap_mib``: the :func:`pkb_core.launch.plan.launch_settings`
     keywords, None for a default)."""
     @click.option("--memory-limit", "memory_mib", type=click.IntRange(min=64), default=None, metavar="MIB",
-                  help="Memory of each job's processes, shared-memory files included, in MiB (default: 4096 per "
-                       "rank, at most half the machine's); a job that exceeds it is killed and says so.")
+                  help="Memory of each job's processes, shared-memory files included, in MiB (default: the "
+                       "machine's share for its ranks, or the job's need where larger, at most half the memory "
+                       "pkb may use); a job that exceeds it is killed and says what it used.")
     @click.option("--max-processes", type=click.IntRange(min=16), default=None,
                   help="Processes and threads each job may have at once (default 4096).")
     @click.option("--log-cap", "log_cap_mib", type=click.IntRange(min=1), default=None, metavar="MIB",

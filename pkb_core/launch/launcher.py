@@ -235,15 +235,15 @@ class Launch:
                 worker.send(Secret(secret=self.secret).to_json())
         return group
 
-    def _contain(self, run_id: str, make_store):
+    def _contain(self, run_id: str, make_store, job=None):
         """A new candidate group's containment (:mod:`pkb_core.process.containment`: its cgroup with
         the launch's limits, a network of its own on one node, its log cap) and its store keeper's
-        socket, made inside that network."""
+        socket, made inside that network. ``job``: the job it is for, where known (its memory)."""
         from pkb_core.machine import limits
         from pkb_core.process.containment import contain
 
         settings = self.settings
-        containment, store = contain(run_id, memory_bytes=limits.memory_mib(settings.nproc, settings.memory_mib) << 20,
+        containment, store = contain(run_id, memory_bytes=self._memory_mib(job) << 20,
                                      max_processes=limits.max_processes(settings.max_processes), ranks=settings.nproc,
                                      network=self.remote is None, make=make_store,
                                      log_cap=limits.log_cap_bytes(settings.log_cap_mib))
@@ -251,6 +251,35 @@ class Launch:
             containment.gaps += ["a network of its own (a multi-node launch): local services are reachable",
                                  "cgroups on the other nodes: their ranks are found through /proc"]
         return containment, store
+
+    def _memory_mib(self, job=None) -> int:
+        """A group's memory limit (:func:`pkb_core.machine.limits.memory_mib`): ``--memory-limit``,
+        else the machine's share for a group of this launch's size, or ``job``'s need where it is
+        known and larger (its inputs' size, :mod:`pkb_core.problem.footprint`)."""
+        import json
+
+        from pkb_core.machine import limits
+
+        settings = self.settings
+        if settings.memory_mib:
+            return settings.memory_mib
+        inputs = None
+        if job is not None:
+            from pkb_core.problem.footprint import input_bytes
+
+            inputs = input_bytes(job.problem_path, job.size, settings.world_size, job.dtype,
+                                 json.dumps(job.params, sort_keys=True, default=str))
+        return limits.memory_mib(settings.nproc, gpus=limits.node_gpus(settings.device), input_bytes=inputs)
+
+    def _fit_memory(self, group, job) -> None:
+        """Raise ``group``'s memory limit to ``job``'s need where that is more than the limit it
+        started with: a group is started before its job is known (the next job's, during this one)."""
+        cgroup = group.containment.cgroup if group.containment is not None else None
+        if cgroup is None or self.settings.memory_mib:
+            return
+        wanted = self._memory_mib(job) << 20
+        if wanted > cgroup.limits.get("memory_bytes", 0):
+            group.containment.gaps += cgroup.set_limits(memory_bytes=wanted, pids=None)
 
     def start_reference_side(self, job, run_id: str):
         """A group that runs the problem's reference as a solution, for window mode
@@ -268,7 +297,7 @@ class Launch:
         settings = self.settings
         # Held like a candidate group (its cgroup, network and log cap): the two sides of a speedup
         # are frozen, measured and ended the same way. The reference backend's real process group.
-        containment, store = self._contain(run_id, lambda: KeeperSocket(self.store_host, unix=False))
+        containment, store = self._contain(run_id, lambda: KeeperSocket(self.store_host, unix=False), job)
         uid = self._sandbox_uid()
         forwarded = self._forwarded(store, run_id, uid)
         env, worker = self.node_env("candidate", forwarded, preload=False)
@@ -386,6 +415,7 @@ class Launch:
                 run_id = spare.run_id if spare is not None else self._job_run_id(index)
                 candidates = spare or self._start("candidate", run_id)
                 candidates.run_id, spare = run_id, None
+                self._fit_memory(candidates, job)
                 if judges is None:
                     judges = self._start("judge")
                 try:

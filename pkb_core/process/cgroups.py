@@ -111,9 +111,12 @@ class Cgroup:
                         _write(os.path.join(self.dirs[""], "memory.oom.group"), "1")  # the whole job, never a part
                         _write_if_exists(os.path.join(self.dirs[""], "memory.swap.max"), "0")
                     else:
+                        # memory+swap may never be below memory: raised first when the limit rises
+                        # (a job's need, once known), set again after it when it falls.
+                        memsw = os.path.join(self.dirs["memory"], "memory.memsw.limit_in_bytes")
+                        _write_if_exists(memsw, str(memory_bytes))
                         _write(os.path.join(self.dirs["memory"], "memory.limit_in_bytes"), str(memory_bytes))
-                        _write_if_exists(os.path.join(self.dirs["memory"], "memory.memsw.limit_in_bytes"),
-                                         str(memory_bytes))
+                        _write_if_exists(memsw, str(memory_bytes))
                     self.limits["memory_bytes"] = memory_bytes
                 except OSError as exc:
                     gaps.append(f"a memory limit per job ({exc.strerror})")
@@ -240,12 +243,27 @@ class Cgroup:
         except (OSError, ValueError):
             return None
 
+    def memory_peak(self) -> int | None:
+        """The most memory its members (with their shared-memory files) held at once so far, in
+        bytes: v2's ``memory.peak`` (Linux 5.19 and later), v1's ``memory.max_usage_in_bytes``;
+        None where neither can be read."""
+        folder = self.dirs.get("" if self.version == 2 else "memory")
+        if not folder:
+            return None
+        try:
+            return int(_read(os.path.join(folder, "memory.peak" if self.version == 2 else
+                                          "memory.max_usage_in_bytes")).split()[0])
+        except (OSError, ValueError, IndexError):
+            return None
+
     def limit_hit(self) -> str | None:
-        """Which limit the kernel enforced on its members, in words, or None: the memory
-        limit's OOM kill first (it ends processes), then the process cap (a fork refused)."""
+        """Which limit the kernel enforced on its members, in words, with what they used, or None:
+        the memory limit's OOM kill first (it ends processes), then the process cap (a fork refused)."""
         memory_mib = self.limits.get("memory_bytes", 0) >> 20
         if memory_mib and _counter(self._events("memory"), "oom_kill"):
-            return f"killed by the memory limit ({memory_mib} MiB, shared-memory files included)"
+            peak = self.memory_peak()
+            used = f"its peak use was {peak >> 20} MiB of {memory_mib} MiB" if peak else f"{memory_mib} MiB"
+            return f"killed by the memory limit ({used}, shared-memory files included)"
         pids = self.limits.get("pids")
         if pids and _counter(self._events("pids"), "max"):
             return f"its processes reached the process cap ({pids} processes and threads)"
