@@ -41,8 +41,8 @@ from pkb_core.contracts.serial import ContractError
 from pkb_core.contracts.serve import CancelRequest, Submission
 from pkb_core.serve.access import Access, Caller
 from pkb_core.serve.bodies import MAX_CANCEL, MAX_DEPTH, MAX_SUBMISSION, TooLarge, declared_too_large, read_json
-from pkb_core.serve.refusal import Refused
 from pkb_core.serve.openapi import contract_schema
+from pkb_core.serve.refusal import Refused
 from pkb_core.serve.service import Overloaded, Service
 
 #: The longest a long poll waits before it answers with the job as it is.
