@@ -2,9 +2,10 @@
 
 The task carries the job and its solution's text (the service's file is not on
 that node), writes the text to a folder of its own (``pkb-ray-build-*``, 0700,
-removed when the task ends, however it ends; the folders of Ray workers killed
-outright are swept by the next task: :mod:`pkb_core.process.temp_folders`), runs
-the compile phase there
+removed when the task ends; Ray ends a worker's child processes with it, its
+warden among them, so the folders of a worker killed outright are swept by the
+next task on the node: :mod:`pkb_core.process.temp_folders`), runs the compile
+phase there
 (:func:`pkb_core.serve.builds.build_one`: the same builder and outcome cache as
 ``pkb run``; within one Ray worker process builders are forked from a warm zygote
 kept for the worker's life) and returns the job as built, or the record of a
@@ -33,7 +34,7 @@ _WARM = None
 
 def _warm():
     """The worker's builder zygotes, their log in a folder of the worker's own (0700: the log
-    is no job's to read), removed when the worker ends (its warden's, if it is killed)."""
+    is no job's to read), removed when the worker exits (swept by a later task if it is killed)."""
     global _WARM
     if _WARM is None:
         import atexit
@@ -41,7 +42,6 @@ def _warm():
         from pkb_core.launch.warm_builders import WarmBuilders
         from pkb_core.process import temp_folders
 
-        temp_folders.sweep(WORKER_PREFIX)
         folder = temp_folders.make(WORKER_PREFIX)
         _WARM = WarmBuilders(Path(folder) / "zygotes.log")
 
@@ -60,7 +60,9 @@ def build_task(job_json: dict, source: str, settings_json: dict) -> tuple:
     from pkb_core.serve.builds import build_one
 
     job = Job.from_json(job_json)
+    # Ray ends a worker's children with it (its warden too): what a killed worker left is swept here.
     temp_folders.sweep(TASK_PREFIX)
+    temp_folders.sweep(WORKER_PREFIX)
     folder = Path(temp_folders.make(TASK_PREFIX))
     try:
         path = folder / Path(job.solution).name
