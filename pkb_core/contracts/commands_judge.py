@@ -118,6 +118,14 @@ class Clocks(Answer):
     clocks: dict | None = optional()
 
 
+#: The judge's own sides in window mode, this rank as the side (:mod:`pkb_core.conduct.window_rounds`):
+#: ``null``, the empty hand-off (each window a wait for ``go`` and ``done``); ``kernel``, the
+#: hand-off to a side that runs one kernel (on a GPU, what switching the compute engine to a
+#: side's context costs); ``harness``, placing each set, the device barrier and the export,
+#: with no call (what pkb's side harness adds).
+JUDGE_SIDES = ("null", "kernel", "harness")
+
+
 @attrs.frozen(kw_only=True)
 class ArmWindows(Request):
     """Draw ``k`` fresh input sets (round ``round``) into the timekeeper's private staging

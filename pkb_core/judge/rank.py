@@ -34,7 +34,7 @@ import dataclasses
 
 import torch
 
-from pkb_core.contracts.commands_judge import (Armed, ArmWindows, Check, CheckSample, CheckWindows, Clocks,
+from pkb_core.contracts.commands_judge import (JUDGE_SIDES, Armed, ArmWindows, Check, CheckSample, CheckWindows, Clocks,
                                                DrawInputs, DrawPool, LoadJob, OpenWindows, ReadClocks,
                                                ReferenceTimed, Save, TimeReference, WarmReference, WindowTimes)
 from pkb_core.contracts.messages import Done, Finding, Packed, Parcel, Profiled, ProfileRequest, Warmed
@@ -386,20 +386,17 @@ class JudgeRank:
 
     def on_open(self, request: OpenWindows) -> WindowTimes:
         """The armed sets of ``request.side`` through the timekeeper's windows. For the
-        judge's own sides this rank is the side: ``null`` waits for each gate and closes it
-        (the empty hand-off, what a window costs by itself), ``harness`` places each set,
-        crosses the device barrier and exports, calling nothing (what a side's harness adds)."""
+        judge's own sides (:data:`JUDGE_SIDES`) this rank is the side, and calls nothing."""
         armed = self.armed[request.side]
         clock = self._clock()
-        own = request.side in ("null", "harness")  # the reference and the candidate are groups
+        own = request.side in JUDGE_SIDES  # the reference and the candidate are groups
         call = self._side_call(request.side, armed) if own else None  # before the timekeeper waits for it
         clock.send("open", side=request.side, epoch=request.epoch, sizes=armed["sizes"],
                    set_stride=armed["set_stride"], snap_stride=armed["snap_stride"], timeout_s=request.timeout_s)
         failure = None
         if own:
             try:
-                self.window_side.run(epoch=request.epoch, skeletons=armed["skeletons"],
-                                     call=None if request.side == "null" else call,
+                self.window_side.run(epoch=request.epoch, skeletons=armed["skeletons"], call=call,
                                      timeout_s=request.timeout_s, make_group=lambda *_: None)
             except Exception as exc:  # noqa: BLE001 - reported after the timekeeper's answer
                 failure = exc
@@ -412,13 +409,23 @@ class JudgeRank:
                            not_queued_ahead=answer.get("not_queued_ahead"))
 
     def _side_call(self, side: str, armed):
-        """This rank as one of the judge's own sides: its gate region attached, its device
-        barrier made, and (``harness``) what a side does in each window, less the call."""
+        """This rank as one of the judge's own sides: its gate region attached, and what it
+        does in each window (None: nothing but the hand-off)."""
         from pkb_core.harness.windows import WindowSide
 
         if getattr(self, "window_side", None) is None:
             self.window_side = WindowSide(self.device)
         self.window_side.attach(armed["region"])
+        if side == "null":
+            return None
+        if side == "kernel":
+            tick = torch.zeros(1, dtype=torch.int32, device=self.device)
+
+            def one_kernel(views):
+                tick.add_(1)  # the least work on the device's compute engine any call does
+                return None, None
+
+            return one_kernel
         self.align()
         sets = iter(armed["sets"])
         barrier = self.timer.device_barrier
