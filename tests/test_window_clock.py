@@ -111,9 +111,14 @@ def test_done_signalled_ahead_gets_snapshots_of_nothing(clock):
 def test_window_mode_judges_honest_and_hostile_solutions(pkb_invoke, tmp_path):
     """End to end: the timed calls are checked on what the timekeeper took, and the honest
     solution's speedup is read from the timekeeper's windows."""
+    import shutil
     from pathlib import Path
 
-    folder = Path(__file__).parent / "fixtures" / "windows"
+    folder = tmp_path / "solutions"
+    folder.mkdir()
+    for fixtures in ("windows", "windows_hostile"):
+        for path in (Path(__file__).parent / "fixtures" / fixtures).glob("*.py"):
+            shutil.copy(path, folder / path.name)
     result = pkb_invoke("run", "--solutions", folder, "--problem", "1", "--trials", "2", "--measure-perf",
                         "--timing-mode", "window", "--warmup", "2", "--iters", "12", "--min-iters", "12",
                         "--timeout", "120", "--out", tmp_path / "run", "--json")
@@ -130,3 +135,15 @@ def test_window_mode_judges_honest_and_hostile_solutions(pkb_invoke, tmp_path):
     assert wrong["verdict"] == "fail" and "timed call" in wrong["reason"], wrong
     gates = records["1_allreduce_opens_its_own_gates.py"]
     assert gates["verdict"] == "fail" and "timed call" in gates["reason"], gates
+    # Hostile sides (tests/fixtures/windows_hostile): the window closed before the work, answers
+    # prepared from an earlier call, an input used as scratch and restored after its window.
+    for name in ("1_allreduce_done_before_work.py", "1_allreduce_prepared_ahead.py"):
+        assert records[name]["verdict"] == "fail" and "timed call" in records[name]["reason"], records[name]
+    overwritten = records["1_allreduce_input_overwritten.py"]
+    assert overwritten["verdict"] == "fail" and "modified its input" in overwritten["reason"], overwritten
+    # A loop rebound in the candidate's own process still answers through the judge's gates and is
+    # timed by the judge's clock, the kernel null subtracted (what it saves of pkb's harness
+    # copies is the gap docs/trust.md names).
+    rebound = records["1_allreduce_rebound_loop.py"]
+    assert rebound["verdict"] == "pass", rebound
+    assert rebound["stats"]["modes"]["window"]["windows_us"]["kernel"] > 0

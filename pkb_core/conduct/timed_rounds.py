@@ -244,7 +244,7 @@ def _time_mode(run: RoundsRun, mode: str, budget_s: float) -> ModeTiming:
             # The launcher's clock around the command alone: the only time pkb uses.
             per_call[side].append(wall_ms / executed)
             reported[side].append(_reported(answers, calls if mode != "graph" else replays))
-            alignment[side] = _alignment(answers)
+            alignment[side] = _alignment(answers) + (OWN_ACCOUNT if side == "candidate" else "")
             if side == "reference":
                 out_bytes = max(a.out_bytes for a in answers)
         # After both sides, so the judge's outputs are this round's.
@@ -274,6 +274,11 @@ def _check_sample(run: RoundsRun, answers, paths, calls, out_bytes):
                                 for a, p in zip(answers, paths)]), "rank")
     if found:
         raise JobEnded(*found)
+
+
+#: Appended to what a record keeps of the candidate's word (its ranks say how they aligned;
+#: the candidate's process runs that code and could say anything: docs/trust.md).
+OWN_ACCOUNT = " (the candidate's own account)"
 
 
 def _alignment(answers: list) -> str:

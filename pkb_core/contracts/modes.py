@@ -12,9 +12,8 @@ from __future__ import annotations
 #: clock around them (pkb_core.harness.timing).
 MODES = ("latency", "back-to-back", "graph", "window")
 #: The mode whose speedup is the record's headline, the service's ``claimed_speedup`` and the
-#: reward when none is asked for: the judge's device clock. The others are the launcher's
-#: clock around batches whose contents a candidate's process decides: labelled diagnostics.
-HEADLINE_MODE = "window"
-#: Modes timed by a clock around work that the candidate's own process runs (its batch loop,
-#: graph replays, alignment): never what a reward or ``claimed_speedup`` reads.
-DIAGNOSTIC_MODES = ("latency", "back-to-back", "graph")
+#: reward when none is asked for. Window mode (the judge's device clock) is to take its place
+#: once its targets hold (issue 53; docs/timing.md says what is measured and what is not yet):
+#: on 2xH200 (2026-11-28) its windows still hold one or more switches of the compute engine
+#: between time-sliced contexts (~270 us each), which differ between processes.
+HEADLINE_MODE = "latency"

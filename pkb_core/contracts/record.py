@@ -80,9 +80,11 @@ class Record(Contract):
     pkb_version: str = ""
     seconds: float | None = None
     machine: dict = attrs.field(factory=dict)
-    #: Host barriers the candidate called (counted, and inside its time).
+    #: Host barriers the candidate called (counted, and inside its time): the candidate's own
+    #: account (counted from lines its process wrote), a diagnostic that decides nothing.
     barriers: int | None = optional()
-    #: Lockdown layers this system could not apply (docs/trust.md).
+    #: Lockdown layers this system could not apply (docs/trust.md), as the candidate's rank
+    #: reported them after its setup: its own account, a diagnostic that decides nothing.
     lockdown_gaps: tuple[str, ...] | None = optional()
     #: What pkb noted about the job besides its verdict (its log reached its cap and the rest was dropped).
     notes: tuple[str, ...] | None = optional()
