@@ -175,6 +175,12 @@ def import_handle(handle: str) -> int:
     return int(ptr)
 
 
+def close_handle(ptr: int) -> None:
+    """Unmap memory mapped by :func:`import_handle`."""
+    cu = driver()
+    checked(cu.cuIpcCloseMemHandle(cu.CUdeviceptr(ptr)))
+
+
 class SideRegion:
     """A side's view of its gate region: the slots as tensors, the words as operations.
 
@@ -237,6 +243,5 @@ class SideRegion:
         if self.host is not None:
             self.host.close()
         elif getattr(self, "ptr", None):
-            cu = driver()
-            checked(cu.cuIpcCloseMemHandle(cu.CUdeviceptr(self.ptr)))
+            close_handle(self.ptr)
             self.ptr = None

@@ -43,6 +43,7 @@ class JudgeClock:
         self.proc = subprocess.Popen([sys.executable, "-m", "pkb_core.judge.timekeeper"], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, env=env, text=True)
         self.staging = self.snap = None
+        self.mapped: list = []  # device pointers of the staging and snapshots mapped here (GPU)
         self.capacity = (0, 0)
         self.regions: dict = {}
         self.generation = 0
@@ -97,17 +98,30 @@ class JudgeClock:
             return
         need = (max(need[0], self.capacity[0]), max(need[1], self.capacity[1]))
         self.staging = self.snap = None
+        self._unmap()  # before the timekeeper frees them: its next allocation may take their addresses
         paths = [os.path.join(self.folder, f"pkb-clock-r{self.rank}-{name}") for name in ("staging", "snap")]
         found = self.ask("staging", staging_bytes=need[0], snap_bytes=need[1], staging_path=paths[0],
                          snap_path=paths[1])
         if self.device.type == "cuda":
-            self.staging = torch.as_tensor(CudaMemory(import_handle(found["staging"]), need[0]), device=self.device)
-            self.snap = torch.as_tensor(CudaMemory(import_handle(found["snap"]), need[1]), device=self.device)
+            self.mapped = [import_handle(found["staging"]), import_handle(found["snap"])]
+            self.staging = torch.as_tensor(CudaMemory(self.mapped[0], need[0]), device=self.device)
+            self.snap = torch.as_tensor(CudaMemory(self.mapped[1], need[1]), device=self.device)
         else:
             self._host = [HostRegion(found["staging"], need[0], create=False), HostRegion(found["snap"], need[1],
                                                                                           create=False)]
             self.staging, self.snap = (region.tensor(0, n) for region, n in zip(self._host, need))
         self.capacity = need
+
+    def _unmap(self) -> None:
+        """Close this process's mappings of the old staging and snapshots (CUDA refuses to map
+        an allocation at an address this process still has mapped: ``ALREADY_MAPPED``)."""
+        if self.device.type == "cuda" and getattr(self, "mapped", None):
+            from pkb_core.harness.gates import close_handle
+
+            torch.cuda.synchronize(self.device)
+            for ptr in self.mapped:
+                close_handle(ptr)
+        self.mapped = []
 
     def close(self) -> None:
         try:
