@@ -30,9 +30,14 @@ import time
 #: Byte offsets of the words in a region's header, and the header's size (slots start after it).
 GO, DONE, QUEUED = 0, 64, 128
 HEADER = 4096
-#: Polls of a host word before a poll sleeps (CPU engine).
+#: Polls of a host word before a poll sleeps (CPU engine: the machine's cores are the sides' too).
 SPINS = 200
 POLL_SLEEP_S = 50e-6
+#: Which engine a GPU judge's timekeeper runs (``PKB_TIMEKEEPER``): ``device`` (a CUDA context of
+#: its own: gate words and slots in its device memory, CUDA events) or ``host`` (no CUDA context:
+#: the words and slots in a shared-memory file the side's GPU maps, the host's clock; the side's
+#: context is then the only one with work on its GPU inside a window). CPU judges use ``host``.
+ENGINE_ENV = "PKB_TIMEKEEPER"
 
 
 def behind(value: int, target: int) -> bool:
@@ -59,12 +64,13 @@ class HostWord:
     def write(self, value: int) -> None:
         self.cell.value = ((value + (1 << 31)) % (1 << 32)) - (1 << 31)
 
-    def wait(self, target: int, deadline: float) -> bool:
-        """Poll until the word reaches ``target``; False at ``deadline`` (``time.monotonic``)."""
-        spins = 0
+    def wait(self, target: int, deadline: float, spins: int = SPINS) -> bool:
+        """Poll until the word reaches ``target``, ``spins`` times before each poll sleeps; False
+        at ``deadline`` (``time.monotonic``)."""
+        polls = 0
         while behind(self.read(), target):
-            spins += 1
-            if spins > SPINS:
+            polls += 1
+            if polls > spins:
                 if time.monotonic() > deadline:
                     return False
                 time.sleep(POLL_SLEEP_S)
@@ -175,6 +181,21 @@ def import_handle(handle: str) -> int:
     return int(ptr)
 
 
+def map_host(ptr: int, nbytes: int) -> int:
+    """Pin this process's host memory at ``ptr`` and map it into the current device; its
+    device address (stream memory operations and kernels reach it over the bus)."""
+    cu = driver()
+    flags = getattr(cu, "CU_MEMHOSTREGISTER_DEVICEMAP", 2) | getattr(cu, "CU_MEMHOSTREGISTER_PORTABLE", 1)
+    checked(cu.cuMemHostRegister(ptr, nbytes, flags))
+    return int(checked(cu.cuMemHostGetDevicePointer(ptr, 0)))
+
+
+def unmap_host(ptr: int) -> None:
+    """Undo :func:`map_host`."""
+    cu = driver()
+    checked(cu.cuMemHostUnregister(ptr))
+
+
 def close_handle(ptr: int) -> None:
     """Unmap memory mapped by :func:`import_handle`."""
     cu = driver()
@@ -184,45 +205,55 @@ def close_handle(ptr: int) -> None:
 class SideRegion:
     """A side's view of its gate region: the slots as tensors, the words as operations.
 
-    On GPU the waits and writes are queued on the side's current stream (and ``queued`` on
-    a stream of its own, so it is not held behind the gates it announces); on CPU they happen now.
+    On GPU the waits and writes are queued on the side's current stream; on CPU they happen now.
+
+    Three layouts: a CUDA IPC handle (a device timekeeper's region: ``ptr`` is device
+    memory); a path on GPU (a host timekeeper's region: the file is mapped, pinned and mapped
+    into the device, ``ptr`` is its device address, the stream operations wait on and write
+    host memory, and ``queued`` is written by this host directly); a path on CPU.
     """
 
     def __init__(self, *, device, handle: str = "", path: str = "", in_bytes: int, out_bytes: int):
         self.device = device
+        self.pinned = None
         in_at, out_at, total = slot_layout(in_bytes, out_bytes)
+        self.host = HostRegion(path, total, create=False) if path else None
         if device.type == "cuda":
             import torch
 
-            self.ptr = import_handle(handle)
+            if self.host is not None:
+                self.pinned = ctypes.addressof(ctypes.c_char.from_buffer(self.host.map))
+                self.ptr = map_host(self.pinned, total)
+            else:
+                self.ptr = import_handle(handle)
             memory = torch.as_tensor(CudaMemory(self.ptr, total), device=device)
-            self.host = None
             self.side_stream = torch.cuda.Stream(device)
         else:
-            self.host = HostRegion(path, total, create=False)
             memory = self.host.tensor(0, total)
         self.in_slot = memory[in_at:in_at + in_bytes]
         self.out_slot = memory[out_at:total]
 
-    def wait_go(self, value: int, deadline: float) -> bool:
-        if self.host is None:
-            import torch
+    def _stream(self) -> int:
+        import torch
 
-            stream_wait(torch.cuda.current_stream(self.device).cuda_stream, self.ptr + GO, value)
+        return torch.cuda.current_stream(self.device).cuda_stream
+
+    def wait_go(self, value: int, deadline: float) -> bool:
+        if self.device.type == "cuda":
+            stream_wait(self._stream(), self.ptr + GO, value)
             return True
         return self.host.go.wait(value, deadline)
 
     def write_done(self, value: int) -> None:
-        if self.host is None:
-            import torch
-
-            stream_write(torch.cuda.current_stream(self.device).cuda_stream, self.ptr + DONE, value)
+        if self.device.type == "cuda":
+            stream_write(self._stream(), self.ptr + DONE, value)
         else:
             self.host.done.write(value)
 
     def write_queued(self, value: int) -> None:
-        """Say that call ``value - E - 1`` is queued (GPU: on a stream of its own, which no
-        gate holds, so the word lands as soon as the host has issued it)."""
+        """Say that call ``value - E - 1`` is queued: this host writes the word itself where it
+        is host memory; a device region's word is written on a stream of its own, which no gate
+        holds, so it lands as soon as the host has issued it."""
         if self.host is None:
             stream_write(self.side_stream.cuda_stream, self.ptr + QUEUED, value)
         else:
@@ -240,8 +271,11 @@ class SideRegion:
 
     def close(self) -> None:
         self.in_slot = self.out_slot = None
+        if self.device.type == "cuda" and getattr(self, "ptr", None):
+            if self.pinned is not None:
+                unmap_host(self.pinned)
+            else:
+                close_handle(self.ptr)
+            self.ptr = None
         if self.host is not None:
             self.host.close()
-        elif getattr(self, "ptr", None):
-            close_handle(self.ptr)
-            self.ptr = None

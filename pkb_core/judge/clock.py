@@ -16,7 +16,7 @@ import tempfile
 
 import torch
 
-from pkb_core.harness.gates import CudaMemory, HostRegion, import_handle
+from pkb_core.harness.gates import ENGINE_ENV, CudaMemory, HostRegion, import_handle
 
 #: Bytes between consecutive sets in the staging (and snapshots in the snapshot memory).
 ALIGN = 4096
@@ -37,8 +37,11 @@ class JudgeClock:
         self.device = device
         self.rank = rank  # in every file's name: a launch's ranks may share a folder
         self.folder = folder or tempfile.mkdtemp(prefix="pkb-clock-")
-        ordinal = str(torch.cuda.current_device() if device.type == "cuda" and device.index is None
-                      else device.index) if device.type == "cuda" else "cpu"
+        #: Whether the timekeeper is the host engine (CPU mode, or ``PKB_TIMEKEEPER=host`` on GPU:
+        #: files in shared memory, no CUDA context of its own) rather than a CUDA context.
+        self.host_engine = device.type != "cuda" or os.environ.get(ENGINE_ENV, "device") == "host"
+        ordinal = "cpu" if device.type != "cuda" else "host" if self.host_engine else \
+            str(torch.cuda.current_device() if device.index is None else device.index)
         env = dict(os.environ, PKB_TIMEKEEPER_DEVICE=ordinal, PYTHONUNBUFFERED="1")
         self.proc = subprocess.Popen([sys.executable, "-m", "pkb_core.judge.timekeeper"], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, env=env, text=True)
@@ -102,7 +105,7 @@ class JudgeClock:
         paths = [os.path.join(self.folder, f"pkb-clock-r{self.rank}-{name}") for name in ("staging", "snap")]
         found = self.ask("staging", staging_bytes=need[0], snap_bytes=need[1], staging_path=paths[0],
                          snap_path=paths[1])
-        if self.device.type == "cuda":
+        if not self.host_engine:
             self.mapped = [import_handle(found["staging"]), import_handle(found["snap"])]
             self.staging = torch.as_tensor(CudaMemory(self.mapped[0], need[0]), device=self.device)
             self.snap = torch.as_tensor(CudaMemory(self.mapped[1], need[1]), device=self.device)
@@ -115,7 +118,7 @@ class JudgeClock:
     def _unmap(self) -> None:
         """Close this process's mappings of the old staging and snapshots (CUDA refuses to map
         an allocation at an address this process still has mapped: ``ALREADY_MAPPED``)."""
-        if self.device.type == "cuda" and getattr(self, "mapped", None):
+        if self.mapped:
             from pkb_core.harness.gates import close_handle
 
             torch.cuda.synchronize(self.device)

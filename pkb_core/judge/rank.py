@@ -459,7 +459,8 @@ class JudgeRank:
             try:
                 if index >= len(skeletons):
                     raise ParcelError("no layout was given for this call's outputs")
-                received = unpack_from(skeletons[index], clock.snap[at:at + armed["out_bytes"]], limits=budget)
+                received = _to_device(unpack_from(skeletons[index], clock.snap[at:at + armed["out_bytes"]],
+                                                  limits=budget), self.device)  # a host engine's snapshot
             except ParcelError as exc:
                 return Finding(verdict=Verdict.FAIL, reason=f"timed call {index}: its outputs could not be read "
                                                             f"back ({exc})")
@@ -519,6 +520,16 @@ def _same_layout(old_sets, new_sets) -> bool:
 
 def _nbytes(tree) -> int:
     return sum(leaf.numel() * leaf.element_size() for _, leaf in leaves(tree) if isinstance(leaf, torch.Tensor))
+
+
+def _to_device(value, device):
+    if isinstance(value, torch.Tensor):
+        return value.to(device)
+    if isinstance(value, (list, tuple)):
+        return type(value)(_to_device(v, device) for v in value)
+    if isinstance(value, dict):
+        return {k: _to_device(v, device) for k, v in value.items()}
+    return value
 
 
 def _to_cpu(value):

@@ -33,12 +33,14 @@ import os
 import sys
 import time
 
-from pkb_core.harness.gates import DONE, GO, QUEUED, HostRegion, behind, checked, driver, export_handle, \
+from pkb_core.harness.gates import DONE, GO, QUEUED, SPINS, HostRegion, behind, checked, driver, export_handle, \
     slot_layout, stream_wait, stream_write
 
 #: Windows queued ahead of the last one known finished (GPU): a stream's queue holds about a
 #: thousand operations, and a host blocked in a full queue could not keep its deadline.
 AHEAD = 48
+#: Polls before a sleep of the host engine timing GPU sides (about a second of spinning).
+HOST_ENGINE_SPINS = 10_000_000
 #: How long (GPU) the timekeeper waits for a side to queue a call before it opens the call's
 #: gate itself: a call whose queueing needs the device (an ``.item()``, a first allocation's
 #: rendezvous) waits on work behind its own gate. Once a side stalls, its later calls of the
@@ -49,9 +51,13 @@ STALL_AGAIN_S = 0.002
 
 
 class HostClock:
-    """The CPU engine: shared-memory files, polls, ``time.perf_counter_ns``."""
+    """The host engine: shared-memory files, polls, ``time.perf_counter_ns``. It times CPU sides,
+    and GPU sides whose device maps the region's file (``PKB_TIMEKEEPER=host``: no context of the
+    judge's on the side's GPU); ``spins``: polls of a word before each poll sleeps (a GPU host
+    has cores to spare for a timekeeper that never sleeps inside a window; a CPU one does not)."""
 
-    def __init__(self):
+    def __init__(self, spins: int = SPINS):
+        self.spins = spins
         self.regions: dict = {}
         self.staging = self.snap = None
 
@@ -79,12 +85,12 @@ class HostClock:
             mark = epoch + 1 + w
             # A CPU side announces a call once it waits for the gate: what it did since the
             # last window (its bookkeeping, the next set's layout) is outside this one.
-            if not region.queued.wait(mark, deadline):
+            if not region.queued.wait(mark, deadline, self.spins):
                 return {"times_ns": times, "status": f"call {w} never started (the side never waited for its gate)"}
             t0 = time.perf_counter_ns()
             region.view(in_at, n)[:] = self.staging.view(w * set_stride, n)
             region.go.write(mark)
-            if not region.done.wait(mark, deadline):
+            if not region.done.wait(mark, deadline, self.spins):
                 return {"times_ns": times, "status": f"call {w} never finished (no done before the deadline)"}
             self.snap.view(w * snap_stride, out_bytes)[:] = region.view(out_at, out_bytes)
             times.append(time.perf_counter_ns() - t0)
@@ -240,7 +246,12 @@ def main() -> int:
     libc.prctl(1, 9, 0, 0, 0)  # PR_SET_PDEATHSIG: SIGKILL when its judge rank dies
     gc.disable()  # nothing of a long-lived heap collects inside a window
     ordinal = os.environ.get("PKB_TIMEKEEPER_DEVICE", "cpu")
-    clock = HostClock() if ordinal == "cpu" else DeviceClock(int(ordinal))
+    if ordinal == "cpu":
+        clock = HostClock()
+    elif ordinal == "host":
+        clock = HostClock(spins=HOST_ENGINE_SPINS)
+    else:
+        clock = DeviceClock(int(ordinal))
     out = sys.stdout
 
     def write(message):
