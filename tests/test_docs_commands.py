@@ -9,14 +9,29 @@ folder of their own, as a reader would type them; the walkthrough pages (:data:`
 what the page has the reader make: its files (code blocks whose first line is ``# <path>``), built
 and installed as pip would (a wheel unpacked into a folder on ``PYTHONPATH``, never into this
 Python). ``PKB_DOCS_LONG=1`` also runs the commands marked ``long`` (minutes on CPU).
+
+Python blocks (```` ```python ````) are each a script or a file of its own: the blocks that run here
+do not build on one another (each imports what it uses), so each runs alone, in a folder of its own,
+in a new Python, as the page has the reader use it: a script run with ``python3``, against
+a ``pkb serve`` the test starts where it talks to one; a plugin installed as a distribution and
+reached through pkb's commands; a solution file judged by ``pkb run``; a test suite run by pytest.
+:data:`PYTHON_RUN` names the test that runs each, :data:`PYTHON_NOT_RUN` every other one with why
+(a GPU, a model server, the reader's own code, or run by another test: the page's commands here, or
+``tests/test_serve.py``). Every block, run or not, must parse, and what it imports from pkb's
+packages must exist (where the package imports on this machine).
 """
 from __future__ import annotations
 
+import ast
+import contextlib
+import json
 import os
 import re
-import shutil
+import socket
 import subprocess
 import sys
+import time
+import urllib.request
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -158,14 +173,26 @@ def solution(tensor):
 '''
 
 
+#: A line that starts a file in a code block: ``# <path>`` (a file name with a suffix).
+_FILE_LINE = re.compile(r"^# ([\w./-]+\.\w+)[ \t]*\n", re.M)
+
+
+def block_files(body: str) -> dict[str, str]:
+    """The files of a code block whose first line is ``# <path>``; a later ``# <path>`` line after a
+    blank line starts the next file (docs/writing-a-backend.md's ``tests/conftest.py`` and
+    ``tests/test_contract.py``). A block that starts otherwise holds no file."""
+    starts = [m for m in _FILE_LINE.finditer(body) if m.start() == 0 or body[:m.start()].endswith("\n\n")]
+    if not starts or starts[0].start() != 0:
+        return {}
+    ends = [m.start() for m in starts[1:]] + [len(body)]
+    return {m.group(1): body[m.end():end].rstrip("\n") + "\n" for m, end in zip(starts, ends)}
+
+
 def page_files(page: Path) -> dict[str, str]:
-    """The page's files: its code blocks whose first line is ``# <path>`` (a file name with a suffix)."""
+    """The page's files: its code blocks' (:func:`block_files`)."""
     files = {}
     for _, body in _FENCE.findall(page.read_text()):
-        first, _, rest = body.partition("\n")
-        match = re.fullmatch(r"# ([\w./-]+\.\w+)", first.strip())
-        if match:
-            files[match.group(1)] = rest
+        files.update(block_files(body))
     return files
 
 
@@ -209,9 +236,9 @@ def setup_problem_page(page: Path, home: Path, work: Path) -> list[Path]:
 
 
 def setup_triton_page(page: Path, home: Path, work: Path) -> list[Path]:
-    """docs/backends/triton.md: the reader's solution file (the backend's own all-reduce sample)."""
-    sample = ROOT / "backends" / "triton" / "pkb_triton" / "samples" / "1_allreduce.py"
-    shutil.copy(sample, work / "1_allreduce_mine.py")
+    """docs/backends/triton.md: the reader's solution file, the page's complete example (its Python block)."""
+    example = page.read_text().split("## A complete example", 1)[1]
+    (work / "1_allreduce_mine.py").write_text(re.search(r"^```python\n(.*?)^```", example, re.S | re.M).group(1))
     return []
 
 
@@ -268,3 +295,250 @@ def test_the_commands_of_a_page_run_as_written(page, tmp_path, ran_already):
 def ran_already():
     """Commands already run by a page without a setup (``pkb backends`` is on five pages)."""
     return set()
+
+
+# -- the Python blocks --------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Block:
+    """A page's ``number``-th ```` ```python ```` block."""
+    page: str  # relative to the repository
+    number: int
+    text: str
+
+    def __str__(self):
+        return f"{self.page}, Python block {self.number} ({self.text.strip().splitlines()[0]})"
+
+
+def python_blocks(page: Path) -> list[Block]:
+    bodies = [body for language, body in _FENCE.findall(page.read_text()) if language in ("python", "py")]
+    return [Block(page_name(page), number, body) for number, body in enumerate(bodies, 1)]
+
+
+def every_block() -> list[Block]:
+    return [block for page in PAGES for block in python_blocks(page)]
+
+
+def _matches(row, block: Block) -> bool:
+    return bool(re.search(row[0], block.page) and re.search(row[1], block.text, re.M))
+
+
+ELSEWHERE = "run elsewhere"
+
+#: (page pattern, block pattern, the test below that runs the block): the blocks run here.
+PYTHON_RUN = [
+    (r"^docs/serve\.md$", r"^with Client\(\) as pkb:", "test_serve_md_client_block_runs_against_a_local_service"),
+    (r"^docs/generation\.md$", r"^def prompt\(\):", "test_generation_md_prompt_block_reaches_pkb_prompt"),
+    (r"^docs/writing-a-backend\.md$", r"^# tests/conftest\.py", "test_writing_a_backend_md_contract_suite_passes"),
+    (r"^docs/writing-a-backend\.md$", r"handle_of\(tensor\)", "test_writing_a_backend_md_heap_solution_passes"),
+]
+
+#: (page pattern, block pattern, kind, why): the blocks not run here. Every block matches exactly one
+#: row of this table or :data:`PYTHON_RUN`, and every row matches some block (a stale row fails).
+PYTHON_NOT_RUN = [
+    (r"^docs/benchmarks/", r"", RECORD, "a benchmark's record: a script as it ran on the GPU machine it names"),
+    (r"^docs/backends/cuda\.md$", r"^import pkb_cuda", GPU,
+     "nvcc and GPUs; the kernel's source and the binding's body are elided (`...`)"),
+    (r"^docs/backends/nvshmem\.md$", r"", GPU, "NVSHMEM (or nvshmem4py and Numba) on GPUs"),
+    (r"^docs/backends/parallelkittens\.md$", r"", GPU, "ThunderKittens on Hopper GPUs; the launch code is elided"),
+    (r"^docs/backends/triton\.md$", r"^def solution", ELSEWHERE,
+     "the page's commands judge it: it is the reader's 1_allreduce_mine.py (setup_triton_page)"),
+    (r"^docs/generation\.md$", r"^result = refine\(", MODEL, "asks a model through a chat-completions server"),
+    (r"^docs/generation\.md$", r"call_my_api\(", YOURS, "a provider around the reader's own API (call_my_api)"),
+    (r"^docs/serve\.md$", r"^async def rewards", ELSEWHERE,
+     "tests/test_serve.py runs it as written against its service (test_the_grpo_reward_function_...)"),
+    (r"^docs/serve\.md$", r"^import ray", CLUSTER,
+     "a Ray cluster with GPUs (device=\"cuda\"), and the first block's sources; tests/test_serve_ray.py runs "
+     "the pool on CPU"),
+    (r"^docs/writing-a-backend\.md$", r"^# pkb_tracing/plugin\.py", ELSEWHERE,
+     "the page's plugin: its commands here install it and run `pkb run --backend tracing`"),
+    (r"^docs/writing-a-problem\.md$", r"^ID = 1001", ELSEWHERE,
+     "the page's problem: its commands here install it in the page's pack and run it"),
+    (r"^docs/writing-a-problem\.md$", r"^# my_pack/__init__\.py", ELSEWHERE,
+     "the page's pack: its commands here install it and run its problem"),
+]
+
+
+def block_run_by(test: str) -> Block:
+    """The one block that :data:`PYTHON_RUN` gives ``test`` to run."""
+    row = next(row for row in PYTHON_RUN if row[2] == test)
+    found = [block for block in every_block() if _matches(row, block)]
+    assert len(found) == 1, f"{row} matches {len(found)} blocks"
+    return found[0]
+
+
+def test_every_python_block_runs_or_is_named_with_why():
+    blocks = every_block()
+    assert len(blocks) > 15, "the parser found too few Python blocks"
+    rows = PYTHON_RUN + PYTHON_NOT_RUN
+    for block in blocks:
+        matching = [row[:2] for row in rows if _matches(row, block)]
+        assert len(matching) == 1, f"{block}: matched by {len(matching)} rows of PYTHON_RUN and PYTHON_NOT_RUN"
+    unused = [row[:2] for row in rows if not any(_matches(row, block) for block in blocks)]
+    assert not unused, f"rows that match no Python block any more: {unused}"
+    assert all(callable(globals().get(row[2])) for row in PYTHON_RUN)
+
+
+def pkb_names(block: Block) -> list[tuple[str, list[str]]]:
+    """``(module, names)``: what ``block`` takes from pkb's packages: ``from pkb_x import a, b``, and the
+    attributes it reads of a module imported whole (``import pkb_cuda``: ``pkb_cuda.compile``)."""
+    tree = ast.parse(block.text, str(block))
+    found, whole = [], {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module.startswith("pkb"):
+            found.append((node.module, [alias.name for alias in node.names]))
+        elif isinstance(node, ast.Import):
+            whole.update({alias.asname or alias.name: alias.name for alias in node.names
+                          if alias.name.startswith("pkb") and (alias.asname or "." not in alias.name)})
+    for name, module in whole.items():
+        read = {node.attr for node in ast.walk(tree)
+                if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == name}
+        if read:
+            found.append((module, sorted(read)))
+    return found
+
+
+#: Run in a new Python: every ``(block, module, names)`` of its stdin; prints what is missing. A module or a
+#: name that needs what this machine lacks (nvshmem4py's Numba) is passed over: its blocks need a GPU anyway.
+_CHECK_NAMES = """
+import importlib, json, sys
+
+def lacks(block, module, name=None):
+    try:
+        found = importlib.import_module(module)
+        if name is not None:
+            getattr(found, name)
+    except AttributeError:
+        return f"{block}: {module} has no {name}"
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").startswith("pkb"):
+            return f"{block}: no module {exc.name}"
+    return None
+
+checks = json.load(sys.stdin)
+missing = [lacks(block, module, name) for block, module, names in checks for name in [None, *names]]
+print(json.dumps(sorted(set(filter(None, missing)))))
+"""
+
+
+def test_every_python_block_parses_and_names_what_pkb_has():
+    checks = [(str(block), module, names) for block in every_block() for module, names in pkb_names(block)]
+    assert any(module == "pkb_core" for _, module, _ in checks)
+    result = subprocess.run([sys.executable, "-c", _CHECK_NAMES], input=json.dumps(checks), capture_output=True,
+                            text=True, timeout=TIMEOUT)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == []
+
+
+def environment(*paths: Path, **variables: str) -> dict:
+    """This process's environment, ``paths`` first on ``PYTHONPATH``, ``variables`` set."""
+    python_path = os.pathsep.join([*map(str, paths), os.environ.get("PYTHONPATH", "")])
+    return {**os.environ, "PYTHONPATH": python_path, **variables}
+
+
+def run_python(args: list, cwd: Path, env: dict) -> subprocess.CompletedProcess:
+    """``python3 ARGS`` in ``cwd``; asserts exit status 0."""
+    result = subprocess.run([sys.executable, *map(str, args)], cwd=cwd, env=env, capture_output=True, text=True,
+                            timeout=TIMEOUT)
+    assert result.returncode == 0, f"python3 {' '.join(map(str, args))}\nexit {result.returncode}\n" \
+                                   f"{result.stdout}\n{result.stderr}"
+    return result
+
+
+@contextlib.contextmanager
+def pkb_serve(data: Path):
+    """A ``pkb serve`` on a free localhost port (CPU mode: two rank slots), as tests/test_serve.py starts one;
+    yields its URL and stops it."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    url, log = f"http://127.0.0.1:{port}", data.parent / "serve.log"
+    env = {k: v for k, v in os.environ.items() if k not in ("PKB_SERVE_TOKEN", "PKB_SERVER")}
+    with open(log, "wb") as stderr:
+        service = subprocess.Popen([sys.executable, "-m", "pkb_core", "serve", "--port", str(port), "--data",
+                                    str(data), "--devices", "2"], stderr=stderr, env=env, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            assert service.poll() is None, log.read_text()
+            try:
+                urllib.request.urlopen(url + "/v1/health", timeout=1).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, f"pkb serve did not start: {log.read_text()}"
+                time.sleep(0.2)
+        yield url
+    finally:
+        service.terminate()
+        service.wait(timeout=60)
+
+
+def test_serve_md_client_block_runs_against_a_local_service(tmp_path):
+    """The script of docs/serve.md's "From Python": the client against a service, then ``evaluate`` alone."""
+    block = block_run_by("test_serve_md_client_block_runs_against_a_local_service")
+    (tmp_path / "client.py").write_text(block.text)
+    with pkb_serve(tmp_path / "data") as url:
+        result = run_python(["client.py"], tmp_path, environment(PKB_SERVER=url))
+    assert result.stdout.startswith("pass "), result.stdout  # print(record.verdict, record.claimed_speedup)
+
+
+def install_plugin(site: Path, name: str, files: dict[str, str], entry_points: str) -> None:
+    """What pip leaves of a distribution ``name`` with ``files`` and ``entry_points`` (entry_points.txt's text)
+    in ``site``: the files and the distribution's metadata."""
+    for path, text in files.items():
+        (site / path).parent.mkdir(parents=True, exist_ok=True)
+        (site / path).write_text(text)
+    info = site / f"{name.replace('-', '_')}-0.1.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(entry_points)
+
+
+def test_generation_md_prompt_block_reaches_pkb_prompt(tmp_path):
+    """docs/generation.md's backend module, as the plugin of a backend whose samples are two files that pass:
+    ``pkb prompt`` gives its instructions and an example."""
+    block = block_run_by("test_generation_md_prompt_block_reaches_pkb_prompt")
+    samples = ROOT / "backends" / "triton" / "pkb_triton" / "samples"
+    files = {"pkb_mybackend/__init__.py": "", "pkb_mybackend/plugin.py": block.text}
+    files.update({f"pkb_mybackend/samples/{name}": (samples / name).read_text()
+                  for name in ("1_allreduce.py", "2_allgather.py")})
+    install_plugin(tmp_path / "site", "pkb-mybackend", files, "[pkb.backends]\nmybackend = pkb_mybackend.plugin\n")
+    result = run_python(["-m", "pkb_core", "prompt", "--backend", "mybackend", "--problem", "3"], tmp_path,
+                        environment(tmp_path / "site"))
+    instructions = re.search(r'^INSTRUCTIONS = """\\\n(.*?)"""', block.text, re.S | re.M).group(1)
+    assert instructions.strip() in result.stdout, result.stdout
+    assert "problem 1_allreduce" in result.stdout and (samples / "1_allreduce.py").read_text() in result.stdout
+
+
+@pytest.fixture(scope="module")
+def tracing(tmp_path_factory):
+    """docs/writing-a-backend.md's backend, installed as the page has the reader install it:
+    ``(its project folder, the environment that sees it)``."""
+    home = tmp_path_factory.mktemp("writing-a-backend")
+    (home / "work").mkdir()
+    paths = setup_backend_page(ROOT / "docs" / "writing-a-backend.md", home, home / "work")
+    return home / "pkb-tracing", environment(*paths)
+
+
+def test_writing_a_backend_md_contract_suite_passes(tracing):
+    """The page's test files in its backend's project, run by pytest as the reader runs them."""
+    project, env = tracing
+    block = block_run_by("test_writing_a_backend_md_contract_suite_passes")
+    files = block_files(block.text)
+    assert sorted(files) == ["tests/conftest.py", "tests/test_contract.py"]
+    for path, text in files.items():
+        (project / path).parent.mkdir(parents=True, exist_ok=True)
+        (project / path).write_text(text)
+    env = {name: value for name, value in env.items() if not name.startswith("PYTEST_")}  # this suite's pytest's
+    result = run_python(["-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"], project, env)
+    assert re.search(r"\b4 passed\b", result.stdout), result.stdout
+
+
+def test_writing_a_backend_md_heap_solution_passes(tracing, tmp_path):
+    """The page's solution file that reads its peers' inputs through the heap, judged under its backend."""
+    _, env = tracing
+    block = block_run_by("test_writing_a_backend_md_heap_solution_passes")
+    (tmp_path / "1_allreduce_heap.py").write_text(block.text)
+    result = run_python(["-m", "pkb_core", "run", "--backend", "tracing", "--solution", "1_allreduce_heap.py"],
+                        tmp_path, env)
+    assert re.search(r"^1_allreduce +1_allreduce_heap\.py +2 +tiny +pass\b", result.stdout, re.M), result.stdout
