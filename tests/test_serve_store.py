@@ -1,6 +1,9 @@
 """The service's job store (pkb_core.serve.store), as the scheduler reads it on every pass."""
+from pkb_core.contracts.job import Job
+from pkb_core.contracts.record import Record
 from pkb_core.contracts.serve import JobState, Submission
-from pkb_core.serve.store import JobStore
+from pkb_core.results.records import job_record
+from pkb_core.serve.store import STOPPED_WHILE_RUNNING, JobStore
 
 
 def test_waiting_jobs_keep_their_submissions_parsed_once_and_track_the_table(tmp_path):
@@ -27,4 +30,43 @@ def test_waiting_jobs_keep_their_submissions_parsed_once_and_track_the_table(tmp
     assert "j1" not in store._waiting_submissions
     store.set_state("j1", JobState.QUEUED)
     assert {w["id"] for w in store.waiting()} == {"j0", "j1", "j2", "j3"}
+    store.close()
+
+
+def _job(label: str) -> Job:
+    return Job(key=f"1_allreduce|triton|{label}", slug=label, problem_id=1, problem="1_allreduce",
+               category="collective", problem_path="/p/1_allreduce.py", backend="triton", solution=f"/s/{label}",
+               solution_label=label, size="tiny", dtype="fp32", trials=3, mode="eval", measure_perf=False,
+               warmup=3, iters=20, min_iters=10, save_outputs=False, timing_modes=("latency",), profile=False,
+               params={"n": 16})
+
+
+def test_a_job_run_again_after_its_group_was_lost_says_why_in_its_view_and_its_record(tmp_path):
+    """Issue 55: the scheduler requeues a running job whose lane died (store.requeue), and a restarted
+    service the jobs its predecessor ran (store.recover); each time the job's ``reruns`` gain the why,
+    which its view shows meanwhile and its next run's record (job_record) keeps."""
+    store = JobStore(tmp_path / "jobs.db")
+    for name in ("lost", "waiting"):
+        store.add(name, Submission(problem="1", source=f"# {name}\n"), problem="1_allreduce", world_size=2,
+                  dedup_key=name)
+        store.set_job(name, _job(f"{name}.py").to_json())
+        store.set_state(name, JobState.READY)
+    assert store.view("lost").reruns is None and "reruns" not in store.view("lost").to_json()
+    store.set_state("lost", JobState.RUNNING)
+    died = "the lane's process ended (signal 9)"
+    assert store.requeue("lost", died)
+    view = store.view("lost")
+    assert (view.state, view.note, view.reruns) == (JobState.READY, f"requeued: {died}", (died,))
+    assert not store.requeue("lost", "again"), "only a running job is requeued"
+    assert not store.requeue("waiting", died) and store.view("waiting").reruns is None
+    # Running again when its service is killed: the next service queues it again, and says so.
+    store.set_state("lost", JobState.RUNNING)
+    assert store.recover() == 2
+    view = store.view("lost")
+    assert view.state == JobState.QUEUED and view.reruns == (died, STOPPED_WHILE_RUNNING)
+    assert store.view("waiting").reruns is None, "a job that had not run is not a rerun"
+    job, _ = store.planned("lost")
+    record = job_record(job, 2, "pass")
+    assert record.reruns == (died, STOPPED_WHILE_RUNNING) and Record.from_json(record.to_json()) == record
+    assert {v.id: v.reruns for v in store.views()}["lost"] == view.reruns  # the list shows them too
     store.close()

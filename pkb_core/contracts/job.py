@@ -13,12 +13,13 @@ from pathlib import Path
 
 import attrs
 
-from pkb_core.contracts.serial import Contract
+from pkb_core.contracts.serial import Contract, optional
 
 
 @attrs.frozen(kw_only=True)
 class Job(Contract):
-    """One job. Every field is set by the plan; ``compile`` is added by the compile phase."""
+    """One job. Every field is set by the plan; ``compile`` is added by the compile phase, ``reruns``
+    by the reward service when it runs the job again."""
 
     #: What makes the job the same job again (a rerun into the same run directory skips it).
     key: str
@@ -56,6 +57,9 @@ class Job(Contract):
     params: dict
     #: What the compile phase did for this job's solution.
     compile: Built | None = None
+    #: Why it runs again: one line for each earlier run of it that was lost with its group (the
+    #: reward service's lane that died, a service stopped while it ran); its record keeps them.
+    reruns: tuple[str, ...] | None = optional()
 
 
 @attrs.frozen(kw_only=True)

@@ -88,6 +88,10 @@ class Record(Contract):
     lockdown_gaps: tuple[str, ...] | None = optional()
     #: What pkb noted about the job besides its verdict (its log reached its cap and the rest was dropped).
     notes: tuple[str, ...] | None = optional()
+    #: Why the job ran more than once: one line for each earlier run of it that was lost with its
+    #: group, oldest first (the reward service runs such a job again: docs/serve.md, "Faults");
+    #: the verdict is the last run's. None when it ran once.
+    reruns: tuple[str, ...] | None = optional()
     #: Wall seconds of the job's phases and commands.
     phase_seconds: dict | None = optional()
     compile: Built | None = optional()

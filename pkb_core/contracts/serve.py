@@ -93,6 +93,9 @@ class JobView(Contract):
     note: str = ""
     #: The job whose record this one shares (an identical earlier submission), if any.
     same_as: str | None = optional()
+    #: Why it runs (or ran) again: one line for each earlier run lost with its group, as its
+    #: record's ``reruns``; None while it has run at most once.
+    reruns: tuple[str, ...] | None = optional()
     #: The verdict and numbers, once ``done``.
     record: Record | None = optional()
 

@@ -9,7 +9,8 @@ phase there
 (:func:`pkb_core.serve.builds.build_one`: the same builder and outcome cache as
 ``pkb run``; within one Ray worker process builders are forked from a warm zygote
 kept for the worker's life) and returns the job as built, or the record of a
-solution that did not build. What a backend compiled stays in that node's cache:
+solution that did not build (written by :class:`RayBuilds` to the service's run directory,
+as the compile phase writes it on one node). What a backend compiled stays in that node's cache:
 a group on another node builds again before its job (an identical build, so its
 verdict is this one's; :class:`pkb_core.ray.actor.GroupActor`). The service keeps
 at most ``workers`` tasks in flight; Ray places them.
@@ -95,7 +96,12 @@ class RayBuilds:
             except Exception as exc:  # noqa: BLE001 - a task Ray lost (its node left): this job's error
                 done(None, None, f"the build's Ray task failed: {type(exc).__name__}: {str(exc)[:300]}")
                 return
-        done(Job.from_json(built) if built else None, Record.from_json(record) if record else None, error)
+        record = Record.from_json(record) if record else None
+        if record is not None:  # the task wrote it in its own folder, gone with it: the service's copy
+            from pkb_core.serve.service import write_copy
+
+            write_copy(settings.run_dir, record)
+        done(Job.from_json(built) if built else None, record, error)
 
     def stop(self) -> None:
         """Nothing to stop: tasks in flight finish or die with their nodes; their results are not waited for."""

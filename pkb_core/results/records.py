@@ -46,7 +46,7 @@ def job_record(job: Job, world_size: int, verdict: str, reason: str = "", *, tim
     fields = dict(
         key=job.key, problem_id=job.problem_id, problem=job.problem, category=job.category, backend=job.backend,
         solution=job.solution_label, world_size=world_size, size=job.size, dtype=job.dtype, mode=job.mode,
-        verdict=Verdict(verdict), reason=reason, trials=trials, compile=job.compile,
+        verdict=Verdict(verdict), reason=reason, trials=trials, compile=job.compile, reruns=job.reruns,
         datetime=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), pkb_version=__version__,
         seconds=None if seconds is None else round(seconds, 3), machine=machine or {}, **details,
     )

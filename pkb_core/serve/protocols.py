@@ -30,7 +30,8 @@ class Lane(Protocol):
     """The scheduler's handle on one warm group: it runs one job at a time and hands each
     :class:`~pkb_core.contracts.serve.LaneResult` to the ``on_result(lane, result)`` it was
     started with (from a thread of its own); a lane that is lost reports a result with an
-    ``error``."""
+    ``error``. A result's record has been written to the run directory of the lane's settings
+    (its launch writes each record it makes)."""
 
     #: The lane's id, and ``(backend, world size, job timeout)``: the jobs it can run.
     id: str
@@ -66,7 +67,8 @@ class BuildPool(Protocol):
     workers: int
 
     def submit(self, job: Any, settings: LaunchSettings, done: Callable) -> None:
-        """Build ``job``, then call ``done(built job or None, record or None, error or None)``."""
+        """Build ``job``, then call ``done(built job or None, record or None, error or None)``; a
+        record (of a solution that did not build) has been written to ``settings.run_dir`` then."""
 
     def stop(self) -> None:
         """Stop taking builds."""

@@ -52,8 +52,9 @@ class Scheduler:
     :param settings_for: ``settings_for(lane_key) -> LaunchSettings`` for a new lane's launch.
     :param lane_key_of: ``lane_key_of(submission, world_size) -> tuple``: the lane a job needs, for a
         job whose key the intake did not leave in :attr:`lane_keys` (one recovered after a restart).
-    :param report: ``report(job_id, record)``: a job's record, to the service's session (whose
-        first observer, the store, finishes the job).
+    :param report: ``report(job_id, record, write=False)``: a job's record, to the service's session
+        (whose first observer, the store, finishes the job); ``write``: a record the scheduler made
+        itself, which no lane or build wrote to the job's run directory (the service writes it there).
     :param placement: where lanes start (:mod:`pkb_core.serve.placement`); default this node's ``devices``.
     :param place_timeout: seconds a job waits for a group its placement can never hold before it is an ``error``.
     """
@@ -167,11 +168,11 @@ class Scheduler:
 
     def _built_callback(self, job_id: str, job: Job, key: tuple):
         """What the compile pool calls with a build's outcome (from its thread): the outcome goes
-        through the results queue to the loop."""
+        through the results queue to the loop (an error's record is the scheduler's own, to write)."""
         def done(built, record, error):
             if error is not None:
                 record = self._error_record(job, key, error)
-            self._results.put(("built", job_id, built, record))
+            self._results.put(("built", job_id, built, record, error is not None))
             self.wake()
 
         return done
@@ -240,7 +241,8 @@ class Scheduler:
         self.lane_keys.pop(item["id"], None)
         job = Job.from_json(item["job"])
         self.report(item["id"], self._error_record(job, key, f"no group of world size {key[1]} could start "
-                                                                    f"within {self.place_timeout:.0f} s: {reason}"))
+                                                                    f"within {self.place_timeout:.0f} s: {reason}"),
+                    write=True)
         return True
 
     def _idle_lane(self, key: tuple) -> Lane | None:
@@ -283,11 +285,11 @@ class Scheduler:
 
     def _on_result(self, kind, *args) -> None:
         if kind == "built":
-            job_id, job, record = args
+            job_id, job, record, own = args
             self.building.discard(job_id)
             if record is not None:
                 self.lane_keys.pop(job_id, None)
-                self.report(job_id, record)
+                self.report(job_id, record, write=own)  # not own: the build pool wrote it (protocols.BuildPool)
             elif job is not None:
                 self.store.set_job(job_id, job.to_json())
                 self.store.set_state(job_id, JobState.READY, only_from=(JobState.BUILDING,))
@@ -316,11 +318,10 @@ class Scheduler:
             return
         lane.job_id = None
         if self.store.attempts(job_id) < MAX_ATTEMPTS:
-            self.store.set_state(job_id, JobState.READY, note=f"requeued: {result.error}",
-                                 only_from=(JobState.RUNNING,))
+            self.store.requeue(job_id, result.error)  # its job's reruns say why, in the next run's record
             return
         planned = self.store.planned(job_id)
         if planned is not None:
             job, world_size = planned
             reason = f"{result.error}; it ran {MAX_ATTEMPTS} times and its group failed each time"
-            self.report(job_id, self._error_record(job, (job.backend, world_size), reason))
+            self.report(job_id, self._error_record(job, (job.backend, world_size), reason), write=True)

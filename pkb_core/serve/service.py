@@ -80,6 +80,22 @@ class ServiceConfig:
     retention_days: float = 30.0
 
 
+def write_copy(run_dir: Path, record) -> None:
+    """Append ``record`` to ``run_dir``'s ``records.jsonl``: a record of the service that no
+    launch wrote there. The store's copy is the client's answer; one that cannot be written here
+    (a full disk) is a line on the service's stderr, never a job left unfinished."""
+    import sys
+
+    from pkb_core.errors import PkbError, describe
+    from pkb_core.results.records import append_record
+
+    try:
+        append_record(run_dir, record)
+    except (OSError, PkbError) as exc:
+        print(f"pkb serve: the record of {record.solution} could not be written to {run_dir}: {describe(exc)}",
+              file=sys.stderr)
+
+
 def private_folder(path: Path) -> None:
     """Make ``path`` (the service's data directory) a folder only its owner may enter (0700).
     Jobs and builds never see it at all (the lockdown hides it: docs/trust.md); the mode keeps
@@ -158,19 +174,27 @@ class Service:
         """The lane of a job the intake did not plan in this process (one recovered after a restart)."""
         return self.intake.lane_key(submission, world_size)
 
-    def _report(self, job_id: str, record) -> None:
-        """A job's record, from wherever it was made: to the session's observers (the store first)."""
+    def run_dir(self, backend: str, world_size: int) -> Path:
+        """The run directory of the jobs of ``backend`` at ``world_size``: their records and logs."""
+        return self.config.data_dir / "runs" / f"{backend}-W{world_size}"
+
+    def _report(self, job_id: str, record, *, write: bool = False) -> None:
+        """A job's record, from wherever it was made: to the session's observers (the store first).
+        ``write``: a record the service made itself (at intake, or the scheduler's), which it also
+        writes to the job's run directory, where its lanes and builds write theirs, so ``pkb report``
+        of that folder counts every job."""
+        if write:
+            write_copy(self.run_dir(record.backend, record.world_size), record)
         self.session.report(record, job_id=job_id)
 
     def _settings_for(self, key: tuple):
-        """The launch settings of a lane for ``(backend, world size, timeout)``; with the machine's
-        ceilings (the physics floor of timed jobs, read once per service) on GPUs only: in CPU mode
-        a lane starts without waiting for a calibration of the host."""
+        """The launch settings of a lane for ``(backend, world size, timeout)``, with the machine's
+        ceilings (the physics floor and speed of light of timed jobs, read once per service), as
+        ``pkb run --measure-perf`` has them, in CPU mode too."""
         backend, world_size, timeout = key
         self.intake.backend(backend)  # still installed and able to run here
         session = self.session.sibling(backend=backend, world_size=world_size)
-        return session.settings(Path(self.config.data_dir) / "runs" / f"{backend}-W{world_size}",
-                                calibrated=self.config.device == "cuda", job_timeout=timeout,
+        return session.settings(self.run_dir(backend, world_size), calibrated=True, job_timeout=timeout,
                                 build_timeout=self.config.build_timeout, build_workers=1,
                                 hidden=(self.config.data_dir,), **self.config.limits)
 
@@ -220,7 +244,7 @@ class Service:
         if answered_now is not None:
             record = job_record(planned.job, planned.world_size, *answered_now)
             self.store.add(job_id, submission, state=JobState.DONE, record=record, **common)
-            self._report(job_id, record)
+            self._report(job_id, record, write=True)
             return self.store.view(job_id)
         self.scheduler.lane_keys[job_id] = planned.lane_key
         self.store.add(job_id, submission, **common)

@@ -24,6 +24,8 @@ import threading
 import time
 from pathlib import Path
 
+import attrs
+
 from pkb_core.contracts.job import Job
 from pkb_core.contracts.record import Record
 from pkb_core.contracts.serve import JobState, JobView, Submission
@@ -72,6 +74,8 @@ MIGRATIONS = (
 
 #: States a job leaves only by being scheduled or cancelled.
 WAITING = (JobState.QUEUED, JobState.BUILDING, JobState.READY)
+#: The rerun line of a job that was running when its service stopped (killed or not).
+STOPPED_WHILE_RUNNING = "the service stopped while it ran"
 
 
 class JobStore:
@@ -172,6 +176,25 @@ class JobStore:
         """The planned (and built) job a lane will run."""
         self._run("UPDATE jobs SET job = ? WHERE id = ?", (json.dumps(job_json), job_id))
 
+    def requeue(self, job_id: str, reason: str) -> bool:
+        """Put a running job whose group was lost back in the queue (``ready``: it is built), its
+        job's ``reruns`` saying why (so the record of its next run says so, and its view meanwhile);
+        False if it was not running (cancelled, or finished, meanwhile)."""
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                rows = self._db.execute("SELECT job FROM jobs WHERE id = ? AND state = ?",
+                                        (job_id, JobState.RUNNING.value)).fetchall()
+                if rows:
+                    job = rows[0][0] and json.dumps(_rerun(json.loads(rows[0][0]), reason))
+                    self._db.execute("UPDATE jobs SET state = ?, note = ?, job = ? WHERE id = ?",
+                                     (JobState.READY.value, f"requeued: {reason}", job, job_id))
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+        return bool(rows)
+
     def finish(self, job_id: str, record: Record, *, state: JobState = JobState.DONE, note: str = "") -> bool:
         """Store ``job_id``'s record; False if it had been cancelled or finished already."""
         with self._lock:
@@ -200,11 +223,22 @@ class JobStore:
 
     def recover(self) -> int:
         """After a restart: jobs that were building, built or running go back to the queue
-        (their processes died with the service). How many."""
+        (their processes died with the service), in one transaction; a running one's job
+        says in its ``reruns`` that it runs again. How many."""
         with self._lock:
-            cursor = self._db.execute(
-                "UPDATE jobs SET state = ?, note = 'requeued after a service restart' WHERE state IN (?, ?, ?)",
-                (JobState.QUEUED.value, JobState.BUILDING.value, JobState.READY.value, JobState.RUNNING.value))
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                for job_id, job in self._db.execute("SELECT id, job FROM jobs WHERE state = ? AND job IS NOT NULL",
+                                                    (JobState.RUNNING.value,)).fetchall():
+                    self._db.execute("UPDATE jobs SET job = ? WHERE id = ?",
+                                     (json.dumps(_rerun(json.loads(job), STOPPED_WHILE_RUNNING)), job_id))
+                cursor = self._db.execute(
+                    "UPDATE jobs SET state = ?, note = 'requeued after a service restart' WHERE state IN (?, ?, ?)",
+                    (JobState.QUEUED.value, JobState.BUILDING.value, JobState.READY.value, JobState.RUNNING.value))
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
             return cursor.rowcount
 
     def prune(self, *, finished_before: float) -> tuple[int, list[str]]:
@@ -337,16 +371,23 @@ def _filter(*, ids=None, client: str | None = None, owner: str | None = None, st
     return " AND ".join(where), tuple(args)
 
 
+def _rerun(job_json: dict, reason: str) -> dict:
+    """A job's JSON (:class:`Job`'s form) with ``reason`` added to its ``reruns``."""
+    job = Job.from_json(job_json)
+    return attrs.evolve(job, reruns=(*(job.reruns or ()), reason)).to_json()
+
+
+# The reruns come from the job, so a view says them while the job waits and runs again.
 _VIEW_COLUMNS = ("id, state, client, priority, problem, backend, world_size, submitted_at, started_at, "
-                 "finished_at, note, same_as, record")
+                 "finished_at, note, same_as, record, json_extract(job, '$.reruns')")
 
 
 def _view(row) -> JobView:
     (job_id, state, client, priority, problem, backend, world_size, submitted, started, finished, note,
-     same_as, record) = row
+     same_as, record, reruns) = row
     return JobView(id=job_id, state=state, client=client, priority=priority, problem=problem, backend=backend,
                    world_size=world_size, submitted_at=submitted, started_at=started, finished_at=finished,
-                   note=note or "", same_as=same_as,
+                   note=note or "", same_as=same_as, reruns=tuple(json.loads(reruns)) if reruns else None,
                    record=Record.from_json(json.loads(record)) if record else None)
 
 
