@@ -147,3 +147,29 @@ def test_window_mode_judges_honest_and_hostile_solutions(pkb_invoke, tmp_path):
     rebound = records["1_allreduce_rebound_loop.py"]
     assert rebound["verdict"] == "pass", rebound
     assert rebound["stats"]["modes"]["window"]["windows_us"]["kernel"] > 0
+
+
+def test_what_is_subtracted_and_what_is_flagged():
+    """The judge's own windows: the kernel window is subtracted from a side that reaches it, the
+    empty hand-off from one below it, nothing from one below both (never a floor); a candidate
+    measurably below the empty hand-off is flagged where the reference reaches it, not where the
+    judge's null was no floor for pkb's own reference either."""
+    from pkb_core.conduct.window_rounds import _judge_against_null, null_is_floor, per_call_us
+    from pkb_core.contracts.outcome import JobEnded
+    from pkb_core.contracts.verdict import Verdict
+
+    assert per_call_us(310.0, null=30.0, kernel=290.0) == 20.0
+    assert per_call_us(100.0, null=30.0, kernel=290.0) == 70.0  # no compute engine: the hand-off alone
+    assert per_call_us(20.0, null=30.0, kernel=290.0) == 20.0  # below the null: nothing subtracted
+    null = [30.0, 31.0, 29.5, 30.5, 30.2, 29.8]
+    honest = {"null": null, "reference": [310.0] * 6, "candidate": [305.0] * 6}
+    _judge_against_null(honest)
+    assert null_is_floor(honest)
+    cheat = {**honest, "candidate": [12.0] * 6}
+    with pytest.raises(JobEnded) as ended:
+        _judge_against_null(cheat)
+    assert ended.value.verdict == Verdict.FLAGGED and "12.0 us" in ended.value.reason
+    # The judge's null paid a switch the sides did not (seen on 2xH200): not a floor, no flag.
+    unreliable = {"null": [400.0] * 6, "reference": [350.0] * 6, "candidate": [340.0] * 6}
+    _judge_against_null(unreliable)
+    assert not null_is_floor(unreliable)

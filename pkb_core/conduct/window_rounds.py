@@ -27,8 +27,8 @@ of a speedup differ only in the code they call.
 
 A batch's value is the median over its windows of the slowest rank's window (the first
 window is a lead-in: checked, not timed). A side's per-call time in a round is its value less
-the round's ``kernel`` value (or, below it, less the ``null`` value: :func:`per_call_us`). The speedup is the ratio of the two sides' medians with the interval over
-the rounds' paired ratios (:mod:`pkb_core.conduct.intervals`), as in every mode; the raw
+the round's ``kernel`` value (or, below it, less the ``null`` value: :func:`per_call_us`). The
+speedup is the ratio of the two sides' medians with the interval over the rounds' paired ratios (:mod:`pkb_core.conduct.intervals`), as in every mode; the raw
 windows' ratio (nothing subtracted) stands beside it. Nothing a side's process says is a
 time: the timekeeper's clock holds every number, it starts a window only once the side has
 queued the call (:mod:`pkb_core.harness.windows`), and no side sees set ``w + 1`` before
