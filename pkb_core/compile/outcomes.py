@@ -9,8 +9,8 @@ plugins' code (:func:`code_fingerprint`) and the toolchain variables of
 An outcome holds a compiler's message about one solution (its source quoted,
 its path), so it is no other job's to read: the folder
 (:func:`pkb_core.cache.builds_dir`) is 0700 and each file 0600, the launcher's
-user's (a candidate runs as a user of its own), and a builder, which keeps the
-launcher's user, has the folder hidden (:mod:`pkb_core.compile.builder`). The
+user's (a candidate and a builder run as users of their own), and a builder has
+the folder hidden too (:mod:`pkb_core.compile.builder`). The
 launcher reads an outcome (:func:`read_outcome`) and passes a job what it needs:
 its verdict and reason.
 """

@@ -17,7 +17,11 @@ of :data:`pkb_core.compile.outcomes.KEY_ENVIRONMENT`): a solution built before i
 one that failed gets its ``compile-error`` again from the cache, with the
 compiler's message, without rebuilding. A build that exceeds its own limit
 (``--build-timeout``) or whose process dies is ``compile-error`` with the
-reason and is not cached (it may be the machine's fault). Each build's
+reason and is not cached (it may be the machine's fault). Each build runs as
+a user of its own, drawn as a candidate group's is, and sees pkb's cache
+through a layer of its own (:mod:`pkb_core.compile.output`): what it builds
+lands in its output folder, and the phase publishes it into the cache,
+checked, once the build succeeded and its processes are ended. Each build's
 temporary folder (``pkb-build-*``) is the phase's: made before its builder
 starts, bounded (the builder mounts a tmpfs of its memory limit's size on it, in
 its own mount namespace, charged to its cgroup), and removed once its processes
@@ -38,8 +42,10 @@ import sys
 import time
 from pathlib import Path
 
+from pkb_core.cache import cache_dir
 from pkb_core.contracts.verdict import Verdict
 from pkb_core.contracts.build import BuildAnswer, BuildRequest, BuildResult, SourceChecked
+from pkb_core.compile import output
 from pkb_core.compile.outcomes import failure_verdict, outcome_path, read_outcome, store_outcome
 from pkb_core.contracts.serial import ContractError
 from pkb_core.process.channel import REPLY_FD_ENV
@@ -124,6 +130,8 @@ class BuildPhase:
         #: The backend's own variables a builder gets besides pkb's allow-list (``BackendInfo.environment``).
         self.environment = tuple(environment)
         self.summary: dict = {}
+        #: The users of this phase's builds alive (each build runs as a user of its own).
+        self._users: set[int] = set()
 
     def run(self, requests: list[tuple]) -> dict:
         """``requests``: ``(solution path, problem path)`` pairs; returns ``{solution path: BuildResult}``."""
@@ -132,6 +140,7 @@ class BuildPhase:
 
         become_subreaper()  # a compiler whose builder was killed becomes this process's child, and is reaped
         temp_folders.sweep(SCRATCH_PREFIX)  # what builds of phases killed outright left
+        output.sweep()
         distinct = {}
         for solution, problem_path in requests:
             if solution:
@@ -215,13 +224,16 @@ class BuildPhase:
         from pkb_core.process import temp_folders
 
         scratch = temp_folders.make(SCRATCH_PREFIX)
+        user, made = None, None
         try:
-            return self._spawn(solution, problem_path, scratch)
+            user, made = output.take(self._users, cache_dir())
+            return self._spawn(solution, problem_path, scratch, user, made)
         except BaseException:
-            temp_folders.remove(scratch)  # no build took it
+            temp_folders.remove(scratch)  # no build took them
+            output.release(user, made, self._users)
             raise
 
-    def _spawn(self, solution: str, problem_path: str, scratch: str) -> dict:
+    def _spawn(self, solution: str, problem_path: str, scratch: str, user: int | None, made: str | None) -> dict:
         from pkb_core.plugin.preload import preload_environment
         from pkb_core.process.containment import contain
         from pkb_core.process.environment import allowed_environment
@@ -241,7 +253,7 @@ class BuildPhase:
         request = BuildRequest(backend=self.backend, solution=solution, problem_path=problem_path,
                                device=self.device, options=self.options, run_dir=str(self.run_dir),
                                hidden=self.hidden, log_cap=self.log_cap, scratch=scratch,
-                               scratch_bytes=self.memory_bytes)
+                               scratch_bytes=self.memory_bytes, user=user, output=made)
         line = json.dumps(request.to_json()).encode()
         # A cgroup of its own, which the builder is in before it reads its request (so before
         # any of the solution's code runs): its compilers too, ended with it, within its limits.
@@ -268,7 +280,8 @@ class BuildPhase:
         os.close(write_fd)
         os.set_blocking(read_fd, False)
         return {"solution": solution, "proc": proc, "reply": read_fd, "data": b"", "log": log,
-                "started": time.monotonic(), "containment": containment, "scratch": scratch}
+                "started": time.monotonic(), "containment": containment, "scratch": scratch, "user": user,
+                "output": made, "users": self._users}
 
     def _finished(self, build: dict) -> BuildResult | None:
         try:
@@ -290,6 +303,8 @@ class BuildPhase:
         else:
             result, cacheable = self._answer(build, code, seconds)
             _kill(build)  # whatever the solution's import left running dies with its builder
+            if result.ok and build["output"] is not None:
+                result, cacheable = _published(build, result)
         _release(build)
         if cacheable:
             store_outcome(self._path(build["solution"]), build["solution"], self.backend, result)
@@ -356,15 +371,33 @@ class BuildPhase:
             self.on_result(solution, result, len(results), total)
 
 
+def _published(build: dict, result: BuildResult) -> tuple[BuildResult, bool]:
+    """Publish a succeeded build's output into pkb's cache (:func:`pkb_core.compile.output.publish`,
+    once its processes are ended): ``result``, or a ``compile-error`` naming what pkb refused to
+    publish (nothing of it is), and whether it may be cached (not where the machine failed: a
+    full disk)."""
+    try:
+        output.publish(build["output"], cache_dir())
+    except output.Refused as exc:
+        return BuildResult(False, f"pkb did not publish the build's output into its cache: {exc}",
+                           result.seconds), True
+    except OSError as exc:
+        return BuildResult(False, f"pkb could not publish the build's output into its cache ({exc})",
+                           result.seconds), False
+    return result, True
+
+
 def _release(build: dict) -> None:
     """What a build held, once its processes are ended (:func:`_kill`): its reply pipe, its log,
-    its cgroup and network, and its temporary folder with whatever was written there."""
+    its cgroup and network, its temporary folder and its output folder with whatever was written
+    there, and its user (:func:`pkb_core.compile.output.release`)."""
     from pkb_core.process import temp_folders
 
     os.close(build["reply"])
     build["log"].close()
     build["containment"].close()
     temp_folders.remove(build["scratch"])
+    output.release(build["user"], build["output"], build["users"])
 
 
 def _kill(build: dict) -> None:

@@ -42,7 +42,10 @@ stopped by the kernel, with settings that cannot be reverted from inside:
   (:mod:`pkb_core.confine.sandbox`), so it cannot signal, read or write any
   process or file of the launcher, the judge or another job, nor pkb's
   installation, the problem pack, the solutions' folder or the run directory;
-  this needs root (``CAP_SETUID``, ``CAP_SYS_ADMIN``) when the lockdown starts.
+  this needs root (``CAP_SETUID``, ``CAP_SYS_ADMIN``) when the lockdown starts;
+
+* a ``/tmp`` and a ``/proc`` of its own (:mod:`pkb_core.confine.views`): no other
+  run's temporary files, no other user's process, no other network's tables.
 
 On a kernel or architecture without seccomp the lockdown reports what it could
 not do; the launcher records that in every job's record (``lockdown``).
@@ -190,7 +193,7 @@ def protected_caches() -> list[str]:
 
 
 def lock_down(*, network: bool, read_only=(), writable=(), hidden=(), user: int | None = None,
-              expose=(), revealed=(), own_tmpfs=()) -> list[str]:
+              expose=(), revealed=(), own_tmpfs=(), layered=(), temp_roots=()) -> list[str]:
     """Apply the lockdown to this process; return what could not be applied.
 
     :param network: ``False`` refuses new internet sockets (custom-kernel
@@ -215,10 +218,20 @@ def lock_down(*, network: bool, read_only=(), writable=(), hidden=(), user: int 
         with this process and its children however they end
         (:func:`pkb_core.confine.sandbox.own_tmpfs`; a builder's temporary folder). Name
         them ``writable`` too. Without a private mount namespace they stay plain folders.
+    :param layered: ``(folder, output)`` pairs: each folder seen whole, read-only, with the
+        upper layer in ``output`` over it, where its writes land
+        (:func:`pkb_core.confine.overlay.mount_overlay`; a builder's view of pkb's cache). Name
+        them ``writable`` too.
+    :param temp_roots: folders besides the machine's temporary folders that hold other runs'
+        files (where a builder's temporary folder was made): hidden like them.
+
+    In a private mount namespace the process also gets a ``/tmp`` and a ``/proc`` of its own
+    (:mod:`pkb_core.confine.views`): the machine's temporary folders are covered, with only
+    what it needs bound back, and it sees no other user's processes.
     """
     import sys
 
-    from pkb_core.confine import sandbox
+    from pkb_core.confine import overlay, sandbox, views
 
     sys.dont_write_bytecode = True  # nothing imported from here on leaves a bytecode file
     missing = []
@@ -228,12 +241,24 @@ def lock_down(*, network: bool, read_only=(), writable=(), hidden=(), user: int 
         missing.append(f"read-only file system: {problem}")
     else:
         for folder, size in own_tmpfs:
-            problem = sandbox.own_tmpfs(libc, folder, size)
+            problem = sandbox.own_tmpfs(libc, folder, size, owner=user)
             if problem:
                 missing.append(problem)
+        for folder, output in layered:
+            problem = overlay.mount_overlay(libc, folder, output)
+            if problem:
+                missing.append(problem)
+        missing += views.own_proc(libc)
+        needed = sandbox.needed_paths(expose)
         if user is not None:
-            missing += sandbox.expose(libc, sandbox.needed_paths(expose), user)
-        missing += sandbox.seal(libc, writable=writable, read_only=read_only, hidden=hidden, revealed=revealed)
+            missing += sandbox.expose(libc, needed, user)
+        # What it reads or writes inside the machine's temporary folders is bound back into their
+        # covers; nothing else of them is seen.
+        temp = views.private_temp([*needed, *writable, *read_only, *revealed, *(folder for folder, _ in own_tmpfs),
+                                   *(folder for folder, _ in layered)], extra=temp_roots)
+        missing += sandbox.seal(libc, writable=writable, read_only=read_only, hidden=hidden, revealed=revealed,
+                                temp=temp)
+        sandbox.anchor_cwd()
     for cap in range(_CAP_LAST + 1):  # the bounding set needs CAP_SETPCAP: before the user changes
         libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)  # EINVAL past the kernel's last cap: fine
     if user is not None:

@@ -9,7 +9,8 @@ from; a name the judge will ask for). So every candidate group runs as a user
 of its own, and sees the file system read-only:
 
 * **its own uid and gid** (:data:`SANDBOX_UID_BASE` + a random offset, chosen
-  by the launcher per group, distinct for every group alive at once):
+  by the launcher per group, distinct for every group alive at once; a
+  builder's by its compile phase, the same way):
   ``kill()``, SIGIO (``sigio_perm`` compares the descriptor owner's
   credentials with the target's), ``/proc/<pid>`` and every file of the
   launcher, the judge, the zygotes and other jobs' candidates are refused by
@@ -87,13 +88,16 @@ def private_mounts(libc) -> str | None:
     return None
 
 
-def own_tmpfs(libc, path: str, size_bytes: int | None) -> str | None:
+def own_tmpfs(libc, path: str, size_bytes: int | None, owner: int | None = None) -> str | None:
     """Mount a fresh tmpfs (mode 0700, at most ``size_bytes``; None: the kernel's default, half
     the memory) on ``path`` in this process's mount namespace, or say why not. What is written
     there is memory charged to the writer's cgroup, is seen by no other namespace, and goes with
     the namespace, when its last process ends, however it ends: a builder's temporary folder
-    (:mod:`pkb_core.compile.builder`). Call inside :func:`private_mounts`, before :func:`seal`."""
+    (:mod:`pkb_core.compile.builder`). ``owner``: the uid (and gid) it belongs to, the user the
+    process becomes (None: this process's). Call inside :func:`private_mounts`, before :func:`seal`."""
     options = "mode=0700" + (f",size={int(size_bytes)}" if size_bytes else "")
+    if owner is not None:
+        options += f",uid={int(owner)},gid={int(owner)}"
     if libc.mount(b"tmpfs", str(path).encode(), b"tmpfs", _MS_NOSUID | _MS_NODEV, options.encode()) != 0:
         return _fail(f"a bounded temporary folder at {path}")
     return None
@@ -119,29 +123,34 @@ def _under(path: str, folder: str) -> bool:
     return path == folder or path.startswith(folder.rstrip("/") + "/")
 
 
-def seal(libc, *, writable=(), read_only=(), hidden=(), revealed=()) -> list[str]:
+def seal(libc, *, writable=(), read_only=(), hidden=(), revealed=(), temp=()) -> list[str]:
     """Remount every mount read-only (but :data:`_KEEP` and ``writable``
     folders, bound writable onto themselves), then bind ``read_only`` folders
     inside a writable one read-only again, and cover ``hidden`` folders (the
     run directory: records, logs, saved outputs; a service's data directory)
     with an empty read-only tmpfs, into which only the ``revealed`` folders
     inside them are bound back (a builder's solution in a service's data
-    directory). ``/sys`` (the cgroup file system with it) and ``/proc/sys`` are
-    read-only too, whoever the process is: no process of a job moves itself out
-    of its cgroup, changes its limits or writes a sysctl. Call inside
-    :func:`private_mounts`."""
+    directory). ``temp``: ``(folder, paths)`` pairs, the machine's temporary
+    folders (:func:`pkb_core.confine.views.private_temp`), each covered the same
+    way once every mount is read-only (so that no mount the cover hides is left
+    writable), with its ``paths`` bound back. ``/sys`` (the cgroup file system
+    with it) and ``/proc/sys`` are read-only too, whoever the process is: no
+    process of a job moves itself out of its cgroup, changes its limits or
+    writes a sysctl. Call inside :func:`private_mounts`."""
     missing = []
     for path in hidden:
         path = os.path.realpath(str(path))
         if os.path.isdir(path):
-            missing += _cover(libc, path, [os.path.realpath(str(r)) for r in revealed
-                                           if _under(os.path.realpath(str(r)), path)])
+            missing += cover(libc, path, [os.path.realpath(str(r)) for r in revealed
+                                          if _under(os.path.realpath(str(r)), path)])
     writable = [os.path.realpath(p) for p in writable if os.path.isdir(p)]
     for point, flags in _mounts():
         if any(_under(point, keep) for keep in _KEEP) or any(_under(point, w) for w in writable):
             continue
         if libc.mount(None, point.encode(), None, _MS_BIND | _MS_REMOUNT | _MS_RDONLY | flags, None) != 0:
             missing.append(_fail(f"read-only {point}"))
+    for folder, paths in temp:
+        missing += cover(libc, folder, paths)
     if os.path.isdir(_SYSCTLS):
         target = _SYSCTLS.encode()
         if libc.mount(target, target, None, _MS_BIND, None) != 0 or \
@@ -163,13 +172,17 @@ def seal(libc, *, writable=(), read_only=(), hidden=(), revealed=()) -> list[str
     return missing
 
 
-def _cover(libc, path: str, revealed: list[str]) -> list[str]:
-    """Cover ``path`` with an empty tmpfs, bind each of ``revealed`` (folders inside it) back
-    read-only, then make the cover read-only."""
+def cover(libc, path: str, revealed: list[str]) -> list[str]:
+    """Cover ``path`` with an empty tmpfs, bind each of ``revealed`` (folders, or files such as a
+    zip on the import path, strictly inside it; one inside another is carried by the outer one's
+    bind) back read-only, then make the cover read-only. The folders made on the way to them are
+    0755, whatever the umask: the user a process becomes traverses them."""
     sources = {}
-    for folder in revealed:
+    for entry in sorted(set(revealed)):
+        if entry == path or any(_under(entry, outer) for outer in sources):
+            continue
         try:
-            sources[folder] = os.open(folder, os.O_PATH | os.O_DIRECTORY)
+            sources[entry] = os.open(entry, os.O_PATH)
         except OSError:
             continue
     missing = []
@@ -178,7 +191,7 @@ def _cover(libc, path: str, revealed: list[str]) -> list[str]:
             return [_fail(f"hiding {path}")]
         for folder, fd in sources.items():
             try:
-                os.makedirs(folder, exist_ok=True)
+                _make_way(path, folder, stat.S_ISDIR(os.fstat(fd).st_mode))
             except OSError as exc:
                 missing.append(f"revealing {folder} ({exc.strerror})")
                 continue
@@ -191,6 +204,34 @@ def _cover(libc, path: str, revealed: list[str]) -> list[str]:
         for fd in sources.values():
             os.close(fd)
     return missing
+
+
+def anchor_cwd() -> None:
+    """Enter the working folder again by its path, in this namespace's mounts as they are now: a
+    working folder that a cover hid (one in ``/tmp``, in the run directory) would otherwise keep
+    reaching the folder under the cover, and with ``..`` the rest of it; where the path leads
+    nowhere now, ``/``. Call after the covers (:func:`seal`)."""
+    try:
+        os.chdir(os.getcwd())
+    except OSError:
+        os.chdir("/")
+
+
+def _make_way(root: str, entry: str, folder: bool) -> None:
+    """Make ``entry`` (a folder, else an empty file to bind a file onto) and the folders on the
+    way to it from ``root`` (a cover), each 0755."""
+    parts = os.path.relpath(entry, root).split(os.sep)
+    at = root
+    for index, part in enumerate(parts):
+        at = os.path.join(at, part)
+        last = index == len(parts) - 1
+        if os.path.lexists(at):
+            continue
+        if last and not folder:
+            os.close(os.open(at, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+        else:
+            os.mkdir(at)
+            os.chmod(at, 0o755)
 
 
 def needed_paths(extra=()) -> list[str]:

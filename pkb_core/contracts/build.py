@@ -47,11 +47,19 @@ class BuildRequest(Contract):
     #: Bytes of output the build's log takes before the rest is dropped (None: no cap).
     log_cap: int | None = None
     #: The build's temporary folder, made (and removed when the build ends, however it ends) by
-    #: the compile phase: the only folder the build writes besides pkb's cache.
+    #: the compile phase: the only folder the build writes besides its output.
     scratch: str
     #: Bytes the temporary folder may hold: the builder mounts a tmpfs of that size on it in its
     #: own mount namespace (charged to its cgroup, gone with its processes). None: no cap.
     scratch_bytes: int | None = None
+    #: The build's own user (uid and gid), drawn by the compile phase as a candidate group's is.
+    #: None: the launcher is not root, and the build keeps its user.
+    user: int | None = None
+    #: The build's output folder, made by the compile phase (:mod:`pkb_core.compile.output`): the
+    #: builder sees pkb's cache through an overlay whose writes land there, and the phase
+    #: publishes what is new in it once the build has ended. None: the build writes pkb's cache
+    #: itself (no user of its own).
+    output: str | None = None
 
 
 @attrs.frozen(kw_only=True)
