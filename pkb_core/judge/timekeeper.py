@@ -56,8 +56,11 @@ class HostClock:
     judge's on the side's GPU); ``spins``: polls of a word before each poll sleeps (a GPU host
     has cores to spare for a timekeeper that never sleeps inside a window; a CPU one does not)."""
 
-    def __init__(self, spins: int = SPINS):
+    def __init__(self, spins: int = SPINS, stall_s: float | None = None):
         self.spins = spins
+        #: GPU sides only: how long to wait for a call's ``queued`` before opening its gate (as
+        #: :class:`DeviceClock` does); a CPU side announces a call before it waits, so never stalls.
+        self.stall_s = stall_s
         self.regions: dict = {}
         self.staging = self.snap = None
 
@@ -80,12 +83,15 @@ class HostClock:
     def open(self, side: str, epoch: int, sizes: list, set_stride: int, snap_stride: int, deadline: float) -> dict:
         region, in_bytes, out_bytes = self.regions[side]
         in_at, out_at, _ = slot_layout(in_bytes, out_bytes)
-        times = []
+        times, stalled_at = [], None
         for w, n in enumerate(sizes):
             mark = epoch + 1 + w
-            # A CPU side announces a call once it waits for the gate: what it did since the
-            # last window (its bookkeeping, the next set's layout) is outside this one.
-            if not region.queued.wait(mark, deadline, self.spins):
+            # A side announces a call once it waits for the gate (CPU) or once the call is on its
+            # stream (GPU): what it did since the last window is outside this one.
+            if stalled_at is None and self.stall_s is not None:
+                if not region.queued.wait(mark, min(deadline, time.monotonic() + self.stall_s), self.spins):
+                    stalled_at = w  # its queueing waits on the device: open its gates from here on
+            elif stalled_at is None and not region.queued.wait(mark, deadline, self.spins):
                 return {"times_ns": times, "status": f"call {w} never started (the side never waited for its gate)"}
             t0 = time.perf_counter_ns()
             region.view(in_at, n)[:] = self.staging.view(w * set_stride, n)
@@ -94,7 +100,7 @@ class HostClock:
                 return {"times_ns": times, "status": f"call {w} never finished (no done before the deadline)"}
             self.snap.view(w * snap_stride, out_bytes)[:] = region.view(out_at, out_bytes)
             times.append(time.perf_counter_ns() - t0)
-        return {"times_ns": times, "status": "ok", "not_queued_ahead": None}
+        return {"times_ns": times, "status": "ok", "not_queued_ahead": stalled_at}
 
     def close(self):
         for region, *_ in self.regions.values():
@@ -249,7 +255,7 @@ def main() -> int:
     if ordinal == "cpu":
         clock = HostClock()
     elif ordinal == "host":
-        clock = HostClock(spins=HOST_ENGINE_SPINS)
+        clock = HostClock(spins=HOST_ENGINE_SPINS, stall_s=STALL_S)
     else:
         clock = DeviceClock(int(ordinal))
     out = sys.stdout
