@@ -282,8 +282,10 @@ def test_parallelkittens_files_are_unsupported_before_the_multicast_rule(tmp_pat
 
     path = _write(tmp_path, "2_allgather_parallelkittens.py", PK_RUNTIME)  # also names TKParallelTensor
     problem = build_registry(get_plugin_manager()).get("2")
+    scratch = tmp_path / "scratch"  # the compile phase makes a build's temporary folder; here the test does
+    scratch.mkdir(mode=0o700)
     request = {"backend": "parallelkittens", "problem_path": str(problem.path), "solution": str(path),
-               "device": "cuda", "run_dir": str(tmp_path)}
+               "device": "cuda", "run_dir": str(tmp_path), "scratch": str(scratch)}
     code = ("import json, sys\nfrom pkb_core.compile.builder import build\n"
             "from pkb_core.contracts.build import BuildRequest\n"
             f"print(json.dumps(build(BuildRequest.from_json(json.loads({json.dumps(json.dumps(request))}))).to_json()))")
