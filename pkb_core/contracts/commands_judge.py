@@ -129,8 +129,8 @@ JUDGE_SIDES = ("null", "kernel", "harness")
 @attrs.frozen(kw_only=True)
 class ArmWindows(Request):
     """Draw ``k`` fresh input sets (round ``round``) into the timekeeper's private staging
-    for ``side`` (``reference``, ``candidate``, or the judge's own ``null`` and ``harness``
-    sides: docs/timing.md), keep them for
+    for ``side`` (``reference``, ``candidate``, or one of the judge's own :data:`JUDGE_SIDES`:
+    docs/timing.md), keep them for
     the check, and make sure the side's gate region fits them. ``folder``: where a CPU
     region's file goes (the side's own shared-memory folder; empty: the judge's)."""
 
@@ -153,8 +153,7 @@ class Armed(Answer):
 @attrs.frozen(kw_only=True)
 class OpenWindows(Request):
     """Run the armed sets of ``side`` through the timekeeper's windows (round epoch
-    ``epoch``); for ``null`` (the empty hand-off) and ``harness`` (a side's placing, device
-    barrier and export with no call) the judge's rank is the side itself."""
+    ``epoch``); for the judge's own :data:`JUDGE_SIDES` the judge's rank is the side itself."""
 
     OP = "open"
     side: str
