@@ -242,3 +242,79 @@ def test_a_job_whose_group_dies_twice_is_an_error_saying_why(cluster, tmp_path):
         assert "Ray actor is gone" in final.record.reason, final.record.reason
     finally:
         server.stop()
+
+
+#: A second driver of the cluster: it finds the pool by name and tries every way at a job (argv: the job
+#: id, then the pool's token or nothing), printing each outcome as a JSON line.
+INTRUDER = """
+import json, sys, ray
+from pkb_core.ray import EvaluatorPool
+ray.init(address=sys.argv[1], logging_level="ERROR")
+job_id, token = sys.argv[2], (sys.argv[3] if len(sys.argv) > 3 else None)
+
+def attempt(name, call):
+    try:
+        print(json.dumps([name, "answered", repr(call())[:300]]))
+    except Exception as exc:
+        print(json.dumps([name, type(exc).__name__, isinstance(exc, PermissionError), str(exc)[-300:]]))
+
+if token is None:
+    actor = ray.get_actor("pkb-evaluator", namespace="pkb")
+    attempt("jobs", lambda: ray.get(actor.jobs.remote("guessed")))
+    attempt("view", lambda: ray.get(actor.view.remote("guessed", job_id)))
+    attempt("cancel", lambda: ray.get(actor.cancel.remote("guessed", job_id)))
+    attempt("cancel_jobs", lambda: ray.get(actor.cancel_jobs.remote("guessed", all=True)))
+    attempt("no_token", lambda: ray.get(actor.cancel.remote(job_id)))
+    attempt("ray_call", lambda: ray.get(actor.__ray_call__.remote(lambda pool: pool._pool.cancel(job_id))))
+else:
+    pool = EvaluatorPool.find(token)
+    attempt("lists_it", lambda: job_id in [view.id for view in ray.get(pool.jobs.remote())])
+    attempt("cancel", lambda: ray.get(pool.cancel.remote(job_id)).id)
+"""
+
+
+def test_the_evaluator_pool_answers_only_its_token(cluster, tmp_path):
+    """Another driver that finds the pool by name, without its token, can neither read nor cancel
+    the honest client's running job (which passes); with the token it can."""
+    (tmp_path / "intruder.py").write_text(INTRUDER)
+    slow = ALLREDUCE + "\nimport time\ntime.sleep(6)  # running while the intruder tries\n"
+    code = f"""
+import json, subprocess, sys, time, ray
+from pkb_core.ray import EvaluatorPool
+ray.init(address={cluster['address']!r}, logging_level="ERROR")
+pool = EvaluatorPool.remote(data_dir={str(tmp_path / 'pool')!r}, device="cpu", timeout=60)
+job = ray.get(pool.submit.remote(1, {slow!r}, backend="triton"))
+deadline = time.monotonic() + 120
+while ray.get(pool.view.remote(job.id)).state.value != "running" and time.monotonic() < deadline:
+    time.sleep(0.1)
+
+def intruder(*args):
+    out = subprocess.run([sys.executable, {str(tmp_path / 'intruder.py')!r}, {cluster['address']!r}, *args],
+                         capture_output=True, text=True, timeout=180)
+    return [json.loads(line) for line in out.stdout.splitlines() if line.startswith("[")] or [out.stderr[-2000:]]
+
+print("STRANGER", json.dumps(intruder(job.id)))
+print("STATE", ray.get(pool.view.remote(job.id)).state.value)
+print("RECORD", ray.get(pool.wait.remote(job.id, 120)).record.verdict.value)
+hang = ray.get(pool.submit.remote(1, {HANG!r}, backend="triton", timeout=30))
+print("HOLDER", json.dumps(intruder(hang.id, pool.token)))
+print("CANCELLED", ray.get(pool.wait.remote(hang.id, 60)).state.value)
+ray.get(pool.close.remote())
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=400)
+    lines = {line.split(" ", 1)[0]: line.split(" ", 1)[1] for line in out.stdout.splitlines() if " " in line}
+    assert "CANCELLED" in lines, out.stdout[-3000:] + out.stderr[-4000:]
+    stranger = json.loads(lines["STRANGER"])
+    assert [attempt[0] for attempt in stranger] == ["jobs", "view", "cancel", "cancel_jobs", "no_token",
+                                                    "ray_call"], stranger
+    for name, outcome, *rest in stranger:  # each refused as a PermissionError that says why
+        if name == "no_token":  # Ray refuses it first: the method's signature wants two arguments
+            assert outcome == "TypeError", (name, outcome, rest)
+            continue
+        assert outcome != "answered" and rest[0] is True and "answers only calls with its pool's token" in rest[1], \
+            (name, outcome, rest)
+    assert lines["STATE"] == "running" and lines["RECORD"] == "pass", lines
+    holder = dict((attempt[0], attempt[1:]) for attempt in json.loads(lines["HOLDER"]))
+    assert holder["lists_it"] == ["answered", "True"], holder
+    assert holder["cancel"][0] == "answered", holder
+    assert lines["CANCELLED"] == "cancelled", lines

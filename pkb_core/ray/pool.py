@@ -7,14 +7,20 @@ A trainer that runs on Ray (verl, OpenRLHF, NeMo-RL) creates an
     pool = EvaluatorPool.remote(device="cuda")             # an actor, named "pkb-evaluator"
     record = ray.get(pool.evaluate.remote(1, source, backend="triton"))
     records = ray.get(pool.evaluate_many.remote([(1, a, {}), (7, b, {"world_size": 4})]))
+    reward_worker.remote(pool)                             # the handle carries the pool's token
 
 The pool is the reward service (:class:`pkb_core.serve.service.Service`) in the
 process that holds it, with its groups placed on the cluster as Ray actors
 (:class:`pkb_core.ray.placement.RayPlacement`): the same queue, priorities,
 deduplication, compile pool and SQLite records as ``pkb serve --ray``, and the
 same :class:`~pkb_core.contracts.record.Record` per job as the HTTP client
-returns. Any actor or task of the job can find the named actor again with
-``ray.get_actor("pkb-evaluator", namespace="pkb")``.
+returns.
+
+The actor answers only its token (:mod:`pkb_core.ray.pool_actor`): the handle
+:meth:`EvaluatorPool.remote` returns holds it and adds it to every call, and pickles
+with it, so a task or actor handed the handle uses the pool. Another process of the
+job finds it with ``EvaluatorPool.find(token)``; one that finds the actor by name
+without the token cannot submit, read, list or cancel a job.
 """
 from __future__ import annotations
 
@@ -23,7 +29,8 @@ from pathlib import Path
 
 from pkb_core.contracts.record import Record
 from pkb_core.contracts.serve import CancelRequest, Cancelled, JobView, Submission
-from pkb_core.ray.placement import NAMESPACE, RayPlacement, connect
+from pkb_core.ray.placement import RayPlacement, connect
+from pkb_core.ray.pool_actor import NAME
 
 #: Seconds between looks at a job's state while waiting for it.
 POLL_S = 0.05
@@ -58,15 +65,23 @@ class EvaluatorPool:
         self.service.start()
 
     @classmethod
-    def remote(cls, *args, name: str = "pkb-evaluator", max_concurrency: int = 256, **kwargs):
+    def remote(cls, *args, name: str = NAME, token: str | None = None, max_concurrency: int = 256, **kwargs):
         """The pool as a named Ray actor, owned by the calling driver (it ends with the driver's job),
-        or the one of that name already running (then the arguments are not used): its methods are
-        called with ``.remote(...)`` and ``ray.get``."""
-        import ray
+        or the one of that name already running (then the arguments are not used, and its calls
+        need the token it was started with). Returns a :class:`~pkb_core.ray.pool_actor.PoolHandle`:
+        its methods are called with ``.remote(...)`` and ``ray.get``, carrying the pool's token
+        (``token``, default a new random one; ``handle.token`` to hand on)."""
+        from pkb_core.ray.pool_actor import start
 
-        actor = ray.remote(cls).options(name=name, namespace=NAMESPACE, get_if_exists=True, num_cpus=0,
-                                        max_concurrency=max_concurrency)
-        return actor.remote(*args, **kwargs)
+        return start(args, kwargs, name=name, token=token, max_concurrency=max_concurrency)
+
+    @staticmethod
+    def find(token: str, name: str = NAME):
+        """The running pool actor ``name`` as a handle that calls it with ``token`` (every call
+        is refused with :class:`~pkb_core.ray.pool_actor.Unauthorized` unless it is the pool's)."""
+        from pkb_core.ray.pool_actor import find
+
+        return find(token, name)
 
     def submit(self, problem, source: str, **options) -> JobView:
         """Queue a solution; ``options`` are :class:`~pkb_core.contracts.serve.Submission`'s fields.
@@ -81,6 +96,14 @@ class EvaluatorPool:
             if view.state.final or (end is not None and time.monotonic() >= end):
                 return view
             time.sleep(POLL_S)
+
+    def view(self, job_id: str) -> JobView:
+        """The job as it is now."""
+        return self.service.view(job_id)
+
+    def jobs(self, *, state: str | None = None, client: str | None = None, limit: int = 100) -> list[JobView]:
+        """The newest jobs (every client's: the pool is its holder's)."""
+        return self.service.jobs(state=state, client=client, limit=limit)
 
     def evaluate(self, problem, source: str, **options) -> Record | None:
         """The record of one solution (None when it was cancelled)."""
