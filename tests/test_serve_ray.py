@@ -318,3 +318,43 @@ ray.get(pool.close.remote())
     assert holder["lists_it"] == ["answered", "True"], holder
     assert holder["cancel"][0] == "answered", holder
     assert lines["CANCELLED"] == "cancelled", lines
+
+
+#: At import in its builder, a solution looks for the Ray nodes' sockets (under the cluster's
+#: temporary folder, and Ray's default /tmp/ray) and tries to connect to each; it fails its
+#: build saying what it saw, so its record shows the probe ran where builds run.
+PROBE = '''
+import glob, os, socket
+if "PKB_WORKER_SETTINGS" not in os.environ:
+    seen = sorted(set(glob.glob("/tmp/ray/session_*/sockets/*") + glob.glob({temp!r} + "/session_*/sockets/*")))
+    connected = []
+    for path in {sockets!r}:
+        try:
+            with socket.socket(socket.AF_UNIX) as probe:
+                probe.connect(path)
+                connected.append(path)
+        except OSError:
+            pass
+    raise SystemExit(f"pkbtest builder saw {{seen}} connected {{connected}}")
+'''
+
+
+def test_a_ray_build_sees_no_ray_socket(cluster, tmp_path):
+    sockets = sorted(set(map(str, Path("/tmp/ray").glob("session_*/sockets/*"))) |
+                     set(map(str, cluster["temp"].glob("session_*/sockets/*"))))
+    # Both nodes' sockets are under the cluster's temporary folder (the worker takes the head's), a /tmp folder.
+    assert len(sockets) >= 4 and all(path.startswith(str(cluster["temp"])) for path in sockets), sockets
+    source = PROBE.format(temp=str(cluster["temp"]), sockets=sockets) + ALLREDUCE
+    code = f"""
+import ray
+from pkb_core.ray import EvaluatorPool
+ray.init(address={cluster['address']!r}, logging_level="ERROR")
+pool = EvaluatorPool.remote(name="pkb-probe", data_dir={str(tmp_path / 'pool')!r}, device="cpu", timeout=30)
+record = ray.get(pool.evaluate.remote(1, {source!r}, backend="reference"))
+print("RECORD", record.verdict.value, repr(record.reason))
+ray.get(pool.close.remote())
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=240)
+    line = next((line for line in out.stdout.splitlines() if line.startswith("RECORD")), None)
+    assert line is not None, out.stdout[-2000:] + out.stderr[-4000:]
+    assert "pkbtest builder saw [] connected []" in line, line
