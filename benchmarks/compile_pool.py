@@ -22,7 +22,8 @@ from pathlib import Path
 
 
 def build_all(files: list[Path], problem_of, args, warm: bool) -> dict:
-    from pkb_core.compile.phase import BuildPhase, default_workers
+    from pkb_core.compile.phase import BuildPhase
+    from pkb_core.compile.resources import default_workers
     from pkb_core.plugin.manager import get_backend_info, get_plugin_manager
     from pkb_core.launch.warm_builders import WarmBuilders
 

@@ -4,10 +4,10 @@ Building is the slow part of evaluating model-generated CUDA (tens of seconds pe
 file with torch's headers), and it needs CPUs, not GPUs. So :func:`run_jobs
 <pkb_core.launch.jobs.run_jobs>` first hands every distinct solution of its jobs to
 :class:`BuildPhase`: a pool of builder processes (:mod:`pkb_core.compile.builder`), as
-many as the node's cores and memory allow (:func:`default_workers`), each running
+many as the node's cores and memory allow (:func:`pkb_core.compile.resources.default_workers`), each running
 the backend's compile hook on one solution ahead of time, with its compiles
 (the cuda backend's ``.cu`` and ``main.cpp``) two at a time
-(:func:`build_environment`). What they build lands in the backend's
+(:func:`pkb_core.compile.resources.build_environment`). What they build lands in the backend's
 content-addressed cache; the jobs' candidates then load it in milliseconds, so
 a job's timeout no longer pays for compiling.
 
@@ -46,50 +46,15 @@ from pkb_core.cache import cache_dir
 from pkb_core.contracts.verdict import Verdict
 from pkb_core.contracts.build import BuildAnswer, BuildRequest, BuildResult, SourceChecked
 from pkb_core.compile import output
+from pkb_core.compile.resources import build_environment, default_workers
 from pkb_core.compile.outcomes import failure_verdict, outcome_path, read_outcome, store_outcome
 from pkb_core.contracts.serial import ContractError
 from pkb_core.process.channel import REPLY_FD_ENV
 
 #: Seconds one build may take unless told otherwise.
 BUILD_TIMEOUT_S = 600.0
-#: Memory one build may need: its two compiles at once (nvcc on torch's headers
-#: peaks near 2 GiB, g++ on main.cpp with the precompiled header near 1.5 GiB).
-BUILD_MEMORY_BYTES = 7 << 29
-#: Compiles one build runs at once (ninja's ``MAX_JOBS``): its ``.cu`` and its ``main.cpp``.
-BUILD_JOBS = 2
 #: The names of builds' temporary folders (``<tmp>/pkb-build-<pid>-<start>-<random>``).
 SCRATCH_PREFIX = "pkb-build-"
-
-
-def default_workers(builds: int) -> int:
-    """Builds at once: one per core, as far as memory allows, at most ``builds``.
-
-    Each build runs its two compiles at once (:data:`BUILD_JOBS`), yet the
-    pool still counts one build per core rather than two: the two are rarely
-    both long (``main.cpp`` loads a precompiled header or is empty, the
-    ``.cu`` is the long one, or the reverse for a header-light ``.cu``), so
-    one build per core keeps every core busy, and the brief overlap costs less
-    than half the cores waiting on short compiles."""
-    cores = os.cpu_count() or 1
-    try:
-        with open("/proc/meminfo") as meminfo:
-            available = next(int(line.split()[1]) * 1024 for line in meminfo if line.startswith("MemAvailable"))
-        cores = min(cores, max(1, available // BUILD_MEMORY_BYTES))
-    except (OSError, StopIteration, ValueError):
-        pass
-    return max(1, min(cores, builds))
-
-
-def build_environment(device: str) -> dict:
-    """What a builder's environment adds: ninja runs the build's two compiles
-    at once (``MAX_JOBS``, unless the caller set it: torch's default is a job
-    per core for every build, which oversubscribes a pool of builds), and the
-    variables of the device's mode that the jobs' workers get
-    (:func:`pkb_core.machine.device.device_environment`)."""
-    from pkb_core.machine.device import device_environment
-
-    jobs = {} if os.environ.get("MAX_JOBS") else {"MAX_JOBS": str(BUILD_JOBS)}
-    return {**jobs, **device_environment(device)}
 
 
 class BuildPhase:

@@ -73,7 +73,7 @@ class EvaluatorPool:
         (``token``, default a new random one; ``handle.token`` to hand on)."""
         from pkb_core.ray.pool_actor import start
 
-        return start(args, kwargs, name=name, token=token, max_concurrency=max_concurrency)
+        return start(EvaluatorPool, args, kwargs, name=name, token=token, max_concurrency=max_concurrency)
 
     @staticmethod
     def find(token: str, name: str = NAME):

@@ -58,15 +58,15 @@ class PoolActor:
 
     :param token_digest: the SHA-256 of the pool's token (:func:`digest`).
     :param name: the actor's name (for the refusal's message).
-    :param args, kwargs: :class:`~pkb_core.ray.EvaluatorPool`'s arguments.
+    :param pool_class: :class:`~pkb_core.ray.EvaluatorPool`.
+    :param args, kwargs: its arguments.
     """
 
-    def __init__(self, token_digest: bytes, name: str, args: tuple, kwargs: dict):
-        from pkb_core.ray.pool import EvaluatorPool
-
+    def __init__(self, token_digest: bytes, name: str, pool_class, args: tuple, kwargs: dict):
         self._digest = token_digest
         self._name = name
-        self._pool = EvaluatorPool(*args, **kwargs)
+        # The class is handed in (it imports this module to start the actor: no import cycle).
+        self._pool = pool_class(*args, **kwargs)
 
     def _check(self, token) -> None:
         if not hmac.compare_digest(digest(token), self._digest):
@@ -160,11 +160,13 @@ class _Method:
         return _Method(self._method.options(**options), self._token)
 
 
-def start(args: tuple, kwargs: dict, *, name: str, token: str | None, max_concurrency: int) -> PoolHandle:
-    """The named pool actor (created, or the running one of that name) with ``token`` (default: a new one)."""
+def start(pool_class, args: tuple, kwargs: dict, *, name: str, token: str | None, max_concurrency: int) -> PoolHandle:
+    """The named pool actor of ``pool_class(*args, **kwargs)`` (created, or the running one of that
+    name) with ``token`` (default: a new one)."""
     token = token or new_token()
     actor = actor_class().options(name=name, namespace=NAMESPACE, get_if_exists=True, num_cpus=0,
-                                  max_concurrency=max_concurrency).remote(digest(token), name, args, kwargs)
+                                  max_concurrency=max_concurrency).remote(digest(token), name, pool_class, args,
+                                                                          kwargs)
     return PoolHandle(actor, token)
 
 

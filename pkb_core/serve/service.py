@@ -121,7 +121,7 @@ class Service:
     """
 
     def __init__(self, config: ServiceConfig, pm, placement=None, *, pkb_config=None):
-        from pkb_core.compile.phase import default_workers
+        from pkb_core.compile.resources import default_workers
         from pkb_core.launch.session import Session
 
         # Absolute: a lane may start elsewhere (a Ray actor's working folder) and is told its run folder.
