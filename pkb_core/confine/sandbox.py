@@ -236,10 +236,33 @@ def _make_way(root: str, entry: str, folder: bool) -> None:
 
 def needed_paths(extra=()) -> list[str]:
     """What a candidate reads after it is locked down: Python's installation,
-    every import path, and ``extra`` (the solution's and problem's folders)."""
+    every import path, the folders of packages found other than through the
+    import path (:func:`package_folders`), and ``extra`` (the solution's and
+    problem's folders)."""
     paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, *extra}
     paths.update(p for p in sys.path if p)
+    paths.update(package_folders())
     return sorted(os.path.realpath(p) for p in paths if os.path.isabs(p) and os.path.exists(p))
+
+
+def package_folders() -> set[str]:
+    """Folders of packages that are not below an import path: an editable install's
+    sources (setuptools' editable finders map each top-level name to its folder, a
+    ``MAPPING`` of the finder's module), and the folders of the top-level packages
+    already imported. A checkout installed editable from ``/tmp`` lies under a
+    folder the lockdown covers: without these its modules imported after the
+    lockdown would not be found."""
+    found = set()
+    for finder in sys.meta_path:
+        mapping = getattr(finder, "MAPPING", None)
+        if mapping is None:
+            mapping = getattr(sys.modules.get(getattr(finder, "__module__", ""), None), "MAPPING", None)
+        if isinstance(mapping, dict):
+            found.update(path for path in mapping.values() if isinstance(path, str))
+    for name, module in list(sys.modules.items()):
+        if "." not in name:
+            found.update(path for path in (getattr(module, "__path__", None) or ()) if isinstance(path, str))
+    return found
 
 
 def _traversable(st: os.stat_result, uid: int) -> bool:
