@@ -40,7 +40,8 @@ from fastapi.responses import JSONResponse
 from pkb_core.contracts.serial import ContractError
 from pkb_core.contracts.serve import CancelRequest, Submission
 from pkb_core.serve.access import Access, Caller
-from pkb_core.serve.bodies import MAX_CANCEL, MAX_DEPTH, MAX_SUBMISSION, TooLarge, declared_too_large, read_json
+from pkb_core.serve.bodies import MAX_CANCEL, MAX_DEPTH, MAX_SUBMISSION, TooLarge, declared_too_large, drained, \
+    read_json
 from pkb_core.serve.openapi import contract_schema
 from pkb_core.serve.refusal import Refused
 from pkb_core.serve.service import Overloaded, Service
@@ -83,6 +84,8 @@ def create_app(service: Service, *, token: str | None = None, access: Access | N
         # Before anything is read: a body declared over its route's cap is never read at all.
         too_large = declared_too_large(request.method, request.url.path, request.headers.get("content-length"))
         if too_large is not None:
+            if await drained(request, int(request.headers["content-length"])):
+                return _error(too_large.status, str(too_large))  # the connection stays whole
             return _refusal(too_large)
         if request.url.path.startswith("/v1/") and request.url.path != "/v1/health":
             caller = access.caller(request.headers.get("authorization"))

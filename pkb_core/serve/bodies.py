@@ -7,7 +7,9 @@ without a length (``Transfer-Encoding: chunked``) is read chunk by chunk with a 
 count, and the read stops with a 413 the moment the count passes the cap
 (:func:`read_json`), so the service never holds more than the cap and one chunk of it.
 A refusal sent before the body was read asks the client to close the connection, so the
-server does not go on draining a body nobody will read.
+server does not go on draining a body nobody will read; a body declared at most
+:data:`DRAIN_LIMIT` long is read and dropped first (:func:`drained`), so the answer is not lost
+to the reset that closing a connection with unread bytes in it causes.
 
 JSON is parsed by :func:`parse_json`: a body that is not JSON (or not UTF-8) is a 400 with
 one line, and so is one nested deeper than :data:`MAX_DEPTH`, whether the parser's own
@@ -29,6 +31,12 @@ MAX_CANCEL = 1 << 20
 MAX_OTHER = 16 << 10
 #: The deepest JSON nesting taken (an object holding a list is two levels).
 MAX_DEPTH = 64
+#: A body declared over its cap but at most this long is read and dropped (never kept) before
+#: the 413, for at most :data:`DRAIN_S` seconds, so the answer reaches a client that sends its whole
+#: body before it reads: closing a connection with unread bytes in it resets it, and the answer
+#: can be lost with them (seen under load). Longer ones are refused unread, the connection closed.
+DRAIN_LIMIT = 4 * MAX_SUBMISSION
+DRAIN_S = 5.0
 
 
 class TooLarge(Refused):
@@ -112,3 +120,20 @@ def _deeper_than(value, limit: int) -> bool:
                       if type(child) is dict or type(child) is list]
         level = below
     return False
+
+
+async def drained(request, declared: int) -> bool:
+    """Read and drop ``request``'s body of ``declared`` bytes when it is at most :data:`DRAIN_LIMIT`
+    and arrives within :data:`DRAIN_S`; whether it did (else the connection is to be closed)."""
+    if declared > DRAIN_LIMIT:
+        return False
+
+    async def read_all():
+        async for _ in request.stream():
+            pass  # dropped as it comes: nothing of it is kept
+
+    try:
+        await asyncio.wait_for(read_all(), DRAIN_S)
+    except Exception:  # noqa: BLE001 - too slow (a timeout) or a client gone: close instead
+        return False
+    return True
