@@ -19,7 +19,7 @@ Routes (JSON in and out; the OpenAPI page is ``/docs``, its schema ``/openapi.js
 Every refusal is ``{"error": one line}`` with a 4xx status: 400 a body that is not
 JSON or nests deeper than 64 levels, 401 a missing or wrong token, 404 an unknown job
 (or another client's), problem or backend, 413 a request body over its route's cap
-(:mod:`pkb_core.serve.bodies`: refused on its ``Content-Length`` before it is read, or
+(:mod:`pkb_core.serve.bodies`: refused on its ``Content-Length``, the body never kept, or
 the moment a streamed body passes the cap), 422 a field of the wrong type or out of
 range, 429 a full queue (with ``Retry-After``) or a client over its quota (without:
 :mod:`pkb_core.serve.quota`). A refusal is about the request; a source that is empty,
@@ -58,7 +58,7 @@ The admin token (`--token`, or `admin` in the `--tokens` file) sees, lists and c
 client's token (`[clients]` of the `--tokens` file) only the jobs it submitted: another client's job
 answers 404, as an unknown one.
 
-**Limits.** A body over its route's cap is 413, refused on its `Content-Length` before it is read, or
+**Limits.** A body over its route's cap is 413, refused on its `Content-Length` (never kept), or
 the moment a streamed body passes the cap: {MAX_SUBMISSION} bytes for `POST /v1/jobs`, {MAX_CANCEL} for
 `POST /v1/jobs/cancel`. A body that is not JSON, or nests deeper than {MAX_DEPTH} levels, is 400. Each
 client keeps at most its quota of jobs and of source bytes (`--client-max-jobs`,
