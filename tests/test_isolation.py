@@ -15,6 +15,7 @@ import shutil
 import socket
 import stat
 import subprocess
+import time
 import tempfile
 from pathlib import Path
 
@@ -37,7 +38,8 @@ def test_a_build_and_a_job_see_nothing_of_other_runs_or_the_machine(pkb_invoke, 
     entry it built (the launcher's, 0644), not the file it put at the top of the cache."""
     mark = secrets.token_hex(4)
     other = Path(tempfile.mkdtemp(prefix=f"pkbtest-other-run-{mark}-", dir="/tmp"))
-    sleeper = subprocess.Popen(["sleep", "600", f"0.{secrets.randbelow(10 ** 9):09d}"])
+    marker = f"0.{secrets.randbelow(10 ** 9):09d}"  # known here: its /proc cmdline may not be the sleep's yet
+    sleeper = subprocess.Popen(["sleep", "600", marker])
     server = socket.socket()
     try:
         os.chmod(other, 0o755)  # another run's folder, readable by anyone who finds it
@@ -55,11 +57,13 @@ def test_a_build_and_a_job_see_nothing_of_other_runs_or_the_machine(pkb_invoke, 
         secret = solutions / "secret.txt"
         secret.write_text("a root file")
         secret.chmod(0o600)
-        marker = Path(f"/proc/{sleeper.pid}/cmdline").read_bytes().split(b"\0")[2].decode()
         for name, value in {"PKB_CACHE_DIR": cache, "PKB_TEST_MARK": mark, "PKB_TEST_MARKER": marker,
                             "PKB_TEST_PORT": port, "PKB_TEST_ROOT_FILE": secret}.items():
             monkeypatch.setenv(name, str(value))
         # Seen from here, they are there to find.
+        deadline = time.monotonic() + 10  # the sleep's exec may still be under way
+        while marker not in Path(f"/proc/{sleeper.pid}/cmdline").read_text() and time.monotonic() < deadline:
+            time.sleep(0.01)
         assert _listening("/proc/self/net/tcp", port) and marker in Path(f"/proc/{sleeper.pid}/cmdline").read_text()
 
         out = tmp_path / "run"
