@@ -15,8 +15,8 @@ import shutil
 import socket
 import stat
 import subprocess
-import time
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
