@@ -3,7 +3,7 @@ the previous call's outputs were taken, snapshots what the call produced, and ho
 clock; a side that never signals is a timeout, never a hang.
 
 The first tests drive a real timekeeper process through the judge's handle
-(:class:`pkb_core.judge.clock.JudgeClock`) with this process as the side, on the CPU engine;
+(:class:`pkb_core.judge.clock.Timekeeper`) with this process as the side, on the CPU engine;
 the last runs window mode end to end with honest and hostile solutions."""
 import json
 
@@ -12,14 +12,14 @@ import torch
 
 from pkb_core.harness.parcel import pack_into, packed_size, unpack_from
 from pkb_core.harness.windows import WindowSide
-from pkb_core.judge.clock import JudgeClock, stride
+from pkb_core.judge.clock import Timekeeper, stride
 
 CPU = torch.device("cpu")
 
 
 @pytest.fixture
 def clock(tmp_path):
-    made = JudgeClock(CPU, str(tmp_path))
+    made = Timekeeper(CPU, str(tmp_path), 0, "host")
     yield made
     made.close()
 
@@ -137,7 +137,9 @@ def test_window_mode_judges_honest_and_hostile_solutions(pkb_invoke, tmp_path):
     assert gates["verdict"] == "fail" and "timed call" in gates["reason"], gates
     # Hostile sides (tests/fixtures/windows_hostile): the window closed before the work, answers
     # prepared from an earlier call, an input used as scratch and restored after its window.
-    for name in ("1_allreduce_done_before_work.py", "1_allreduce_prepared_ahead.py"):
+    # A side that says it filled nothing of its slot (so nothing is copied out of its windows).
+    for name in ("1_allreduce_done_before_work.py", "1_allreduce_prepared_ahead.py",
+                 "1_allreduce_claims_nothing_filled.py"):
         assert records[name]["verdict"] == "fail" and "timed call" in records[name]["reason"], records[name]
     overwritten = records["1_allreduce_input_overwritten.py"]
     assert overwritten["verdict"] == "fail" and "modified its input" in overwritten["reason"], overwritten
@@ -173,3 +175,36 @@ def test_what_is_subtracted_and_what_is_flagged():
     unreliable = {"null": [400.0] * 6, "reference": [350.0] * 6, "candidate": [340.0] * 6}
     _judge_against_null(unreliable)
     assert not null_is_floor(unreliable)
+
+
+def test_the_timekeepers_of_a_node_open_each_window_together(tmp_path):
+    """The host engine's board: a rank's window opens only once every rank's side is queued, and a
+    rank that stops early releases the others at once instead of at their deadline."""
+    import threading
+    import time
+
+    from pkb_core.judge.timekeeper import Board
+
+    path = str(tmp_path / "pkb-board-test-candidate")
+    first, second = Board(path, 2, 0), Board(path, 2, 1)
+    opened = {}
+
+    def rank0():
+        assert first.meet(8, time.monotonic() + 5, 200)
+        opened[0] = time.monotonic()
+
+    thread = threading.Thread(target=rank0)
+    thread.start()
+    time.sleep(0.2)
+    arrived = time.monotonic()
+    assert second.meet(8, time.monotonic() + 5, 200)  # the late rank: the other waited for it
+    thread.join()
+    assert opened[0] >= arrived
+    # Rank 1 stops (its side failed): rank 0's next windows are not held until its deadline.
+    second.leave(20)
+    started = time.monotonic()
+    assert first.meet(9, time.monotonic() + 5, 200) and first.meet(20, time.monotonic() + 5, 200)
+    assert time.monotonic() - started < 1
+    assert not first.meet(21, time.monotonic() + 0.05, 200)  # nobody there: False at the deadline
+    first.close()
+    second.close()

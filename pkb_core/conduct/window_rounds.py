@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import os
 import random
+import secrets
 import statistics
 import time
 
@@ -72,6 +73,10 @@ class Batches:
         self.calls = calls
         self.epoch = 1
         self.rng = random.Random()
+        #: The name of this job's meetings on the host engine's board (docs/timing.md).
+        self.board = secrets.token_hex(8)
+        #: Which engine timed the batches (the timekeeper's own answer).
+        self.engines: set = set()
         #: Per side: each batch's spread of windows (p10, p90 in us), host time per call and
         #: garbage collections inside windows (the sides' own accounts: diagnostics, used for nothing).
         self.spread: dict = {}
@@ -80,6 +85,9 @@ class Batches:
         #: Per side: the timed batches in which a call was not queued ahead of its gate (the
         #: timekeeper's own observation), and the first such call.
         self.unqueued: dict = {}
+        #: Per side: each batch's wall time on the conductor, in the timekeeper, and before the
+        #: timekeeper's first window (ms; the slowest rank's).
+        self.cost: dict = {}
 
     def _timeout(self) -> float:
         return max(1.0, self.run.deadline - time.monotonic() - 1.0)
@@ -93,9 +101,10 @@ class Batches:
         folder = ""
         if group is not None:  # the group's own shared-memory folder, beside the job's
             folder = os.path.join(os.path.dirname(os.path.dirname(run.parcels.prefix)), group.shm_name)
+        began = time.monotonic()
         armed = run.ask_judge(judge.ArmWindows(side=side, round=label, k=k, folder=folder))
         epoch, self.epoch = self.epoch, self.epoch + k + 1
-        opening = judge.OpenWindows(side=side, epoch=epoch, timeout_s=self._timeout())
+        opening = judge.OpenWindows(side=side, epoch=epoch, timeout_s=self._timeout(), board=self.board)
         if group is not None:
             slots = slot_sizes([s for a in armed for s in a.skeletons])
             requests = [candidate.RunWindows(epoch=epoch, skeletons=a.skeletons, slots=slots, region=a.region,
@@ -103,6 +112,11 @@ class Batches:
             times, answers = run.side_windows(group, requests, opening)
         else:
             times, answers = run.ask_judge(opening), None
+        self.engines.update(t.engine for t in times if t.engine)
+        self.cost.setdefault(side, []).append((
+            (time.monotonic() - began) * 1e3,
+            max((t.batch_ns or 0) for t in times) / 1e6,
+            max((t.first_wait_ns or 0) for t in times) / 1e6))
         stopped = next((t.status for t in times if t.status != "ok"), None)
         if stopped:
             raise JobEnded(Verdict.TIMEOUT if "never" in stopped else Verdict.ERROR,
@@ -145,6 +159,11 @@ class Batches:
                 found[side]["gc_collections_in_windows"] = self.collections[side]
             if side in self.unqueued:
                 found[side]["not_queued_ahead"] = self.unqueued[side]
+            if self.cost.get(side):
+                costs = self.cost[side]
+                found[side]["batch_ms"] = round(statistics.median(c[0] for c in costs), 3)
+                found[side]["timekeeper_batch_ms"] = round(statistics.median(c[1] for c in costs), 3)
+                found[side]["first_window_wait_ms"] = round(statistics.median(c[2] for c in costs), 3)
         return found
 
 
@@ -188,6 +207,7 @@ def time_windows(run, mode: str, budget_s: float, calls: int, least: int, cap: i
              "raw_speedup": {"value": raw_ratio.value, "low": raw_ratio.low, "high": raw_ratio.high},
              "harness_us": round(statistics.median(raw["harness"]) - statistics.median(raw["kernel"]), 3),
              "null_is_floor": null_is_floor(raw),
+             "timekeeper": ",".join(sorted(batches.engines)),
              "window_diagnostics": batches.diagnostics()}
     return ModeTiming(reference=summarize(per_call["reference"], per_call["reference"], calls=total),
                       candidate=summarize(per_call["candidate"], per_call["candidate"], calls=total),

@@ -159,6 +159,9 @@ class OpenWindows(Request):
     side: str
     epoch: int
     timeout_s: float
+    #: The job's batches' name on the host engine's board, where one node's timekeepers meet
+    #: before each window (one name for all ranks; "" for none).
+    board: str = ""
 
 
 @attrs.frozen(kw_only=True)
@@ -175,6 +178,13 @@ class WindowTimes(Answer):
     #: timekeeper opened that gate itself after waiting; that window and the batch's later
     #: ones may hold the side's host time); None when every call was queued ahead.
     not_queued_ahead: int | None = optional()
+    #: Which engine timed the batch: ``host`` (no CUDA context of the judge's on the side's GPU)
+    #: or ``device`` (docs/timing.md, "The two engines").
+    engine: str | None = optional()
+    #: The timekeeper's own wall time for the batch, and (host engine) before its first window
+    #: opened, in nanoseconds: what a batch costs beside its windows (diagnostics).
+    batch_ns: int | None = optional()
+    first_wait_ns: int | None = optional()
 
 
 @attrs.frozen(kw_only=True)

@@ -11,6 +11,9 @@ It holds three words and two slots:
            (Python, launches, messages) is never inside a window
 ``go``     the timekeeper writes ``E + 1 + w`` once call ``w``'s inputs are in ``in_slot``
 ``done``   the side writes ``E + 1 + w`` once call ``w``'s outputs and arguments are in ``out_slot``
+``used``   the side writes how many bytes of ``out_slot`` call ``w`` filled, before ``done``: the
+           host engine snapshots only those (its own account, and only to its cost: what lies
+           past it is not in the snapshot, so a call whose layout reaches further fails its check)
 ``in_slot``   one call's input set, released by the timekeeper from its private staging
 ``out_slot``  what one call produced (its outputs and argument buffers, :func:`pack_into`)
 
@@ -28,7 +31,7 @@ import os
 import time
 
 #: Byte offsets of the words in a region's header, and the header's size (slots start after it).
-GO, DONE, QUEUED = 0, 64, 128
+GO, DONE, QUEUED, USED = 0, 64, 128, 192
 HEADER = 4096
 #: Polls of a host word before a poll sleeps (CPU engine: the machine's cores are the sides' too).
 SPINS = 200
@@ -38,6 +41,10 @@ POLL_SLEEP_S = 50e-6
 #: the words and slots in a shared-memory file the side's GPU maps, the host's clock; the side's
 #: context is then the only one with work on its GPU inside a window). CPU judges use ``host``.
 ENGINE_ENV = "PKB_TIMEKEEPER"
+#: ``auto`` (the default on GPU): the host engine for input sets of up to this many bytes, the
+#: device engine above (its windows pay a switch between contexts, ~300 us, which a large call
+#: outweighs; the host engine's copies through host memory grow with the set instead).
+HOST_ENGINE_MAX_BYTES = 16 << 20
 
 
 def behind(value: int, target: int) -> bool:
@@ -104,7 +111,14 @@ class HostRegion:
         finally:
             os.close(fd)
         self.size = size
-        self.go, self.done, self.queued = (HostWord(self.map, at) for at in (GO, DONE, QUEUED))
+        self.go, self.done, self.queued, self.used = (HostWord(self.map, at) for at in (GO, DONE, QUEUED, USED))
+
+    def touch(self) -> None:
+        """Write every page once, so this process's copies inside a window never fault a page in
+        (a fault per 4 KiB page made a 2 MiB window 1.4 ms on 2xH200)."""
+        step = mmap.PAGESIZE
+        for at in range(0, self.size, step):
+            self.map[at] = 0
 
     def view(self, at: int, n: int):
         """Bytes ``at..at+n`` as a writable memoryview (the timekeeper's copies)."""
@@ -117,7 +131,7 @@ class HostRegion:
         return torch.frombuffer(self.map, dtype=torch.uint8, offset=at, count=n)
 
     def close(self) -> None:
-        for word in (self.go, self.done, self.queued):
+        for word in (self.go, self.done, self.queued, self.used):
             word.cell = None
         try:
             self.map.close()
@@ -249,6 +263,13 @@ class SideRegion:
             stream_write(self._stream(), self.ptr + DONE, value)
         else:
             self.host.done.write(value)
+
+    def write_used(self, nbytes: int) -> None:
+        """Say how many bytes of ``out_slot`` the call filled (queued before its ``done``)."""
+        if self.device.type == "cuda":
+            stream_write(self._stream(), self.ptr + USED, nbytes)
+        else:
+            self.host.used.write(nbytes)
 
     def write_queued(self, value: int) -> None:
         """Say that call ``value - E - 1`` is queued: this host writes the word itself where it

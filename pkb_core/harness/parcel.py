@@ -364,6 +364,17 @@ def pack_into(tree, buffer: torch.Tensor, *, group_blocks=None) -> dict:
     return _BufferWriter(buffer).node(tree, group_blocks)
 
 
+def skeleton_end(skeleton) -> int:
+    """Where the last tensor a skeleton describes ends: the bytes of its buffer it fills."""
+    if isinstance(skeleton, dict):
+        own = skeleton.get("at", 0) + skeleton.get("n", 0) if skeleton.get("k") == "tensor" else 0
+        inner = [skeleton_end(v) for key, v in skeleton.items() if key in ("v", "weight", "bias")]
+        return max([own, *inner])
+    if isinstance(skeleton, list):
+        return max([0, *(skeleton_end(item) for item in skeleton)])
+    return 0
+
+
 def packed_size(tree) -> int:
     """Bytes :func:`pack_into` needs for ``tree``'s tensors (each aligned)."""
     end = 0

@@ -9,7 +9,8 @@ call ``w`` of a batch the side
 2. waits for the timekeeper's ``go``: set ``w`` is in ``in_slot``;
 3. places it in its own buffers (the backend's symmetric heap for a candidate) and calls;
 4. writes the call's outputs and its argument buffers after the call into ``out_slot``
-   (:func:`pkb_core.harness.parcel.pack_into`) and signals ``done``.
+   (:func:`pkb_core.harness.parcel.pack_into`), says how many bytes that filled (``used``: the
+   host engine snapshots no more) and signals ``done``.
 
 The timekeeper starts window ``w``'s clock only once ``queued`` says the call is on the
 device's queue, so on GPU the side's host (unpacking, Python, launches) is never inside a
@@ -27,7 +28,7 @@ import time
 import torch
 
 from pkb_core.harness.gates import SideRegion
-from pkb_core.harness.parcel import TRUSTED, pack_into, unpack_from
+from pkb_core.harness.parcel import TRUSTED, pack_into, skeleton_end, unpack_from
 
 
 class WindowTimeout(RuntimeError):
@@ -61,7 +62,7 @@ class WindowSide:
             self.key = key
         return self.region
 
-    def run(self, *, epoch: int, skeletons: list, call, timeout_s: float, make_group=None) -> list:
+    def run(self, *, epoch: int, skeletons: list, call, timeout_s: float, make_group=None, fill: int = 0) -> list:
         """Run call ``w`` on set ``w`` (``skeletons[w]``: its layout in ``in_slot``) in window
         ``w`` of the round with epoch ``epoch``; the skeletons of what each call left in
         ``out_slot``, in order.
@@ -69,6 +70,8 @@ class WindowSide:
         :param call: ``call(args) -> (outputs, arguments after the call)``, where ``args`` is
             the set as views of ``in_slot`` (the side copies what it keeps); ``None`` for the
             empty hand-off (the null side: each window is a wait for ``go`` and ``done``).
+        :param fill: the bytes of ``out_slot`` a call with nothing to export says it filled (the
+            judge's own sides say the reference's, so their windows copy what a real side's do).
         """
         region = self.region
         deadline = time.monotonic() + timeout_s
@@ -95,6 +98,7 @@ class WindowSide:
                 else:
                     outputs, after = call(args)
                     written.append(pack_into({"out": outputs, "args": after}, region.out_slot))
+                region.write_used(max(fill, skeleton_end(written[-1])))
                 region.write_done(mark)
                 if on_device:
                     region.write_queued(mark)  # GPU: all of call w is on the stream, behind its gate

@@ -1,10 +1,15 @@
-"""A judge rank's handle on its timekeeper (:mod:`pkb_core.judge.timekeeper`).
+"""A judge rank's handle on its timekeepers (:mod:`pkb_core.judge.timekeeper`).
 
-The judge rank starts the timekeeper (its child: it dies with the rank), asks it for each
-side's gate region and for the private staging and snapshot memory, writes each round's
-input sets into the staging and reads the snapshots back to check them. The staging and
-the snapshots are mapped here and in the timekeeper only (a CUDA IPC handle that never
-leaves the judge, or files in the judge's own folder), never in a side's process.
+The judge rank starts a timekeeper (its child: it dies with the rank) for each engine it
+uses, asks it for each side's gate region and for the private staging and snapshot memory,
+writes each round's input sets into the staging and reads the snapshots back to check them.
+The staging and the snapshots are mapped here and in the timekeeper only (a CUDA IPC handle
+that never leaves the judge, or files in the judge's own folder), never in a side's process.
+
+Which engine times a batch (``PKB_TIMEKEEPER``, :data:`pkb_core.harness.gates.ENGINE_ENV`):
+on CPU always the host engine; on GPU ``host``, ``device``, or ``auto`` (the default): the
+host engine for input sets of up to :data:`~pkb_core.harness.gates.HOST_ENGINE_MAX_BYTES`,
+the device engine above (docs/timing.md, "The two engines").
 """
 from __future__ import annotations
 
@@ -16,7 +21,7 @@ import tempfile
 
 import torch
 
-from pkb_core.harness.gates import ENGINE_ENV, CudaMemory, HostRegion, import_handle
+from pkb_core.harness.gates import ENGINE_ENV, HOST_ENGINE_MAX_BYTES, CudaMemory, HostRegion, import_handle
 
 #: Bytes between consecutive sets in the staging (and snapshots in the snapshot memory).
 ALIGN = 4096
@@ -30,16 +35,71 @@ class TimekeeperFailed(RuntimeError):
     """The timekeeper answered an error or went away: the judge's fault, never a side's."""
 
 
-class JudgeClock:
-    """The timekeeper of one judge rank (see the module docstring)."""
+ENGINES = ("auto", "host", "device")
 
-    def __init__(self, device, folder: str | None = None, rank: int = 0):
+
+class JudgeClock:
+    """The timekeepers of one judge rank (see the module docstring): the engine a batch's
+    input sets call for, started on first use.
+
+    :param local_rank: this rank's place among the judge ranks of its node, and
+        ``local_ranks`` their number: the host engine's timekeepers meet on a board
+        (:class:`pkb_core.judge.timekeeper.Board`) before each window.
+    """
+
+    def __init__(self, device, folder: str | None = None, rank: int = 0, *, local_rank: int = 0,
+                 local_ranks: int = 1):
+        self.device = device
+        self.folder = folder or tempfile.mkdtemp(prefix="pkb-clock-")
+        self.rank, self.local_rank, self.local_ranks = rank, local_rank, local_ranks
+        choice = os.environ.get(ENGINE_ENV, "auto") if device.type == "cuda" else "host"
+        if choice not in ENGINES:
+            raise ValueError(f"{ENGINE_ENV}={choice!r} is not one of {', '.join(ENGINES)}")
+        self.choice = choice
+        self.keepers: dict = {}
+        self.engine_of: dict = {}
+
+    def engine_for(self, set_bytes: int) -> str:
+        if self.choice != "auto":
+            return self.choice
+        return "host" if set_bytes <= HOST_ENGINE_MAX_BYTES else "device"
+
+    def arm(self, side: str, set_bytes: int) -> "Timekeeper":
+        """The timekeeper that times ``side``'s next batch, of sets of ``set_bytes``."""
+        engine = self.engine_for(set_bytes)
+        if engine not in self.keepers:
+            self.keepers[engine] = Timekeeper(self.device, self.folder, self.rank, engine)
+        self.engine_of[side] = engine
+        return self.keepers[engine]
+
+    def of(self, side: str) -> "Timekeeper":
+        """The timekeeper ``side`` was last armed on."""
+        return self.keepers[self.engine_of[side]]
+
+    def board(self, token: str, side: str) -> dict:
+        """What a host engine's ``open`` needs to meet the node's other judge ranks (nothing
+        for one rank)."""
+        if self.local_ranks < 2 or not token:
+            return {}
+        return {"board": os.path.join(self.folder, f"pkb-board-{token}-{side}"), "ranks": self.local_ranks,
+                "index": self.local_rank}
+
+    def close(self) -> None:
+        for keeper in self.keepers.values():
+            keeper.close()
+
+
+class Timekeeper:
+    """One timekeeper process and the memory it shares with this judge rank."""
+
+    def __init__(self, device, folder: str, rank: int, engine: str):
         self.device = device
         self.rank = rank  # in every file's name: a launch's ranks may share a folder
-        self.folder = folder or tempfile.mkdtemp(prefix="pkb-clock-")
-        #: Whether the timekeeper is the host engine (CPU mode, or ``PKB_TIMEKEEPER=host`` on GPU:
-        #: files in shared memory, no CUDA context of its own) rather than a CUDA context.
-        self.host_engine = device.type != "cuda" or os.environ.get(ENGINE_ENV, "device") == "host"
+        self.folder = folder
+        #: The host engine (CPU, or ``host`` on GPU: files in shared memory, no CUDA context of
+        #: its own) or the device engine (a CUDA context, device memory, events).
+        self.engine = engine
+        self.host_engine = engine == "host"
         ordinal = "cpu" if device.type != "cuda" else "host" if self.host_engine else \
             str(torch.cuda.current_device() if device.index is None else device.index)
         env = dict(os.environ, PKB_TIMEKEEPER_DEVICE=ordinal, PYTHONUNBUFFERED="1")
@@ -88,7 +148,7 @@ class JudgeClock:
             return have
         in_bytes, out_bytes = max(in_bytes, 64), max(out_bytes, 64)
         self.generation += 1
-        path = os.path.join(folder, f"pkb-gates-r{self.rank}-{side}-{self.generation}")
+        path = os.path.join(folder, f"pkb-gates-r{self.rank}-{self.engine}-{side}-{self.generation}")
         found = self.ask("region", side=side, in_bytes=in_bytes, out_bytes=out_bytes, path=path)
         self.regions[side] = {**found, "in_bytes": in_bytes, "out_bytes": out_bytes, "generation": self.generation,
                               "folder": folder}
@@ -102,7 +162,7 @@ class JudgeClock:
         need = (max(need[0], self.capacity[0]), max(need[1], self.capacity[1]))
         self.staging = self.snap = None
         self._unmap()  # before the timekeeper frees them: its next allocation may take their addresses
-        paths = [os.path.join(self.folder, f"pkb-clock-r{self.rank}-{name}") for name in ("staging", "snap")]
+        paths = [os.path.join(self.folder, f"pkb-clock-r{self.rank}-{self.engine}-{name}") for name in ("staging", "snap")]
         found = self.ask("staging", staging_bytes=need[0], snap_bytes=need[1], staging_path=paths[0],
                          snap_path=paths[1])
         if not self.host_engine:

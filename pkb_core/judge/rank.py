@@ -61,7 +61,7 @@ class JudgeRank:
     """What one judge process does for the launcher (see the module docstring)."""
 
     def __init__(self, *, rank, world_size, device, secret, barrier, run_dir, store=None, run_id="",
-                 local_world_size=None):
+                 local_world_size=None, local_rank=None):
         self.rank = rank
         self.world_size = world_size
         self.device = device
@@ -70,6 +70,7 @@ class JudgeRank:
         self.store = store
         self.run_id = run_id
         self.local_world_size = world_size if local_world_size is None else local_world_size
+        self.local_rank = rank % self.local_world_size if local_rank is None else local_rank
         self.timer = BatchTimer(device, barrier)
         self.aligned = False
         self.groups = {}  # process groups the problems build, cached for the launch
@@ -356,7 +357,8 @@ class JudgeRank:
             from pkb_core.judge.clock import JudgeClock
             from pkb_core.symmetric.shm import SHM_DIR_ENV
 
-            self.clock = JudgeClock(self.device, os.environ.get(SHM_DIR_ENV) or None, rank=self.rank)
+            self.clock = JudgeClock(self.device, os.environ.get(SHM_DIR_ENV) or None, rank=self.rank,
+                                    local_rank=self.local_rank, local_ranks=self.local_world_size)
         return self.clock
 
     def on_arm(self, request: ArmWindows) -> Armed:
@@ -373,12 +375,13 @@ class JudgeRank:
         # What a call leaves in its out_slot: outputs and argument buffers, as the reference's
         # (twice over: a candidate's tree may be laid out less tightly; the compare judges it).
         out_bytes = 2 * max(self.ref_out_bytes, packed_size(sets[0])) + 4096
-        clock.memory(request.k, set_bytes, out_bytes)
+        keeper = clock.arm(request.side, set_bytes)
+        keeper.memory(request.k, set_bytes, out_bytes)
         step = stride(set_bytes)
-        skeletons = [pack_into(s, clock.staging[w * step:(w + 1) * step], group_blocks=blocks)
+        skeletons = [pack_into(s, keeper.staging[w * step:(w + 1) * step], group_blocks=blocks)
                      for w, s in enumerate(sets)]
         self._sync()
-        region = clock.region(request.side, set_bytes, out_bytes, request.folder or None)
+        region = keeper.region(request.side, set_bytes, out_bytes, request.folder or None)
         self.armed[request.side] = {"sets": sets, "skeletons": skeletons, "region": region,
                                     "sizes": [packed_size(s) for s in sets], "set_stride": step,
                                     "snap_stride": stride(out_bytes), "out_bytes": region["out_bytes"]}
@@ -389,21 +392,29 @@ class JudgeRank:
         judge's own sides (:data:`JUDGE_SIDES`) this rank is the side, and calls nothing."""
         armed = self.armed[request.side]
         clock = self._clock()
+        keeper = clock.of(request.side)
         own = request.side in JUDGE_SIDES  # the reference and the candidate are groups
         call = self._side_call(request.side, armed) if own else None  # before the timekeeper waits for it
-        clock.send("open", side=request.side, epoch=request.epoch, sizes=armed["sizes"],
-                   set_stride=armed["set_stride"], snap_stride=armed["snap_stride"], timeout_s=request.timeout_s)
+        meeting = clock.board(request.board, request.side) if keeper.host_engine else {}
+        keeper.send("open", side=request.side, epoch=request.epoch, sizes=armed["sizes"],
+                    set_stride=armed["set_stride"], snap_stride=armed["snap_stride"], timeout_s=request.timeout_s,
+                    **meeting)
         failure = None
         if own:
             try:
+                # The judge's own sides say they filled what the reference's calls fill, so the
+                # host engine copies as much out of their windows as out of a real side's.
                 self.window_side.run(epoch=request.epoch, skeletons=armed["skeletons"], call=call,
-                                     timeout_s=request.timeout_s, make_group=lambda *_: None)
+                                     timeout_s=request.timeout_s, make_group=lambda *_: None,
+                                     fill=min(self.ref_out_bytes, armed["out_bytes"]))
             except Exception as exc:  # noqa: BLE001 - reported after the timekeeper's answer
                 failure = exc
-        answer = clock.receive()
+        answer = keeper.receive()
         if failure is not None:
             raise failure
-        return WindowTimes(times_ns=answer["times_ns"], status=answer["status"],
+        armed["copied"] = answer.get("copied")  # the host engine's: bytes of each snapshot
+        return WindowTimes(times_ns=answer["times_ns"], status=answer["status"], engine=keeper.engine,
+                           batch_ns=answer.get("batch_ns"), first_wait_ns=answer.get("first_wait_ns"),
                            host_us=self.window_side.host_us if own else None,
                            collections=self.window_side.collections if own else None,
                            not_queued_ahead=answer.get("not_queued_ahead"))
@@ -442,7 +453,8 @@ class JudgeRank:
         """Compare the candidate's windowed calls ``indices`` with the reference's: what the
         timekeeper snapshotted, read as the candidate's skeletons describe it."""
         armed = self.armed["candidate"]
-        sets, clock = armed["sets"], self._clock()
+        sets, keeper = armed["sets"], self._clock().of("candidate")
+        copied = armed.get("copied") or []
         self.pristine = sets
         indices = [i for i in request.indices if 0 <= i < len(sets)]
         # Collective: every rank runs the reference on every index before any rank compares.
@@ -455,11 +467,13 @@ class JudgeRank:
         for index in indices:
             ref_out, ref_args, (tolerance, bound) = expected[index]
             at = index * armed["snap_stride"]
-            budget = Limits(max_bytes=armed["out_bytes"])
+            # What the snapshot holds: on the host engine the bytes the call said it filled.
+            kept = copied[index] if index < len(copied) else armed["out_bytes"]
+            budget = Limits(max_bytes=kept)
             try:
                 if index >= len(skeletons):
                     raise ParcelError("no layout was given for this call's outputs")
-                received = _to_device(unpack_from(skeletons[index], clock.snap[at:at + armed["out_bytes"]],
+                received = _to_device(unpack_from(skeletons[index], keeper.snap[at:at + kept],
                                                   limits=budget), self.device)  # a host engine's snapshot
             except ParcelError as exc:
                 return Finding(verdict=Verdict.FAIL, reason=f"timed call {index}: its outputs could not be read "

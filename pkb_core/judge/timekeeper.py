@@ -29,12 +29,13 @@ snapshot memory), ``open`` (run one batch of windows for a side), ``exit``.
 from __future__ import annotations
 
 import json
+import mmap
 import os
 import sys
 import time
 
-from pkb_core.harness.gates import DONE, GO, QUEUED, SPINS, HostRegion, behind, checked, driver, export_handle, \
-    slot_layout, stream_wait, stream_write
+from pkb_core.harness.gates import DONE, GO, QUEUED, SPINS, HostRegion, HostWord, behind, checked, driver, \
+    export_handle, slot_layout, stream_wait, stream_write
 
 #: Windows queued ahead of the last one known finished (GPU): a stream's queue holds about a
 #: thousand operations, and a host blocked in a full queue could not keep its deadline.
@@ -48,6 +49,49 @@ HOST_ENGINE_SPINS = 10_000_000
 STALL_S = 0.25
 #: The same wait once a batch has stalled: the side may still announce calls it did queue.
 STALL_AGAIN_S = 0.002
+
+
+class Board:
+    """Where the timekeepers of one node's judge ranks meet before each window of a batch.
+
+    One shared-memory file in the judge's own folder (no side maps it), a word per local rank:
+    a timekeeper writes the mark of the window it is about to open once its own side has
+    queued the call, and opens it when every rank's word has reached that mark. Ranks on other
+    nodes are not on the board (their windows open on their own node's meeting)."""
+
+    SLOT = 64
+
+    def __init__(self, path: str, ranks: int, index: int):
+        if not 0 <= index < ranks:
+            raise ValueError(f"rank {index} is not one of the board's {ranks}")
+        size = max(4096, ranks * self.SLOT)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        try:
+            if os.fstat(fd).st_size < size:
+                os.ftruncate(fd, size)  # every rank may be first: the same size twice changes nothing
+            self.map = mmap.mmap(fd, size)
+        finally:
+            os.close(fd)
+        self.words = [HostWord(self.map, r * self.SLOT) for r in range(ranks)]
+        self.mine = self.words[index]
+
+    def meet(self, mark: int, deadline: float, spins: int) -> bool:
+        """Say this rank is at ``mark`` and wait until every rank is; False at ``deadline``."""
+        if behind(self.mine.read(), mark):
+            self.mine.write(mark)
+        return all(word.wait(mark, deadline, spins) for word in self.words)
+
+    def leave(self, last: int) -> None:
+        """Release the other ranks from every later window of the batch (this one has stopped)."""
+        self.mine.write(last)
+
+    def close(self) -> None:
+        for word in self.words:
+            word.cell = None
+        try:
+            self.map.close()
+        except BufferError:
+            pass  # freed with the process
 
 
 class HostClock:
@@ -69,7 +113,9 @@ class HostClock:
         if old is not None:
             old[0].close()
         _, _, total = slot_layout(in_bytes, out_bytes)
-        self.regions[side] = (HostRegion(path, total, create=True), in_bytes, out_bytes)
+        region = HostRegion(path, total, create=True)
+        region.touch()
+        self.regions[side] = (region, in_bytes, out_bytes)
         return {"path": path}
 
     def make_staging(self, staging_bytes: int, snap_bytes: int, staging_path: str, snap_path: str) -> dict:
@@ -78,12 +124,16 @@ class HostClock:
                 old.close()
         self.staging = HostRegion(staging_path, max(1, staging_bytes), create=True)
         self.snap = HostRegion(snap_path, max(1, snap_bytes), create=True)
+        self.staging.touch()
+        self.snap.touch()
         return {"staging": staging_path, "snap": snap_path}
 
-    def open(self, side: str, epoch: int, sizes: list, set_stride: int, snap_stride: int, deadline: float) -> dict:
+    def open(self, side: str, epoch: int, sizes: list, set_stride: int, snap_stride: int, deadline: float,
+             board: Board | None = None) -> dict:
         region, in_bytes, out_bytes = self.regions[side]
         in_at, out_at, _ = slot_layout(in_bytes, out_bytes)
-        times, stalled_at = [], None
+        times, copied, stalled_at, status = [], [], None, "ok"
+        last, began, first = epoch + len(sizes), time.perf_counter_ns(), None
         for w, n in enumerate(sizes):
             mark = epoch + 1 + w
             # A side announces a call once it waits for the gate (CPU) or once the call is on its
@@ -92,15 +142,30 @@ class HostClock:
                 if not region.queued.wait(mark, min(deadline, time.monotonic() + self.stall_s), self.spins):
                     stalled_at = w  # its queueing waits on the device: open its gates from here on
             elif stalled_at is None and not region.queued.wait(mark, deadline, self.spins):
-                return {"times_ns": times, "status": f"call {w} never started (the side never waited for its gate)"}
+                status = f"call {w} never started (the side never waited for its gate)"
+                break
+            # Every rank's window opens once every rank's side has queued the call: a call that
+            # meets its peers (a collective) never waits inside one rank's window for another
+            # rank's host.
+            if board is not None and not board.meet(mark, deadline, self.spins):
+                status = f"call {w} never started on every rank (another rank's side was not queued)"
+                break
             t0 = time.perf_counter_ns()
+            first = t0 - began if first is None else first
             region.view(in_at, n)[:] = self.staging.view(w * set_stride, n)
             region.go.write(mark)
             if not region.done.wait(mark, deadline, self.spins):
-                return {"times_ns": times, "status": f"call {w} never finished (no done before the deadline)"}
-            self.snap.view(w * snap_stride, out_bytes)[:] = region.view(out_at, out_bytes)
+                status = f"call {w} never finished (no done before the deadline)"
+                break
+            used = region.used.read()
+            keep = used if 0 <= used <= out_bytes else out_bytes
+            self.snap.view(w * snap_stride, keep)[:] = region.view(out_at, keep)
             times.append(time.perf_counter_ns() - t0)
-        return {"times_ns": times, "status": "ok", "not_queued_ahead": stalled_at}
+            copied.append(keep)
+        if board is not None:
+            board.leave(last)  # a rank that stopped early holds no other rank's windows
+        return {"times_ns": times, "status": status, "not_queued_ahead": stalled_at, "copied": copied,
+                "first_wait_ns": first, "batch_ns": time.perf_counter_ns() - began}
 
     def close(self):
         for region, *_ in self.regions.values():
@@ -155,11 +220,15 @@ class DeviceClock:
             self.events.append(checked(cu.cuEventCreate(cu.CUevent_flags.CU_EVENT_DEFAULT)))
         return self.events[i]
 
-    def open(self, side: str, epoch: int, sizes: list, set_stride: int, snap_stride: int, deadline: float) -> dict:
+    def open(self, side: str, epoch: int, sizes: list, set_stride: int, snap_stride: int, deadline: float,
+             board: Board | None = None) -> dict:
+        """The windows of one batch. ``board`` is the host engine's: this engine's windows open on
+        each rank once that rank's side is queued (its queue runs ahead of the device where
+        calls are long, which is where it is chosen)."""
         cu = driver()
         ptr, in_bytes, out_bytes = self.regions[side]
         in_at, out_at, _ = slot_layout(in_bytes, out_bytes)
-        stream, n = self.stream, len(sizes)
+        stream, n, began = self.stream, len(sizes), time.perf_counter_ns()
         handle = int(stream)
         queued = finished = 0
         status, stalled_at = "ok", None
@@ -196,7 +265,8 @@ class DeviceClock:
             finished += 1
         times = [int(checked(cu.cuEventElapsedTime(self._event(2 * w), self._event(2 * w + 1))) * 1e6)
                  for w in range(finished)]
-        return {"times_ns": times, "status": status, "not_queued_ahead": stalled_at}
+        return {"times_ns": times, "status": status, "not_queued_ahead": stalled_at,
+                "batch_ns": time.perf_counter_ns() - began}
 
     def _wait_event(self, event, deadline: float) -> bool:
         cu = driver()
@@ -233,8 +303,13 @@ def serve(clock, read, write) -> None:
                                             request.get("staging_path", ""), request.get("snap_path", ""))
             elif op == "open":
                 deadline = time.monotonic() + request["timeout_s"]
-                answer = clock.open(request["side"], request["epoch"], request["sizes"], request["set_stride"],
-                                    request["snap_stride"], deadline)
+                board = Board(request["board"], request["ranks"], request["index"]) if request.get("board") else None
+                try:
+                    answer = clock.open(request["side"], request["epoch"], request["sizes"], request["set_stride"],
+                                        request["snap_stride"], deadline, board)
+                finally:
+                    if board is not None:
+                        board.close()
             else:
                 raise ValueError(f"unknown timekeeper command {op!r}")
         except Exception as exc:  # noqa: BLE001 - the judge turns it into the job's error

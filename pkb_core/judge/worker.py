@@ -43,7 +43,8 @@ def main() -> int:
     handler = JudgeRank(rank=rank, world_size=world_size, device=device, secret=secret,
                         run_dir=Path(settings.run_dir),
                         barrier=StoreBarrier(store, world_size, device, prefix="pkb-timing"), store=store,
-                        run_id=settings.run_id, local_world_size=settings.local_world_size)
+                        run_id=settings.run_id, local_world_size=settings.local_world_size,
+                        local_rank=settings.local_rank)
     machine = None
     if rank == 0:
         from pkb_core.results.records import machine_info
