@@ -177,6 +177,24 @@ def test_what_is_subtracted_and_what_is_flagged():
     assert not null_is_floor(unreliable)
 
 
+def test_a_candidate_under_pkbs_own_harness_is_flagged_where_the_reference_reaches_it():
+    """Numbers of the host engine on 2xH200 at 4 KiB: the harness with no call 43 us, the
+    reference 51 us. A rebound loop that skips the placing and barrier lands below the harness:
+    flagged; an honest candidate a little under the reference is not; nor is any candidate where
+    the reference itself stays under the harness (a reduce-scatter exports less than it)."""
+    from pkb_core.conduct.window_rounds import _judge_against_harness
+    from pkb_core.contracts.outcome import JobEnded
+    from pkb_core.contracts.verdict import Verdict
+
+    harness = [43.0, 43.4, 42.8, 43.1, 43.3, 42.9]
+    honest = {"harness": harness, "reference": [51.4] * 6, "candidate": [47.0] * 6}
+    _judge_against_harness(honest)
+    with pytest.raises(JobEnded) as ended:
+        _judge_against_harness({**honest, "candidate": [30.0] * 6})
+    assert ended.value.verdict == Verdict.FLAGGED and "pkb's own harness" in ended.value.reason
+    _judge_against_harness({"harness": [186.0] * 6, "reference": [168.0] * 6, "candidate": [120.0] * 6})
+
+
 def test_the_timekeepers_of_a_node_open_each_window_together(tmp_path):
     """The host engine's board: a rank's window opens only once every rank's side is queued, and a
     rank that stops early releases the others at once instead of at their deadline."""

@@ -199,6 +199,7 @@ def time_windows(run, mode: str, budget_s: float, calls: int, least: int, cap: i
         samples = round_ * calls
         stopped = rule.decide_within(samples, *_positive(per_call), time.monotonic() - started, budget_s)
     _judge_against_null(raw)
+    _judge_against_harness(raw)
     pairs = list(zip(per_call["reference"], per_call["candidate"]))
     total = round_ * calls
     alignment = {"reference": "timekeeper windows", "candidate": "timekeeper windows"}
@@ -206,6 +207,9 @@ def time_windows(run, mode: str, budget_s: float, calls: int, least: int, cap: i
     extra = {"windows_us": {side: round(statistics.median(v), 3) for side, v in raw.items()},
              "raw_speedup": {"value": raw_ratio.value, "low": raw_ratio.low, "high": raw_ratio.high},
              "harness_us": round(statistics.median(raw["harness"]) - statistics.median(raw["kernel"]), 3),
+             # A diagnostic, never a speedup: a side may skip pkb's harness in its own process.
+             "beyond_harness_us": {side: round(statistics.median(raw[side]) - statistics.median(raw["harness"]), 3)
+                                   for side in ("reference", "candidate")},
              "null_is_floor": null_is_floor(raw),
              "timekeeper": ",".join(sorted(batches.engines)),
              "window_diagnostics": batches.diagnostics()}
@@ -254,6 +258,24 @@ def _judge_against_null(raw: dict) -> None:
                        f"shorter than the judge's empty hand-off ({null:.1f} us, noise {slack:.1f} us), which the "
                        f"reference's reach ({reference:.1f} us): its calls did less than waiting for their gates and "
                        "closing them (a timing cheat, never a speedup)")
+
+
+def _judge_against_harness(raw: dict) -> None:
+    """A candidate whose windows are measurably shorter than the judge's ``harness`` side (pkb's
+    placing, device barrier and export with no call) skipped part of that harness in its own
+    process (a rebound window loop: every honest side runs it, and a call on top), where pkb's
+    reference group, which runs the same harness, reaches it in the same job: ``flagged``. (Where
+    the reference's calls export less than the judge's harness does, as a reduce-scatter's, the
+    reference does not reach it and nothing is flagged.)"""
+    harness = statistics.median(raw["harness"])
+    slack = below_null_slack(raw["harness"])
+    reference, candidate = statistics.median(raw["reference"]), statistics.median(raw["candidate"])
+    if candidate < harness - slack and reference >= harness - slack:
+        raise JobEnded(Verdict.FLAGGED,
+                       f"the candidate's windows ({candidate:.1f} us, median over {len(raw['candidate'])} rounds) are "
+                       f"shorter than pkb's own harness with no call ({harness:.1f} us, noise {slack:.1f} us), which "
+                       f"the reference's reach ({reference:.1f} us): its process skipped pkb's placing, barrier or "
+                       "export of each call (a timing cheat, never a speedup)")
 
 
 def null_is_floor(raw: dict) -> bool:

@@ -53,9 +53,11 @@ CANCEL_POLL_S = 0.25
 #: (an answered rank blocks on its next read: an honest one reads ~0).
 SUSPECT_MS = 2.0
 #: How much longer a suspect rank is watched, and the share of that whole stretch of CPU time
-#: above which it is busy.
-LONG_PROBE_S = 0.2
-LONG_PROBE_SHARE = 0.1
+#: above which it is busy. Work left running fills the stretch; an honest rank's library threads
+#: settle early in it (pkb's own reference of problem 49 on 2xH200: 24 ms of a 220 ms stretch
+#: after a trial's all-to-alls, which a 10 % share flagged).
+LONG_PROBE_S = 0.3
+LONG_PROBE_SHARE = 0.2
 
 
 def wait_for_exit(poll, timeout: float):
