@@ -63,6 +63,22 @@ def test_each_call_sees_only_its_own_set_and_its_output_is_what_the_judge_reads(
         assert torch.equal(got["out"], sets[w][0] * 2) and torch.equal(got["args"][0], sets[w][0])
 
 
+def test_a_large_batch_copies_out_only_the_windows_chosen_before_it(clock):
+    """The launcher draws which windows of a large batch are copied out and checked before the
+    batch and tells the timekeeper alone: those are in the snapshots, the others copy nothing."""
+    sets = [(torch.arange(16, dtype=torch.float32) + 100 * w,) for w in range(5)]
+    skeletons, region, layout = _arm(clock, sets)
+    side = WindowSide(CPU)
+    side.attach(region)
+    clock.send("open", side="candidate", epoch=3, timeout_s=20, snapshots=[1, 3], **layout)
+    written = side.run(epoch=3, skeletons=skeletons, call=lambda args: (args[0] + 1, args), timeout_s=20)
+    answer = clock.receive()
+    assert answer["status"] == "ok" and len(answer["times_ns"]) == 5
+    assert [n > 0 for n in answer["copied"]] == [False, True, False, True, False]
+    for w in (1, 3):
+        assert torch.equal(_snapshot(clock, written[w], w)["out"], sets[w][0] + 1)
+
+
 def test_work_finished_after_the_call_is_not_in_the_snapshot(clock):
     sets = [(torch.ones(8),) for _ in range(3)]
     skeletons, region, layout = _arm(clock, sets)

@@ -61,6 +61,10 @@ from pkb_core.contracts.verdict import Verdict
 #: this share of the null, and the spread of the null's own per-round values.
 BELOW_NULL_US = 2.0
 BELOW_NULL_SHARE = 0.02
+#: A batch whose input sets together exceed this has about :data:`SAMPLED_SNAPSHOTS` of its
+#: windows copied out and checked (each drawn on its own before the batch; at least one).
+SNAPSHOT_ALL_BYTES = 64 << 20
+SAMPLED_SNAPSHOTS = 2
 #: Warm-up batches at most (each of up to ``calls`` windows).
 WARM_BATCHES = 3
 
@@ -73,6 +77,9 @@ class Batches:
         self.calls = calls
         self.epoch = 1
         self.rng = random.Random()
+        #: Which windows of a large batch are copied out and checked (the operating system's
+        #: randomness: nothing a side can observe predicts it).
+        self.draw = random.SystemRandom()
         #: The name of this job's meetings on the host engine's board (docs/timing.md).
         self.board = secrets.token_hex(8)
         #: Which engine timed the batches (the timekeeper's own answer).
@@ -104,7 +111,16 @@ class Batches:
         began = time.monotonic()
         armed = run.ask_judge(judge.ArmWindows(side=side, round=label, k=k, folder=folder))
         epoch, self.epoch = self.epoch, self.epoch + k + 1
-        opening = judge.OpenWindows(side=side, epoch=epoch, timeout_s=self._timeout(), board=self.board)
+        # Which windows are copied out (and checked, for the candidate): all of a small batch's;
+        # of a large one's, each by its own draw, before the batch and told to the timekeeper
+        # alone. A side that learns from the timing which windows were copied learns nothing of
+        # the later ones (a fixed number would tell it when the checks are over).
+        snapshots = None
+        if run.set_bytes * k > SNAPSHOT_ALL_BYTES:
+            snapshots = [w for w in range(k) if self.draw.random() < SAMPLED_SNAPSHOTS / k] or \
+                [self.draw.randrange(k)]
+        opening = judge.OpenWindows(side=side, epoch=epoch, timeout_s=self._timeout(), board=self.board,
+                                    snapshots=snapshots)
         if group is not None:
             slots = slot_sizes([s for a in armed for s in a.skeletons])
             requests = [candidate.RunWindows(epoch=epoch, skeletons=a.skeletons, slots=slots, region=a.region,
@@ -122,9 +138,7 @@ class Batches:
             raise JobEnded(Verdict.TIMEOUT if "never" in stopped else Verdict.ERROR,
                            f"the {side}'s timed calls: {stopped}")
         if check:
-            indices = list(range(k))
-            if run.set_bytes * k > (64 << 20):
-                indices = sorted(self.rng.sample(range(k), min(2, k)))
+            indices = list(range(k)) if snapshots is None else snapshots
             found = combine(run.ask_judge([judge.CheckWindows(indices=indices, skeletons=a.skeletons)
                                         for a in answers]), "rank")
             if found:

@@ -162,6 +162,9 @@ class OpenWindows(Request):
     #: The job's batches' name on the host engine's board, where one node's timekeepers meet
     #: before each window (one name for all ranks; "" for none).
     board: str = ""
+    #: The windows whose outputs the timekeeper copies out (drawn by the launcher before the
+    #: batch, never told to the side); None: every window's.
+    snapshots: list[int] | None = optional()
 
 
 @attrs.frozen(kw_only=True)

@@ -398,7 +398,7 @@ class JudgeRank:
         meeting = clock.board(request.board, request.side) if keeper.host_engine else {}
         keeper.send("open", side=request.side, epoch=request.epoch, sizes=armed["sizes"],
                     set_stride=armed["set_stride"], snap_stride=armed["snap_stride"], timeout_s=request.timeout_s,
-                    **meeting)
+                    snapshots=request.snapshots, **meeting)
         failure = None
         if own:
             try:
@@ -467,7 +467,8 @@ class JudgeRank:
         for index in indices:
             ref_out, ref_args, (tolerance, bound) = expected[index]
             at = index * armed["snap_stride"]
-            # What the snapshot holds: on the host engine the bytes the call said it filled.
+            # What the snapshot holds: the bytes the timekeeper copied (on the host engine what the
+            # call said it filled; nothing for a window it was not told to copy).
             kept = copied[index] if index < len(copied) else armed["out_bytes"]
             budget = Limits(max_bytes=kept)
             try:

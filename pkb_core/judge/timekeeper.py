@@ -129,7 +129,7 @@ class HostClock:
         return {"staging": staging_path, "snap": snap_path}
 
     def open(self, side: str, epoch: int, sizes: list, set_stride: int, snap_stride: int, deadline: float,
-             board: Board | None = None) -> dict:
+             board: Board | None = None, snapshots: list | None = None) -> dict:
         region, in_bytes, out_bytes = self.regions[side]
         in_at, out_at, _ = slot_layout(in_bytes, out_bytes)
         times, copied, stalled_at, status = [], [], None, "ok"
@@ -159,6 +159,8 @@ class HostClock:
                 break
             used = region.used.read()
             keep = used if 0 <= used <= out_bytes else out_bytes
+            if snapshots is not None and w not in snapshots:
+                keep = 0
             self.snap.view(w * snap_stride, keep)[:] = region.view(out_at, keep)
             times.append(time.perf_counter_ns() - t0)
             copied.append(keep)
@@ -221,8 +223,8 @@ class DeviceClock:
         return self.events[i]
 
     def open(self, side: str, epoch: int, sizes: list, set_stride: int, snap_stride: int, deadline: float,
-             board: Board | None = None) -> dict:
-        """The windows of one batch. ``board`` is the host engine's: this engine's windows open on
+             board: Board | None = None, snapshots: list | None = None) -> dict:
+        """The windows of one batch (each copied out, or those of ``snapshots``). ``board`` is the host engine's: this engine's windows open on
         each rank once that rank's side is queued (its queue runs ahead of the device where
         calls are long, which is where it is chosen)."""
         cu = driver()
@@ -243,8 +245,9 @@ class DeviceClock:
                                              sizes[w], stream))
                 stream_write(handle, ptr + GO, mark)
                 stream_wait(handle, ptr + DONE, mark)
-                checked(cu.cuMemcpyDtoDAsync(cu.CUdeviceptr(self.snap + w * snap_stride),
-                                             cu.CUdeviceptr(ptr + out_at), out_bytes, stream))
+                if snapshots is None or w in snapshots:
+                    checked(cu.cuMemcpyDtoDAsync(cu.CUdeviceptr(self.snap + w * snap_stride),
+                                                 cu.CUdeviceptr(ptr + out_at), out_bytes, stream))
                 checked(cu.cuEventRecord(self._event(2 * w + 1), stream))
                 queued += 1
             # Window ``finished`` starts when the side announces it; a side that does not (its
@@ -265,7 +268,8 @@ class DeviceClock:
             finished += 1
         times = [int(checked(cu.cuEventElapsedTime(self._event(2 * w), self._event(2 * w + 1))) * 1e6)
                  for w in range(finished)]
-        return {"times_ns": times, "status": status, "not_queued_ahead": stalled_at,
+        copied = [out_bytes if snapshots is None or w in snapshots else 0 for w in range(finished)]
+        return {"times_ns": times, "status": status, "not_queued_ahead": stalled_at, "copied": copied,
                 "batch_ns": time.perf_counter_ns() - began}
 
     def _wait_event(self, event, deadline: float) -> bool:
@@ -305,8 +309,10 @@ def serve(clock, read, write) -> None:
                 deadline = time.monotonic() + request["timeout_s"]
                 board = Board(request["board"], request["ranks"], request["index"]) if request.get("board") else None
                 try:
+                    chosen = request.get("snapshots")
                     answer = clock.open(request["side"], request["epoch"], request["sizes"], request["set_stride"],
-                                        request["snap_stride"], deadline, board)
+                                        request["snap_stride"], deadline, board,
+                                        None if chosen is None else {int(w) for w in chosen})
                 finally:
                     if board is not None:
                         board.close()
