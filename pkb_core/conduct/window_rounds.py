@@ -176,6 +176,7 @@ class Batches:
             if self.cost.get(side):
                 costs = self.cost[side]
                 found[side]["batch_ms"] = round(statistics.median(c[0] for c in costs), 3)
+                found[side]["batch_ms_first_max"] = [round(costs[0][0], 3), round(max(c[0] for c in costs), 3)]
                 found[side]["timekeeper_batch_ms"] = round(statistics.median(c[1] for c in costs), 3)
                 found[side]["first_window_wait_ms"] = round(statistics.median(c[2] for c in costs), 3)
         return found
