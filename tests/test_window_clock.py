@@ -153,10 +153,11 @@ def test_window_mode_judges_honest_and_hostile_solutions(pkb_invoke, tmp_path):
     assert gates["verdict"] == "fail" and "timed call" in gates["reason"], gates
     # Hostile sides (tests/fixtures/windows_hostile): the window closed before the work, answers
     # prepared from an earlier call, an input used as scratch and restored after its window.
+    for name in ("1_allreduce_done_before_work.py", "1_allreduce_prepared_ahead.py"):
+        assert records[name]["verdict"] == "fail" and "on fresh inputs" in records[name]["reason"], records[name]
     # A side that says it filled nothing of its slot (so nothing is copied out of its windows).
-    for name in ("1_allreduce_done_before_work.py", "1_allreduce_prepared_ahead.py",
-                 "1_allreduce_claims_nothing_filled.py"):
-        assert records[name]["verdict"] == "fail" and "timed call" in records[name]["reason"], records[name]
+    unfilled = records["1_allreduce_claims_nothing_filled.py"]
+    assert unfilled["verdict"] == "fail" and "said it filled" in unfilled["reason"], unfilled
     overwritten = records["1_allreduce_input_overwritten.py"]
     assert overwritten["verdict"] == "fail" and "modified its input" in overwritten["reason"], overwritten
     # A loop rebound in the candidate's own process still answers through the judge's gates and is

@@ -43,7 +43,7 @@ from pkb_core.contracts.dtypes import torch_dtype
 from pkb_core.judge.check import Finding as Difference, compare
 from pkb_core.harness.trees import leaves
 from pkb_core.harness.parcel import TRUSTED, UNTRUSTED, Limits, ParcelError, pack, pack_into, packed_size, \
-    unpack, unpack_from
+    skeleton_end, unpack, unpack_from
 from pkb_core.problem.contract import RunContext, read_spec
 from pkb_core.harness.timing import BatchTimer
 from pkb_core.harness.trees import clone, identical, restore
@@ -474,6 +474,10 @@ class JudgeRank:
             try:
                 if index >= len(skeletons):
                     raise ParcelError("no layout was given for this call's outputs")
+                if kept < armed["out_bytes"] and skeleton_end(skeletons[index]) > kept:
+                    raise ParcelError(f"its layout reaches byte {skeleton_end(skeletons[index])} of its slot, past "
+                                      f"the {kept} bytes it said it filled before its done (the `used` word), "
+                                      "which is all its snapshot holds")
                 received = _to_device(unpack_from(skeletons[index], keeper.snap[at:at + kept],
                                                   limits=budget), self.device)  # a host engine's snapshot
             except ParcelError as exc:
