@@ -258,21 +258,29 @@ def below_null_slack(null_rounds: list[float]) -> float:
     return max(BELOW_NULL_US, BELOW_NULL_SHARE * median, max(null_rounds) - min(null_rounds))
 
 
+def _flag_under(raw: dict, floor: str, what: str, meaning: str) -> None:
+    """``flagged`` where the candidate's median window is measurably under the judge's ``floor``
+    side (by more than that side's own noise, :func:`below_null_slack`) while pkb's reference
+    group's reaches it in the same job: the reference runs everything the floor side does, so
+    a side under it did less than every honest side must."""
+    level = statistics.median(raw[floor])
+    slack = below_null_slack(raw[floor])
+    reference, candidate = statistics.median(raw["reference"]), statistics.median(raw["candidate"])
+    if candidate < level - slack and reference >= level - slack:
+        raise JobEnded(Verdict.FLAGGED,
+                       f"the candidate's windows ({candidate:.1f} us, median over {len(raw['candidate'])} rounds) are "
+                       f"shorter than {what} ({level:.1f} us, noise {slack:.1f} us), which the reference's reach "
+                       f"({reference:.1f} us): {meaning} (a timing cheat, never a speedup)")
+
+
 def _judge_against_null(raw: dict) -> None:
     """A candidate whose windows are measurably shorter than a window with nothing in it did
     less than every side must (wait for its gate, close it): ``flagged``, with the numbers. The
     judge's null is that floor only where pkb's own reference group reaches it in the same job
     (a context's hand-off cost is the hardware's, and on a GPU it has been seen to differ between
     processes): where the reference does not, nothing is flagged and the record says so."""
-    null = statistics.median(raw["null"])
-    slack = below_null_slack(raw["null"])
-    reference, candidate = statistics.median(raw["reference"]), statistics.median(raw["candidate"])
-    if candidate < null - slack and reference >= null - slack:
-        raise JobEnded(Verdict.FLAGGED,
-                       f"the candidate's windows ({candidate:.1f} us, median over {len(raw['candidate'])} rounds) are "
-                       f"shorter than the judge's empty hand-off ({null:.1f} us, noise {slack:.1f} us), which the "
-                       f"reference's reach ({reference:.1f} us): its calls did less than waiting for their gates and "
-                       "closing them (a timing cheat, never a speedup)")
+    _flag_under(raw, "null", "the judge's empty hand-off",
+                "its calls did less than waiting for their gates and closing them")
 
 
 def _judge_against_harness(raw: dict) -> None:
@@ -282,15 +290,8 @@ def _judge_against_harness(raw: dict) -> None:
     reference group, which runs the same harness, reaches it in the same job: ``flagged``. (Where
     the reference's calls export less than the judge's harness does, as a reduce-scatter's, the
     reference does not reach it and nothing is flagged.)"""
-    harness = statistics.median(raw["harness"])
-    slack = below_null_slack(raw["harness"])
-    reference, candidate = statistics.median(raw["reference"]), statistics.median(raw["candidate"])
-    if candidate < harness - slack and reference >= harness - slack:
-        raise JobEnded(Verdict.FLAGGED,
-                       f"the candidate's windows ({candidate:.1f} us, median over {len(raw['candidate'])} rounds) are "
-                       f"shorter than pkb's own harness with no call ({harness:.1f} us, noise {slack:.1f} us), which "
-                       f"the reference's reach ({reference:.1f} us): its process skipped pkb's placing, barrier or "
-                       "export of each call (a timing cheat, never a speedup)")
+    _flag_under(raw, "harness", "pkb's own harness with no call",
+                "its process skipped pkb's placing, barrier or export of each call")
 
 
 def null_is_floor(raw: dict) -> bool:
