@@ -204,12 +204,16 @@ def test_a_candidate_under_pkbs_own_harness_is_flagged_where_the_reference_reach
     from pkb_core.contracts.verdict import Verdict
 
     harness = [43.0, 43.4, 42.8, 43.1, 43.3, 42.9]
-    honest = {"harness": harness, "reference": [51.4] * 6, "candidate": [47.0] * 6}
+    honest = {"harness": harness, "kernel": [17.5] * 6, "reference": [51.4] * 6, "candidate": [47.0] * 6}
     _judge_against_harness(honest)
+    # A side whose own placing costs a little less than the judge's, with a call of next to nothing:
+    # under the harness by less than a quarter of its cost (25.6 us here), not flagged.
+    _judge_against_harness({**honest, "candidate": [38.0] * 6})
     with pytest.raises(JobEnded) as ended:
         _judge_against_harness({**honest, "candidate": [30.0] * 6})
     assert ended.value.verdict == Verdict.FLAGGED and "pkb's own harness" in ended.value.reason
-    _judge_against_harness({"harness": [186.0] * 6, "reference": [168.0] * 6, "candidate": [120.0] * 6})
+    _judge_against_harness({"harness": [186.0] * 6, "kernel": [95.0] * 6, "reference": [168.0] * 6,
+                            "candidate": [120.0] * 6})
 
 
 def test_the_timekeepers_of_a_node_open_each_window_together(tmp_path):
