@@ -36,6 +36,8 @@ HEADER = 4096
 #: Polls of a host word before a poll sleeps (CPU engine: the machine's cores are the sides' too).
 SPINS = 200
 POLL_SLEEP_S = 50e-6
+#: While spinning, the deadline is read every this many polls.
+CLOCK_EVERY = 4096
 #: Which engine a GPU judge's timekeeper runs (``PKB_TIMEKEEPER``): ``device`` (a CUDA context of
 #: its own: gate words and slots in its device memory, CUDA events) or ``host`` (no CUDA context:
 #: the words and slots in a shared-memory file the side's GPU maps, the host's clock; the side's
@@ -81,6 +83,8 @@ class HostWord:
                 if time.monotonic() > deadline:
                     return False
                 time.sleep(POLL_SLEEP_S)
+            elif polls % CLOCK_EVERY == 0 and time.monotonic() > deadline:
+                return False  # a long spin (a GPU host engine's) still keeps a short deadline
         return True
 
 
