@@ -72,10 +72,17 @@ def _wait_for_nodes(address: str, count: int, deadline_s: float = 90) -> list:
     raise AssertionError(f"the Ray cluster did not reach {count} node(s)")
 
 
+#: Where the test cluster keeps its temporary folder: no folder a builder's private /tmp covers.
+OUTSIDE_TEMP = "/srv"
+
+
 @pytest.fixture(scope="module")
 def cluster():
-    # A short folder: Ray's socket paths must fit in 107 bytes.
-    temp = Path(tempfile.mkdtemp(prefix="pkbray"))
+    # A short folder (Ray's socket paths must fit in 107 bytes), outside the machine's temporary
+    # folders, which every builder's private /tmp covers anyway: `ray start --temp-dir` elsewhere.
+    os.makedirs(OUTSIDE_TEMP, exist_ok=True)
+    temp = Path(tempfile.mkdtemp(prefix="pkbray", dir=OUTSIDE_TEMP))
+    temp.chmod(0o755)  # as Ray's own /tmp/ray is open: other users' processes could walk it
     port = _free_port()
     address = f"127.0.0.1:{port}"
     head = RayNode("--head", "--port", str(port), "--node-ip-address", "127.0.0.1", "--temp-dir", str(temp),
@@ -342,7 +349,7 @@ if "PKB_WORKER_SETTINGS" not in os.environ:
 def test_a_ray_build_sees_no_ray_socket(cluster, tmp_path):
     sockets = sorted(set(map(str, Path("/tmp/ray").glob("session_*/sockets/*"))) |
                      set(map(str, cluster["temp"].glob("session_*/sockets/*"))))
-    # Both nodes' sockets are under the cluster's temporary folder (the worker takes the head's), a /tmp folder.
+    # Both nodes' sockets are under the cluster's temporary folder (the worker takes the head's), outside /tmp.
     assert len(sockets) >= 4 and all(path.startswith(str(cluster["temp"])) for path in sockets), sockets
     source = PROBE.format(temp=str(cluster["temp"]), sockets=sockets) + ALLREDUCE
     code = f"""

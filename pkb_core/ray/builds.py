@@ -8,7 +8,9 @@ next task on the node: :mod:`pkb_core.process.temp_folders`), runs the compile
 phase there
 (:func:`pkb_core.serve.builds.build_one`: the same builder and outcome cache as
 ``pkb run``; within one Ray worker process builders are forked from a warm zygote
-kept for the worker's life) and returns the job as built, or the record of a
+kept for the worker's life; the node's Ray temporary folder, which holds its raylet's and
+object store's sockets, is hidden from the builder like the service's data, wherever
+``ray start --temp-dir`` put it) and returns the job as built, or the record of a
 solution that did not build (written by :class:`RayBuilds` to the service's run directory,
 as the compile phase writes it on one node). What a backend compiled stays in that node's cache:
 a group on another node builds again before its job (an identical build, so its
@@ -68,13 +70,30 @@ def build_task(job_json: dict, source: str, settings_json: dict) -> tuple:
     try:
         path = folder / Path(job.solution).name
         path.write_text(source)
-        settings = attrs.evolve(LaunchSettings.from_json(settings_json), run_dir=folder / "run")
+        settings = LaunchSettings.from_json(settings_json)
+        settings = attrs.evolve(settings, run_dir=folder / "run", hidden=(*settings.hidden, *_ray_folders()))
         built, record, error = build_one(attrs.evolve(job, solution=str(path)), settings, _warm())
     finally:  # the source, the run folder and the build's log go with the task
         temp_folders.remove(str(folder))
     if built is not None:
         built = attrs.evolve(built, solution=job.solution)  # the service's own path again
     return (built.to_json() if built else None), (record.to_json() if record else None), error
+
+
+def _ray_folders() -> tuple[str, ...]:
+    """This node's Ray temporary folder (its sessions: sockets, logs, spilled objects) where it lies
+    outside the machine's temporary folders; nothing where it lies inside them (a builder's
+    private ``/tmp`` covers it, as it does the default ``/tmp/ray``) or where this Ray does not say."""
+    import os
+
+    from pkb_core.confine.views import SHARED_TEMP
+
+    try:
+        folder = os.path.realpath(str(ray._private.worker.global_worker.node.get_temp_dir_path()))
+    except Exception:  # noqa: BLE001 - an internal of Ray's, not a contract: the views' cover is what is left
+        return ()
+    covered = any(folder == shared or folder.startswith(shared + "/") for shared in map(os.path.realpath, SHARED_TEMP))
+    return () if covered else (folder,)
 
 
 class RayBuilds:
