@@ -41,7 +41,8 @@ CLOCK_EVERY = 4096
 #: Which engine a GPU judge's timekeeper runs (``PKB_TIMEKEEPER``): ``device`` (a CUDA context of
 #: its own: gate words and slots in its device memory, CUDA events) or ``host`` (no CUDA context:
 #: the words and slots in a shared-memory file the side's GPU maps, the host's clock; the side's
-#: context is then the only one with work on its GPU inside a window). CPU judges use ``host``.
+#: context is then the only one with work on its GPU inside a window), or ``auto`` (the default:
+#: by the size of a batch's sets, below). CPU judges use ``host``.
 ENGINE_ENV = "PKB_TIMEKEEPER"
 #: ``auto`` (the default on GPU): the host engine for input sets of up to this many bytes, the
 #: device engine above (its windows pay a switch between contexts, ~300 us, which a large call
