@@ -247,3 +247,29 @@ def test_the_timekeepers_of_a_node_open_each_window_together(tmp_path):
     assert not first.meet(21, time.monotonic() + 0.05, 200)  # nobody there: False at the deadline
     first.close()
     second.close()
+
+
+def test_a_large_batch_is_checked_on_the_windows_drawn_for_it(pkb_invoke, tmp_path):
+    """At 256 KiB a batch's sets exceed what is checked whole (``SNAPSHOT_ALL_BYTES``): only the
+    windows drawn before each batch are copied out and checked, and a solution wrong in every
+    timed call is still a ``fail`` on them, while the honest file passes."""
+    import shutil
+    from pathlib import Path
+
+    from pkb_core.conduct.timed_rounds import batch_calls
+    from pkb_core.conduct.window_rounds import SNAPSHOT_ALL_BYTES
+
+    set_bytes = 256 * 1024  # problem 1's one input at --sizes 256K
+    assert (batch_calls(100, set_bytes) + 1) * set_bytes > SNAPSHOT_ALL_BYTES
+    folder = tmp_path / "solutions"
+    folder.mkdir()
+    for name in ("1_allreduce_honest.py", "1_allreduce_wrong_when_timed.py"):
+        shutil.copy(Path(__file__).parent / "fixtures" / "windows" / name, folder / name)
+    pkb_invoke("bench", "--backend", "reference", "--solutions", folder, "--problem", "1", "--sizes", "256K",
+               "--timing-mode", "window", "--no-baselines", "--warmup", "2", "--iters", "100", "--timeout", "120",
+               "--out", tmp_path / "run")
+    records = {json.loads(line)["solution"].rsplit("/", 1)[-1]: json.loads(line)
+               for line in (tmp_path / "run" / "records.jsonl").read_text().splitlines()}
+    assert records["1_allreduce_honest.py"]["verdict"] == "pass", records["1_allreduce_honest.py"]
+    wrong = records["1_allreduce_wrong_when_timed.py"]
+    assert wrong["verdict"] == "fail" and "timed call" in wrong["reason"], wrong
