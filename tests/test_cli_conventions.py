@@ -177,6 +177,13 @@ def test_profile_needs_measure_perf(pkb_invoke, tmp_path):
     assert line == "Error: --profile needs --measure-perf (it profiles timed calls)"
 
 
+def test_a_timekeeper_engine_that_does_not_exist_is_refused_before_any_job(pkb_invoke, tmp_path, monkeypatch):
+    monkeypatch.setenv("PKB_TIMEKEEPER", "fast")
+    line = one_error_line(pkb_invoke("run", "--problem", "1", "--out", tmp_path / "o"), 4)
+    assert line.startswith("Error: PKB_TIMEKEEPER='fast' is not one of auto, host, device"), line
+    assert not (tmp_path / "o").exists()
+
+
 def test_unknown_category_lists_the_categories(pkb_invoke):
     line = one_error_line(pkb_invoke("problems", "--category", "nosuch"), 1)
     assert line.startswith("Error: unknown category 'nosuch' (categories: collective (coll), tensor-parallel (tp)")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import sys
 
 import click
@@ -119,6 +120,17 @@ class _Failure(click.ClickException):
 INTERRUPTED, INTERNAL_ERROR, USAGE_ERROR, NOTHING_SELECTED = 2, 3, 4, 5
 
 
+def _check_environment() -> None:
+    """Settings pkb reads from the environment, checked before any job starts (a wrong value
+    would otherwise surface as every window-mode job's ``error``)."""
+    from pkb_core.harness.gates import ENGINE_ENV, ENGINES
+
+    engine = os.environ.get(ENGINE_ENV)
+    if engine is not None and engine not in ENGINES:
+        raise click.UsageError(f"{ENGINE_ENV}={engine!r} is not one of {', '.join(ENGINES)} (the judge's timekeeper "
+                               "engine: docs/timing.md, \"The two engines\")")
+
+
 def build_cli(pm) -> click.Group:
     """The ``pkb`` group bound to plugin manager ``pm``."""
 
@@ -129,6 +141,7 @@ def build_cli(pm) -> click.Group:
         """pkb: is a multi-GPU kernel correct on every rank, how much faster is it than
         PyTorch + NCCL, and how close is it to the hardware's limit?"""
         ctx.obj = pm
+        _check_environment()
         # The configuration travels with the context (commands: pkb_core.cli.config.config_of), not the manager.
         ctx.meta[CONFIG_META] = ctx.command.pkb_config if ctx.command.pkb_config is not None else Config()
 

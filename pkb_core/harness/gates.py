@@ -44,6 +44,7 @@ CLOCK_EVERY = 4096
 #: context is then the only one with work on its GPU inside a window), or ``auto`` (the default:
 #: by the size of a batch's sets, below). CPU judges use ``host``.
 ENGINE_ENV = "PKB_TIMEKEEPER"
+ENGINES = ("auto", "host", "device")
 #: ``auto`` (the default on GPU): the host engine for input sets of up to this many bytes, the
 #: device engine above (its windows pay a switch between contexts, ~300 us, which a large call
 #: outweighs; the host engine's copies through host memory grow with the set instead).

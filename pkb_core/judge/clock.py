@@ -21,7 +21,8 @@ import tempfile
 
 import torch
 
-from pkb_core.harness.gates import ENGINE_ENV, HOST_ENGINE_MAX_BYTES, CudaMemory, HostRegion, import_handle
+from pkb_core.harness.gates import ENGINE_ENV, ENGINES, HOST_ENGINE_MAX_BYTES, CudaMemory, HostRegion, \
+    import_handle
 
 #: Bytes between consecutive sets in the staging (and snapshots in the snapshot memory).
 ALIGN = 4096
@@ -33,9 +34,6 @@ def stride(nbytes: int) -> int:
 
 class TimekeeperFailed(RuntimeError):
     """The timekeeper answered an error or went away: the judge's fault, never a side's."""
-
-
-ENGINES = ("auto", "host", "device")
 
 
 class JudgeClock:
