@@ -273,3 +273,16 @@ def test_a_large_batch_is_checked_on_the_windows_drawn_for_it(pkb_invoke, tmp_pa
     assert records["1_allreduce_honest.py"]["verdict"] == "pass", records["1_allreduce_honest.py"]
     wrong = records["1_allreduce_wrong_when_timed.py"]
     assert wrong["verdict"] == "fail" and "timed call" in wrong["reason"], wrong
+
+
+def test_a_timekeeper_that_ends_leaves_no_shared_memory_behind(tmp_path):
+    """The host engine's staging, snapshots and gate regions are files in shared memory: a
+    timekeeper that ends (a sweep moving to the other engine, a judge that stops) removes them."""
+    import os
+
+    keeper = Timekeeper(CPU, str(tmp_path), 0, "host")
+    _arm(keeper, [(torch.ones(1024),) for _ in range(3)])
+    made = sorted(os.listdir(tmp_path))
+    assert any("staging" in name for name in made) and any("gates" in name for name in made), made
+    keeper.close()
+    assert os.listdir(tmp_path) == []

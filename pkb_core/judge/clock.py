@@ -63,9 +63,15 @@ class JudgeClock:
         return "host" if set_bytes <= HOST_ENGINE_MAX_BYTES else "device"
 
     def arm(self, side: str, set_bytes: int) -> "Timekeeper":
-        """The timekeeper that times ``side``'s next batch, of sets of ``set_bytes``."""
+        """The timekeeper that times ``side``'s next batch, of sets of ``set_bytes``. A job's
+        sides all arm sets of one size, so a new engine means a new job: the other engine's
+        timekeeper and its memory go (a sweep's small sizes would otherwise keep the host
+        engine's staging, hundreds of MiB of shared memory, through its large ones)."""
         engine = self.engine_for(set_bytes)
         if engine not in self.keepers:
+            for other in list(self.keepers):
+                self.keepers.pop(other).close()
+            self.engine_of.clear()
             self.keepers[engine] = Timekeeper(self.device, self.folder, self.rank, engine)
         self.engine_of[side] = engine
         return self.keepers[engine]
@@ -185,8 +191,21 @@ class Timekeeper:
         self.mapped = []
 
     def close(self) -> None:
+        """End the timekeeper and remove the files of its memory (the host engine's staging,
+        snapshots and gate regions live in shared-memory files until they are unlinked)."""
+        self.staging = self.snap = None
+        self._host = []
+        self._unmap()
         try:
             self.send("exit")
             self.proc.wait(timeout=5)
         except Exception:  # noqa: BLE001
             self.proc.kill()
+        if self.host_engine:
+            paths = [os.path.join(self.folder, f"pkb-clock-r{self.rank}-{self.engine}-{name}")
+                     for name in ("staging", "snap")]
+            for path in [*paths, *(region.get("path") for region in self.regions.values())]:
+                try:
+                    os.unlink(path)
+                except (OSError, TypeError):
+                    pass  # never made, or its folder is gone already
