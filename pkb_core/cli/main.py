@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import importlib
 import json
-import os
 import sys
 
 import click
@@ -123,12 +122,12 @@ INTERRUPTED, INTERNAL_ERROR, USAGE_ERROR, NOTHING_SELECTED = 2, 3, 4, 5
 def _check_environment() -> None:
     """Settings pkb reads from the environment, checked before any job starts (a wrong value
     would otherwise surface as every window-mode job's ``error``)."""
-    from pkb_core.harness.gates import ENGINE_ENV, ENGINES
+    from pkb_core.harness.gates import engine_choice
 
-    engine = os.environ.get(ENGINE_ENV)
-    if engine is not None and engine not in ENGINES:
-        raise click.UsageError(f"{ENGINE_ENV}={engine!r} is not one of {', '.join(ENGINES)} (the judge's timekeeper "
-                               "engine: docs/timing.md, \"The two engines\")")
+    try:
+        engine_choice()
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
 
 
 def build_cli(pm) -> click.Group:

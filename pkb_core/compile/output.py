@@ -41,6 +41,7 @@ entry there first (docs/trust.md).
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
 import secrets
 import stat
@@ -247,11 +248,11 @@ def _rename_noreplace(source: str, target: str) -> bool:
     if renameat2 is not None:
         if renameat2(_AT_FDCWD, source.encode(), _AT_FDCWD, target.encode(), _RENAME_NOREPLACE) == 0:
             return True
-        errno = ctypes.get_errno()
-        if errno == 17:  # EEXIST: published meanwhile by another phase
+        error = ctypes.get_errno()
+        if error == errno.EEXIST:  # published meanwhile by another phase
             return False
-        if errno not in (22, 38):  # EINVAL, ENOSYS: a file system or libc without the flag
-            raise OSError(errno, os.strerror(errno), target)
+        if error not in (errno.EINVAL, errno.ENOSYS):  # a file system or libc without the flag
+            raise OSError(error, os.strerror(error), target)
     if os.path.lexists(target):
         return False
     os.rename(source, target)

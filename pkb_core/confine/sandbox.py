@@ -103,23 +103,33 @@ def own_tmpfs(libc, path: str, size_bytes: int | None, owner: int | None = None)
     return None
 
 
-def _mounts() -> list[tuple[str, int]]:
-    """``(mount point, flags to keep)`` of this namespace, outermost first."""
+def mount_table() -> list[tuple[str, list[str], str]]:
+    """``(mount point, mount options, file system)`` of this namespace's mounts, outermost first
+    (``/proc/self/mountinfo``)."""
     found = []
     with open("/proc/self/mountinfo") as info:
         for line in info:
             fields = line.split()
             point = fields[4].encode().decode("unicode_escape")
-            if "ro" in fields[5].split(","):
-                continue  # read-only already
-            flags = 0
-            for option in fields[5].split(","):
-                flags |= _FLAG_BY_OPTION.get(option, 0)
-            found.append((point, flags))
+            found.append((point, fields[5].split(","), fields[fields.index("-") + 1]))
     return found
 
 
-def _under(path: str, folder: str) -> bool:
+def _mounts() -> list[tuple[str, int]]:
+    """``(mount point, flags to keep)`` of this namespace's writable mounts, outermost first."""
+    found = []
+    for point, options, _fs in mount_table():
+        if "ro" in options:
+            continue  # read-only already
+        flags = 0
+        for option in options:
+            flags |= _FLAG_BY_OPTION.get(option, 0)
+        found.append((point, flags))
+    return found
+
+
+def under(path: str, folder: str) -> bool:
+    """Whether ``path`` is ``folder`` or lies inside it (both real paths)."""
     return path == folder or path.startswith(folder.rstrip("/") + "/")
 
 
@@ -142,10 +152,10 @@ def seal(libc, *, writable=(), read_only=(), hidden=(), revealed=(), temp=()) ->
         path = os.path.realpath(str(path))
         if os.path.isdir(path):
             missing += cover(libc, path, [os.path.realpath(str(r)) for r in revealed
-                                          if _under(os.path.realpath(str(r)), path)])
+                                          if under(os.path.realpath(str(r)), path)])
     writable = [os.path.realpath(p) for p in writable if os.path.isdir(p)]
     for point, flags in _mounts():
-        if any(_under(point, keep) for keep in _KEEP) or any(_under(point, w) for w in writable):
+        if any(under(point, keep) for keep in _KEEP) or any(under(point, w) for w in writable):
             continue
         if libc.mount(None, point.encode(), None, _MS_BIND | _MS_REMOUNT | _MS_RDONLY | flags, None) != 0:
             missing.append(_fail(f"read-only {point}"))
@@ -164,7 +174,7 @@ def seal(libc, *, writable=(), read_only=(), hidden=(), revealed=(), temp=()) ->
             missing.append(_fail(f"writable {path}"))
     for path in read_only:
         path = os.path.realpath(str(path))
-        if any(_under(path, w) for w in writable):
+        if any(under(path, w) for w in writable):
             target = path.encode()
             if libc.mount(target, target, None, _MS_BIND | _MS_REC, None) != 0 or \
                     libc.mount(None, target, None, _MS_BIND | _MS_REMOUNT | _MS_RDONLY, None) != 0:
@@ -179,7 +189,7 @@ def cover(libc, path: str, revealed: list[str]) -> list[str]:
     0755, whatever the umask: the user a process becomes traverses them."""
     sources = {}
     for entry in sorted(set(revealed)):
-        if entry == path or any(_under(entry, outer) for outer in sources):
+        if entry == path or any(under(entry, outer) for outer in sources):
             continue
         try:
             sources[entry] = os.open(entry, os.O_PATH)

@@ -43,6 +43,8 @@ from __future__ import annotations
 import ctypes
 import os
 
+from pkb_core.confine.sandbox import mount_table, under
+
 #: Folders every process of the machine writes temporary files into.
 SHARED_TEMP = ("/tmp", "/var/tmp")
 #: The first Linux whose procfs mounts each take their own ``hidepid``.
@@ -54,8 +56,11 @@ _MS_NOSUID, _MS_NODEV, _MS_NOEXEC, _MS_BIND = 0x2, 0x4, 0x8, 0x1000
 _NOT_MASKS = ("autofs",)
 
 
-def _under(path: str, folder: str) -> bool:
-    return path == folder or path.startswith(folder.rstrip("/") + "/")
+def in_shared_temp(path: str) -> bool:
+    """Whether ``path`` lies in one of the machine's temporary folders (:data:`SHARED_TEMP`), which
+    every locked-down process sees covered."""
+    path = os.path.realpath(str(path))
+    return any(under(path, os.path.realpath(folder)) for folder in SHARED_TEMP)
 
 
 def private_temp(needed, *, extra=()) -> list[tuple[str, list[str]]]:
@@ -67,10 +72,10 @@ def private_temp(needed, *, extra=()) -> list[tuple[str, list[str]]]:
     hidden = []
     for folder in (*SHARED_TEMP, *extra):
         folder = os.path.realpath(str(folder))
-        if os.path.isdir(folder) and folder != "/" and not any(_under(folder, outer) for outer in hidden):
+        if os.path.isdir(folder) and folder != "/" and not any(under(folder, outer) for outer in hidden):
             hidden.append(folder)
     needed = [os.path.realpath(str(path)) for path in needed]
-    return [(folder, [path for path in needed if _under(path, folder) and path != folder]) for folder in hidden]
+    return [(folder, [path for path in needed if under(path, folder) and path != folder]) for folder in hidden]
 
 
 def _kernel() -> tuple[int, int]:
@@ -83,14 +88,7 @@ def _kernel() -> tuple[int, int]:
 
 def _proc_submounts() -> list[tuple[str, str]]:
     """``(mount point, file system)`` of the mounts below ``/proc`` in this namespace, outermost first."""
-    found = []
-    with open("/proc/self/mountinfo") as info:
-        for line in info:
-            fields = line.split()
-            point = fields[4].encode().decode("unicode_escape")
-            if point.startswith("/proc/"):
-                found.append((point, fields[fields.index("-") + 1]))
-    return found
+    return [(point, fs) for point, _options, fs in mount_table() if point.startswith("/proc/")]
 
 
 def own_proc(libc) -> list[str]:

@@ -45,6 +45,16 @@ CLOCK_EVERY = 4096
 #: by the size of a batch's sets, below). CPU judges use ``host``.
 ENGINE_ENV = "PKB_TIMEKEEPER"
 ENGINES = ("auto", "host", "device")
+
+
+def engine_choice() -> str:
+    """The engine ``PKB_TIMEKEEPER`` asks for (``auto`` unset); ValueError, one line, for any other value."""
+    choice = os.environ.get(ENGINE_ENV, "auto")
+    if choice not in ENGINES:
+        raise ValueError(f"{ENGINE_ENV}={choice!r} is not one of {', '.join(ENGINES)} (the judge's timekeeper "
+                         "engine: docs/timing.md, \"The two engines\")")
+    return choice
+
 #: ``auto`` (the default on GPU): the host engine for input sets of up to this many bytes, the
 #: device engine above (its windows pay a switch between contexts, ~300 us, which a large call
 #: outweighs; the host engine's copies through host memory grow with the set instead).

@@ -21,8 +21,7 @@ import tempfile
 
 import torch
 
-from pkb_core.harness.gates import ENGINE_ENV, ENGINES, HOST_ENGINE_MAX_BYTES, CudaMemory, HostRegion, \
-    import_handle
+from pkb_core.harness.gates import HOST_ENGINE_MAX_BYTES, CudaMemory, HostRegion, engine_choice, import_handle
 
 #: Bytes between consecutive sets in the staging (and snapshots in the snapshot memory).
 ALIGN = 4096
@@ -50,10 +49,7 @@ class JudgeClock:
         self.device = device
         self.folder = folder or tempfile.mkdtemp(prefix="pkb-clock-")
         self.rank, self.local_rank, self.local_ranks = rank, local_rank, local_ranks
-        choice = os.environ.get(ENGINE_ENV, "auto") if device.type == "cuda" else "host"
-        if choice not in ENGINES:
-            raise ValueError(f"{ENGINE_ENV}={choice!r} is not one of {', '.join(ENGINES)}")
-        self.choice = choice
+        self.choice = engine_choice() if device.type == "cuda" else "host"
         self.keepers: dict = {}
         self.engine_of: dict = {}
 
@@ -110,6 +106,7 @@ class Timekeeper:
         self.proc = subprocess.Popen([sys.executable, "-m", "pkb_core.judge.timekeeper"], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, env=env, text=True)
         self.staging = self.snap = None
+        self._host: list = []  # the host engine's staging and snapshot files, mapped here
         self.mapped: list = []  # device pointers of the staging and snapshots mapped here (GPU)
         self.capacity = (0, 0)
         self.regions: dict = {}
@@ -166,7 +163,7 @@ class Timekeeper:
         need = (max(need[0], self.capacity[0]), max(need[1], self.capacity[1]))
         self.staging = self.snap = None
         self._unmap()  # before the timekeeper frees them: its next allocation may take their addresses
-        paths = [os.path.join(self.folder, f"pkb-clock-r{self.rank}-{self.engine}-{name}") for name in ("staging", "snap")]
+        paths = self._memory_paths()
         found = self.ask("staging", staging_bytes=need[0], snap_bytes=need[1], staging_path=paths[0],
                          snap_path=paths[1])
         if not self.host_engine:
@@ -178,6 +175,12 @@ class Timekeeper:
                                                                                           create=False)]
             self.staging, self.snap = (region.tensor(0, n) for region, n in zip(self._host, need))
         self.capacity = need
+
+    def _memory_paths(self) -> list[str]:
+        """The files of the staging and the snapshots (the host engine's; the device engine's are
+        device memory, and these paths only name them)."""
+        return [os.path.join(self.folder, f"pkb-clock-r{self.rank}-{self.engine}-{name}")
+                for name in ("staging", "snap")]
 
     def _unmap(self) -> None:
         """Close this process's mappings of the old staging and snapshots (CUDA refuses to map
@@ -202,9 +205,7 @@ class Timekeeper:
         except Exception:  # noqa: BLE001
             self.proc.kill()
         if self.host_engine:
-            paths = [os.path.join(self.folder, f"pkb-clock-r{self.rank}-{self.engine}-{name}")
-                     for name in ("staging", "snap")]
-            for path in [*paths, *(region.get("path") for region in self.regions.values())]:
+            for path in [*self._memory_paths(), *(region.get("path") for region in self.regions.values())]:
                 try:
                     os.unlink(path)
                 except (OSError, TypeError):

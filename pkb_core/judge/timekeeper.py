@@ -224,9 +224,9 @@ class DeviceClock:
 
     def open(self, side: str, epoch: int, sizes: list, set_stride: int, snap_stride: int, deadline: float,
              board: Board | None = None, snapshots: list | None = None) -> dict:
-        """The windows of one batch (each copied out, or those of ``snapshots``). ``board`` is the host engine's: this engine's windows open on
-        each rank once that rank's side is queued (its queue runs ahead of the device where
-        calls are long, which is where it is chosen)."""
+        """The windows of one batch (each copied out, or those of ``snapshots``). ``board`` is the
+        host engine's: this engine's windows open on each rank once that rank's side is queued
+        (its queue runs ahead of the device where calls are long, which is where it is chosen)."""
         cu = driver()
         ptr, in_bytes, out_bytes = self.regions[side]
         in_at, out_at, _ = slot_layout(in_bytes, out_bytes)

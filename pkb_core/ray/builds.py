@@ -86,14 +86,13 @@ def _ray_folders() -> tuple[str, ...]:
     private ``/tmp`` covers it, as it does the default ``/tmp/ray``) or where this Ray does not say."""
     import os
 
-    from pkb_core.confine.views import SHARED_TEMP
+    from pkb_core.confine.views import in_shared_temp
 
     try:
         folder = os.path.realpath(str(ray._private.worker.global_worker.node.get_temp_dir_path()))
     except Exception:  # noqa: BLE001 - an internal of Ray's, not a contract: the views' cover is what is left
         return ()
-    covered = any(folder == shared or folder.startswith(shared + "/") for shared in map(os.path.realpath, SHARED_TEMP))
-    return () if covered else (folder,)
+    return () if in_shared_temp(folder) else (folder,)
 
 
 class RayBuilds:
