@@ -48,14 +48,28 @@ class WindowSide:
         #: Garbage collections of this process during its last batch (0 unless its calls ask for one).
         self.collections = 0
 
+    @staticmethod
+    def _key(region: dict) -> tuple:
+        return (region.get("handle"), region.get("path"), region["in_bytes"], region["out_bytes"],
+                region.get("generation"))
+
+    def holds(self, region: dict) -> bool:
+        """Whether ``region`` is the one mapped now."""
+        return self.region is not None and self._key(region) == self.key
+
+    def close(self) -> None:
+        """Unmap the region (a device engine's allocation must be unmapped here before its
+        timekeeper's next one may take its address)."""
+        if self.region is not None:
+            self.region.close()
+        self.region = self.key = None
+
     def attach(self, region: dict) -> SideRegion:
         """Map the region the judge described (``handle`` or ``path``, ``in_bytes``, ``out_bytes``,
         ``generation``), unless it is the one already mapped."""
-        key = (region.get("handle"), region.get("path"), region["in_bytes"], region["out_bytes"],
-               region.get("generation"))
+        key = self._key(region)
         if key != self.key:
-            if self.region is not None:
-                self.region.close()
+            self.close()
             self.region = SideRegion(device=self.device, handle=region.get("handle", ""),
                                      path=region.get("path", ""), in_bytes=region["in_bytes"],
                                      out_bytes=region["out_bytes"])

@@ -394,6 +394,7 @@ class JudgeRank:
         clock = self._clock()
         keeper = clock.of(request.side)
         own = request.side in JUDGE_SIDES  # the reference and the candidate are groups
+        window_side = self._window_side(request.side, armed) if own else None
         call = self._side_call(request.side, armed) if own else None  # before the timekeeper waits for it
         meeting = clock.board(request.board, request.side) if keeper.host_engine else {}
         keeper.send("open", side=request.side, epoch=request.epoch, sizes=armed["sizes"],
@@ -404,9 +405,9 @@ class JudgeRank:
             try:
                 # The judge's own sides say they filled what the reference's calls fill, so the
                 # host engine copies as much out of their windows as out of a real side's.
-                self.window_side.run(epoch=request.epoch, skeletons=armed["skeletons"], call=call,
-                                     timeout_s=request.timeout_s, make_group=lambda *_: None,
-                                     fill=min(self.ref_out_bytes, armed["out_bytes"]))
+                window_side.run(epoch=request.epoch, skeletons=armed["skeletons"], call=call,
+                                timeout_s=request.timeout_s, make_group=lambda *_: None,
+                                fill=min(self.ref_out_bytes, armed["out_bytes"]))
             except Exception as exc:  # noqa: BLE001 - reported after the timekeeper's answer
                 failure = exc
         answer = keeper.receive()
@@ -415,18 +416,30 @@ class JudgeRank:
         armed["copied"] = answer.get("copied")  # the host engine's: bytes of each snapshot
         return WindowTimes(times_ns=answer["times_ns"], status=answer["status"], engine=keeper.engine,
                            batch_ns=answer.get("batch_ns"), first_wait_ns=answer.get("first_wait_ns"),
-                           host_us=self.window_side.host_us if own else None,
-                           collections=self.window_side.collections if own else None,
+                           host_us=window_side.host_us if own else None,
+                           collections=window_side.collections if own else None,
                            not_queued_ahead=answer.get("not_queued_ahead"))
 
-    def _side_call(self, side: str, armed):
-        """This rank as one of the judge's own sides: its gate region attached, and what it
-        does in each window (None: nothing but the hand-off)."""
+    def _window_side(self, side: str, armed):
+        """This rank's end of ``side``'s gate region, one per judge side: each stays mapped
+        across batches (mapping a host engine's region pins its pages, milliseconds a MiB)."""
         from pkb_core.harness.windows import WindowSide
 
-        if getattr(self, "window_side", None) is None:
-            self.window_side = WindowSide(self.device)
-        self.window_side.attach(armed["region"])
+        sides = self.__dict__.setdefault("window_sides", {})
+        if side in sides and not sides[side].holds(armed["region"]):
+            # A new region (a new job's larger sets, or another engine's timekeeper): every old
+            # mapping goes before the new one is made (a device engine may reuse their addresses).
+            for old in sides.values():
+                old.close()
+            sides.clear()
+        if side not in sides:
+            sides[side] = WindowSide(self.device)
+            sides[side].attach(armed["region"])
+        return sides[side]
+
+    def _side_call(self, side: str, armed):
+        """This rank as one of the judge's own sides: what it does in each window (None:
+        nothing but the hand-off)."""
         if side == "null":
             return None
         if side == "kernel":
