@@ -59,6 +59,37 @@ def test_speedup_interval_over_the_rounds_paired_ratios():
     assert few.low is None and few.value is None and few.difference == TOO_FEW
 
 
+def test_group_share_widens_an_interval_its_rounds_cannot_widen():
+    """Two groups of the same code differ by a fixed amount for a whole job: a tight interval over
+    its rounds that excludes 1.00 by less than the groups' share reads no difference, one that
+    excludes it by more keeps its reading, and the rounds' own interval stays in the record."""
+    from pkb_core.conduct.intervals import with_group_share
+
+    tight = speedup([1.004] * 60, [1.0] * 60, [(1.004 + 0.0001 * (i % 3), 1.0) for i in range(60)])
+    assert tight.difference == FASTER
+    widened = with_group_share(tight, 0.005)
+    assert widened.difference == SAME and widened.value == tight.value
+    assert widened.low == pytest.approx(tight.low / 1.005) and widened.high == pytest.approx(tight.high * 1.005)
+    assert widened.to_json()["rounds_interval"] == [tight.low, tight.high]
+    clear = speedup([1.05] * 60, [1.0] * 60, [(1.05, 1.0)] * 60)
+    assert with_group_share(clear, 0.005).difference == FASTER
+    few = speedup([4.0] * 50, [1.0] * 50, [(4.0, 1.0)] * 5)
+    assert with_group_share(few, 0.005) == few  # no interval: nothing to widen
+
+
+def test_window_mode_takes_more_rounds_of_smaller_batches():
+    from pkb_core.conduct.window_rounds import WINDOW_LEAST_CALLS, WINDOW_ROUNDS, window_batches
+
+    # --iters 1000: 41 windows a batch, and the rounds run to WINDOW_ROUNDS before any stop.
+    calls, least = window_batches(50, 300, 1000)
+    assert calls == 1000 // WINDOW_ROUNDS and least == WINDOW_ROUNDS * calls
+    # A small --iters keeps batches of WINDOW_LEAST_CALLS (or the launcher's fewer) and its cap.
+    assert window_batches(16, 96, 100) == (WINDOW_LEAST_CALLS, 100)
+    assert window_batches(2, 12, 12) == (2, 12)
+    # Batches bounded by memory stay so.
+    assert window_batches(5, 30, 300)[0] == 5
+
+
 def test_difference_reading():
     assert difference((1.01, 1.2)) == FASTER
     assert difference((0.8, 0.99)) == SLOWER

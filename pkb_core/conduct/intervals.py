@@ -41,6 +41,8 @@ from __future__ import annotations
 
 import statistics
 
+import attrs
+
 from pkb_core.contracts.timing import FASTER, SAME, SLOWER, SideStats, Speedup
 
 #: The confidence level of every interval pkb reports.
@@ -121,6 +123,19 @@ def difference(interval) -> str:
     if high < 1.0:
         return SLOWER
     return SAME
+
+
+def with_group_share(found: Speedup, share: float) -> Speedup:
+    """``found`` with its interval widened by ``share`` each way (``[low / (1 + share),
+    high * (1 + share)]``) and its reading made anew: what two groups of processes running the
+    same code differ by, which no interval over one job's rounds can see (each side is one group
+    for the whole job, so its rounds share that group's placement). The measured share is in
+    :data:`pkb_core.conduct.window_rounds.GROUP_SHARE`."""
+    if found.low is None or found.high is None:
+        return found
+    interval = (found.low / (1.0 + share), found.high * (1.0 + share))
+    return attrs.evolve(found, low=interval[0], high=interval[1], difference=difference(interval),
+                        extra={**found.extra, "rounds_interval": [found.low, found.high], "group_share": share})
 
 
 def speedup(reference, candidate, pairs, level: float = LEVEL) -> Speedup:

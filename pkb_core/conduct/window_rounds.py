@@ -28,7 +28,9 @@ of a speedup differ only in the code they call.
 A batch's value is the median over its windows of the slowest rank's window (the first
 window is a lead-in: checked, not timed). A side's per-call time in a round is its value less
 the round's ``kernel`` value (or, below it, less the ``null`` value: :func:`per_call_us`). The
-speedup is the ratio of the two sides' medians with the interval over the rounds' paired ratios (:mod:`pkb_core.conduct.intervals`), as in every mode; the raw
+speedup is the ratio of the two sides' medians with the interval over the rounds' paired ratios
+(:mod:`pkb_core.conduct.intervals`), as in every mode, widened by what two groups of the same code
+differ by (:data:`GROUP_SHARE`; the record keeps the rounds' own interval); the raw
 windows' ratio (nothing subtracted) stands beside it. Nothing a side's process says is a
 time: the timekeeper's clock holds every number, it starts a window only once the side has
 queued the call (:mod:`pkb_core.harness.windows`), and no side sees set ``w + 1`` before
@@ -47,7 +49,7 @@ import statistics
 import time
 
 from pkb_core.conduct.answers import combine, slot_sizes
-from pkb_core.conduct.intervals import speedup, summarize
+from pkb_core.conduct.intervals import speedup, summarize, with_group_share
 from pkb_core.conduct.stopping import StoppingRule
 from pkb_core.contracts import commands_candidate as candidate
 from pkb_core.contracts import commands_judge as judge
@@ -73,6 +75,20 @@ SAMPLED_SNAPSHOTS = 4
 HARNESS_SHARE = 0.25
 #: Warm-up batches at most (each of up to ``calls`` windows).
 WARM_BATCHES = 3
+#: Rounds a window-mode job takes where its ``--iters`` allow batches of at least
+#: :data:`WINDOW_LEAST_CALLS` windows. Each call is its own window (no batch amortises a cost),
+#: so a round's batch needs few windows, and rounds are the independent units: on 2xH200 the
+#: reference against itself read 0.85-1.13 at 2 MiB over 6 rounds of 50 windows and 0.995
+#: [0.942, 1.044] over 30 (docs/benchmarks/2026-11-28-h200x2-clock-aa.md).
+WINDOW_ROUNDS = 24
+WINDOW_LEAST_CALLS = 10
+#: What two groups of processes running the same code differ by, as a share of a speedup: the
+#: interval over one job's rounds cannot see it (each side is one group for the whole job) and is
+#: widened by it each way (:func:`pkb_core.conduct.intervals.with_group_share`). On 2xH200 at
+#: 128 MiB, where 60 rounds give intervals of +-0.3 %, 11 of 12 jobs of the reference against
+#: itself read within 0.997-1.004 and 4 of those 12 intervals excluded 1.00 (the twelfth read
+#: 1.048: docs/benchmarks/2026-11-28-h200x2-clock-aa.md).
+GROUP_SHARE = 0.005
 
 
 class Batches:
@@ -188,9 +204,19 @@ class Batches:
         return found
 
 
+def window_batches(calls: int, least: int, cap: int) -> tuple[int, int]:
+    """Window mode's ``(calls a batch, least calls)`` from the launcher's (``calls`` amortise a
+    batch's cost, which a window does not have): batches small enough for :data:`WINDOW_ROUNDS`
+    rounds within ``cap`` calls, but never under :data:`WINDOW_LEAST_CALLS` windows (nor more
+    than ``calls``), and at least that many rounds unless ``cap`` stops them first."""
+    calls = min(calls, max(WINDOW_LEAST_CALLS, cap // WINDOW_ROUNDS))
+    return calls, min(cap, max(least, WINDOW_ROUNDS * calls))
+
+
 def time_windows(run, mode: str, budget_s: float, calls: int, least: int, cap: int) -> ModeTiming:
     """Window mode's rounds (see the module docstring) until the stopping rule says enough."""
     job = run.job
+    calls, least = window_batches(calls, least, cap)
     if run.reference_group is None:
         try:
             run.reference_group = run.reference_side()
@@ -236,7 +262,8 @@ def time_windows(run, mode: str, budget_s: float, calls: int, least: int, cap: i
              "window_diagnostics": batches.diagnostics()}
     return ModeTiming(reference=summarize(per_call["reference"], per_call["reference"], calls=total),
                       candidate=summarize(per_call["candidate"], per_call["candidate"], calls=total),
-                      speedup=speedup(per_call["reference"], per_call["candidate"], pairs), stopped=stopped,
+                      speedup=with_group_share(speedup(per_call["reference"], per_call["candidate"], pairs),
+                                               GROUP_SHARE), stopped=stopped,
                       batches=round_, alignment=alignment, calls_per_batch=calls, extra=extra)
 
 
