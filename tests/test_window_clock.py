@@ -198,7 +198,8 @@ def test_a_candidate_under_pkbs_own_harness_is_flagged_where_the_reference_reach
     """Numbers of the host engine on 2xH200 at 4 KiB: the harness with no call 43 us, the
     reference 51 us. A rebound loop that skips the placing and barrier lands below the harness:
     flagged; an honest candidate a little under the reference is not; nor is any candidate where
-    the reference itself stays under the harness (a reduce-scatter exports less than it)."""
+    the reference itself stays under the harness (2xH200 at 256 KiB, problem 7, while the harness
+    side exported each set twice)."""
     from pkb_core.conduct.window_rounds import _judge_against_harness
     from pkb_core.contracts.outcome import JobEnded
     from pkb_core.contracts.verdict import Verdict

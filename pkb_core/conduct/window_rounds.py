@@ -15,9 +15,9 @@ judge's own (its rank is the side; :data:`pkb_core.contracts.commands_judge.JUDG
   subtracted from a side whose windows reach it; a side whose windows stay below it (one that
   ran nothing on the compute engine: copies and memory operations only) has the hand-off
   alone subtracted;
-* ``harness``: placing each set, the device barrier and the export, with no call: what pkb's
-  side harness adds (a diagnostic: it runs in a side's process too, where the side could skip
-  it, so nothing is subtracted for it);
+* ``harness``: placing each set, the device barrier and the export of the set (as a call's
+  arguments after it), with no call: what pkb's side harness adds (a diagnostic: it runs in a
+  side's process too, where the side could skip it, so nothing is subtracted for it);
 
 and the two compared, ``reference`` and ``candidate``, in a random order balanced over pairs of
 rounds: two groups made the same way (forked by zygotes, locked down, set up, frozen between
@@ -321,9 +321,9 @@ def _judge_against_harness(raw: dict) -> None:
     """A candidate whose windows are measurably shorter than the judge's ``harness`` side (pkb's
     placing, device barrier and export with no call) skipped part of that harness in its own
     process (a rebound window loop: every honest side runs it, and a call on top), where pkb's
-    reference group, which runs the same harness, reaches it in the same job: ``flagged``. (Where
-    the reference's calls export less than the judge's harness does, as a reduce-scatter's, the
-    reference does not reach it and nothing is flagged.)"""
+    reference group, which runs the same harness, reaches it in the same job: ``flagged``. (The
+    harness side exports each set once, as a call's arguments after it: every honest call exports
+    that much and its outputs, so the reference reaches it for every problem.)"""
     # A side's own placing and barrier need not cost exactly what the judge's do (its heap is its
     # backend's): only a window under the harness by a share of the harness's own cost is read
     # as part of it skipped.

@@ -129,11 +129,6 @@ class WindowSide:
         self.host_us = sorted(host)[len(host) // 2] * 1e6 if host else None
         return written
 
-    def close(self) -> None:
-        if self.region is not None:
-            self.region.close()
-            self.region = self.key = None
-
 
 def _collections() -> int:
     """Collections this process's garbage collector has made, all generations."""

@@ -458,7 +458,10 @@ class JudgeRank:
             placed = _placed(next(sets), views)
             if barrier is not None:
                 barrier()  # every rank's set is in place before any call reads its peers
-            return placed, placed  # exported as a call's outputs and arguments would be
+            # Exported as a call's arguments after it are: every honest call exports at least that
+            # (its outputs besides), so every honest side's windows reach this one's, whatever the
+            # problem (a reduce-scatter's outputs are a share of its inputs).
+            return None, placed
 
         return call
 
