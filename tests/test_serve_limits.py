@@ -206,9 +206,20 @@ def test_finished_jobs_older_than_the_retention_are_pruned_at_start(tmp_path):
         db.executemany("UPDATE jobs SET finished_at = ? WHERE id = ?",
                        [(time.time() - 2 * 86400, old["id"]), (time.time() - 2 * 86400, other["id"])])
     assert paths[old["id"]] == paths[kept["id"]] != paths[other["id"]]
+    # Logs of the lanes' run directories: one last written before the retention, one since.
+    logs = data / "runs" / "reference-W2" / "logs"
+    (logs / "builds").mkdir(parents=True, exist_ok=True)
+    stale, fresh = logs / "builds" / "job-old.log", logs / "job-new.log"
+    stale.write_text("old build output\n")
+    fresh.write_text("a job of today\n")
+    os.utime(stale, (time.time() - 2 * 86400,) * 2)
+    records = data / "runs" / "reference-W2" / "records.jsonl"
+    records.touch()
+    os.utime(records, (time.time() - 2 * 86400,) * 2)
     second = Server(data, "--devices", "2", "--retention-days", "1")
     try:
-        assert "pruned 2 job(s) finished more than 1 days ago and 1 source file(s)" in second.log.read_text()
+        assert "pruned 2 job(s), 1 source file(s) and 1 log(s) older than 1 days" in second.log.read_text()
+        assert not stale.exists() and fresh.exists() and records.exists()
         assert httpx.get(f"{second.url}/v1/jobs/{old['id']}", timeout=30).status_code == 404
         assert httpx.get(f"{second.url}/v1/jobs/{other['id']}", timeout=30).status_code == 404
         assert httpx.get(f"{second.url}/v1/jobs/{kept['id']}", timeout=30).json()["record"]["verdict"] == "unsupported"

@@ -105,9 +105,8 @@ def serve(pm, host, port, data_dir, device, devices, max_queued, max_source_kb, 
     service.start()
     if service.recovered:
         click.echo(f"pkb serve: {service.recovered} job(s) a stopped service left were queued again", err=True)
-    if service.pruned[0]:
-        click.echo(f"pkb serve: pruned {service.pruned[0]} job(s) finished more than {retention_days:g} days ago "
-                   f"and {service.pruned[1]} source file(s)", err=True)
+    if any(service.pruned):
+        click.echo(f"pkb serve: pruned {service.pruned} older than {retention_days:g} days", err=True)
     try:
         server = uvicorn.Server(uvicorn.Config(create_app(service, access=access), host=host, port=port,
                                                log_level="warning", access_log=False))

@@ -6,8 +6,10 @@ in the store names any more (two submissions of one text share one file,
 :meth:`pkb_core.serve.intake.Intake._write_source`). Jobs that wait or run are never pruned.
 When: once when the service starts, before it answers a request, then every
 :data:`PRUNE_EVERY_S` seconds in a thread of its own. SQLite reuses the pages of pruned rows
-for new jobs; the file does not shrink. A lane's run directory (``DATA/runs/...``: its
-``records.jsonl`` for ``pkb report``, and logs) is a run's result and is not pruned here.
+for new jobs; the file does not shrink. In the lanes' run directories (``DATA/runs/<lane>/``) every
+log (a job's, a launch's, a build's: up to ``--log-cap`` MiB each) last written before the
+retention goes too; ``records.jsonl`` stays (a few KiB a job, what ``pkb report`` of the folder
+reads, appended to by running lanes).
 
 A source file is written by a submission before the row that names it is added; the pruner
 must not remove a file between those two steps. :class:`SourcesGuard` orders them:
@@ -17,10 +19,12 @@ and removes files.
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 import threading
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 #: Seconds between two prunes after the first.
 PRUNE_EVERY_S = 3600.0
@@ -66,24 +70,37 @@ class SourcesGuard:
                 self._cond.notify_all()
 
 
+class Pruned(NamedTuple):
+    """What one prune removed."""
+
+    jobs: int
+    sources: int
+    logs: int
+
+    def __str__(self) -> str:
+        return f"{self.jobs} job(s), {self.sources} source file(s) and {self.logs} log(s)"
+
+
 class Retention:
-    """Prunes ``store`` (a :class:`pkb_core.serve.store.JobStore`) and the source files under ``sources``.
+    """Prunes ``store`` (a :class:`pkb_core.serve.store.JobStore`), the source files under
+    ``sources`` and the logs under ``runs`` (the lanes' run directories).
 
     :param days: the retention; 0 keeps every job (nothing is pruned and no thread starts).
     """
 
-    def __init__(self, store, sources: Path, days: float, guard: SourcesGuard):
+    def __init__(self, store, sources: Path, days: float, guard: SourcesGuard, runs: Path | None = None):
         self.store = store
         self.sources = Path(sources)
+        self.runs = Path(runs) if runs is not None else None
         self.days = days
         self.guard = guard
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def prune(self, now: float | None = None) -> tuple[int, int]:
-        """Prune once: ``(jobs, source files)`` removed."""
+    def prune(self, now: float | None = None) -> Pruned:
+        """Prune once: what was removed."""
         if self.days <= 0:
-            return 0, 0
+            return Pruned(0, 0, 0)
         before = (time.time() if now is None else now) - self.days * 86400
         jobs, paths = self.store.prune(finished_before=before)
         files = 0
@@ -91,9 +108,27 @@ class Retention:
             for path in sorted(set(paths)):
                 if self._inside(path) and not self.store.names_source(path):
                     files += _remove(Path(path), self.sources)
-        return jobs, files
+        return Pruned(jobs, files, self._prune_logs(before))
 
-    def start(self) -> tuple[int, int]:
+    def _prune_logs(self, before: float) -> int:
+        """Remove the logs under the run directories last written before ``before``: a running
+        job's or lane's log is written as it runs, so only ended ones are that old."""
+        if self.runs is None or not self.runs.is_dir():
+            return 0
+        removed = 0
+        for logs in self.runs.glob("*/logs"):
+            for folder, _, names in os.walk(logs):  # links are not followed
+                for name in names:
+                    path = os.path.join(folder, name)
+                    try:
+                        if name.endswith(".log") and os.lstat(path).st_mtime < before:
+                            os.unlink(path)
+                            removed += 1
+                    except FileNotFoundError:
+                        continue
+        return removed
+
+    def start(self) -> Pruned:
         """Prune now, then every :data:`PRUNE_EVERY_S` seconds in a thread; what the first prune removed."""
         first = self.prune()
         if self.days > 0:
@@ -109,14 +144,13 @@ class Retention:
     def _loop(self) -> None:
         while not self._stop.wait(PRUNE_EVERY_S):
             try:
-                jobs, files = self.prune()
+                pruned = self.prune()
             except Exception as exc:  # noqa: BLE001 - a failed prune is tried again at the next hour
                 print(f"pkb serve: pruning finished jobs failed ({exc}); trying again in an hour",
                       file=sys.stderr, flush=True)
                 continue
-            if jobs:
-                print(f"pkb serve: pruned {jobs} job(s) finished more than {self.days:g} days ago "
-                      f"and {files} source file(s)", file=sys.stderr, flush=True)
+            if any(pruned):
+                print(f"pkb serve: pruned {pruned} older than {self.days:g} days", file=sys.stderr, flush=True)
 
     def _inside(self, path: str) -> bool:
         """Only files under the service's own sources folder are ever removed."""

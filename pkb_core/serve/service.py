@@ -43,7 +43,7 @@ from pkb_core.serve.data_lock import DataLock
 from pkb_core.serve.intake import Intake
 from pkb_core.serve.refusal import Refused
 from pkb_core.serve.quota import DEFAULT_MAX_JOBS, DEFAULT_MAX_SOURCE_BYTES, Quota
-from pkb_core.serve.retention import Retention, SourcesGuard
+from pkb_core.serve.retention import Pruned, Retention, SourcesGuard
 from pkb_core.serve.scheduler import Scheduler
 from pkb_core.serve.store import WAITING, JobStore, StoreObserver
 
@@ -142,7 +142,8 @@ class Service:
                                  max_timeout=config.max_timeout)
             self.quota = Quota(config.client_max_jobs, config.client_max_source_bytes, config.retention_days)
             self.sources_guard = SourcesGuard()
-            self.retention = Retention(self.store, data / "sources", config.retention_days, self.sources_guard)
+            self.retention = Retention(self.store, data / "sources", config.retention_days, self.sources_guard,
+                                       runs=data / "runs")
             self.scheduler = Scheduler(self.store, devices=config.devices, data_dir=data,
                                        settings_for=self._settings_for, lane_key_of=self._lane_key_of,
                                        report=self._report, build_workers=config.build_workers or default_workers(64),
@@ -154,7 +155,7 @@ class Service:
         self.started = time.time()
         self.recovered = 0
         #: What the prune at start removed: ``(jobs, source files)``.
-        self.pruned = (0, 0)
+        self.pruned = Pruned(0, 0, 0)
 
     def start(self) -> None:
         self.recovered = self.store.recover()
