@@ -323,5 +323,8 @@ class Scheduler:
         planned = self.store.planned(job_id)
         if planned is not None:
             job, world_size = planned
-            reason = f"{result.error}; it ran {MAX_ATTEMPTS} times and its group failed each time"
+            # What stopped its earlier runs, in its own words (a group's failure, or the service's
+            # restart, which counts as a run too: a job that takes the service down is not rerun for ever).
+            before = "; ".join(job.reruns or ()) or "unknown"
+            reason = f"{result.error}; it ran {self.store.attempts(job_id)} times (before: {before})"
             self.report(job_id, self._error_record(job, (job.backend, world_size), reason), write=True)
