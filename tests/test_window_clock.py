@@ -147,6 +147,9 @@ def test_window_mode_judges_honest_and_hostile_solutions(pkb_invoke, tmp_path):
     assert window["speedup"]["rounds"] >= 6 and window["speedup"]["low"] is not None
     # No garbage collection of either side (or of the null side) lands inside a window.
     assert all(d["gc_collections_in_windows"] == 0 for d in window["window_diagnostics"].values())
+    # What of each window is the host engine's own copies: the release of the set, the snapshot.
+    assert all(0 < d["release_us"] < d["window_p90_us"] and 0 < d["snapshot_us"] < d["window_p90_us"]
+               for d in window["window_diagnostics"].values()), window["window_diagnostics"]
     wrong = records["1_allreduce_wrong_when_timed.py"]
     assert wrong["verdict"] == "fail" and "timed call" in wrong["reason"], wrong
     gates = records["1_allreduce_opens_its_own_gates.py"]

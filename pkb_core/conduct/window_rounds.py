@@ -117,6 +117,9 @@ class Batches:
         #: Per side: each batch's wall time on the conductor, in the timekeeper, and before the
         #: timekeeper's first window (ms; the slowest rank's).
         self.cost: dict = {}
+        #: Per side: each batch's median release and snapshot copy inside a window (us; the host
+        #: engine's; the slowest rank's).
+        self.copies: dict = {}
 
     def _timeout(self) -> float:
         return max(1.0, self.run.deadline - time.monotonic() - 1.0)
@@ -155,6 +158,10 @@ class Batches:
             (time.monotonic() - began) * 1e3,
             max((t.batch_ns or 0) for t in times) / 1e6,
             max((t.first_wait_ns or 0) for t in times) / 1e6))
+        for name, values in (("release_us", [t.release_ns for t in times]),
+                             ("snapshot_us", [t.snapshot_ns for t in times])):
+            if values and all(isinstance(v, int) for v in values):
+                self.copies.setdefault(side, {}).setdefault(name, []).append(max(values) / 1e3)
         stopped = next((t.status for t in times if t.status != "ok"), None)
         if stopped:
             raise JobEnded(Verdict.TIMEOUT if "never" in stopped else Verdict.ERROR,
@@ -195,6 +202,8 @@ class Batches:
                 found[side]["gc_collections_in_windows"] = self.collections[side]
             if side in self.unqueued:
                 found[side]["not_queued_ahead"] = self.unqueued[side]
+            for name, values in self.copies.get(side, {}).items():
+                found[side][name] = round(statistics.median(values), 3)
             if self.cost.get(side):
                 costs = self.cost[side]
                 found[side]["batch_ms"] = round(statistics.median(c[0] for c in costs), 3)

@@ -188,6 +188,11 @@ class WindowTimes(Answer):
     #: opened, in nanoseconds: what a batch costs beside its windows (diagnostics).
     batch_ns: int | None = optional()
     first_wait_ns: int | None = optional()
+    #: The host engine's: the median time inside a window of the release of its set into
+    #: ``in_slot`` and (over the windows copied out) of the snapshot, in nanoseconds: how much of
+    #: a window is the engine's own copies (diagnostics).
+    release_ns: int | None = optional()
+    snapshot_ns: int | None = optional()
 
 
 @attrs.frozen(kw_only=True)

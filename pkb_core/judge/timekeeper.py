@@ -133,6 +133,7 @@ class HostClock:
         region, in_bytes, out_bytes = self.regions[side]
         in_at, out_at, _ = slot_layout(in_bytes, out_bytes)
         times, copied, stalled_at, status = [], [], None, "ok"
+        released, snapped = [], []  # ns inside each window: the release's copy, the snapshot's
         last, began, first = epoch + len(sizes), time.perf_counter_ns(), None
         for w, n in enumerate(sizes):
             mark = epoch + 1 + w
@@ -153,6 +154,7 @@ class HostClock:
             t0 = time.perf_counter_ns()
             first = t0 - began if first is None else first
             region.view(in_at, n)[:] = self.staging.view(w * set_stride, n)
+            released.append(time.perf_counter_ns() - t0)
             region.go.write(mark)
             if not region.done.wait(mark, deadline, self.spins):
                 status = f"call {w} never finished (no done before the deadline)"
@@ -161,17 +163,26 @@ class HostClock:
             keep = used if 0 <= used <= out_bytes else out_bytes
             if snapshots is not None and w not in snapshots:
                 keep = 0
+            seen = time.perf_counter_ns()
             self.snap.view(w * snap_stride, keep)[:] = region.view(out_at, keep)
-            times.append(time.perf_counter_ns() - t0)
+            t1 = time.perf_counter_ns()
+            times.append(t1 - t0)
             copied.append(keep)
+            if keep:
+                snapped.append(t1 - seen)
         if board is not None:
             board.leave(last)  # a rank that stopped early holds no other rank's windows
         return {"times_ns": times, "status": status, "not_queued_ahead": stalled_at, "copied": copied,
-                "first_wait_ns": first, "batch_ns": time.perf_counter_ns() - began}
+                "first_wait_ns": first, "batch_ns": time.perf_counter_ns() - began,
+                "release_ns": _median(released), "snapshot_ns": _median(snapped)}
 
     def close(self):
         for region, *_ in self.regions.values():
             region.close()
+
+
+def _median(values: list) -> int | None:
+    return sorted(values)[len(values) // 2] if values else None
 
 
 class DeviceClock:
