@@ -9,7 +9,6 @@ keeps them warm.
 """
 from __future__ import annotations
 
-from pkb_core.contracts.modes import HEADLINE_MODE
 
 import tempfile
 from pathlib import Path
@@ -19,7 +18,7 @@ from pkb_core.contracts.record import Record
 
 def evaluate(problem, source: str, *, backend: str = "reference", world_size: int = 2, device: str = "auto",
              trials: int = 5, size: str = "auto", dtype: str = "auto", measure_perf: bool = False,
-             timing_modes=(HEADLINE_MODE,), timeout: float | None = None, out=None, config_dir=None) -> Record:
+             timing_modes=(), timeout: float | None = None, out=None, config_dir=None) -> Record:
     """Check ``source`` (a solution file's text) on ``problem`` (an id or ``<id>_<name>``).
 
     :param out: the run directory for the record, logs and build outputs (default: a

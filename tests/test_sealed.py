@@ -67,6 +67,16 @@ EXPECTED = {
 #: far more than the reference's all-reduce, and must never read faster (before: 47x, 56x, 199x).
 GAIN_NOTHING = ("1_allreduce_c3_forges_timer.py", "1_allreduce_c10_first_call_does_the_batch.py",
                 "1_allreduce_c10_reports_one_call.py", "1_allreduce_c10_works_while_placed.py")
+#: Attacks on the launcher's clock's own commands (latency mode's ``time`` answer and its parcels):
+#: where each call has its own window of the judge's timekeeper (window mode, the CPU headline) no
+#: such command runs, and their solutions, which compute honestly, pass.
+LAUNCHER_CLOCK_ATTACKS = ("1_allreduce_c8_links_reference_parcel.py", "1_allreduce_c8_answers_ahead.py")
+#: What the attack set ends as in window mode.
+EXPECTED_WINDOW = {**EXPECTED, **{name: ("pass", "") for name in LAUNCHER_CLOCK_ATTACKS}}
+#: The attacks run again in latency mode (the launcher's clock, the headline on GPUs): those on
+#: its commands and its batches, and the honest control.
+LATENCY_ATTACKS = (*GAIN_NOTHING, *LAUNCHER_CLOCK_ATTACKS, "1_allreduce_c8_lossy_when_timed.py",
+                   "1_allreduce_c4_skips_when_timed.py", "1_allreduce_honest_peer_reads.py")
 
 
 @pytest.fixture
@@ -79,24 +89,29 @@ def _records(result):
     return {r["solution"].rsplit("/", 1)[-1]: r for r in json.loads(result.stdout)["results"]}
 
 
+def _gain_nothing(by_file: dict) -> None:
+    for name in GAIN_NOTHING:
+        record = by_file[name]
+        assert record["difference"] != "faster" and not (record.get("claimed_speedup") or 0) > 1, (name, record)
+        # The clock pkb reads saw every call's cost, whatever the process said about itself.
+        assert record["solution_ms"] > (4.0 if "c3" in name else 10.0), (name, record)
+
+
 def test_every_class_of_attack_is_caught_and_the_honest_control_passes(pkb_invoke, plainpy, fixtures, tmp_path):
+    """The whole set, timed in the CPU headline (window mode: every call in a window of the judge's timekeeper)."""
     run = tmp_path / "run"
     launcher_peak = _peak_rss()  # this process is the launcher (pkb_invoke runs in-process)
     result = pkb_invoke("run", "--backend", "plainpy", "--solutions", fixtures / "adversarial", "--problem", "1",
                         "--trials", "2", "--measure-perf", "--warmup", "3", "--iters", "20", "--out", run, "--json",
                         "--timeout", "60")
     by_file = _records(result)
-    assert set(by_file) == set(EXPECTED)
-    for name, (verdict, text) in EXPECTED.items():
+    assert set(by_file) == set(EXPECTED_WINDOW)
+    for name, (verdict, text) in EXPECTED_WINDOW.items():
         assert by_file[name]["verdict"] == verdict, (name, by_file[name]["reason"])
         assert text in by_file[name]["reason"], (name, by_file[name]["reason"])
-    for name in GAIN_NOTHING:
-        record = by_file[name]
-        assert record["difference"] != "faster" and not (record.get("claimed_speedup") or 0) > 1, (name, record)
-        # The launcher's clock saw every call's cost, whatever the process said about itself.
-        assert record["solution_ms"] > (4.0 if "c3" in name else 10.0), (name, record)
-    reported = by_file["1_allreduce_c10_reports_one_call.py"]["stats"]["modes"]["latency"]["self_reported_ms"]
-    assert reported["candidate"] < 1.0  # what it said: kept as an untrusted diagnostic, used for nothing
+        if verdict == "pass":
+            assert by_file[name]["timing_mode"] == "window", by_file[name]
+    _gain_nothing(by_file)
     # The static scan of the source adds a hint to a refused collective.
     assert "hint: source mentions torch.distributed.all_reduce" in by_file["1_allreduce_c1_calls_nccl.py"]["reason"]
     # The forged record never reached the records file (the run directory is read-only for candidates).
@@ -107,6 +122,26 @@ def test_every_class_of_attack_is_caught_and_the_honest_control_passes(pkb_invok
     assert _peak_rss() - launcher_peak < 1 << 30
 
 
+def test_attacks_on_the_launchers_clock_are_caught_in_latency_mode(pkb_invoke, plainpy, fixtures, tmp_path):
+    """Latency mode (the launcher's clock around each batch) against the attacks on its own
+    commands, its batches and what its processes say of themselves."""
+    chosen = tmp_path / "chosen"
+    chosen.mkdir()
+    for name in LATENCY_ATTACKS:
+        (chosen / name).write_text((fixtures / "adversarial" / name).read_text())
+    result = pkb_invoke("run", "--backend", "plainpy", "--solutions", chosen, "--problem", "1", "--trials", "2",
+                        "--measure-perf", "--timing-mode", "latency", "--warmup", "3", "--iters", "20",
+                        "--out", tmp_path / "run", "--json", "--timeout", "60")
+    by_file = _records(result)
+    assert set(by_file) == set(LATENCY_ATTACKS)
+    for name in LATENCY_ATTACKS:
+        verdict, text = EXPECTED[name]
+        assert by_file[name]["verdict"] == verdict and text in by_file[name]["reason"], (name, by_file[name]["reason"])
+    _gain_nothing(by_file)
+    reported = by_file["1_allreduce_c10_reports_one_call.py"]["stats"]["modes"]["latency"]["self_reported_ms"]
+    assert reported["candidate"] < 1.0  # what it said: kept as an untrusted diagnostic, used for nothing
+
+
 def _peak_rss() -> int:
     """This process's peak resident set (bytes), from the kernel."""
     with open("/proc/self/status") as status:
@@ -114,12 +149,16 @@ def _peak_rss() -> int:
 
 
 def test_timed_calls_are_checked_on_the_arguments_they_update(pkb_invoke, fixtures, tmp_path):
-    # Problem 21 clips its gradients in place (MUTATES); skipping that only in timed calls fails.
-    result = pkb_invoke("run", "--solutions", fixtures / "mutates", "--problem", "21", "--trials", "2",
-                        "--measure-perf", "--warmup", "1", "--iters", "6", "--out", tmp_path, "--json")
-    record = next(iter(_records(result).values()))
-    assert record["verdict"] == "fail", record["reason"]
-    assert "timed call" in record["reason"] and "argument 0 (updated in place)" in record["reason"], record["reason"]
+    # Problem 21 clips its gradients in place (MUTATES); skipping that only in timed calls fails, in
+    # the launcher's batches and in the judge's windows alike.
+    for mode in ("latency", "window"):
+        result = pkb_invoke("run", "--solutions", fixtures / "mutates", "--problem", "21", "--trials", "2",
+                            "--measure-perf", "--timing-mode", mode, "--warmup", "1", "--iters", "6",
+                            "--out", tmp_path / mode, "--json")
+        record = next(iter(_records(result).values()))
+        assert record["verdict"] == "fail", (mode, record["reason"])
+        assert "timed call" in record["reason"] and "argument 0 (updated in place)" in record["reason"], \
+            (mode, record["reason"])
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "fp16"])

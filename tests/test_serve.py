@@ -455,7 +455,7 @@ def test_priority_then_fair_share_decide_who_runs_next(tmp_path):
 def test_the_attack_set_gets_pkb_runs_verdicts_through_the_service(fake_dist, tmp_path):
     """docs/trust.md's attack fixtures, submitted one by one to a warm service, end as they end under
     `pkb run` (tests/test_sealed.py), each its own job's verdict, and the honest control passes."""
-    from test_sealed import CUSTOM_BACKEND, EXPECTED, GAIN_NOTHING
+    from test_sealed import CUSTOM_BACKEND, EXPECTED_WINDOW as EXPECTED, GAIN_NOTHING  # the CPU headline: window
 
     fake_dist("pkbtest-plainpy", {"pkb.backends": {"plainpy": "pkbtest_plainpy"}}, {"pkbtest_plainpy": CUSTOM_BACKEND})
     folder = ROOT / "tests" / "fixtures" / "adversarial"

@@ -100,11 +100,11 @@ def bench(pm, problems, backend, solutions, sizes, nproc, dtype, trials, warmup,
     _, dtype = device_defaults(device, dtype=dtype)
     itemsize = ITEMSIZE[dtype]
     from pkb_core.cli.run import _timing_modes
-    from pkb_core.contracts.modes import HEADLINE_MODE
+    from pkb_core.contracts.modes import headline_mode
 
     # By default the launcher's clocks beside the judge's device clock on GPUs; on CPU a sweep
-    # stays one mode (host timings).
-    default = ("latency", "graph", "window") if device == "cuda" else (HEADLINE_MODE,)
+    # stays one mode, the headline.
+    default = ("latency", "graph", "window") if device == "cuda" else (headline_mode(device),)
     modes = _timing_modes(timing_modes) if timing_modes else default
     run_dir = Path(out or Path("runs") / ("bench-" + _dt.datetime.now().strftime("%Y%m%d-%H%M%S")))
     request = RunRequest(problems=problems, backend=backend, solution=None, solutions=solutions, nproc=nproc,

@@ -1,7 +1,7 @@
 """``pkb run``: parse options, plan jobs, run them, show the results."""
 from __future__ import annotations
 
-from pkb_core.contracts.modes import HEADLINE_MODE
+from pkb_core.contracts.modes import CPU_HEADLINE_MODE, HEADLINE_MODE
 
 import datetime as _dt
 import json
@@ -46,9 +46,10 @@ from pkb_core.plugin.hookspecs import hookimpl
 @click.option("--mode", type=click.Choice(["eval", "dryrun"]), default="eval", show_default=True,
               help="eval checks against the reference; dryrun runs only the candidate and saves its outputs.")
 @click.option("--measure-perf", is_flag=True, help="Time the reference and the candidate (times and speedups).")
-@click.option("--timing-mode", "timing_modes", cls=ListOption, default=HEADLINE_MODE, show_default=True,
-              callback=lambda ctx, param, value: _timing_modes(value),
-              help="Comma-separated: latency, back-to-back, graph (the first gives the headline numbers).")
+@click.option("--timing-mode", "timing_modes", cls=ListOption, default=None,
+              callback=lambda ctx, param, value: () if value is None else _timing_modes(value),
+              help=f"Comma-separated: {', '.join(MODES)} (the first gives the headline numbers; default "
+                   f"{HEADLINE_MODE} on GPUs, {CPU_HEADLINE_MODE} on CPU).")
 @click.option("--profile", is_flag=True, help="Save per-rank profiler traces of a few calls (needs --measure-perf).")
 @click.option("--warmup", type=click.IntRange(min=0), default=None, help="Warm-up iterations (default by size).")
 @click.option("--iters", type=click.IntRange(min=1), default=None,
@@ -122,7 +123,7 @@ def run(pm, problems, backend, solution, solutions, nproc, nnodes, node_rank, rd
     request = session.request(problems=problems, solution=solution, solutions=solutions, trials=trials,
                               dtype=dtype, size=size, mode=mode, measure_perf=measure_perf, warmup=warmup,
                               iters=iters, min_iters=min_iters, save_outputs=save_outputs,
-                              timing_modes=_timing_modes(timing_modes), profile=profile)
+                              timing_modes=_timing_modes(timing_modes) if timing_modes else (), profile=profile)
     run_dir = Path(out or Path("runs") / _dt.datetime.now().strftime("%Y%m%d-%H%M%S"))
     dropped = []
     pairs = pair_solutions(request, registry, info, dropped=dropped)

@@ -13,7 +13,6 @@ docs/serve.md is the HTTP reference.
 """
 from __future__ import annotations
 
-from pkb_core.contracts.modes import HEADLINE_MODE
 
 import enum
 
@@ -43,7 +42,8 @@ class Submission(Contract):
     size: str = "auto"
     dtype: str = "auto"
     measure_perf: bool = False
-    timing_modes: tuple[str, ...] = (HEADLINE_MODE,)
+    #: Empty: the service's device's headline (:func:`pkb_core.contracts.modes.headline_mode`).
+    timing_modes: tuple[str, ...] = ()
     warmup: int | None = None
     iters: int | None = None
     min_iters: int | None = None

@@ -16,7 +16,6 @@ planning, compile phase and launch), feedback included.
 """
 from __future__ import annotations
 
-from pkb_core.contracts.modes import HEADLINE_MODE
 
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,7 +44,8 @@ class EvalOptions:
     size: str = "auto"
     dtype: str = "auto"
     measure_perf: bool = False
-    timing_modes: tuple[str, ...] = (HEADLINE_MODE,)
+    #: None asked: the device's headline (:func:`pkb_core.contracts.modes.headline_mode`).
+    timing_modes: tuple[str, ...] = ()
     timeout: float | None = None
 
 

@@ -21,7 +21,7 @@ options and the compile phase's settings).
 """
 from __future__ import annotations
 
-from pkb_core.contracts.modes import HEADLINE_MODE
+from pkb_core.contracts.modes import HEADLINE_MODE, headline_mode
 
 import hashlib
 import re
@@ -116,12 +116,13 @@ TIMING_DEFAULTS = {"tiny": (3, 10, 20), "default": (500, 100, 1000), "large": (5
 
 def make_request(*, backend: str, device: str, nproc: int, trials: int = 5, size: str = "auto",
                  dtype: str = "auto", mode: str = "eval", measure_perf: bool = False,
-                 timing_modes: tuple = (HEADLINE_MODE,), warmup: int | None = None, iters: int | None = None,
+                 timing_modes: tuple = (), warmup: int | None = None, iters: int | None = None,
                  min_iters: int | None = None, save_outputs: bool = False, profile: bool = False,
                  problems: str | None = None, solution: str | None = None,
                  solutions: str | None = None) -> RunRequest:
     """A :class:`RunRequest` with ``pkb run``'s defaults applied (``auto`` size and dtype
-    for ``device``, the timing counts of :data:`TIMING_DEFAULTS` by size): the one place
+    for ``device``, the timing counts of :data:`TIMING_DEFAULTS` by size, no ``timing_modes``: the
+    device's headline, :func:`pkb_core.contracts.modes.headline_mode`): the one place
     ``pkb run``, :func:`pkb_core.evaluate` and the reward service turn options into a request.
 
     :raises PkbError: ``min_iters`` above ``iters``, ``profile`` without ``measure_perf``.
@@ -139,7 +140,8 @@ def make_request(*, backend: str, device: str, nproc: int, trials: int = 5, size
                       trials=trials, dtype=dtype, size=size, mode=mode, measure_perf=measure_perf,
                       warmup=default_warmup if warmup is None else warmup, iters=iters,
                       min_iters=min(default_min, iters) if min_iters is None else min_iters,
-                      save_outputs=save_outputs, timing_modes=tuple(timing_modes), profile=profile)
+                      save_outputs=save_outputs, timing_modes=tuple(timing_modes) or (headline_mode(device),),
+                      profile=profile)
 
 
 def make_job(request: RunRequest, spec, solution, label, params=None) -> Job:

@@ -171,7 +171,7 @@ class Intake:
         if submission.dtype not in dtypes:
             raise Refused(f"dtype {submission.dtype!r} is not one of {', '.join(dtypes)}")
         unknown = [m for m in submission.timing_modes if m not in MODES]
-        if unknown or not submission.timing_modes:
+        if unknown:
             raise Refused(f"timing mode {', '.join(unknown) or '(none)'} is not one of {', '.join(MODES)}")
         if submission.timeout is not None and not 0 < submission.timeout <= self.max_timeout:
             raise Refused(f"timeout {submission.timeout} is out of range (above 0, at most {self.max_timeout:.0f} s)")
