@@ -367,3 +367,6 @@ ray.get(pool.close.remote())
     line = next((line for line in out.stdout.splitlines() if line.startswith("RECORD")), None)
     assert line is not None, out.stdout[-2000:] + out.stderr[-4000:]
     assert "pkbtest builder saw [] connected []" in line, line
+    # The build's worker keeps its builders' log in a file with no name: no folder of it on the node,
+    # while the worker lives or after it is killed (an earlier version's is swept by the build task).
+    assert not list(Path(tempfile.gettempdir()).glob("pkb-ray-builders-*"))

@@ -201,7 +201,7 @@ def test_a_candidate_under_pkbs_own_harness_is_flagged_where_the_reference_reach
     """Numbers of the host engine on 2xH200 at 4 KiB: the harness with no call 43 us, the
     reference 51 us. A rebound loop that skips the placing and barrier lands below the harness:
     flagged; an honest candidate a little under the reference is not; nor is any candidate where
-    the reference itself stays under the harness (2xH200 at 256 KiB, problem 7, while the harness
+    the reference itself stays under the harness (as problem 7's did on 2xH200 while the harness
     side exported each set twice)."""
     from pkb_core.conduct.window_rounds import _judge_against_harness
     from pkb_core.contracts.outcome import JobEnded
@@ -216,8 +216,18 @@ def test_a_candidate_under_pkbs_own_harness_is_flagged_where_the_reference_reach
     with pytest.raises(JobEnded) as ended:
         _judge_against_harness({**honest, "candidate": [30.0] * 6})
     assert ended.value.verdict == Verdict.FLAGGED and "pkb's own harness" in ended.value.reason
-    _judge_against_harness({"harness": [186.0] * 6, "kernel": [95.0] * 6, "reference": [168.0] * 6,
+    _judge_against_harness({"harness": [186.0] * 6, "kernel": [95.0] * 6, "reference": [150.0] * 6,
                             "candidate": [120.0] * 6})
+    # A loaded CPU (a hostile run, 24 rounds): the harness's rounds spread over hundreds of us, but
+    # round by round a side that skipped pkb's harness (one rank closing both ranks' windows) stays
+    # far under it, where the reference does not.
+    spread = [259.0 + 13.0 * ((7 * r) % 24) for r in range(24)]  # 259-558 us
+    noisy = {"harness": spread, "kernel": [h - 120.0 for h in spread],
+             "reference": [h + 60.0 + 40.0 * (r % 3) for r, h in enumerate(spread)]}
+    with pytest.raises(JobEnded) as ended:
+        _judge_against_harness({**noisy, "candidate": [h * 0.55 for h in spread]})
+    assert ended.value.verdict == Verdict.FLAGGED, ended.value.reason
+    _judge_against_harness({**noisy, "candidate": [h + 5.0 for h in spread]})  # honest and fast: not flagged
 
 
 def test_the_timekeepers_of_a_node_open_each_window_together(tmp_path):

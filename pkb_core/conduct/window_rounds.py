@@ -49,7 +49,7 @@ import statistics
 import time
 
 from pkb_core.conduct.answers import combine, slot_sizes
-from pkb_core.conduct.intervals import speedup, summarize, with_group_share
+from pkb_core.conduct.intervals import median_interval, speedup, summarize, with_group_share
 from pkb_core.conduct.stopping import StoppingRule
 from pkb_core.contracts import commands_candidate as candidate
 from pkb_core.contracts import commands_judge as judge
@@ -58,9 +58,11 @@ from pkb_core.contracts.outcome import JobEnded
 from pkb_core.contracts.timing import ModeTiming
 from pkb_core.contracts.verdict import Verdict
 
-#: A side is measurably shorter than the empty hand-off when its median window is below the
-#: null's by more than the largest of: this many microseconds (a window's spread on a GPU),
-#: this share of the null, and the spread of the null's own per-round values.
+#: A side is measurably shorter than one of the judge's own sides (the empty hand-off, pkb's
+#: harness) when, round by round, its window less that side's lies below zero by more than the
+#: largest of: this many microseconds (a window's spread on a GPU), this share of the judge's
+#: side, and a margin of its own (the harness's: :data:`HARNESS_SHARE`), over the whole 95 %
+#: interval of the rounds' median difference (:func:`_under`).
 BELOW_NULL_US = 2.0
 BELOW_NULL_SHARE = 0.02
 #: A batch whose input sets together exceed this has about :data:`SAMPLED_SNAPSHOTS` of its
@@ -294,26 +296,39 @@ def _positive(per_call: dict) -> tuple[list, list]:
 
 
 def below_null_slack(null_rounds: list[float]) -> float:
-    """How far (us) a side's median window may lie below the null's before it is measurably
-    shorter than the empty hand-off: the null's own noise, at least :data:`BELOW_NULL_US`."""
+    """How far (us) a side's median window may lie below the null's before the record says the
+    null was no floor for it (:func:`null_is_floor`): the null's own noise, at least :data:`BELOW_NULL_US`."""
     median = statistics.median(null_rounds)
     return max(BELOW_NULL_US, BELOW_NULL_SHARE * median, max(null_rounds) - min(null_rounds))
 
 
+def _under(side: list[float], floor: list[float], slack: float) -> tuple[bool, tuple[float, float]]:
+    """Whether ``side``'s windows lie measurably under ``floor``'s: the rounds' differences (each
+    round's two batches ran back to back, so what the round's conditions did to both cancels),
+    and the 95 % interval of their median entirely below ``-slack`` (with fewer than six rounds,
+    every round's difference). The interval, too."""
+    differences = [a - b for a, b in zip(side, floor)]
+    interval = median_interval(differences) or (min(differences), max(differences))
+    return interval[1] < -slack, interval
+
+
 def _flag_under(raw: dict, floor: str, what: str, meaning: str, margin: float = 0.0) -> None:
-    """``flagged`` where the candidate's median window is measurably under the judge's ``floor``
-    side (by more than that side's own noise, :func:`below_null_slack`, and ``margin`` us)
-    while pkb's reference group's reaches it in the same job: the reference runs everything the
-    floor side does, so a side under it did less than every honest side must."""
+    """``flagged`` where the candidate's windows are measurably under the judge's ``floor`` side
+    (:func:`_under`, by more than :data:`BELOW_NULL_US`, :data:`BELOW_NULL_SHARE` of it and
+    ``margin`` us) while pkb's reference group's are not, in the same job: the reference runs
+    everything the floor side does, so a side under it did less than every honest side must.
+    Paired round by round, not the medians' gap against the floor's spread over the job: on a
+    loaded CPU that spread (hundreds of us) let a side skip the whole of pkb's harness."""
     level = statistics.median(raw[floor])
-    noise = below_null_slack(raw[floor])
-    slack = max(noise, margin)  # the candidate's allowance; the reference reaches it within its noise
-    reference, candidate = statistics.median(raw["reference"]), statistics.median(raw["candidate"])
-    if candidate < level - slack and reference >= level - noise:
+    slack = max(BELOW_NULL_US, BELOW_NULL_SHARE * level, margin)
+    below, interval = _under(raw["candidate"], raw[floor], slack)
+    if below and not _under(raw["reference"], raw[floor], slack)[0]:
+        candidate = statistics.median(raw["candidate"])
         raise JobEnded(Verdict.FLAGGED,
                        f"the candidate's windows ({candidate:.1f} us, median over {len(raw['candidate'])} rounds) are "
-                       f"shorter than {what} ({level:.1f} us, noise {slack:.1f} us), which the reference's reach "
-                       f"({reference:.1f} us): {meaning} (a timing cheat, never a speedup)")
+                       f"shorter than {what} ({level:.1f} us) by {-interval[1]:.1f}-{-interval[0]:.1f} us a round "
+                       f"(95 % interval; allowed {slack:.1f} us), which the reference's are not "
+                       f"({statistics.median(raw['reference']):.1f} us): {meaning} (a timing cheat, never a speedup)")
 
 
 def _judge_against_null(raw: dict) -> None:

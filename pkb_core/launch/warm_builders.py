@@ -14,6 +14,7 @@ same request, lockdown, answer and outcome cache. So the verdicts are ``pkb run`
 from __future__ import annotations
 
 import os
+import tempfile
 import threading
 import time
 
@@ -26,7 +27,10 @@ STARTUP_S = 180.0
 
 
 class WarmBuilders:
-    """One builder zygote per backend (and preload set), started on first use."""
+    """One builder zygote per backend (and preload set), started on first use.
+
+    :param log_path: the zygotes' log; None: a file with no name (nothing of it is left on disk
+        once this process ends, however it ends)."""
 
     def __init__(self, log_path):
         self.log_path = log_path
@@ -48,7 +52,9 @@ class WarmBuilders:
         with self.lock:
             key = (backend, preload, environment)
             if key not in self._zygotes or self._zygotes[key].proc.poll() is not None:
-                if self._log is None:
+                if self._log is None and self.log_path is None:
+                    self._log = tempfile.TemporaryFile(prefix="pkb-builders-")  # unlinked at once
+                elif self._log is None:
                     self.log_path.parent.mkdir(parents=True, exist_ok=True)
                     self._log = open(self.log_path, "ab")
                 # Its children run solution code: only the variables they need (no token, no key).

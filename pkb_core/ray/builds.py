@@ -29,30 +29,24 @@ from pkb_core.contracts.batch import LaunchSettings
 from pkb_core.contracts.job import Job
 from pkb_core.contracts.record import Record
 
-#: The names of a build task's folder and of a Ray worker's folder for its zygotes' log.
+#: The names of a build task's folder, and of the folder where a Ray worker of an earlier pkb kept
+#: its zygotes' log (swept: that log has no name now).
 TASK_PREFIX, WORKER_PREFIX = "pkb-ray-build-", "pkb-ray-builders-"
 #: This Ray worker process's builder zygotes (kept between the tasks it runs).
 _WARM = None
 
 
 def _warm():
-    """The worker's builder zygotes, their log in a folder of the worker's own (0700: the log
-    is no job's to read), removed when the worker exits (swept by a later task if it is killed)."""
+    """The worker's builder zygotes, their log a file with no name (no job's to read, and nothing
+    left on the node when the worker ends, killed or not)."""
     global _WARM
     if _WARM is None:
         import atexit
 
         from pkb_core.launch.warm_builders import WarmBuilders
-        from pkb_core.process import temp_folders
 
-        folder = temp_folders.make(WORKER_PREFIX)
-        _WARM = WarmBuilders(Path(folder) / "zygotes.log")
-
-        def stop():
-            _WARM.stop()
-            temp_folders.remove(folder)
-
-        atexit.register(stop)
+        _WARM = WarmBuilders(None)
+        atexit.register(_WARM.stop)
     return _WARM
 
 
