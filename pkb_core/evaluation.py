@@ -9,7 +9,6 @@ keeps them warm.
 """
 from __future__ import annotations
 
-
 import tempfile
 from pathlib import Path
 

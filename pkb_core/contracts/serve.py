@@ -13,7 +13,6 @@ docs/serve.md is the HTTP reference.
 """
 from __future__ import annotations
 
-
 import enum
 
 import attrs

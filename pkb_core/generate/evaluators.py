@@ -16,7 +16,6 @@ planning, compile phase and launch), feedback included.
 """
 from __future__ import annotations
 
-
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
