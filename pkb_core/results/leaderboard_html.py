@@ -13,8 +13,7 @@ import math
 import re
 
 from pkb_core import __version__
-from pkb_core.contracts.verdict import VERDICTS
-from pkb_core.results.table import format_cell
+from pkb_core.results.report_html import table_cell
 
 _STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em; color: #222; }
@@ -106,16 +105,7 @@ def sortable_table(headers, rows) -> str:
     if not rows:
         return '<p class="note">(none)</p>'
     head = "".join(f'<th title="sort by {html.escape(str(h))}">{html.escape(str(h))}</th>' for h in headers)
-    body = []
-    for row in rows:
-        cells = []
-        for value in row:
-            text = format_cell(value)
-            numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
-            cls = "num" if numeric else (text if text in VERDICTS else "")
-            attr = f' class="{cls}"' if cls else ""
-            cells.append(f'<td{attr} data-sort="{html.escape(sort_key(value))}">{html.escape(text)}</td>')
-        body.append("<tr>" + "".join(cells) + "</tr>")
+    body = ["<tr>" + "".join(table_cell(value, sort_key(value)) for value in row) + "</tr>" for row in rows]
     return f'<table class="sortable"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
 
 

@@ -38,17 +38,20 @@ def render_html(summary: dict, sections) -> str:
     return "\n".join(parts) + "\n"
 
 
+def table_cell(value, sort_key: str | None = None) -> str:
+    """One ``<td>``: ``value`` as the text tables show it, right-aligned when it is a number and
+    coloured when it is a verdict; with ``sort_key``, the key a sortable table orders it by."""
+    text = format_cell(value)
+    numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
+    cls = "num" if numeric else (text if text in VERDICTS else "")
+    attributes = (f' class="{cls}"' if cls else "") + \
+        (f' data-sort="{html.escape(sort_key)}"' if sort_key is not None else "")
+    return f"<td{attributes}>{html.escape(text)}</td>"
+
+
 def _table(headers, rows) -> str:
     if not rows:
         return '<p class="note">(none)</p>'
     head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
-    body = []
-    for row in rows:
-        cells = []
-        for value in row:
-            text = format_cell(value)
-            cls = "num" if isinstance(value, (int, float)) and not isinstance(value, bool) else (
-                text if text in VERDICTS else "")
-            cells.append(f'<td class="{cls}">{html.escape(text)}</td>' if cls else f"<td>{html.escape(text)}</td>")
-        body.append("<tr>" + "".join(cells) + "</tr>")
+    body = ["<tr>" + "".join(table_cell(value) for value in row) + "</tr>" for row in rows]
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
