@@ -31,6 +31,7 @@ from __future__ import annotations
 import json
 import mmap
 import os
+import statistics
 import sys
 import time
 
@@ -174,15 +175,12 @@ class HostClock:
             board.leave(last)  # a rank that stopped early holds no other rank's windows
         return {"times_ns": times, "status": status, "not_queued_ahead": stalled_at, "copied": copied,
                 "first_wait_ns": first, "batch_ns": time.perf_counter_ns() - began,
-                "release_ns": _median(released), "snapshot_ns": _median(snapped)}
+                "release_ns": statistics.median_high(released) if released else None,
+                "snapshot_ns": statistics.median_high(snapped) if snapped else None}
 
     def close(self):
         for region, *_ in self.regions.values():
             region.close()
-
-
-def _median(values: list) -> int | None:
-    return sorted(values)[len(values) // 2] if values else None
 
 
 class DeviceClock:

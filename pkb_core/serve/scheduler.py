@@ -317,7 +317,8 @@ class Scheduler:
         if not job_id:
             return
         lane.job_id = None
-        if self.store.attempts(job_id) < MAX_ATTEMPTS:
+        attempts = self.store.attempts(job_id)
+        if attempts < MAX_ATTEMPTS:
             self.store.requeue(job_id, result.error)  # its job's reruns say why, in the next run's record
             return
         planned = self.store.planned(job_id)
@@ -326,5 +327,5 @@ class Scheduler:
             # What stopped its earlier runs, in its own words (a group's failure, or the service's
             # restart, which counts as a run too: a job that takes the service down is not rerun for ever).
             before = "; ".join(job.reruns or ()) or "unknown"
-            reason = f"{result.error}; it ran {self.store.attempts(job_id)} times (before: {before})"
+            reason = f"{result.error}; it ran {attempts} times (before: {before})"
             self.report(job_id, self._error_record(job, (job.backend, world_size), reason), write=True)
