@@ -77,6 +77,18 @@ def test_group_share_widens_an_interval_its_rounds_cannot_widen():
     assert with_group_share(few, 0.005) == few  # no interval: nothing to widen
 
 
+def test_group_share_of_a_short_call_is_its_per_call_term():
+    """Two groups differ by about GROUP_US a call whatever its length: a 35 us call's interval
+    is widened by 0.5 % and 0.5/35 more, a 1 ms call's by little beyond 0.5 %."""
+    from pkb_core.conduct.window_rounds import GROUP_SHARE, GROUP_US, group_share
+
+    short = group_share({"reference": [0.036, 0.035, 0.034], "candidate": [0.040, 0.041, 0.039]})
+    assert short == pytest.approx(GROUP_SHARE + GROUP_US / 35.0)
+    long = group_share({"reference": [1.0, 1.0, 1.0], "candidate": [2.0, 2.0, 2.0]})
+    assert long == pytest.approx(GROUP_SHARE + GROUP_US / 1000.0)
+    assert group_share({"reference": [0.0], "candidate": [0.0]}) == GROUP_SHARE
+
+
 def test_window_mode_takes_more_rounds_of_smaller_batches():
     from pkb_core.conduct.window_rounds import WINDOW_LEAST_CALLS, WINDOW_ROUNDS, window_batches
 

@@ -150,6 +150,13 @@ def test_window_mode_judges_honest_and_hostile_solutions(pkb_invoke, tmp_path):
     # What of each window is the host engine's own copies: the release of the set, the snapshot.
     assert all(0 < d["release_us"] < d["window_p90_us"] and 0 < d["snapshot_us"] < d["window_p90_us"]
                for d in window["window_diagnostics"].values()), window["window_diagnostics"]
+    # Where each side's gate region lies, per rank: on one of this machine's nodes, and (the
+    # timekeeper settled on one node) every side's on the same one.
+    from pkb_core.machine.numa import online_nodes
+
+    placed = {side: d["region_nodes"] for side, d in window["window_diagnostics"].items()}
+    assert all(len(nodes) == 1 and len(nodes[0]) == 2 for nodes in placed.values()), placed
+    assert len({tuple(nodes[0]) for nodes in placed.values()}) == 1 and placed["null"][0][0] in online_nodes(), placed
     wrong = records["1_allreduce_wrong_when_timed.py"]
     assert wrong["verdict"] == "fail" and "timed call" in wrong["reason"], wrong
     gates = records["1_allreduce_opens_its_own_gates.py"]

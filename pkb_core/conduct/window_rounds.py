@@ -30,7 +30,7 @@ window is a lead-in: checked, not timed). A side's per-call time in a round is i
 the round's ``kernel`` value (or, below it, less the ``null`` value: :func:`per_call_us`). The
 speedup is the ratio of the two sides' medians with the interval over the rounds' paired ratios
 (:mod:`pkb_core.conduct.intervals`), as in every mode, widened by what two groups of the same code
-differ by (:data:`GROUP_SHARE`; the record keeps the rounds' own interval); the raw
+differ by (:func:`group_share`; the record keeps the rounds' own interval); the raw
 windows' ratio (nothing subtracted) stands beside it. Nothing a side's process says is a
 time: the timekeeper's clock holds every number, it starts a window only once the side has
 queued the call (:mod:`pkb_core.harness.windows`), and no side sees set ``w + 1`` before
@@ -91,6 +91,10 @@ WINDOW_LEAST_CALLS = 10
 #: itself read within 0.997-1.004 and 4 of those 12 intervals excluded 1.00 (the twelfth read
 #: 1.048: docs/benchmarks/2026-11-28-h200x2-clock-aa.md).
 GROUP_SHARE = 0.005
+#: The same, as a time per call: at 4 KiB-256 KiB on 2xH200 (calls of 35-60 us beyond the
+#: hand-off) the rounds' intervals of 3 of 48 A/A jobs missed 1.00 by 0.11-0.39 us a call,
+#: ten times what :data:`GROUP_SHARE` covers there (docs/benchmarks/2026-11-28-h200x2-clock-rounds.md).
+GROUP_US = 0.5
 
 
 class Batches:
@@ -122,6 +126,9 @@ class Batches:
         #: Per side: each batch's median release and snapshot copy inside a window (us; the host
         #: engine's; the slowest rank's).
         self.copies: dict = {}
+        #: Per side: the NUMA node of its gate region on each rank, as its batches found them (the
+        #: host engine's; distinct values in order: a side whose region moved shows both).
+        self.nodes: dict = {}
 
     def _timeout(self) -> float:
         return max(1.0, self.run.deadline - time.monotonic() - 1.0)
@@ -164,6 +171,9 @@ class Batches:
                              ("snapshot_us", [t.snapshot_ns for t in times])):
             if values and all(isinstance(v, int) for v in values):
                 self.copies.setdefault(side, {}).setdefault(name, []).append(max(values) / 1e3)
+        placed = [t.region_node for t in times]
+        if any(isinstance(node, int) for node in placed) and placed not in self.nodes.setdefault(side, []):
+            self.nodes[side].append(placed)
         stopped = next((t.status for t in times if t.status != "ok"), None)
         if stopped:
             raise JobEnded(Verdict.TIMEOUT if "never" in stopped else Verdict.ERROR,
@@ -204,6 +214,8 @@ class Batches:
                 found[side]["gc_collections_in_windows"] = self.collections[side]
             if side in self.unqueued:
                 found[side]["not_queued_ahead"] = self.unqueued[side]
+            if self.nodes.get(side):
+                found[side]["region_nodes"] = self.nodes[side]
             for name, values in self.copies.get(side, {}).items():
                 found[side][name] = round(statistics.median(values), 3)
             if self.cost.get(side):
@@ -274,8 +286,16 @@ def time_windows(run, mode: str, budget_s: float, calls: int, least: int, cap: i
     return ModeTiming(reference=summarize(per_call["reference"], per_call["reference"], calls=total),
                       candidate=summarize(per_call["candidate"], per_call["candidate"], calls=total),
                       speedup=with_group_share(speedup(per_call["reference"], per_call["candidate"], pairs),
-                                               GROUP_SHARE), stopped=stopped,
+                                               group_share(per_call)), stopped=stopped,
                       batches=round_, alignment=alignment, calls_per_batch=calls, extra=extra)
+
+
+def group_share(per_call: dict) -> float:
+    """The share each way by which a speedup's interval is widened for what two groups of the
+    same code differ by: :data:`GROUP_SHARE`, and :data:`GROUP_US` of the faster side's median
+    per-call time (``per_call``: ms per round, each side)."""
+    faster_us = min(statistics.median(per_call[side]) for side in ("reference", "candidate")) * 1e3
+    return GROUP_SHARE + (GROUP_US / faster_us if faster_us > 0 else 0.0)
 
 
 def per_call_us(value: float, null: float, kernel: float) -> float:

@@ -193,6 +193,9 @@ class WindowTimes(Answer):
     #: a window is the engine's own copies (diagnostics).
     release_ns: int | None = optional()
     snapshot_ns: int | None = optional()
+    #: The host engine's: the NUMA node holding the side's gate region on this rank
+    #: (:mod:`pkb_core.machine.numa`; a diagnostic).
+    region_node: int | None = optional()
 
 
 @attrs.frozen(kw_only=True)

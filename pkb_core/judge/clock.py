@@ -22,6 +22,8 @@ import tempfile
 import torch
 
 from pkb_core.harness.gates import HOST_ENGINE_MAX_BYTES, CudaMemory, HostRegion, engine_choice, import_handle
+from pkb_core.judge.timekeeper import NODE_ENV
+from pkb_core.machine import numa
 
 #: Bytes between consecutive sets in the staging (and snapshots in the snapshot memory).
 ALIGN = 4096
@@ -102,7 +104,10 @@ class Timekeeper:
         self.host_engine = engine == "host"
         ordinal = "cpu" if device.type != "cuda" else "host" if self.host_engine else \
             str(torch.cuda.current_device() if device.index is None else device.index)
-        env = dict(os.environ, PKB_TIMEKEEPER_DEVICE=ordinal, PYTHONUNBUFFERED="1")
+        bus_id = numa.gpu_bus_id(device)
+        node = numa.pci_node(bus_id) if bus_id else None
+        env = dict(os.environ, PKB_TIMEKEEPER_DEVICE=ordinal, PYTHONUNBUFFERED="1",
+                   **{NODE_ENV: "" if node is None else str(node)})
         self.proc = subprocess.Popen([sys.executable, "-m", "pkb_core.judge.timekeeper"], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, env=env, text=True)
         self.staging = self.snap = None

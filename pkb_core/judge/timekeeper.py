@@ -37,7 +37,10 @@ import time
 
 from pkb_core.harness.gates import DONE, GO, QUEUED, SPINS, HostRegion, HostWord, behind, checked, driver, \
     export_handle, slot_layout, stream_wait, stream_write
+from pkb_core.machine.numa import page_node, settle_on
 
+#: The NUMA node of the rank's GPU, from its judge rank (empty: unknown).
+NODE_ENV = "PKB_TIMEKEEPER_NODE"
 #: Windows queued ahead of the last one known finished (GPU): a stream's queue holds about a
 #: thousand operations, and a host blocked in a full queue could not keep its deadline.
 AHEAD = 48
@@ -107,6 +110,8 @@ class HostClock:
         #: :class:`DeviceClock` does); a CPU side announces a call before it waits, so never stalls.
         self.stall_s = stall_s
         self.regions: dict = {}
+        #: Per side: the NUMA node its region's pages are on (:mod:`pkb_core.machine.numa`).
+        self.nodes: dict = {}
         self.staging = self.snap = None
 
     def region(self, side: str, in_bytes: int, out_bytes: int, path: str) -> dict:
@@ -117,6 +122,7 @@ class HostClock:
         region = HostRegion(path, total, create=True)
         region.touch()
         self.regions[side] = (region, in_bytes, out_bytes)
+        self.nodes[side] = page_node(region.map)
         return {"path": path}
 
     def make_staging(self, staging_bytes: int, snap_bytes: int, staging_path: str, snap_path: str) -> dict:
@@ -176,7 +182,8 @@ class HostClock:
         return {"times_ns": times, "status": status, "not_queued_ahead": stalled_at, "copied": copied,
                 "first_wait_ns": first, "batch_ns": time.perf_counter_ns() - began,
                 "release_ns": statistics.median_high(released) if released else None,
-                "snapshot_ns": statistics.median_high(snapped) if snapped else None}
+                "snapshot_ns": statistics.median_high(snapped) if snapped else None,
+                "region_node": self.nodes.get(side)}
 
     def close(self):
         for region, *_ in self.regions.values():
@@ -341,6 +348,10 @@ def main() -> int:
     libc.prctl(4, 0, 0, 0, 0)
     libc.prctl(1, 9, 0, 0, 0)  # PR_SET_PDEATHSIG: SIGKILL when its judge rank dies
     gc.disable()  # nothing of a long-lived heap collects inside a window
+    # On its GPU's node (or the one it starts on), its memory there too: every gate region of
+    # this rank on one node, whichever side it is for (pkb_core.machine.numa).
+    node = os.environ.get(NODE_ENV, "")
+    settle_on(int(node) if node.lstrip("-").isdigit() and int(node) >= 0 else None)
     ordinal = os.environ.get("PKB_TIMEKEEPER_DEVICE", "cpu")
     if ordinal == "cpu":
         clock = HostClock()
