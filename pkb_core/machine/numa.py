@@ -116,7 +116,7 @@ def settle_on(node: int | None) -> dict:
     if mask is None:
         return done
     libc = ctypes.CDLL(None, use_errno=True)
-    done["pinned"] = libc.syscall(calls[0], MPOL_PREFERRED, ctypes.byref(mask), 64) == 0
+    done["pinned"] = libc.syscall(calls[0], MPOL_PREFERRED, ctypes.byref(mask), 65) == 0  # 64 bits: maxnode - 1
     return done
 
 
