@@ -1,0 +1,98 @@
+#!/usr/bin/env python3
+"""Issue 53's targets 6 and 7, read from records: the ruler against its own events, and a
+backend's samples against their own events in the same jobs.
+
+Usage::
+
+    python3 benchmarks/clock_targets.py ruler EVENTS.txt RULER/records.jsonl
+    python3 benchmarks/clock_targets.py samples SAMPLES/records.jsonl
+
+``ruler``: ``EVENTS.txt`` is what ``benchmarks/ruler_events.py`` printed on the same machine in
+the same call; each record is a ``benchmarks/ruler/1_allreduce_sleep_<cycles>.py`` job against
+the reference (window mode). pkb's reading of a delay is the ruler's per-call time less the
+reference's (``solution_ms - reference_ms``); it must lie within max(0.75 us, 3 %) of the delay's
+own events.
+
+``samples``: jobs run with ``--timing-mode window,latency``. The window speedup is pkb's reading;
+latency mode's ``self_reported_ms`` (each process's CUDA events around each call, queued behind a
+device hold, its own account) gives the ratio of their own events; pkb's speedup must lie within
+10 % of it.
+"""
+from __future__ import annotations
+
+import json
+import re
+import sys
+
+RULER_US, RULER_SHARE = 0.75, 0.03
+SAMPLES_SHARE = 0.10
+
+
+def own_events(path: str) -> dict[int, float]:
+    """``cycles -> us`` from ruler_events.py's table."""
+    found = {}
+    for line in open(path):
+        fields = line.split()
+        if len(fields) == 4 and all(re.fullmatch(r"[0-9.]+", f) for f in fields):
+            found[int(fields[0])] = float(fields[1])
+    return found
+
+
+def records(path: str):
+    with open(path) as handle:
+        for line in handle:
+            if line.strip():
+                yield json.loads(line)
+
+
+def ruler(events_path: str, paths: list[str]) -> int:
+    events = own_events(events_path)
+    within = total = 0
+    print(f"{'size':>10} {'cycles':>7} {'events us':>9} {'pkb us':>8} {'error':>8}  within")
+    for path in paths:
+        for record in records(path):
+            match = re.search(r"sleep_(\d+)\.py$", record.get("solution") or "")
+            if not match or record.get("verdict") != "pass" or int(match.group(1)) not in events:
+                continue
+            delay = events[int(match.group(1))]
+            read = (record["solution_ms"] - record["reference_ms"]) * 1e3
+            ok = abs(read - delay) <= max(RULER_US, RULER_SHARE * delay)
+            within, total = within + ok, total + 1
+            print(f"{record['size'].split(':')[-1]:>10} {match.group(1):>7} {delay:9.3f} {read:8.2f} "
+                  f"{read - delay:+8.2f}  {'yes' if ok else 'no'}")
+    print(f"within max({RULER_US} us, {RULER_SHARE:.0%}): {within} of {total}")
+    return 0 if total else 1
+
+
+def samples(paths: list[str]) -> int:
+    within = total = 0
+    print(f"{'problem':<18} {'size':>10} {'solution':<28} {'window':>7} {'own events':>10} {'ratio':>6}  within")
+    for path in paths:
+        for record in records(path):
+            modes = (record.get("stats") or {}).get("modes", {})
+            window, latency = modes.get("window") or {}, modes.get("latency") or {}
+            own = latency.get("self_reported_ms") or {}
+            pkb = (window.get("speedup") or {}).get("value")
+            if record.get("verdict") != "pass" or pkb is None or not own.get("candidate"):
+                continue
+            theirs = own["reference"] / own["candidate"]
+            ok = abs(pkb / theirs - 1) <= SAMPLES_SHARE
+            within, total = within + ok, total + 1
+            print(f"{record['problem']:<18} {record['size'].split(':')[-1]:>10} "
+                  f"{record['solution'].rsplit('/', 1)[-1]:<28} {pkb:7.3f} {theirs:10.3f} {pkb / theirs:6.2f}  "
+                  f"{'yes' if ok else 'no'}")
+    print(f"within {SAMPLES_SHARE:.0%} of their own events' ratio: {within} of {total}")
+    return 0 if total else 1
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) >= 3 and argv[0] == "ruler":
+        return ruler(argv[1], argv[2:])
+    if len(argv) >= 2 and argv[0] == "samples":
+        return samples(argv[1:])
+    print(__doc__.split("\n\n")[2].strip(), file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
