@@ -154,6 +154,7 @@ def test_window_mode_judges_honest_and_hostile_solutions(pkb_invoke, tmp_path):
     # timekeeper settled on one node) every side's on the same one.
     from pkb_core.machine.numa import online_nodes
 
+    assert window["numa_nodes"] == len(online_nodes())
     placed = {side: d["region_nodes"] for side, d in window["window_diagnostics"].items()}
     assert all(len(nodes) == 1 and len(nodes[0]) == 2 for nodes in placed.values()), placed
     assert len({tuple(nodes[0]) for nodes in placed.values()}) == 1 and placed["null"][0][0] in online_nodes(), placed

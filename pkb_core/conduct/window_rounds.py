@@ -57,6 +57,7 @@ from pkb_core.contracts.commands_judge import JUDGE_SIDES
 from pkb_core.contracts.outcome import JobEnded
 from pkb_core.contracts.timing import ModeTiming
 from pkb_core.contracts.verdict import Verdict
+from pkb_core.machine.numa import online_nodes
 
 #: A side is measurably shorter than one of the judge's own sides (the empty hand-off, pkb's
 #: harness) when, round by round, its window less that side's lies below zero by more than the
@@ -282,6 +283,8 @@ def time_windows(run, mode: str, budget_s: float, calls: int, least: int, cap: i
                                    for side in ("reference", "candidate")},
              "null_is_floor": null_is_floor(raw),
              "timekeeper": ",".join(sorted(batches.engines)),
+             # where the regions' nodes (window_diagnostics.<side>.region_nodes) are read
+             "numa_nodes": len(online_nodes()),
              "window_diagnostics": batches.diagnostics()}
     return ModeTiming(reference=summarize(per_call["reference"], per_call["reference"], calls=total),
                       candidate=summarize(per_call["candidate"], per_call["candidate"], calls=total),

@@ -351,7 +351,7 @@ def main() -> int:
     # On its GPU's node (or the one it starts on), its memory there too: every gate region of
     # this rank on one node, whichever side it is for (pkb_core.machine.numa).
     node = os.environ.get(NODE_ENV, "")
-    settle_on(int(node) if node.lstrip("-").isdigit() and int(node) >= 0 else None)
+    settle_on(int(node) if node.isdigit() else None)
     ordinal = os.environ.get("PKB_TIMEKEEPER_DEVICE", "cpu")
     if ordinal == "cpu":
         clock = HostClock()
