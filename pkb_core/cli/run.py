@@ -123,7 +123,7 @@ def run(pm, problems, backend, solution, solutions, nproc, nnodes, node_rank, rd
     request = session.request(problems=problems, solution=solution, solutions=solutions, trials=trials,
                               dtype=dtype, size=size, mode=mode, measure_perf=measure_perf, warmup=warmup,
                               iters=iters, min_iters=min_iters, save_outputs=save_outputs,
-                              timing_modes=_timing_modes(timing_modes) if timing_modes else (), profile=profile)
+                              timing_modes=timing_modes, profile=profile)  # parsed by the option's callback
     run_dir = Path(out or Path("runs") / _dt.datetime.now().strftime("%Y%m%d-%H%M%S"))
     dropped = []
     pairs = pair_solutions(request, registry, info, dropped=dropped)
