@@ -130,6 +130,9 @@ class Batches:
         #: Per side: the NUMA node of its gate region on each rank, as its batches found them (the
         #: host engine's; distinct values in order: a side whose region moved shows both).
         self.nodes: dict = {}
+        #: Per side: each batch's share of calls queued before its first window opened (GPU,
+        #: host engine; the slowest rank's).
+        self.ahead: dict = {}
 
     def _timeout(self) -> float:
         return max(1.0, self.run.deadline - time.monotonic() - 1.0)
@@ -172,6 +175,9 @@ class Batches:
                              ("snapshot_us", [t.snapshot_ns for t in times])):
             if values and all(isinstance(v, int) for v in values):
                 self.copies.setdefault(side, {}).setdefault(name, []).append(max(values) / 1e3)
+        ahead = [t.queued_ahead for t in times]
+        if ahead and all(isinstance(a, int) for a in ahead):
+            self.ahead.setdefault(side, []).append(min(ahead) / k)
         placed = [t.region_node for t in times]
         if any(isinstance(node, int) for node in placed) and placed not in self.nodes.setdefault(side, []):
             self.nodes[side].append(placed)
@@ -217,6 +223,11 @@ class Batches:
                 found[side]["not_queued_ahead"] = self.unqueued[side]
             if self.nodes.get(side):
                 found[side]["region_nodes"] = self.nodes[side]
+            if self.ahead.get(side):
+                # The share of a batch's calls queued before its first window opened (GPU, host
+                # engine), the slowest rank's, as a median over batches and the least of any.
+                found[side]["queued_ahead_share"] = [round(statistics.median(self.ahead[side]), 3),
+                                                     round(min(self.ahead[side]), 3)]
             for name, values in self.copies.get(side, {}).items():
                 found[side][name] = round(statistics.median(values), 3)
             if self.cost.get(side):

@@ -196,6 +196,9 @@ class WindowTimes(Answer):
     #: The host engine's: the NUMA node holding the side's gate region on this rank
     #: (:mod:`pkb_core.machine.numa`; a diagnostic).
     region_node: int | None = optional()
+    #: The host engine's on GPU: how many of the batch's calls the side had queued when its first
+    #: window opened (all of them unless its queueing waited on the device; a diagnostic).
+    queued_ahead: int | None = optional()
 
 
 @attrs.frozen(kw_only=True)

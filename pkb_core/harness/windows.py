@@ -112,8 +112,7 @@ class WindowSide:
                 else:
                     outputs, after = call(args)
                     written.append(pack_into({"out": outputs, "args": after}, region.out_slot))
-                region.write_used(max(fill, skeleton_end(written[-1])))
-                region.write_done(mark)
+                region.finish(max(fill, skeleton_end(written[-1])), mark)  # used, then done
                 if on_device:
                     region.write_queued(mark)  # GPU: all of call w is on the stream, behind its gate
                 host.append(time.perf_counter() - queued)

@@ -53,6 +53,9 @@ HOST_ENGINE_SPINS = 10_000_000
 STALL_S = 0.25
 #: The same wait once a batch has stalled: the side may still announce calls it did queue.
 STALL_AGAIN_S = 0.002
+#: How long (GPU, host engine) the timekeeper waits for a side's ``queued`` word to move before
+#: it stops waiting for the whole batch to be queued and opens the first window.
+QUEUE_IDLE_S = 0.05
 
 
 class Board:
@@ -142,6 +145,11 @@ class HostClock:
         times, copied, stalled_at, status = [], [], None, "ok"
         released, snapped = [], []  # ns inside each window: the release's copy, the snapshot's
         last, began, first = epoch + len(sizes), time.perf_counter_ns(), None
+        # GPU: no window opens before the side has queued the whole batch (or stopped queueing),
+        # so every window follows the last one after the same work of this timekeeper's, however
+        # fast the side's host queues: a window opened as its call was queued read 1-2 us longer
+        # or shorter by the side's host's pace on one H200 (docs/benchmarks/2026-11-29-h200-gate-kernels.md).
+        ahead = _queued_ahead(region.queued, epoch, len(sizes), deadline) if self.stall_s is not None else None
         for w, n in enumerate(sizes):
             mark = epoch + 1 + w
             # A side announces a call once it waits for the gate (CPU) or once the call is on its
@@ -183,11 +191,28 @@ class HostClock:
                 "first_wait_ns": first, "batch_ns": time.perf_counter_ns() - began,
                 "release_ns": statistics.median_high(released) if released else None,
                 "snapshot_ns": statistics.median_high(snapped) if snapped else None,
-                "region_node": self.nodes.get(side)}
+                "region_node": self.nodes.get(side), "queued_ahead": ahead}
 
     def close(self):
         for region, *_ in self.regions.values():
             region.close()
+
+
+def _queued_ahead(queued: HostWord, epoch: int, count: int, deadline: float) -> int:
+    """Wait until a side has announced all ``count`` calls of the batch from ``epoch`` on, or
+    until its ``queued`` word has not moved for ``QUEUE_IDLE_S`` (a side whose queueing waits
+    on the device, or a stream's queue that is full); the calls announced by then."""
+    last = epoch + count
+    seen, since = queued.read(), time.monotonic()
+    while behind(seen, last):
+        now = time.monotonic()
+        if now > deadline or now - since > QUEUE_IDLE_S:
+            break
+        value = queued.read()
+        if value != seen:
+            seen, since = value, now
+    announced = ((seen - epoch + (1 << 31)) % (1 << 32)) - (1 << 31)
+    return max(0, min(count, announced))
 
 
 class DeviceClock:

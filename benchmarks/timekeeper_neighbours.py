@@ -1,0 +1,275 @@
+#!/usr/bin/env python3
+"""What a host engine's window reads, by what runs on the CPUs beside its timekeeper (issue 53).
+
+Usage::
+
+    python3 benchmarks/timekeeper_neighbours.py [--windows 200] [--reps 4] [--host-us 250]
+        [--sweep cpus|cadence|regions] [--set-bytes 4096]
+
+One GPU is enough. This process plays the judge's timekeeper, pinned to one CPU (``T``), and
+opens windows of pkb's gate protocol (:mod:`pkb_core.harness.gates`, the host engine's: a
+shared-memory region the side's GPU maps) exactly as :class:`pkb_core.judge.timekeeper.HostClock`
+does: wait for ``queued``, stamp, release a 4 KiB set into ``in_slot``, write ``go``, poll
+``done``, copy the snapshot, stamp. A side process queues each call on its stream behind its
+gate (wait for ``go``, copy the set in, one kernel, copy it out, write ``used`` and ``done``),
+after ``--host-us`` of busy host work per call (pkb's harness costs a side's host 235-450 us a
+call, so its host works through most of the windows it has queued), then waits for its stream.
+
+Each placement is one batch of ``--windows`` windows; the placements are taken in a new random
+order in each of ``--reps`` repetitions, so the machine's drift falls on all of them alike:
+
+* ``side@C``: the side's process on CPU ``C`` (every CPU, ``T`` included);
+* ``busy@C``: the side on a far CPU, and a busy Python loop on CPU ``C``;
+* ``side@C/block``: the side on ``C`` with no host work, waiting for its stream asleep (a
+  blocking event) instead of spinning in ``torch.cuda.synchronize``.
+
+For each it prints the windows' median, 10th and 90th percentiles (us, the first window of each
+batch left out) and each repetition's median: a placement whose medians stay apart from the
+others' in every repetition is an offset that a job's groups would carry for the whole job.
+The CPUs' topology (``/sys``: core, package, SMT siblings) is printed first.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import random
+import signal
+import statistics
+import subprocess
+import sys
+import time
+
+SET_BYTES = 4096
+#: How the timekeeper opens a batch's windows (``--sweep cadence``): each once its call is queued
+#: (pkb's host engine before 2026-11-29); only once the whole batch is queued; each once its call
+#: is queued and no sooner than ``PACE_US`` after the previous window closed; or by pkb's own
+#: timekeeper (:meth:`pkb_core.judge.timekeeper.HostClock.open`, as a GPU judge runs it).
+OPENINGS = ("as-queued", "all-queued", "paced", "pkb")
+PACE_US = 500
+#: Gate regions the timekeeper makes (``--sweep regions`` times batches on each in turn: a
+#: region whose windows stay apart from the others' is an offset tied to its memory, which
+#: two groups of one job would carry, each on its own region).
+REGIONS = 4
+#: How the side's stream waits for ``go`` and writes ``used`` and ``done``: stream memory
+#: operations in the GPU's front end (pkb's gates before 2026-11-29), or what pkb's side region
+#: queues now (``kernels``: :mod:`pkb_core.harness.gate_kernels` on a host engine's region).
+GATES = ("stream", "kernels")
+
+
+def _topology() -> list[str]:
+    lines = []
+    for cpu in sorted(os.sched_getaffinity(0)):
+        base = f"/sys/devices/system/cpu/cpu{cpu}/topology/"
+        fields = []
+        for name in ("core_id", "physical_package_id", "thread_siblings_list"):
+            try:
+                with open(base + name) as handle:
+                    fields.append(f"{name}={handle.read().strip()}")
+            except OSError:
+                fields.append(f"{name}=?")
+        lines.append(f"cpu{cpu} " + " ".join(fields))
+    return lines
+
+
+def _pin(pid: int, cpu: int) -> None:
+    """Every thread of process ``pid`` on ``cpu`` (CUDA's and torch's threads too)."""
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            os.sched_setaffinity(int(task), {cpu})
+        except ProcessLookupError:
+            pass  # a thread that ended meanwhile
+
+
+def _busy(us: float) -> None:
+    end = time.perf_counter() + us * 1e-6
+    while time.perf_counter() < end:
+        pass
+
+
+def side(path: str, host_us: float) -> None:
+    """The side: for each request line ``EPOCH COUNT MODE`` queue COUNT calls, wait, answer ``ok``."""
+    import torch
+
+    from pkb_core.harness.gates import DONE, GO, USED, SideRegion, stream_wait, stream_write
+
+    on_gpu = torch.cuda.is_available()  # without one (a smoke test of this script) the side polls
+    device = torch.device("cuda", 0) if on_gpu else torch.device("cpu")
+    if on_gpu:
+        torch.cuda.set_device(device)  # the context the region is pinned and mapped in
+        stream, done_event = torch.cuda.Stream(device), torch.cuda.Event(blocking=True)
+    buffer = torch.zeros(SET_BYTES, dtype=torch.uint8, device=device)
+    regions = [SideRegion(device=device, path=one, in_bytes=SET_BYTES, out_bytes=SET_BYTES)
+               for one in path.split(",")]
+    # The kernels once before any gate: a first launch loads its module, which (lazy loading)
+    # waits for the device, and the device would be waiting for a gate that waits for this host.
+    for region in regions:
+        buffer.copy_(region.in_slot)
+        buffer.add_(1)
+        region.out_slot[:SET_BYTES].copy_(buffer)
+    if on_gpu:
+        torch.cuda.synchronize(device)
+    print("ready", flush=True)
+    for line in sys.stdin:
+        epoch, count, mode, index = line.split()
+        epoch, count, region = int(epoch), int(count), regions[int(index)]
+        mode, _, busy_us = mode.partition(":")
+        mode, _, gate = mode.partition("+")
+        busy_us = float(busy_us) if busy_us else host_us
+        with torch.cuda.stream(stream) if on_gpu else contextlib.nullcontext():
+            for w in range(count):
+                mark = epoch + 1 + w
+                if mode != "block":
+                    _busy(busy_us)
+                if not on_gpu:
+                    region.write_queued(mark)
+                handle = torch.cuda.current_stream(device).cuda_stream if on_gpu else None
+                if on_gpu and gate == "stream":  # the front end's wait, as pkb's gates were
+                    stream_wait(handle, region.ptr + GO, mark)
+                else:
+                    region.wait_go(mark, time.monotonic() + 10)
+                buffer.copy_(region.in_slot)
+                buffer.add_(1)
+                region.out_slot[:SET_BYTES].copy_(buffer)
+                if on_gpu and gate == "stream":  # and the front end's writes
+                    stream_write(handle, region.ptr + USED, SET_BYTES)
+                    stream_write(handle, region.ptr + DONE, mark)
+                else:
+                    region.finish(SET_BYTES, mark)
+                if on_gpu:
+                    region.write_queued(mark)
+            if on_gpu and mode == "block":
+                done_event.record(stream)
+                done_event.synchronize()
+            elif on_gpu:
+                torch.cuda.synchronize(device)
+        print("ok", flush=True)
+
+
+def busy_loop() -> None:
+    while True:
+        pass
+
+
+def main() -> int:
+    global SET_BYTES
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--role", choices=("timekeeper", "side", "busy"), default="timekeeper")
+    parser.add_argument("--path", default="")
+    parser.add_argument("--windows", type=int, default=200)
+    parser.add_argument("--reps", type=int, default=4)
+    parser.add_argument("--host-us", type=float, default=250.0)
+    parser.add_argument("--sweep", choices=("cpus", "cadence", "regions"), default="cpus")
+    parser.add_argument("--set-bytes", type=int, default=4096, help="bytes of each call's set")
+    args = parser.parse_args()
+    SET_BYTES = args.set_bytes
+    if args.role == "side":
+        side(args.path, args.host_us)
+        return 0
+    if args.role == "busy":
+        busy_loop()
+        return 0
+
+    from pkb_core.harness.gates import slot_layout
+    from pkb_core.judge.timekeeper import HOST_ENGINE_SPINS, STALL_S, HostClock
+
+    cpus = sorted(os.sched_getaffinity(0))
+    keeper_cpu, far_cpu = cpus[1], cpus[-1]
+    print("\n".join(_topology()))
+    print(f"timekeeper on cpu{keeper_cpu}; busy@C runs the side on cpu{far_cpu}")
+
+    in_at, out_at, total = slot_layout(SET_BYTES, SET_BYTES)
+    path = f"/dev/shm/pkb-neighbours-{os.getpid()}"
+    clock = HostClock(spins=HOST_ENGINE_SPINS, stall_s=STALL_S)
+    paths = [f"{path}-{i}" for i in range(REGIONS)]
+    for i, one in enumerate(paths):
+        clock.region(f"side{i}", SET_BYTES, SET_BYTES, one)
+    clock.make_staging(SET_BYTES * args.windows, SET_BYTES * args.windows, path + "-staging", path + "-snap")
+    staging = bytearray(os.urandom(SET_BYTES))
+    snapshot = bytearray(SET_BYTES)
+    me = [sys.executable, os.path.abspath(__file__)]
+    side_proc = subprocess.Popen([*me, "--role", "side", "--path", ",".join(paths), "--host-us", str(args.host_us),
+                                  "--set-bytes", str(SET_BYTES)],
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    busy_proc = subprocess.Popen([*me, "--role", "busy"])
+    busy_proc.send_signal(signal.SIGSTOP)
+    if side_proc.stdout.readline().strip() != "ready":
+        raise RuntimeError("the side did not start")
+    os.sched_setaffinity(0, {keeper_cpu})  # only now: the side started on every CPU
+    epoch = 0
+
+    def batch(side_cpu: int, busy_cpu: int | None, mode: str, opening: str, index: int = 0) -> list[float]:
+        nonlocal epoch
+        region = clock.regions[f"side{index}"][0]
+        _pin(side_proc.pid, side_cpu)
+        if busy_cpu is not None:
+            _pin(busy_proc.pid, busy_cpu)
+            busy_proc.send_signal(signal.SIGCONT)
+        side_proc.stdin.write(f"{epoch} {args.windows} {mode} {index}\n")
+        side_proc.stdin.flush()
+        times = []
+        deadline = time.monotonic() + 20
+        if opening == "pkb":
+            answer = clock.open(f"side{index}", epoch, [SET_BYTES] * args.windows, SET_BYTES, SET_BYTES, deadline)
+            if answer["status"] != "ok":
+                raise RuntimeError(answer["status"])
+            times = [t / 1e3 for t in answer["times_ns"]]
+        if opening == "all-queued":  # the whole batch on the stream first (or as much as 0.5 s allows)
+            region.queued.wait(epoch + args.windows, time.monotonic() + 0.5, HOST_ENGINE_SPINS)
+        closed = time.perf_counter_ns()
+        for w in range(args.windows if opening != "pkb" else 0):
+            mark = epoch + 1 + w
+            if opening == "paced":  # no window sooner than PACE_US after the last one closed
+                while time.perf_counter_ns() - closed < PACE_US * 1000:
+                    pass
+            if not region.queued.wait(mark, deadline, HOST_ENGINE_SPINS):
+                raise RuntimeError(f"the side never queued call {w} (its exit status: {side_proc.poll()})")
+            t0 = time.perf_counter_ns()
+            region.view(in_at, SET_BYTES)[:] = staging
+            region.go.write(mark)
+            if not region.done.wait(mark, deadline, HOST_ENGINE_SPINS):
+                raise RuntimeError("the side never finished")
+            snapshot[:] = region.view(out_at, region.used.read())
+            closed = time.perf_counter_ns()
+            times.append((closed - t0) / 1e3)
+        if side_proc.stdout.readline().strip() != "ok":
+            raise RuntimeError("the side went away")
+        if busy_cpu is not None:
+            busy_proc.send_signal(signal.SIGSTOP)
+        epoch += args.windows
+        return times[1:]
+
+    if args.sweep in ("cpus", "regions"):
+        placements = [(f"side@{c}", c, None, "spin", "as-queued") for c in cpus]
+        placements += [(f"busy@{c}", far_cpu, c, "spin", "as-queued") for c in cpus if c != far_cpu]
+        placements += [(f"side@{c}/block", c, None, "block", "as-queued") for c in cpus if c != keeper_cpu]
+    else:
+        placements = [(f"{opening}/{host_us:g}us/{gate}", far_cpu, None, f"spin+{gate}:{host_us:g}", opening)
+                      for opening in OPENINGS for host_us in (0, 100, 300) for gate in GATES]
+    if args.sweep == "regions":
+        placements = [(f"region{i}/{gate}", far_cpu, None, f"spin+{gate}:0", "pkb", i)
+                      for i in range(REGIONS) for gate in GATES]
+    batch(far_cpu, None, "spin", "as-queued")  # warm-up: the side's first launches and the pages
+    found: dict = {name: [] for name, *_ in placements}
+    for _ in range(args.reps):
+        random.shuffle(placements)
+        for name, side_cpu, busy_cpu, mode, opening, *index in placements:
+            found[name].append(batch(side_cpu, busy_cpu, mode, opening, *index))
+    side_proc.stdin.close()
+    side_proc.wait(timeout=30)
+    busy_proc.kill()
+    clock.close()
+    for name in (*paths, path + "-staging", path + "-snap"):
+        os.unlink(name)
+
+    print(f"{'placement':<16} {'median':>8} {'p10':>8} {'p90':>8}   medians by repetition (us)")
+    for name, *_ in sorted(placements, key=lambda p: (p[4], p[3], p[0].split("@")[0], p[1], p[2] or -1)):
+        pooled = sorted(t for rep in found[name] for t in rep)
+        p10, p90 = pooled[len(pooled) // 10], pooled[len(pooled) * 9 // 10]
+        reps = " ".join(f"{statistics.median(rep):6.2f}" for rep in found[name])
+        print(f"{name:<16} {statistics.median(pooled):8.2f} {p10:8.2f} {p90:8.2f}   {reps}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

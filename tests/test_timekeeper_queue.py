@@ -1,0 +1,91 @@
+"""The host engine's timekeeper on GPU sides opens no window before the side has queued its
+whole batch, or has stopped queueing (pkb_core.judge.timekeeper; docs/timing.md, "How a window
+is timed"). GPU sides are played here by threads that write the words as a GPU's stream would."""
+from __future__ import annotations
+
+import threading
+import time
+
+from pkb_core.harness.gates import HostRegion, slot_layout
+from pkb_core.judge import timekeeper
+from pkb_core.judge.timekeeper import HostClock, _queued_ahead
+
+SET = 64
+
+
+def _clock(tmp_path):
+    clock = HostClock(stall_s=0.2)
+    clock.region("candidate", SET, SET, str(tmp_path / "gates"))
+    clock.make_staging(SET * 8, SET * 8, str(tmp_path / "staging"), str(tmp_path / "snap"))
+    return clock
+
+
+PACE_S = 0.02
+
+
+def _side(tmp_path, epoch: int, count: int, queued_first: int, log: list):
+    """A GPU-like side: announces its first ``queued_first`` calls one every ``PACE_S`` (its host
+    queueing them; its stream's queue then full), and each later call once the device has
+    finished the one before it."""
+    _, _, total = slot_layout(SET, SET)
+    region = HostRegion(str(tmp_path / "gates"), total, create=False)
+    deadline = time.monotonic() + 10
+    for w in range(queued_first):
+        time.sleep(PACE_S)
+        region.queued.write(epoch + 1 + w)
+    for w in range(count):
+        mark = epoch + 1 + w
+        assert region.go.wait(mark, deadline)
+        log.append(("go", w, region.queued.read() - epoch))
+        region.used.write(0)
+        region.done.write(mark)
+        region.queued.write(max(epoch + queued_first, mark + 1))
+    region.close()
+
+
+def _open(clock, epoch, count):
+    return clock.open("candidate", epoch, [SET] * count, SET, SET, time.monotonic() + 10)
+
+
+def test_no_window_opens_before_the_whole_batch_is_queued(tmp_path):
+    clock, log = _clock(tmp_path), []
+    side = threading.Thread(target=_side, args=(tmp_path, 100, 6, 6, log))
+    side.start()
+    answer = _open(clock, 100, 6)
+    side.join()
+    clock.close()
+    assert answer["status"] == "ok" and len(answer["times_ns"]) == 6
+    assert answer["queued_ahead"] == 6 and answer["not_queued_ahead"] is None
+    # The first window opened once the sixth call was announced, not once the first was.
+    assert answer["first_wait_ns"] >= 5 * PACE_S * 1e9
+    assert all(queued == 6 for _, _, queued in log)
+
+
+def test_a_side_that_stops_queueing_is_timed_from_where_it_stopped(tmp_path, monkeypatch):
+    monkeypatch.setattr(timekeeper, "QUEUE_IDLE_S", 0.05)
+    clock, log = _clock(tmp_path), []
+    side = threading.Thread(target=_side, args=(tmp_path, 7, 8, 3, log))
+    side.start()
+    began = time.monotonic()
+    answer = _open(clock, 7, 8)
+    side.join()
+    clock.close()
+    assert answer["status"] == "ok" and len(answer["times_ns"]) == 8
+    assert answer["queued_ahead"] == 3
+    assert answer["not_queued_ahead"] is None  # each later call was queued before its gate opened
+    assert time.monotonic() - began < 5
+
+
+def test_the_count_is_read_cyclically(tmp_path):
+    _, _, total = slot_layout(SET, SET)
+    region = HostRegion(str(tmp_path / "words"), total, create=True)
+    epoch = (1 << 31) - 2  # the batch's marks wrap past the int32 range
+    region.queued.write(epoch + 4)
+    assert _queued_ahead(region.queued, epoch, 4, time.monotonic() + 5) == 4
+    region.queued.write(epoch + 1)
+    began = time.monotonic()
+    assert _queued_ahead(region.queued, epoch, 4, time.monotonic() + 5) == 1
+    assert time.monotonic() - began < 1  # gave up once the word stopped moving
+    region.queued.write(epoch - 5)  # a word left behind by an earlier batch: nothing announced
+    assert _queued_ahead(region.queued, epoch, 4, time.monotonic() + 5) == 0
+    region.close()
