@@ -4,7 +4,8 @@
 Usage::
 
     python3 benchmarks/timekeeper_neighbours.py [--windows 200] [--reps 4] [--host-us 250]
-        [--sweep cpus|cadence|regions] [--set-bytes 4096]
+        [--sweep cpus|cadence|regions|sides] [--set-bytes 4096] [--regions 4] [--gates stream,kernels]
+        [--sides 2] [--pool 1]
 
 One GPU is enough. This process plays the judge's timekeeper, pinned to one CPU (``T``), and
 opens windows of pkb's gate protocol (:mod:`pkb_core.harness.gates`, the host engine's: a
@@ -47,10 +48,6 @@ SET_BYTES = 4096
 #: timekeeper (:meth:`pkb_core.judge.timekeeper.HostClock.open`, as a GPU judge runs it).
 OPENINGS = ("as-queued", "all-queued", "paced", "pkb")
 PACE_US = 500
-#: Gate regions the timekeeper makes (``--sweep regions`` times batches on each in turn: a
-#: region whose windows stay apart from the others' is an offset tied to its memory, which
-#: two groups of one job would carry, each on its own region).
-REGIONS = 4
 #: How the side's stream waits for ``go`` and writes ``used`` and ``done``: stream memory
 #: operations in the GPU's front end (pkb's gates before 2026-11-29), or what pkb's side region
 #: queues now (``kernels``: :mod:`pkb_core.harness.gate_kernels` on a host engine's region).
@@ -159,8 +156,12 @@ def main() -> int:
     parser.add_argument("--windows", type=int, default=200)
     parser.add_argument("--reps", type=int, default=4)
     parser.add_argument("--host-us", type=float, default=250.0)
-    parser.add_argument("--sweep", choices=("cpus", "cadence", "regions"), default="cpus")
+    parser.add_argument("--sweep", choices=("cpus", "cadence", "regions", "sides"), default="cpus")
+    parser.add_argument("--sides", type=int, default=2, help="side processes (--sweep sides)")
+    parser.add_argument("--pool", type=int, default=1, help="regions of each side process (--sweep sides)")
     parser.add_argument("--set-bytes", type=int, default=4096, help="bytes of each call's set")
+    parser.add_argument("--regions", type=int, default=4, help="gate regions (--sweep regions)")
+    parser.add_argument("--gates", default=",".join(GATES), help="gates to time (--sweep regions, sides)")
     args = parser.parse_args()
     SET_BYTES = args.set_bytes
     if args.role == "side":
@@ -181,25 +182,31 @@ def main() -> int:
     in_at, out_at, total = slot_layout(SET_BYTES, SET_BYTES)
     path = f"/dev/shm/pkb-neighbours-{os.getpid()}"
     clock = HostClock(spins=HOST_ENGINE_SPINS, stall_s=STALL_S)
-    paths = [f"{path}-{i}" for i in range(REGIONS)]
+    if args.sweep == "sides":
+        args.regions = args.sides * args.pool
+    paths = [f"{path}-{i}" for i in range(args.regions)]
     for i, one in enumerate(paths):
         clock.region(f"side{i}", SET_BYTES, SET_BYTES, one)
     clock.make_staging(SET_BYTES * args.windows, SET_BYTES * args.windows, path + "-staging", path + "-snap")
     staging = bytearray(os.urandom(SET_BYTES))
     snapshot = bytearray(SET_BYTES)
     me = [sys.executable, os.path.abspath(__file__)]
-    side_proc = subprocess.Popen([*me, "--role", "side", "--path", ",".join(paths), "--host-us", str(args.host_us),
-                                  "--set-bytes", str(SET_BYTES)],
-                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    side_procs = [subprocess.Popen([*me, "--role", "side", "--path", ",".join(paths), "--host-us", str(args.host_us),
+                                    "--set-bytes", str(SET_BYTES)],
+                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                  for _ in range(args.sides if args.sweep == "sides" else 1)]
     busy_proc = subprocess.Popen([*me, "--role", "busy"])
     busy_proc.send_signal(signal.SIGSTOP)
-    if side_proc.stdout.readline().strip() != "ready":
-        raise RuntimeError("the side did not start")
+    for side_proc in side_procs:
+        if side_proc.stdout.readline().strip() != "ready":
+            raise RuntimeError("the side did not start")
     os.sched_setaffinity(0, {keeper_cpu})  # only now: the side started on every CPU
     epoch = 0
 
-    def batch(side_cpu: int, busy_cpu: int | None, mode: str, opening: str, index: int = 0) -> list[float]:
+    def batch(side_cpu: int, busy_cpu: int | None, mode: str, opening: str, index: int = 0,
+              process: int = 0) -> list[float]:
         nonlocal epoch
+        side_proc = side_procs[process]
         region = clock.regions[f"side{index}"][0]
         _pin(side_proc.pid, side_cpu)
         if busy_cpu is not None:
@@ -248,15 +255,22 @@ def main() -> int:
                       for opening in OPENINGS for host_us in (0, 100, 300) for gate in GATES]
     if args.sweep == "regions":
         placements = [(f"region{i}/{gate}", far_cpu, None, f"spin+{gate}:0", "pkb", i)
-                      for i in range(REGIONS) for gate in GATES]
+                      for i in range(args.regions) for gate in args.gates.split(",")]
+    if args.sweep == "sides":  # a region of the process's own pool, drawn for each batch
+        placements = [(f"process{j}/{gate}", far_cpu - j, None, f"spin+{gate}:0", "pkb", (j, args.pool))
+                      for j in range(args.sides) for gate in args.gates.split(",")]
     batch(far_cpu, None, "spin", "as-queued")  # warm-up: the side's first launches and the pages
     found: dict = {name: [] for name, *_ in placements}
     for _ in range(args.reps):
         random.shuffle(placements)
         for name, side_cpu, busy_cpu, mode, opening, *index in placements:
+            if index and isinstance(index[0], tuple):  # (process, its pool's size)
+                process, pool = index[0]
+                index = [process * pool + random.randrange(pool), process]
             found[name].append(batch(side_cpu, busy_cpu, mode, opening, *index))
-    side_proc.stdin.close()
-    side_proc.wait(timeout=30)
+    for side_proc in side_procs:
+        side_proc.stdin.close()
+        side_proc.wait(timeout=30)
     busy_proc.kill()
     clock.close()
     for name in (*paths, path + "-staging", path + "-snap"):

@@ -31,8 +31,8 @@ def _arm(clock, sets, side="candidate", out_bytes=4096):
     step = stride(set_bytes)
     skeletons = [pack_into(s, clock.staging[w * step:(w + 1) * step]) for w, s in enumerate(sets)]
     region = clock.region(side, set_bytes, out_bytes, None)
-    return skeletons, region, {"sizes": [packed_size(s) for s in sets], "set_stride": step,
-                               "snap_stride": stride(out_bytes)}
+    return skeletons, region, {"side": region["key"], "sizes": [packed_size(s) for s in sets],
+                               "set_stride": step, "snap_stride": stride(out_bytes)}
 
 
 def _snapshot(clock, skeleton, w, out_bytes=4096):
@@ -52,7 +52,7 @@ def test_each_call_sees_only_its_own_set_and_its_output_is_what_the_judge_reads(
         seen.append(side.region.in_slot.clone())
         return args[0] * 2, args
 
-    clock.send("open", side="candidate", epoch=7, timeout_s=20, **layout)
+    clock.send("open", epoch=7, timeout_s=20, **layout)
     written = side.run(epoch=7, skeletons=skeletons, call=call, timeout_s=20)
     answer = clock.receive()
     assert answer["status"] == "ok" and len(answer["times_ns"]) == 5 and min(answer["times_ns"]) > 0
@@ -70,7 +70,7 @@ def test_a_large_batch_copies_out_only_the_windows_chosen_before_it(clock):
     skeletons, region, layout = _arm(clock, sets)
     side = WindowSide(CPU)
     side.attach(region)
-    clock.send("open", side="candidate", epoch=3, timeout_s=20, snapshots=[1, 3], **layout)
+    clock.send("open", epoch=3, timeout_s=20, snapshots=[1, 3], **layout)
     written = side.run(epoch=3, skeletons=skeletons, call=lambda args: (args[0] + 1, args), timeout_s=20)
     answer = clock.receive()
     assert answer["status"] == "ok" and len(answer["times_ns"]) == 5
@@ -91,7 +91,7 @@ def test_work_finished_after_the_call_is_not_in_the_snapshot(clock):
         outputs.append(out)
         return out, args
 
-    clock.send("open", side="candidate", epoch=1, timeout_s=20, **layout)
+    clock.send("open", epoch=1, timeout_s=20, **layout)
     written = side.run(epoch=1, skeletons=skeletons, call=call, timeout_s=20)
     assert clock.receive()["status"] == "ok"
     for out in outputs:
@@ -105,7 +105,7 @@ def test_a_side_that_never_signals_is_a_timeout_not_a_hang(clock):
     side = WindowSide(CPU)
     side.attach(region)
     side.region.write_queued(4)  # it says its first call is queued, then never finishes it
-    clock.send("open", side="candidate", epoch=3, timeout_s=1.5, **layout)
+    clock.send("open", epoch=3, timeout_s=1.5, **layout)
     answer = clock.receive()
     assert answer["times_ns"] == [] and "never finished" in answer["status"]
 
@@ -117,7 +117,7 @@ def test_done_signalled_ahead_gets_snapshots_of_nothing(clock):
     side.attach(region)
     side.region.write_queued(1 + len(sets))
     side.region.write_done(1 + len(sets))  # every window "done" before any call ran
-    clock.send("open", side="candidate", epoch=1, timeout_s=20, **layout)
+    clock.send("open", epoch=1, timeout_s=20, **layout)
     assert clock.receive()["status"] == "ok"
     # What the judge would read for each call is an empty slot, never an answer.
     layout_of_answer = pack_into({"out": torch.full((4,), 6.0), "args": sets[0]}, torch.empty(4096, dtype=torch.uint8))

@@ -133,6 +133,8 @@ class Batches:
         #: Per side: each batch's share of calls queued before its first window opened (GPU,
         #: host engine; the slowest rank's).
         self.ahead: dict = {}
+        #: Per side: the gate regions its timed batches ran on (:mod:`pkb_core.judge.region_pool`).
+        self.regions: dict = {}
 
     def _timeout(self) -> float:
         return max(1.0, self.run.deadline - time.monotonic() - 1.0)
@@ -148,6 +150,8 @@ class Batches:
             folder = os.path.join(os.path.dirname(os.path.dirname(run.parcels.prefix)), group.shm_name)
         began = time.monotonic()
         armed = run.ask_judge(judge.ArmWindows(side=side, round=label, k=k, folder=folder))
+        if "/warm" not in label:
+            self.regions.setdefault(side, set()).update(a.region.get("key") for a in armed)
         epoch, self.epoch = self.epoch, self.epoch + k + 1
         # Which windows are copied out (and checked, for the candidate): all of a small batch's;
         # of a large one's, each by its own draw, before the batch and told to the timekeeper
@@ -223,6 +227,8 @@ class Batches:
                 found[side]["not_queued_ahead"] = self.unqueued[side]
             if self.nodes.get(side):
                 found[side]["region_nodes"] = self.nodes[side]
+            if self.regions.get(side):
+                found[side]["gate_regions"] = len(self.regions[side])
             if self.ahead.get(side):
                 # The share of a batch's calls queued before its first window opened (GPU, host
                 # engine), the slowest rank's, as a median over batches and the least of any.

@@ -143,8 +143,10 @@ class ArmWindows(Request):
 
 @attrs.frozen(kw_only=True)
 class Armed(Answer):
-    """The sets' skeletons (their layout in the side's ``in_slot``: no values) and the
-    side's gate region as the side attaches it (handle or path, slot sizes)."""
+    """The sets' skeletons (their layout in the side's ``in_slot``: no values) and the gate
+    region this batch runs on, one of the side's pool (:mod:`pkb_core.judge.region_pool`), as
+    the side attaches it (handle or path, slot sizes, ``pool``, and ``key``, its name to the
+    timekeeper)."""
 
     skeletons: list
     region: dict

@@ -40,8 +40,11 @@ class WindowSide:
 
     def __init__(self, device):
         self.device = device
+        #: The region the next batch runs on, and every region of its pool mapped so far.
         self.region = None
         self.key = None
+        self.mapped: dict = {}
+        self.pool = None
         #: The median host time this side spent queueing (GPU) or running (CPU) one call of its
         #: last batch, in microseconds: a diagnostic (on GPU it lies before each window).
         self.host_us = None
@@ -54,26 +57,35 @@ class WindowSide:
                 region.get("generation"))
 
     def holds(self, region: dict) -> bool:
-        """Whether ``region`` is the one mapped now."""
+        """Whether ``region`` is the one the next batch runs on."""
         return self.region is not None and self._key(region) == self.key
 
+    def in_pool(self, region: dict) -> bool:
+        """Whether ``region`` belongs to the pool whose regions are mapped here."""
+        return self.pool == region.get("pool")
+
     def close(self) -> None:
-        """Unmap the region (a device engine's allocation must be unmapped here before its
+        """Unmap every region (a device engine's allocation must be unmapped here before its
         timekeeper's next one may take its address)."""
-        if self.region is not None:
-            self.region.close()
-        self.region = self.key = None
+        for mapped in self.mapped.values():
+            mapped.close()
+        self.mapped.clear()
+        self.region = self.key = self.pool = None
 
     def attach(self, region: dict) -> SideRegion:
-        """Map the region the judge described (``handle`` or ``path``, ``in_bytes``, ``out_bytes``,
-        ``generation``), unless it is the one already mapped."""
-        key = self._key(region)
-        if key != self.key:
+        """Make the region the judge described (``handle`` or ``path``, ``in_bytes``, ``out_bytes``,
+        ``generation``, ``pool``) the one the next batch runs on, mapping it unless it is mapped
+        already. A region of another pool (:mod:`pkb_core.judge.region_pool`) unmaps every
+        region of the old one first."""
+        if not self.in_pool(region):
             self.close()
-            self.region = SideRegion(device=self.device, handle=region.get("handle", ""),
-                                     path=region.get("path", ""), in_bytes=region["in_bytes"],
-                                     out_bytes=region["out_bytes"])
-            self.key = key
+            self.pool = region.get("pool")
+        key = self._key(region)
+        if key not in self.mapped:
+            self.mapped[key] = SideRegion(device=self.device, handle=region.get("handle", ""),
+                                          path=region.get("path", ""), in_bytes=region["in_bytes"],
+                                          out_bytes=region["out_bytes"])
+        self.region, self.key = self.mapped[key], key
         return self.region
 
     def run(self, *, epoch: int, skeletons: list, call, timeout_s: float, make_group=None, fill: int = 0) -> list:

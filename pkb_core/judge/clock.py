@@ -21,7 +21,9 @@ import tempfile
 
 import torch
 
-from pkb_core.harness.gates import HOST_ENGINE_MAX_BYTES, CudaMemory, HostRegion, engine_choice, import_handle
+from pkb_core.harness.gates import HOST_ENGINE_MAX_BYTES, CudaMemory, HostRegion, engine_choice, import_handle, \
+    slot_layout
+from pkb_core.judge.region_pool import RegionPool, pool_size
 from pkb_core.judge.timekeeper import NODE_ENV
 from pkb_core.machine import numa
 
@@ -114,8 +116,11 @@ class Timekeeper:
         self._host: list = []  # the host engine's staging and snapshot files, mapped here
         self.mapped: list = []  # device pointers of the staging and snapshots mapped here (GPU)
         self.capacity = (0, 0)
-        self.regions: dict = {}
+        #: Per side: its pool of gate regions (:mod:`pkb_core.judge.region_pool`).
+        self.pools: dict = {}
+        self.pool_ident = 0
         self.generation = 0
+        self.paths: list = []  # every region file made (the host engine's), removed at close
         self.pending = None
 
     # -- the conversation --------------------------------------------------------
@@ -145,20 +150,28 @@ class Timekeeper:
 
     # -- memory ---------------------------------------------------------------------
     def region(self, side: str, in_bytes: int, out_bytes: int, folder: str | None) -> dict:
-        """The gate region of ``side`` with slots of at least these sizes (made anew when
-        larger ones are needed), as the side attaches it (:class:`pkb_core.harness.windows.WindowSide`)."""
-        have = self.regions.get(side)
+        """The gate region ``side``'s next batch runs on, with slots of at least these sizes,
+        as the side attaches it (:class:`pkb_core.harness.windows.WindowSide`): one of the
+        side's pool (:mod:`pkb_core.judge.region_pool`), made on first use. ``key`` names it
+        to the timekeeper."""
         folder = folder or self.folder
-        if have is not None and have["in_bytes"] >= in_bytes and have["out_bytes"] >= out_bytes and \
-                have["folder"] == folder:  # a new job's candidate has a folder of its own
-            return have
-        in_bytes, out_bytes = max(in_bytes, 64), max(out_bytes, 64)
-        self.generation += 1
-        path = os.path.join(folder, f"pkb-gates-r{self.rank}-{self.engine}-{side}-{self.generation}")
-        found = self.ask("region", side=side, in_bytes=in_bytes, out_bytes=out_bytes, path=path)
-        self.regions[side] = {**found, "in_bytes": in_bytes, "out_bytes": out_bytes, "generation": self.generation,
-                              "folder": folder}
-        return self.regions[side]
+        pool = self.pools.get(side)
+        if pool is None or not pool.fits(in_bytes, out_bytes, folder):  # a new job's candidate has a folder of its own
+            in_bytes, out_bytes = max(in_bytes, 64), max(out_bytes, 64)
+            self.pool_ident += 1
+            pool = RegionPool(ident=self.pool_ident, in_bytes=in_bytes, out_bytes=out_bytes, folder=folder,
+                              size=pool_size(slot_layout(in_bytes, out_bytes)[2], self.host_engine))
+            self.pools[side] = pool
+        index = pool.next_index()
+        if index not in pool.regions:
+            self.generation += 1
+            key = f"{side}.{index}"
+            path = os.path.join(folder, f"pkb-gates-r{self.rank}-{self.engine}-{side}-{self.generation}")
+            found = self.ask("region", side=key, in_bytes=pool.in_bytes, out_bytes=pool.out_bytes, path=path)
+            self.paths.append(path)
+            pool.regions[index] = {**found, "in_bytes": pool.in_bytes, "out_bytes": pool.out_bytes,
+                                   "generation": self.generation, "folder": folder, "pool": pool.ident, "key": key}
+        return pool.regions[index]
 
     def memory(self, k: int, set_bytes: int, snap_bytes: int) -> None:
         """Staging for ``k`` sets of ``set_bytes`` and snapshots of ``snap_bytes``, mapped here."""
@@ -210,7 +223,7 @@ class Timekeeper:
         except Exception:  # noqa: BLE001
             self.proc.kill()
         if self.host_engine:
-            for path in [*self._memory_paths(), *(region.get("path") for region in self.regions.values())]:
+            for path in [*self._memory_paths(), *self.paths]:
                 try:
                     os.unlink(path)
                 except (OSError, TypeError):

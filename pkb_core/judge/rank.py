@@ -397,7 +397,7 @@ class JudgeRank:
         window_side = self._window_side(request.side, armed) if own else None
         call = self._side_call(request.side, armed) if own else None  # before the timekeeper waits for it
         meeting = clock.board(request.board, request.side) if keeper.host_engine else {}
-        keeper.send("open", side=request.side, epoch=request.epoch, sizes=armed["sizes"],
+        keeper.send("open", side=armed["region"]["key"], epoch=request.epoch, sizes=armed["sizes"],
                     set_stride=armed["set_stride"], snap_stride=armed["snap_stride"], timeout_s=request.timeout_s,
                     snapshots=request.snapshots, **meeting)
         failure = None
@@ -428,15 +428,15 @@ class JudgeRank:
         from pkb_core.harness.windows import WindowSide
 
         sides = self.__dict__.setdefault("window_sides", {})
-        if side in sides and not sides[side].holds(armed["region"]):
-            # A new region (a new job's larger sets, or another engine's timekeeper): every old
-            # mapping goes before the new one is made (a device engine may reuse their addresses).
+        if side in sides and not sides[side].in_pool(armed["region"]):
+            # A new pool (a new job's larger sets, or another engine's timekeeper): every old
+            # mapping goes before a new one is made (a device engine may reuse their addresses).
             for old in sides.values():
                 old.close()
             sides.clear()
         if side not in sides:
             sides[side] = WindowSide(self.device)
-            sides[side].attach(armed["region"])
+        sides[side].attach(armed["region"])
         return sides[side]
 
     def _side_call(self, side: str, armed):

@@ -1,0 +1,65 @@
+"""Each side's batches run on a pool of gate regions in turn (pkb_core.judge.region_pool): a
+region's memory sets an offset on every window run on it, so no side keeps one region all job."""
+from __future__ import annotations
+
+import collections
+
+import pytest
+import torch
+
+from pkb_core.harness.windows import WindowSide
+from pkb_core.judge.clock import Timekeeper
+from pkb_core.judge.region_pool import POOL_MAX, RegionPool, pool_size
+
+CPU = torch.device("cpu")
+
+
+@pytest.fixture
+def keeper(tmp_path):
+    made = Timekeeper(CPU, str(tmp_path), 0, "host")
+    yield made
+    made.close()
+
+
+def test_every_region_of_a_pool_once_per_cycle_in_a_new_order():
+    pool = RegionPool(ident=1, in_bytes=64, out_bytes=64, folder="f", size=5)
+    cycles = [[pool.next_index() for _ in range(5)] for _ in range(40)]
+    assert all(sorted(cycle) == list(range(5)) for cycle in cycles)
+    assert len({tuple(cycle) for cycle in cycles}) > 1  # the order is drawn again each cycle
+
+
+def test_the_pool_is_smaller_for_large_regions_and_one_for_the_device_engine():
+    assert pool_size(16 << 10, host_engine=True) == POOL_MAX
+    assert pool_size(6 << 20, host_engine=True) == 2
+    assert pool_size(64 << 20, host_engine=True) == 1
+    assert pool_size(16 << 10, host_engine=False) == 1
+
+
+def test_a_side_runs_on_each_region_of_its_pool_as_often(keeper, tmp_path):
+    used = collections.Counter(keeper.region("candidate", 4096, 4096, None)["key"] for _ in range(2 * POOL_MAX))
+    assert len(used) == POOL_MAX and set(used.values()) == {2}
+    other = keeper.region("reference", 4096, 4096, None)
+    assert other["key"].startswith("reference.") and other["path"] not in {
+        keeper.region("candidate", 4096, 4096, None)["path"] for _ in range(POOL_MAX)}
+    made = [p for p in keeper.paths]
+    assert len(set(made)) == POOL_MAX + 1 and all((tmp_path / p.split("/")[-1]).exists() for p in made)
+
+
+def test_a_side_keeps_its_pool_mapped_and_drops_it_for_a_new_pool(keeper):
+    side = WindowSide(CPU)
+    for _ in range(2 * POOL_MAX):
+        side.attach(keeper.region("candidate", 4096, 4096, None))
+    assert len(side.mapped) == POOL_MAX  # each mapped once, not once a batch
+    larger = keeper.region("candidate", 1 << 20, 1 << 20, None)  # larger sets: a new pool
+    side.attach(larger)
+    assert list(side.mapped) == [side.key] and side.pool == larger["pool"]
+    side.close()
+
+
+def test_the_timekeeper_removes_every_region_file_it_made(tmp_path):
+    keeper = Timekeeper(CPU, str(tmp_path), 0, "host")
+    for _ in range(POOL_MAX):
+        keeper.region("candidate", 4096, 4096, None)
+    keeper.region("candidate", 1 << 20, 1 << 20, None)
+    keeper.close()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith("pkb-gates-")]
