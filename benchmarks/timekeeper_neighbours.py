@@ -4,8 +4,8 @@
 Usage::
 
     python3 benchmarks/timekeeper_neighbours.py [--windows 200] [--reps 4] [--host-us 250]
-        [--sweep cpus|cadence|regions|sides] [--set-bytes 4096] [--regions 4] [--gates stream,kernels]
-        [--sides 2] [--pool 1]
+        [--sweep cpus|cadence|regions|sides] [--set-bytes 4096] [--regions 4] [--gates stream,pkb]
+        [--sides 2] [--pool 1] [--openings pkb,as-queued]
 
 One GPU is enough. This process plays the judge's timekeeper, pinned to one CPU (``T``), and
 opens windows of pkb's gate protocol (:mod:`pkb_core.harness.gates`, the host engine's: a
@@ -49,9 +49,10 @@ SET_BYTES = 4096
 OPENINGS = ("as-queued", "all-queued", "paced", "pkb")
 PACE_US = 500
 #: How the side's stream waits for ``go`` and writes ``used`` and ``done``: stream memory
-#: operations in the GPU's front end (pkb's gates before 2026-11-29), or what pkb's side region
-#: queues now (``kernels``: :mod:`pkb_core.harness.gate_kernels` on a host engine's region).
-GATES = ("stream", "kernels")
+#: operations queued here (``stream``), or whatever pkb's side region queues (``pkb``:
+#: :class:`pkb_core.harness.gates.SideRegion`; stream memory operations too, but at commit
+#: f712c00 one-thread kernels, which docs/benchmarks/2026-11-29-h200-gate-kernels.md compares).
+GATES = ("stream", "pkb")
 
 
 def _topology() -> list[str]:
@@ -159,6 +160,7 @@ def main() -> int:
     parser.add_argument("--sweep", choices=("cpus", "cadence", "regions", "sides"), default="cpus")
     parser.add_argument("--sides", type=int, default=2, help="side processes (--sweep sides)")
     parser.add_argument("--pool", type=int, default=1, help="regions of each side process (--sweep sides)")
+    parser.add_argument("--openings", default="pkb", help="openings to time (--sweep sides)")
     parser.add_argument("--set-bytes", type=int, default=4096, help="bytes of each call's set")
     parser.add_argument("--regions", type=int, default=4, help="gate regions (--sweep regions)")
     parser.add_argument("--gates", default=",".join(GATES), help="gates to time (--sweep regions, sides)")
@@ -257,8 +259,10 @@ def main() -> int:
         placements = [(f"region{i}/{gate}", far_cpu, None, f"spin+{gate}:0", "pkb", i)
                       for i in range(args.regions) for gate in args.gates.split(",")]
     if args.sweep == "sides":  # a region of the process's own pool, drawn for each batch
-        placements = [(f"process{j}/{gate}", far_cpu - j, None, f"spin+{gate}:0", "pkb", (j, args.pool))
-                      for j in range(args.sides) for gate in args.gates.split(",")]
+        placements = [(f"process{j}/{gate}/{opening}", far_cpu - j, None, f"spin+{gate}:{args.host_us:g}", opening,
+                        (j, args.pool))
+                      for j in range(args.sides) for gate in args.gates.split(",")
+                      for opening in args.openings.split(",")]
     batch(far_cpu, None, "spin", "as-queued")  # warm-up: the side's first launches and the pages
     found: dict = {name: [] for name, *_ in placements}
     for _ in range(args.reps):

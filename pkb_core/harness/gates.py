@@ -258,27 +258,10 @@ class SideRegion:
                 self.ptr = import_handle(handle)
             memory = torch.as_tensor(CudaMemory(self.ptr, total), device=device)
             self.side_stream = torch.cuda.Stream(device)
-            if self.host is not None:
-                self.gate_kernel = self._load_gate_kernel()
         else:
             memory = self.host.tensor(0, total)
         self.in_slot = memory[in_at:in_at + in_bytes]
         self.out_slot = memory[out_at:total]
-
-    #: A host engine's region on GPU: the kernels of :mod:`pkb_core.harness.gate_kernels` that
-    #: wait for ``go`` and write ``used`` and ``done`` (None: stream operations, the device engine's).
-    gate_kernel = None
-
-    def _load_gate_kernel(self) -> dict:
-        """Load the kernels and run each once (a wait on a word already reached, ``used`` set to
-        0) before any gate is queued: a first launch must not wait behind one."""
-        from pkb_core.harness import gate_kernels
-
-        functions = gate_kernels.load(self.device.index if self.device.index is not None else 0)
-        gate_kernels.kernel_wait(functions, self.side_stream.cuda_stream, self.ptr + GO, self.host.go.read())
-        gate_kernels.kernel_write(functions, self.side_stream.cuda_stream, (self.ptr + USED, 0))
-        self.side_stream.synchronize()
-        return functions
 
     def _stream(self) -> int:
         import torch
@@ -286,11 +269,6 @@ class SideRegion:
         return torch.cuda.current_stream(self.device).cuda_stream
 
     def wait_go(self, value: int, deadline: float) -> bool:
-        if self.gate_kernel is not None:
-            from pkb_core.harness.gate_kernels import kernel_wait
-
-            kernel_wait(self.gate_kernel, self._stream(), self.ptr + GO, value)
-            return True
         if self.device.type == "cuda":
             stream_wait(self._stream(), self.ptr + GO, value)
             return True
@@ -299,13 +277,8 @@ class SideRegion:
     def _queue_writes(self, *words: tuple) -> None:
         """Queue on the current stream (GPU), behind everything queued before, writes of
         ``(offset, value)`` words in order."""
-        if self.gate_kernel is not None:
-            from pkb_core.harness.gate_kernels import kernel_write
-
-            kernel_write(self.gate_kernel, self._stream(), *((self.ptr + at, value) for at, value in words))
-        else:
-            for at, value in words:
-                stream_write(self._stream(), self.ptr + at, value)
+        for at, value in words:
+            stream_write(self._stream(), self.ptr + at, value)
 
     def write_done(self, value: int) -> None:
         if self.device.type == "cuda":
@@ -321,7 +294,8 @@ class SideRegion:
             self.host.used.write(nbytes)
 
     def finish(self, nbytes: int, value: int) -> None:
-        """:meth:`write_used` then :meth:`write_done`, in one launch on a host engine's GPU side."""
+        """:meth:`write_used` then :meth:`write_done` (what a call does once its outputs are in
+        ``out_slot``: one method, which a fixture can patch for both)."""
         if self.device.type == "cuda":
             self._queue_writes((USED, nbytes), (DONE, value))
         else:
