@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""What a host engine's window reads, by what runs on the CPUs beside its timekeeper (issue 53).
+"""What a host engine's window reads, by what surrounds it (issue 53; one GPU is enough).
 
 Usage::
 
@@ -7,27 +7,30 @@ Usage::
         [--sweep cpus|cadence|regions|sides] [--set-bytes 4096] [--regions 4] [--gates stream,pkb]
         [--sides 2] [--pool 1] [--openings pkb,as-queued]
 
-One GPU is enough. This process plays the judge's timekeeper, pinned to one CPU (``T``), and
-opens windows of pkb's gate protocol (:mod:`pkb_core.harness.gates`, the host engine's: a
-shared-memory region the side's GPU maps) exactly as :class:`pkb_core.judge.timekeeper.HostClock`
-does: wait for ``queued``, stamp, release a 4 KiB set into ``in_slot``, write ``go``, poll
-``done``, copy the snapshot, stamp. A side process queues each call on its stream behind its
-gate (wait for ``go``, copy the set in, one kernel, copy it out, write ``used`` and ``done``),
-after ``--host-us`` of busy host work per call (pkb's harness costs a side's host 235-450 us a
-call, so its host works through most of the windows it has queued), then waits for its stream.
+This process plays the judge's timekeeper, pinned to one CPU, on pkb's own host engine
+(:class:`pkb_core.judge.timekeeper.HostClock`: its regions, staging and snapshots; with the
+opening ``pkb`` its own ``open``). Side processes map the regions into their GPU with pkb's
+:class:`pkb_core.harness.gates.SideRegion` and queue each call on a stream behind its gate:
+wait for ``go``, copy the set in, one kernel, copy it out, write ``used`` and ``done``, after
+``--host-us`` of busy host work a call (pkb's harness costs a side's host 235-450 us a call).
 
-Each placement is one batch of ``--windows`` windows; the placements are taken in a new random
-order in each of ``--reps`` repetitions, so the machine's drift falls on all of them alike:
+Each condition is one batch of ``--windows`` windows; the conditions are taken in a new random
+order in each of ``--reps`` repetitions, so the machine's drift falls on all of them alike. The
+sweeps:
 
-* ``side@C``: the side's process on CPU ``C`` (every CPU, ``T`` included);
-* ``busy@C``: the side on a far CPU, and a busy Python loop on CPU ``C``;
-* ``side@C/block``: the side on ``C`` with no host work, waiting for its stream asleep (a
-  blocking event) instead of spinning in ``torch.cuda.synchronize``.
+* ``cpus``: the side's process on each CPU (``side@C``), a busy Python loop on each CPU beside
+  a side on a far one (``busy@C``), and the side waiting for its stream asleep (``/block``);
+* ``cadence``: how the timekeeper opens a batch's windows (:data:`OPENINGS`) by the side's host
+  pace (0, 100, 300 us a call) and gate (:data:`GATES`);
+* ``regions``: one side, its batches on ``--regions`` regions in turn (an offset that stays with
+  one region is one that two groups of a job, each on its own region, would carry);
+* ``sides``: ``--sides`` side processes of the same code, one timekeeper, their batches
+  interleaved, each on a region of its own pool of ``--pool`` (what an A/A job is, on one GPU).
 
-For each it prints the windows' median, 10th and 90th percentiles (us, the first window of each
-batch left out) and each repetition's median: a placement whose medians stay apart from the
-others' in every repetition is an offset that a job's groups would carry for the whole job.
-The CPUs' topology (``/sys``: core, package, SMT siblings) is printed first.
+For each condition it prints the windows' median, 10th and 90th percentiles (us, the first
+window of each batch left out) and each repetition's median: conditions whose medians stay apart
+in every repetition differ by an offset that a job's rounds would not average away. The CPUs'
+topology (``/sys``: core, package, SMT siblings) is printed first.
 """
 from __future__ import annotations
 
@@ -51,7 +54,7 @@ PACE_US = 500
 #: How the side's stream waits for ``go`` and writes ``used`` and ``done``: stream memory
 #: operations queued here (``stream``), or whatever pkb's side region queues (``pkb``:
 #: :class:`pkb_core.harness.gates.SideRegion`; stream memory operations too, but at commit
-#: f712c00 one-thread kernels, which docs/benchmarks/2026-11-29-h200-gate-kernels.md compares).
+#: f712c00 one-thread kernels, which docs/benchmarks/2026-11-29-h200-window-groups.md compares).
 GATES = ("stream", "pkb")
 
 

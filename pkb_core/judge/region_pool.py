@@ -1,14 +1,16 @@
 """Several gate regions for each side, taken in turn (docs/timing.md, "Where a window's memory lies").
 
-A window's cost depends on the memory of the gate region it runs on: on one H200 (2026-11-29,
-docs/benchmarks/2026-11-29-h200-gate-kernels.md) four regions of one timekeeper, timed in turn
-by one side, read 4 KiB windows about 1 us apart, region by region, in every batch of a run.
-A side that kept one region for a whole job would carry its region's offset into every round,
-and the other side its own: a difference between two groups of the same code that no number of
-rounds shrinks. So each side of a host engine gets a pool of regions, made by the timekeeper
-(no side has a say in where their pages lie), and its batches take them in a new random order
-in each cycle through the pool: a region's offset becomes one round's noise, which the rounds'
-interval holds, and a side's mean is over all of its pool's regions.
+A window's cost can depend on the memory of the gate region it runs on: on one H200
+(2026-11-29, docs/benchmarks/2026-11-29-h200-window-groups.md) four regions of one timekeeper,
+timed in turn by one side, read 4 KiB windows up to 1 us apart, region by region, in every batch
+of a run where the side's gates were one-thread kernels; with the stream operations pkb's gates
+are, the regions' medians lay within 0.07-0.25 us of each other. A side that kept one region
+for a whole job would carry its region's offset into every round, and the other side its own: a
+difference between two groups of the same code that no number of rounds shrinks. So each side
+of a host engine gets a pool of regions, made by the timekeeper (no side has a say in where
+their pages lie), and its batches take them in a new random order in each cycle through the
+pool: a region's offset becomes one round's noise, which the rounds' interval holds, and a
+side's mean is over all of its pool's regions.
 
 A pool holds up to :data:`POOL_MAX` regions, fewer where the regions are large
 (:data:`POOL_BYTES` in all: each is pinned by the side's GPU). The device engine's regions

@@ -147,8 +147,10 @@ class HostClock:
         last, began, first = epoch + len(sizes), time.perf_counter_ns(), None
         # GPU: no window opens before the side has queued the whole batch (or stopped queueing),
         # so every window follows the last one after the same work of this timekeeper's, however
-        # fast the side's host queues: a window opened as its call was queued read 1-2 us longer
-        # or shorter by the side's host's pace on one H200 (docs/benchmarks/2026-11-29-h200-gate-kernels.md).
+        # fast the side's host queues. Windows opened as their calls were queued followed the
+        # side's host's pace: on one H200 two side processes of the same code differed by up to
+        # 1.3 us a 4 KiB window for a whole run, and by 0.03-0.55 us (11 of 13 runs within 0.17)
+        # once each batch was queued first (docs/benchmarks/2026-11-29-h200-window-groups.md).
         ahead = _queued_ahead(region.queued, epoch, len(sizes), deadline) if self.stall_s is not None else None
         for w, n in enumerate(sizes):
             mark = epoch + 1 + w
