@@ -1,0 +1,48 @@
+"""The host engine's windows on a GPU: pkb's own timekeeper (a process with no CUDA context) and
+side (stream memory operations on the region's host memory, mapped into the GPU), the batch
+queued before the first window opens, the side's batches over its pool of gate regions.
+
+Needs one GPU and is skipped without: pkb's jobs need two ranks, so this is what a one-GPU machine
+checks of the code a two-GPU job times with (docs/timing.md, "Window mode")."""
+import shutil
+import tempfile
+
+import pytest
+import torch
+
+from pkb_core.harness.windows import WindowSide
+from pkb_core.judge.clock import Timekeeper
+from pkb_core.judge.region_pool import POOL_MAX
+from test_window_clock import _arm, _snapshot
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+CALLS = 6
+
+
+def test_a_gpu_side_through_the_host_engine():
+    gpu = torch.device("cuda", 0)
+    torch.cuda.set_device(gpu)
+    # In shared memory, as every group's folder is: CUDA does not pin a mapping of a file on disk.
+    folder = tempfile.mkdtemp(prefix="pkb-test-gpu-", dir="/dev/shm")
+    keeper = Timekeeper(gpu, folder, 0, "host")
+    side = WindowSide(gpu)
+    try:
+        for batch in range(2 * POOL_MAX):
+            sets = [(torch.arange(1024, dtype=torch.float32) + 1000 * batch + w,) for w in range(CALLS)]
+            skeletons, region, layout = _arm(keeper, sets)
+            side.attach(region)
+            epoch = 100 * batch
+            keeper.send("open", epoch=epoch, timeout_s=30, **layout)
+            written = side.run(epoch=epoch, skeletons=skeletons, call=lambda args: (args[0] * 2, args),
+                               timeout_s=30)
+            answer = keeper.receive()
+            assert answer["status"] == "ok" and len(answer["times_ns"]) == CALLS
+            assert answer["queued_ahead"] == CALLS and answer["not_queued_ahead"] is None
+            for w in range(CALLS):  # what each call left in its out_slot, as the judge reads it
+                got = _snapshot(keeper, written[w], w)
+                assert torch.equal(got["out"], sets[w][0] * 2) and torch.equal(got["args"][0], sets[w][0])
+        assert len(side.mapped) == POOL_MAX  # every region of the pool, each mapped once
+    finally:
+        side.close()
+        keeper.close()
+        shutil.rmtree(folder, ignore_errors=True)
