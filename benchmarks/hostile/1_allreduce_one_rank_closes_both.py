@@ -4,7 +4,11 @@ no placing, no barrier, no gloo; outputs written straight into both out_slots, e
 to PAD_US so that it sits under the judge's `harness` window by less than the check sees on a
 loaded CPU. Read it beside 1_allreduce_peer_reads_least.py (about the least an honest call through
 pkb's harness costs) and 1_allreduce_honest.py; the command is in
-docs/benchmarks/2026-11-28-h200x2-clock-aa.md. Not run by the tests: it passes today."""
+docs/benchmarks/2026-11-28-h200x2-clock-aa.md. Not run by the tests: it passes today. Each batch
+runs on one of its side's pool of gate regions, drawn by each rank's judge apart, so rank 1 tells
+rank 0 which is its batch's through a file of their own folder."""
+import os
+
 import time
 
 import torch
@@ -30,12 +34,22 @@ def _run(self, *, epoch, skeletons, call, timeout_s, make_group=None, **_):
     host = region.host
     n_in, n_out = region.in_slot.numel(), region.out_slot.numel()
     out_at = host.size - n_out
+    note = os.path.join(os.path.dirname(host.path), "hostile-r1-region")
     if rank == 0:
-        peer_path = host.path.replace("pkb-gates-r0-", "pkb-gates-r1-")
-        if _peer.get("key") != (peer_path, host.size):
-            _peer["key"] = (peer_path, host.size)
-            _peer["region"] = gates.HostRegion(peer_path, host.size, create=False)
-        peer = _peer["region"]
+        while True:  # rank 1's region for this batch, as rank 1 wrote it
+            try:
+                with open(note) as handle:
+                    told_epoch, peer_path = handle.read().split(" ", 1)
+                if int(told_epoch) == epoch:
+                    break
+            except (OSError, ValueError):
+                pass
+            if time.monotonic() > deadline:
+                raise windows.WindowTimeout("rank 1 never said where its region is")
+            time.sleep(0.0005)
+        if (peer_path, host.size) not in _peer:
+            _peer[(peer_path, host.size)] = gates.HostRegion(peer_path, host.size, create=False)
+        peer = _peer[(peer_path, host.size)]
         p_in, p_out = peer.tensor(gates.HEADER, n_in), peer.tensor(out_at, n_out)
         plan = []
         for w, skeleton in enumerate(skeletons):
@@ -72,6 +86,9 @@ def _run(self, *, epoch, skeletons, call, timeout_s, make_group=None, **_):
             if time.monotonic() > deadline:
                 raise windows.WindowTimeout("late")
     else:
+        with open(note + ".new", "w") as handle:
+            handle.write(f"{epoch} {host.path}")
+        os.replace(note + ".new", note)
         scratch = torch.empty(n_out, dtype=torch.uint8)
         for w, skeleton in enumerate(skeletons):
             mine = parcel.unpack_from(skeleton, region.in_slot, limits=parcel.TRUSTED, make_group=make_group, copy=False)

@@ -14,8 +14,8 @@ call ``w`` of a batch the side
 
 The timekeeper starts window ``w``'s clock only once ``queued`` says the call is on the
 device's queue, so on GPU the side's host (unpacking, Python, launches) is never inside a
-window: the host queues the whole batch ahead, and the device runs each call when its gate
-opens. A call whose queueing waits for the device (an ``.item()``, a first allocation's
+window: the host queues the whole batch ahead (the host engine opens no window before it has),
+and the device runs each call when its gate opens. A call whose queueing waits for the device (an ``.item()``, a first allocation's
 rendezvous) cannot be queued ahead of its own gate: the timekeeper sees it stall and opens
 the gate itself, and the record says from which call the side's windows hold its host's
 time (``not_queued_ahead``). Nothing here measures time: the timekeeper's clock does.
@@ -55,10 +55,6 @@ class WindowSide:
     def _key(region: dict) -> tuple:
         return (region.get("handle"), region.get("path"), region["in_bytes"], region["out_bytes"],
                 region.get("generation"))
-
-    def holds(self, region: dict) -> bool:
-        """Whether ``region`` is the one the next batch runs on."""
-        return self.region is not None and self._key(region) == self.key
 
     def in_pool(self, region: dict) -> bool:
         """Whether ``region`` belongs to the pool whose regions are mapped here."""
