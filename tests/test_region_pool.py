@@ -63,3 +63,27 @@ def test_the_timekeeper_removes_every_region_file_it_made(tmp_path):
     keeper.region("candidate", 1 << 20, 1 << 20, None)
     keeper.close()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith("pkb-gates-")]
+
+
+def test_a_mapped_region_does_not_fault_inside_a_window():
+    """A side maps each region of its pool before its first batch on it; its pages are mapped
+    then, so touching them inside a window costs no page fault (regions are in shared memory,
+    as every group's folder is)."""
+    import os
+    import resource
+    import tempfile
+
+    from pkb_core.harness.gates import HostRegion
+
+    size, folder = 64 * 4096, tempfile.mkdtemp(prefix="pkb-test-fault-", dir="/dev/shm")
+    path = os.path.join(folder, "region")
+    HostRegion(path, size, create=True).touch()
+    side = HostRegion(path, size, create=False)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    for at in range(0, size, 4096):
+        side.map[at] = 1
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+    side.close()
+    os.unlink(path)
+    os.rmdir(folder)
+    assert faults < 16  # not one a page

@@ -123,7 +123,9 @@ class HostRegion:
                 os.close(fd)
                 raise ValueError(f"the gate region {os.path.basename(path)} is smaller than {size} bytes")
         try:
-            self.map = mmap.mmap(fd, size)
+            # Populated now: a process's first touch of each page (a side's first batch on this
+            # region, one of its pool's) would otherwise fault it in inside a window.
+            self.map = mmap.mmap(fd, size, flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0))
         finally:
             os.close(fd)
         self.size = size
