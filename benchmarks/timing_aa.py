@@ -11,8 +11,9 @@ itself, per timing mode. For each mode it prints the readings (problem, size, th
 95 % interval), then target 1's criteria: every ratio within 1.00 +- 0.03, the share of
 intervals that contain 1.00 (>= 95 %), how the exclusions split between "faster" and "slower"
 (at most two thirds on one side), the pooled geometric mean (within 1.00 +- 0.01) and the share
-of ratios above 1 (0.40-0.60). For window mode it adds the empty window's median and the
-windows' spread per side (``window_diagnostics``). Run on a GPU, three times::
+of ratios above 1 (0.40-0.60). For window mode it adds the sides' windows, the least share of a
+batch any side had queued before its first window (the host engine on GPU) and the fewest gate
+regions a side's batches ran on (``window_diagnostics``). Run on a GPU, three times::
 
     for i in 1 2 3; do
       pkb bench --backend reference --problem 1,2,3,7 --sizes 4K,256K,2M,256M --out runs/aa-$i
@@ -69,6 +70,13 @@ def main(argv) -> int:
             extra = ""
             if "windows_us" in stats:
                 extra = f"  windows us {stats['windows_us']}"
+            sides = (stats.get("window_diagnostics") or {}).values()
+            shares = [side["queued_ahead_share"][1] for side in sides if side.get("queued_ahead_share")]
+            regions = [side["gate_regions"] for side in sides if side.get("gate_regions")]
+            if shares:  # the least share of a batch queued before its first window, over the sides
+                extra += f"  queued first >= {min(shares):.2f}"
+            if regions:
+                extra += f"  regions >= {min(regions)}"
             print(f"  {label:40s} {ratio:7.4f} [{low:.4f}, {high:.4f}]{extra}")
         for line in criteria(rows):
             print(f"  {line}")
