@@ -14,6 +14,18 @@ def fixtures():
 
 
 @pytest.fixture
+def clock(tmp_path):
+    """A judge's CPU timekeeper (a real process, the host engine) with its files in ``tmp_path``."""
+    import torch
+
+    from pkb_core.judge.clock import Timekeeper
+
+    made = Timekeeper(torch.device("cpu"), str(tmp_path), 0, "host")
+    yield made
+    made.close()
+
+
+@pytest.fixture
 def fake_dist(tmp_path, monkeypatch):
     """Install a throwaway distribution with entry points, visible to this
     process and to the worker processes that ``pkb run`` starts."""

@@ -3,8 +3,8 @@ region's memory sets an offset on every window run on it, so no side keeps one r
 from __future__ import annotations
 
 import collections
+import os
 
-import pytest
 import torch
 
 from pkb_core.harness.windows import WindowSide
@@ -12,13 +12,6 @@ from pkb_core.judge.clock import Timekeeper
 from pkb_core.judge.region_pool import POOL_MAX, RegionPool, pool_size
 
 CPU = torch.device("cpu")
-
-
-@pytest.fixture
-def keeper(tmp_path):
-    made = Timekeeper(CPU, str(tmp_path), 0, "host")
-    yield made
-    made.close()
 
 
 def test_every_region_of_a_pool_once_per_cycle_in_a_new_order():
@@ -35,34 +28,39 @@ def test_the_pool_is_smaller_for_large_regions_and_one_for_the_device_engine():
     assert pool_size(16 << 10, host_engine=False) == 1
 
 
-def test_a_side_runs_on_each_region_of_its_pool_as_often(keeper, tmp_path):
-    used = collections.Counter(keeper.region("candidate", 4096, 4096, None)["key"] for _ in range(2 * POOL_MAX))
+def test_a_side_runs_on_each_region_of_its_pool_as_often(clock, tmp_path):
+    regions = [clock.region("candidate", 4096, 4096, None) for _ in range(2 * POOL_MAX)]
+    used = collections.Counter(region["key"] for region in regions)
     assert len(used) == POOL_MAX and set(used.values()) == {2}
-    other = keeper.region("reference", 4096, 4096, None)
-    assert other["key"].startswith("reference.") and other["path"] not in {
-        keeper.region("candidate", 4096, 4096, None)["path"] for _ in range(POOL_MAX)}
-    made = [p for p in keeper.paths]
-    assert len(set(made)) == POOL_MAX + 1 and all((tmp_path / p.split("/")[-1]).exists() for p in made)
+    other = clock.region("reference", 4096, 4096, None)
+    made = {region["path"] for region in regions}
+    assert other["key"].startswith("reference.") and other["path"] not in made
+    assert len(made) == POOL_MAX and all(os.path.exists(path) for path in [*made, other["path"]])
 
 
-def test_a_side_keeps_its_pool_mapped_and_drops_it_for_a_new_pool(keeper):
+def test_a_side_keeps_its_pool_mapped_and_drops_it_for_a_new_pool(clock):
     side = WindowSide(CPU)
     for _ in range(2 * POOL_MAX):
-        side.attach(keeper.region("candidate", 4096, 4096, None))
+        side.attach(clock.region("candidate", 4096, 4096, None))
     assert len(side.mapped) == POOL_MAX  # each mapped once, not once a batch
-    larger = keeper.region("candidate", 1 << 20, 1 << 20, None)  # larger sets: a new pool
+    larger = clock.region("candidate", 1 << 20, 1 << 20, None)  # larger sets: a new pool
     side.attach(larger)
     assert list(side.mapped) == [side.key] and side.pool == larger["pool"]
     side.close()
 
 
 def test_the_timekeeper_removes_every_region_file_it_made(tmp_path):
+    def gates():
+        return sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("pkb-gates-"))
+
     keeper = Timekeeper(CPU, str(tmp_path), 0, "host")
     for _ in range(POOL_MAX):
         keeper.region("candidate", 4096, 4096, None)
-    keeper.region("candidate", 1 << 20, 1 << 20, None)
+    assert len(gates()) == POOL_MAX
+    larger = keeper.region("candidate", 1 << 20, 1 << 20, None)
+    assert gates() == [os.path.basename(larger["path"])]  # the old pool's files went with it
     keeper.close()
-    assert not [p for p in tmp_path.iterdir() if p.name.startswith("pkb-gates-")]
+    assert not gates()
 
 
 def test_a_mapped_region_does_not_fault_inside_a_window():

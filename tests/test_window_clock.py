@@ -17,13 +17,6 @@ from pkb_core.judge.clock import Timekeeper, stride
 CPU = torch.device("cpu")
 
 
-@pytest.fixture
-def clock(tmp_path):
-    made = Timekeeper(CPU, str(tmp_path), 0, "host")
-    yield made
-    made.close()
-
-
 def _arm(clock, sets, side="candidate", out_bytes=4096):
     """Stage ``sets`` as the judge does; the skeletons and the region the side attaches."""
     set_bytes = max(packed_size(s) for s in sets)

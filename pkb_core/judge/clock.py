@@ -120,7 +120,6 @@ class Timekeeper:
         self.pools: dict = {}
         self.pool_ident = 0
         self.generation = 0
-        self.paths: list = []  # every region file made (the host engine's), removed at close
         self.pending = None
 
     # -- the conversation --------------------------------------------------------
@@ -157,6 +156,8 @@ class Timekeeper:
         folder = folder or self.folder
         pool = self.pools.get(side)
         if pool is None or not pool.fits(in_bytes, out_bytes, folder):  # a new job's candidate has a folder of its own
+            if pool is not None:
+                self._release(pool)
             in_bytes, out_bytes = max(in_bytes, 64), max(out_bytes, 64)
             self.pool_ident += 1
             pool = RegionPool(ident=self.pool_ident, in_bytes=in_bytes, out_bytes=out_bytes, folder=folder,
@@ -168,10 +169,18 @@ class Timekeeper:
             key = f"{side}.{index}"
             path = os.path.join(folder, f"pkb-gates-r{self.rank}-{self.engine}-{side}-{self.generation}")
             found = self.ask("region", side=key, in_bytes=pool.in_bytes, out_bytes=pool.out_bytes, path=path)
-            self.paths.append(path)
             pool.regions[index] = {**found, "in_bytes": pool.in_bytes, "out_bytes": pool.out_bytes,
                                    "generation": self.generation, "folder": folder, "pool": pool.ident, "key": key}
         return pool.regions[index]
+
+    def _release(self, pool: RegionPool) -> None:
+        """Let a pool that a new one replaces go (host engine): the timekeeper's mappings of its
+        regions and their files. A side that still maps one keeps its pages until it unmaps; a
+        device engine's pool is one region, which the new pool's first replaces by its key."""
+        if not self.host_engine or not pool.regions:
+            return
+        self.ask("forget", sides=[region["key"] for region in pool.regions.values()])
+        _unlink([region["path"] for region in pool.regions.values()])
 
     def memory(self, k: int, set_bytes: int, snap_bytes: int) -> None:
         """Staging for ``k`` sets of ``set_bytes`` and snapshots of ``snap_bytes``, mapped here."""
@@ -223,8 +232,14 @@ class Timekeeper:
         except Exception:  # noqa: BLE001
             self.proc.kill()
         if self.host_engine:
-            for path in [*self._memory_paths(), *self.paths]:
-                try:
-                    os.unlink(path)
-                except (OSError, TypeError):
-                    pass  # never made, or its folder is gone already
+            _unlink([*self._memory_paths(),
+                     *(region["path"] for pool in self.pools.values() for region in pool.regions.values())])
+
+
+def _unlink(paths) -> None:
+    """Remove the host engine's files (gone already where their folder went with its job)."""
+    for path in paths:
+        try:
+            os.unlink(path)
+        except (OSError, TypeError):
+            pass  # never made, or its folder is gone already

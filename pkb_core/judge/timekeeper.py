@@ -195,6 +195,15 @@ class HostClock:
                 "snapshot_ns": statistics.median_high(snapped) if snapped else None,
                 "region_node": self.nodes.get(side), "queued_ahead": ahead}
 
+    def forget(self, sides: list) -> dict:
+        """Unmap the regions of ``sides`` (a pool the judge let go)."""
+        for side in sides:
+            found = self.regions.pop(side, None)
+            if found is not None:
+                found[0].close()
+            self.nodes.pop(side, None)
+        return {}
+
     def close(self):
         for region, *_ in self.regions.values():
             region.close()
@@ -327,6 +336,14 @@ class DeviceClock:
                 return False
             time.sleep(20e-6)
 
+    def forget(self, sides: list) -> dict:
+        """Free the regions of ``sides`` (a pool the judge let go)."""
+        for side in sides:
+            found = self.regions.pop(side, None)
+            if found is not None:
+                self._free(found[0])
+        return {}
+
     def close(self):
         for ptr, *_ in self.regions.values():
             self._free(ptr)
@@ -345,6 +362,8 @@ def serve(clock, read, write) -> None:
                 return
             if op == "region":
                 answer = clock.region(request["side"], request["in_bytes"], request["out_bytes"], request.get("path", ""))
+            elif op == "forget":
+                answer = clock.forget(request["sides"])
             elif op == "staging":
                 answer = clock.make_staging(request["staging_bytes"], request["snap_bytes"],
                                             request.get("staging_path", ""), request.get("snap_path", ""))
