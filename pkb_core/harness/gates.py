@@ -61,9 +61,15 @@ def engine_choice() -> str:
 HOST_ENGINE_MAX_BYTES = 16 << 20
 
 
+def cyclic_gap(value: int, target: int) -> int:
+    """How far the int32 word ``value`` is past ``target``, as the words compare (cyclically:
+    negative while it has not reached it)."""
+    return ((value - target + (1 << 31)) % (1 << 32)) - (1 << 31)
+
+
 def behind(value: int, target: int) -> bool:
     """True while the int32 word ``value`` has not reached ``target`` (cyclic compare)."""
-    return ((value - target + (1 << 31)) % (1 << 32)) - (1 << 31) < 0
+    return cyclic_gap(value, target) < 0
 
 
 def slot_layout(in_bytes: int, out_bytes: int) -> tuple[int, int, int]:
@@ -83,7 +89,7 @@ class HostWord:
         return self.cell.value
 
     def write(self, value: int) -> None:
-        self.cell.value = ((value + (1 << 31)) % (1 << 32)) - (1 << 31)
+        self.cell.value = cyclic_gap(value, 0)  # as an int32
 
     def wait(self, target: int, deadline: float, spins: int = SPINS) -> bool:
         """Poll until the word reaches ``target``, ``spins`` times before each poll sleeps; False

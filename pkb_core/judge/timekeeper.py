@@ -36,7 +36,7 @@ import sys
 import time
 
 from pkb_core.harness.gates import DONE, GO, QUEUED, SPINS, HostRegion, HostWord, behind, checked, driver, \
-    export_handle, slot_layout, stream_wait, stream_write
+    cyclic_gap, export_handle, slot_layout, stream_wait, stream_write
 from pkb_core.machine.numa import page_node, settle_on
 
 #: The NUMA node of the rank's GPU, from its judge rank (empty: unknown).
@@ -222,8 +222,7 @@ def _queued_ahead(queued: HostWord, epoch: int, count: int, deadline: float) -> 
         value = queued.read()
         if value != seen:
             seen, since = value, now
-    announced = ((seen - epoch + (1 << 31)) % (1 << 32)) - (1 << 31)
-    return max(0, min(count, announced))
+    return max(0, min(count, cyclic_gap(seen, epoch)))
 
 
 class DeviceClock:
