@@ -23,13 +23,14 @@ def _clock(tmp_path):
 PACE_S = 0.02
 
 
-def _side(tmp_path, epoch: int, count: int, queued_first: int, log: list):
-    """A GPU-like side: announces its first ``queued_first`` calls one every ``PACE_S`` (its host
-    queueing them; its stream's queue then full), and each later call once the device has
-    finished the one before it."""
+def _side(tmp_path, epoch: int, count: int, queued_first: int, log: list, late_s: float = 0.0):
+    """A GPU-like side: after ``late_s`` (its command's trip, a first launch), announces its first
+    ``queued_first`` calls one every ``PACE_S`` (its host queueing them; its stream's queue then
+    full), and each later call once the device has finished the one before it."""
     _, _, total = slot_layout(SET, SET)
     region = HostRegion(str(tmp_path / "gates"), total, create=False)
     deadline = time.monotonic() + 10
+    time.sleep(late_s)
     for w in range(queued_first):
         time.sleep(PACE_S)
         region.queued.write(epoch + 1 + w)
@@ -62,6 +63,35 @@ def test_no_window_opens_before_the_whole_batch_is_queued(tmp_path, monkeypatch)
     assert all(queued == 6 for _, _, queued in log)
 
 
+def test_a_side_that_reaches_its_batch_late_is_still_waited_for(tmp_path):
+    """The wait for a batch's calls counts from the first one announced: a side whose host
+    reaches the batch after longer than ``QUEUE_IDLE_S`` (but within the stall) still has its whole
+    batch queued before the first window (it was opened call by call before, on one H200)."""
+    clock, log = _clock(tmp_path), []
+    late = 2 * timekeeper.QUEUE_IDLE_S  # within the clock's stall_s (0.2 s)
+    side = threading.Thread(target=_side, args=(tmp_path, 40, 5, 5, log, late))
+    side.start()
+    answer = _open(clock, 40, 5)
+    side.join()
+    clock.close()
+    assert answer["status"] == "ok" and answer["queued_ahead"] == 5 and answer["not_queued_ahead"] is None
+    assert all(queued == 5 for _, _, queued in log)
+
+
+def test_a_side_that_never_starts_its_batch_is_stalled_not_waited_for(tmp_path):
+    """No announcement within the stall: nothing counted as queued ahead, and the gates open
+    anyway (the side's first call waits on the device), the record saying from which call."""
+    clock, log = _clock(tmp_path), []
+    side = threading.Thread(target=_side, args=(tmp_path, 60, 3, 0, log, 0.0))
+    side.start()
+    began = time.monotonic()
+    answer = _open(clock, 60, 3)
+    side.join()
+    clock.close()
+    assert answer["status"] == "ok" and answer["queued_ahead"] == 0 and answer["not_queued_ahead"] == 0
+    assert time.monotonic() - began < 3
+
+
 def test_a_side_that_stops_queueing_is_timed_from_where_it_stopped(tmp_path, monkeypatch):
     monkeypatch.setattr(timekeeper, "QUEUE_IDLE_S", 0.5)
     clock, log = _clock(tmp_path), []
@@ -82,11 +112,11 @@ def test_the_count_is_read_cyclically(tmp_path):
     region = HostRegion(str(tmp_path / "words"), total, create=True)
     epoch = (1 << 31) - 2  # the batch's marks wrap past the int32 range
     region.queued.write(epoch + 4)
-    assert _queued_ahead(region.queued, epoch, 4, time.monotonic() + 5) == 4
+    assert _queued_ahead(region.queued, epoch, 4, time.monotonic() + 5, 0.2) == 4
     region.queued.write(epoch + 1)
     began = time.monotonic()
-    assert _queued_ahead(region.queued, epoch, 4, time.monotonic() + 5) == 1
+    assert _queued_ahead(region.queued, epoch, 4, time.monotonic() + 5, 0.2) == 1
     assert time.monotonic() - began < 1  # gave up once the word stopped moving
     region.queued.write(epoch - 5)  # a word left behind by an earlier batch: nothing announced
-    assert _queued_ahead(region.queued, epoch, 4, time.monotonic() + 5) == 0
+    assert _queued_ahead(region.queued, epoch, 4, time.monotonic() + 5, 0.2) == 0
     region.close()

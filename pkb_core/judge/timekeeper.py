@@ -151,7 +151,8 @@ class HostClock:
         # side's host's pace: on one H200 two side processes of the same code differed by up to
         # 1.3 us a 4 KiB window for a whole run, and by 0.03-0.55 us (11 of 13 runs within 0.17)
         # once each batch was queued first (docs/benchmarks/2026-11-29-h200-window-groups.md).
-        ahead = _queued_ahead(region.queued, epoch, len(sizes), deadline) if self.stall_s is not None else None
+        ahead = (_queued_ahead(region.queued, epoch, len(sizes), deadline, self.stall_s)
+                 if self.stall_s is not None else None)
         for w, n in enumerate(sizes):
             mark = epoch + 1 + w
             # A side announces a call once it waits for the gate (CPU) or once the call is on its
@@ -209,12 +210,25 @@ class HostClock:
             region.close()
 
 
-def _queued_ahead(queued: HostWord, epoch: int, count: int, deadline: float) -> int:
+def _queued_ahead(queued: HostWord, epoch: int, count: int, deadline: float, first_s: float) -> int:
     """Wait until a side has announced all ``count`` calls of the batch from ``epoch`` on, or
-    until its ``queued`` word has not moved for ``QUEUE_IDLE_S`` (a side whose queueing waits
-    on the device, or a stream's queue that is full); the calls announced by then."""
+    until it stops: its first call not announced within ``first_s`` (its queueing waits on the
+    device, as a call's may after :data:`STALL_S`), or its ``queued`` word not moved for
+    ``QUEUE_IDLE_S`` since (a stream's queue that is full). The calls announced by then.
+
+    The idle wait starts at the first announcement, not when the batch is opened: a side's host
+    may take longer than ``QUEUE_IDLE_S`` to reach its batch (its command's trip through the
+    launcher on a loaded machine), and a wait timed from the opening gave up before any call was
+    queued, opening that batch's windows call by call."""
     last = epoch + count
-    seen, since = queued.read(), time.monotonic()
+    start = time.monotonic()
+    seen = queued.read()
+    while cyclic_gap(seen, epoch) <= 0:  # no call of this batch announced yet
+        now = time.monotonic()
+        if now > deadline or now - start > first_s:
+            return 0
+        seen = queued.read()
+    since = time.monotonic()
     while behind(seen, last):
         now = time.monotonic()
         if now > deadline or now - since > QUEUE_IDLE_S:
