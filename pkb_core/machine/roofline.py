@@ -17,13 +17,19 @@ FLOOR_MARGIN = 0.8
 def speed_of_light(traffic: dict, calibration: Calibration) -> Floor:
     """The floor of one call, and the time each term alone would take."""
     terms = {
-        "link": traffic.get("link_bytes", 0) / (calibration.link_gbps * 1e9) * 1e3,
-        "memory": traffic.get("hbm_bytes", 0) / (calibration.hbm_gbps * 1e9) * 1e3,
-        "compute": traffic.get("flops", 0) / (calibration.matmul_tflops * 1e12) * 1e3,
+        "link": _ms(traffic.get("link_bytes", 0), calibration.link_gbps * 1e9),
+        "memory": _ms(traffic.get("hbm_bytes", 0), calibration.hbm_gbps * 1e9),
+        "compute": _ms(traffic.get("flops", 0), calibration.matmul_tflops * 1e12),
     }
     bound = max(terms, key=terms.get)
     return Floor(floor_ms=terms[bound], bound=bound, link_ms=terms["link"], hbm_ms=terms["memory"],
                  compute_ms=terms["compute"])
+
+
+def _ms(amount: float, rate_per_s: float) -> float:
+    """Milliseconds ``amount`` takes at ``rate_per_s``; 0 (no floor from this term) where the
+    machine has no such rate (a calibration of one GPU measured no link)."""
+    return amount / rate_per_s * 1e3 if rate_per_s > 0 else 0.0
 
 
 def below_floor(median_ms: float, sol: Floor) -> str | None:
