@@ -130,8 +130,8 @@ class Batches:
         #: Per side: the NUMA node of its gate region on each rank, as its batches found them (the
         #: host engine's; distinct values in order: a side whose region moved shows both).
         self.nodes: dict = {}
-        #: Per side: each batch's share of calls queued before its first window opened (GPU,
-        #: host engine; the slowest rank's).
+        #: Per side: each timed batch's share of calls queued before its first window opened
+        #: (GPU, host engine; the slowest rank's).
         self.ahead: dict = {}
         #: Per side: the gate regions its timed batches ran on (:mod:`pkb_core.judge.region_pool`).
         self.regions: dict = {}
@@ -180,7 +180,9 @@ class Batches:
             if values and all(isinstance(v, int) for v in values):
                 self.copies.setdefault(side, {}).setdefault(name, []).append(max(values) / 1e3)
         ahead = [t.queued_ahead for t in times]
-        if ahead and all(isinstance(a, int) for a in ahead):
+        # Timed batches only: a warm-up's first launches load their kernels, which waits for the
+        # device behind its gate (one H200 at W = 1: every group's least share 0, its first batch).
+        if ahead and all(isinstance(a, int) for a in ahead) and "/warm" not in label:
             self.ahead.setdefault(side, []).append(min(ahead) / k)
         placed = [t.region_node for t in times]
         if any(isinstance(node, int) for node in placed) and placed not in self.nodes.setdefault(side, []):
