@@ -4,8 +4,8 @@
 Usage::
 
     python3 benchmarks/timekeeper_neighbours.py [--windows 200] [--reps 4] [--host-us 250]
-        [--sweep cpus|cadence|regions|sides] [--set-bytes 4096] [--regions 4] [--gates stream,pkb]
-        [--sides 2] [--pool 1] [--openings pkb,as-queued]
+        [--sweep cpus|cadence|regions|sides|work] [--set-bytes 4096] [--regions 4] [--gates stream,pkb]
+        [--sides 2] [--pool 1] [--openings pkb,as-queued] [--cycles 0,1000,...]
 
 This process plays the judge's timekeeper, pinned to one CPU, on pkb's own host engine
 (:class:`pkb_core.judge.timekeeper.HostClock`: its regions, staging and snapshots; with the
@@ -25,7 +25,12 @@ sweeps:
 * ``regions``: one side, its batches on ``--regions`` regions in turn (an offset that stays with
   one region is one that two groups of a job, each on its own region, would carry);
 * ``sides``: ``--sides`` side processes of the same code, one timekeeper, their batches
-  interleaved, each on a region of its own pool of ``--pool`` (what an A/A job is, on one GPU).
+  interleaved, each on a region of its own pool of ``--pool`` (what an A/A job is, on one GPU);
+* ``work``: one side, pkb's opening, a ``torch.cuda._sleep`` of each of ``--cycles`` after the
+  call's kernel, with the set copied in and out by the copy engine (``ce``: ``copy_``, a memcpy)
+  or by kernels (``sm``: an elementwise kernel reading and writing the region's host memory).
+  A window that grows with the work in steps (pkb's windows sat at levels about 8-9.5 us apart)
+  rather than along it says where the steps come from.
 
 For each condition it prints the windows' median, 10th and 90th percentiles (us, the first
 window of each batch left out) and each repetition's median: conditions whose medians stay apart
@@ -100,20 +105,29 @@ def side(path: str, host_us: float) -> None:
         torch.cuda.set_device(device)  # the context the region is pinned and mapped in
         stream, done_event = torch.cuda.Stream(device), torch.cuda.Event(blocking=True)
     buffer = torch.zeros(SET_BYTES, dtype=torch.uint8, device=device)
+
+    def copy(dst, src, engine: str) -> None:
+        if engine == "sm":
+            torch.bitwise_or(src, 0, out=dst)  # a kernel: the SMs read and write the memory
+        else:
+            dst.copy_(src)  # a memcpy: the copy engine
+
     regions = [SideRegion(device=device, path=one, in_bytes=SET_BYTES, out_bytes=SET_BYTES)
                for one in path.split(",")]
     # The kernels once before any gate: a first launch loads its module, which (lazy loading)
     # waits for the device, and the device would be waiting for a gate that waits for this host.
     for region in regions:
-        buffer.copy_(region.in_slot)
-        buffer.add_(1)
-        region.out_slot[:SET_BYTES].copy_(buffer)
+        for engine in ("ce", "sm"):
+            copy(buffer, region.in_slot, engine)
+            buffer.add_(1)
+            copy(region.out_slot[:SET_BYTES], buffer, engine)
     if on_gpu:
+        torch.cuda._sleep(1)
         torch.cuda.synchronize(device)
     print("ready", flush=True)
     for line in sys.stdin:
-        epoch, count, mode, index = line.split()
-        epoch, count, region = int(epoch), int(count), regions[int(index)]
+        epoch, count, mode, index, engine, cycles = (line.split() + ["ce", "0"])[:6]
+        epoch, count, region, cycles = int(epoch), int(count), regions[int(index)], int(cycles)
         mode, _, busy_us = mode.partition(":")
         mode, _, gate = mode.partition("+")
         busy_us = float(busy_us) if busy_us else host_us
@@ -129,9 +143,11 @@ def side(path: str, host_us: float) -> None:
                     stream_wait(handle, region.ptr + GO, mark)
                 else:
                     region.wait_go(mark, time.monotonic() + 10)
-                buffer.copy_(region.in_slot)
+                copy(buffer, region.in_slot, engine)
                 buffer.add_(1)
-                region.out_slot[:SET_BYTES].copy_(buffer)
+                if on_gpu and cycles:
+                    torch.cuda._sleep(cycles)
+                copy(region.out_slot[:SET_BYTES], buffer, engine)
                 if on_gpu and gate == "stream":  # and the front end's writes
                     stream_write(handle, region.ptr + USED, SET_BYTES)
                     stream_write(handle, region.ptr + DONE, mark)
@@ -160,13 +176,15 @@ def main() -> int:
     parser.add_argument("--windows", type=int, default=200)
     parser.add_argument("--reps", type=int, default=4)
     parser.add_argument("--host-us", type=float, default=250.0)
-    parser.add_argument("--sweep", choices=("cpus", "cadence", "regions", "sides"), default="cpus")
+    parser.add_argument("--sweep", choices=("cpus", "cadence", "regions", "sides", "work"), default="cpus")
     parser.add_argument("--sides", type=int, default=2, help="side processes (--sweep sides)")
     parser.add_argument("--pool", type=int, default=1, help="regions of each side process (--sweep sides)")
     parser.add_argument("--openings", default="pkb", help="openings to time (--sweep sides)")
     parser.add_argument("--set-bytes", type=int, default=4096, help="bytes of each call's set")
     parser.add_argument("--regions", type=int, default=4, help="gate regions (--sweep regions)")
     parser.add_argument("--gates", default=",".join(GATES), help="gates to time (--sweep regions, sides)")
+    parser.add_argument("--cycles", default="0,1000,2000,3000,4000,5000,6000,8000,10000,12000,16000,20000",
+                        help="sleeps after the call's kernel (--sweep work)")
     args = parser.parse_args()
     SET_BYTES = args.set_bytes
     if args.role == "side":
@@ -209,7 +227,7 @@ def main() -> int:
     epoch = 0
 
     def batch(side_cpu: int, busy_cpu: int | None, mode: str, opening: str, index: int = 0,
-              process: int = 0) -> list[float]:
+              process: int = 0, engine: str = "ce", cycles: int = 0) -> list[float]:
         nonlocal epoch
         side_proc = side_procs[process]
         region = clock.regions[f"side{index}"][0]
@@ -217,7 +235,7 @@ def main() -> int:
         if busy_cpu is not None:
             _pin(busy_proc.pid, busy_cpu)
             busy_proc.send_signal(signal.SIGCONT)
-        side_proc.stdin.write(f"{epoch} {args.windows} {mode} {index}\n")
+        side_proc.stdin.write(f"{epoch} {args.windows} {mode} {index} {engine} {cycles}\n")
         side_proc.stdin.flush()
         times = []
         deadline = time.monotonic() + 20
@@ -266,8 +284,12 @@ def main() -> int:
                         (j, args.pool))
                       for j in range(args.sides) for gate in args.gates.split(",")
                       for opening in args.openings.split(",")]
+    if args.sweep == "work":
+        placements = [(f"{engine}/{cycles}", far_cpu, None, "spin+pkb:0", "pkb", 0, 0, engine, int(cycles))
+                      for engine in ("ce", "sm") for cycles in args.cycles.split(",")]
     batch(far_cpu, None, "spin", "as-queued")  # warm-up: the side's first launches and the pages
     found: dict = {name: [] for name, *_ in placements}
+    listing = list(placements)  # the work sweep's rows in the order of their work
     for _ in range(args.reps):
         random.shuffle(placements)
         for name, side_cpu, busy_cpu, mode, opening, *index in placements:
@@ -284,7 +306,9 @@ def main() -> int:
         os.unlink(name)
 
     print(f"{'placement':<16} {'median':>8} {'p10':>8} {'p90':>8}   medians by repetition (us)")
-    for name, *_ in sorted(placements, key=lambda p: (p[4], p[3], p[0].split("@")[0], p[1], p[2] or -1)):
+    listed = listing if args.sweep == "work" else sorted(
+        placements, key=lambda p: (p[4], p[3], p[0].split("@")[0], p[1], p[2] or -1))
+    for name, *_ in listed:
         pooled = sorted(t for rep in found[name] for t in rep)
         p10, p90 = pooled[len(pooled) // 10], pooled[len(pooled) * 9 // 10]
         reps = " ".join(f"{statistics.median(rep):6.2f}" for rep in found[name])
