@@ -13,8 +13,8 @@ from pkb_core.judge.timekeeper import HostClock, _queued_ahead
 SET = 64
 
 
-def _clock(tmp_path):
-    clock = HostClock(stall_s=0.2)
+def _clock(tmp_path, stall_s: float = 0.2):
+    clock = HostClock(stall_s=stall_s)
     clock.region("candidate", SET, SET, str(tmp_path / "gates"))
     clock.make_staging(SET * 8, SET * 8, str(tmp_path / "staging"), str(tmp_path / "snap"))
     return clock
@@ -63,12 +63,13 @@ def test_no_window_opens_before_the_whole_batch_is_queued(tmp_path, monkeypatch)
     assert all(queued == 6 for _, _, queued in log)
 
 
-def test_a_side_that_reaches_its_batch_late_is_still_waited_for(tmp_path):
+def test_a_side_that_reaches_its_batch_late_is_still_waited_for(tmp_path, monkeypatch):
     """The wait for a batch's calls counts from the first one announced: a side whose host
     reaches the batch after longer than ``QUEUE_IDLE_S`` (but within the stall) still has its whole
-    batch queued before the first window (it was opened call by call before, on one H200)."""
-    clock, log = _clock(tmp_path), []
-    late = 2 * timekeeper.QUEUE_IDLE_S  # within the clock's stall_s (0.2 s)
+    batch queued before the first window (it was opened call by call before)."""
+    monkeypatch.setattr(timekeeper, "QUEUE_IDLE_S", 0.5)  # far above the side's pace, on a loaded machine too
+    clock, log = _clock(tmp_path, stall_s=3.0), []
+    late = 1.0  # past QUEUE_IDLE_S, within the stall
     side = threading.Thread(target=_side, args=(tmp_path, 40, 5, 5, log, late))
     side.start()
     answer = _open(clock, 40, 5)

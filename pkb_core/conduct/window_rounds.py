@@ -181,7 +181,8 @@ class Batches:
                 self.copies.setdefault(side, {}).setdefault(name, []).append(max(values) / 1e3)
         ahead = [t.queued_ahead for t in times]
         # Timed batches only: a warm-up's first launches load their kernels, which waits for the
-        # device behind its gate (one H200 at W = 1: every group's least share 0, its first batch).
+        # device behind its gate (one H200 at W = 1: every group's least share was 0, beside a
+        # first batch of 1.3 s where a timed one took 29-60 ms).
         if ahead and all(isinstance(a, int) for a in ahead) and "/warm" not in label:
             self.ahead.setdefault(side, []).append(min(ahead) / k)
         placed = [t.region_node for t in times]
