@@ -262,6 +262,31 @@ def test_sweep_series_take_nccl_from_every_record(fixtures):
     assert nccl[0][2] == pytest.approx(4096 / 20e-6 / 1e9)
 
 
+def test_sweep_speedups_by_size_with_their_intervals(pkb_invoke, fixtures, tmp_path):
+    """Issue 56: the sweep's figure has each solution's speedup over NCCL by size, the symm_mem
+    baselines among them; a mode's own speedup with its interval where the record kept one (a
+    window-mode reading here), else the ratio of the sides' medians."""
+    from pkb_core.results.plots import _sweep_speedups
+
+    def windowed(record):
+        modes = record["stats"]["modes"]
+        modes["window"] = {**modes["latency"], "speedup": {"value": 1.5, "low": 1.2, "high": 1.9, "rounds": 24}}
+
+    run = _edited_run(fixtures / "runs" / "sweep", tmp_path / "run", windowed)
+    rows = load_run(run)
+    series = {(label, mode): points for label, mode, points in _sweep_speedups(rows)}
+    assert set(series) == {(s, m) for s in ("1_allreduce.py", "symm_mem_one_shot") for m in ("window", "latency", "graph")}
+    first = next(r for r in rows if r.size == "sweep:4096" and r.solution.endswith("1_allreduce.py"))
+    latency = first.stats.modes["latency"]
+    assert series[("1_allreduce.py", "latency")][0] == pytest.approx(
+        (4096, latency.reference.median / latency.candidate.median, None, None))
+    assert series[("1_allreduce.py", "window")][0] == (4096, 1.5, 1.2, 1.9)
+    pytest.importorskip("matplotlib")
+    assert pkb_invoke("plot", run, "--out", tmp_path / "plots").exit_code == 0
+    svg = (tmp_path / "plots" / "sweep-1_allreduce.svg").read_text()
+    assert "speedup over NCCL" in svg and "symm_mem_one_shot (window)" in svg
+
+
 def test_plot_without_matplotlib_is_one_line(pkb_invoke, fixtures, monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import now raises ImportError
     result = pkb_invoke("plot", fixtures / "runs" / "samples")

@@ -11,10 +11,12 @@
   after each round (:mod:`pkb_core.results.rounds`); the speedup and SOL charts then
   show each problem's best round;
 * ``sweep-<problem>`` (``-W<n>-<dtype>`` added when a run swept it several
-  ways): for ``pkb bench`` runs (size ``sweep:<bytes>``), time and busbw
-  against message size, one line per solution and for the reference (named by
-  its library: NCCL on GPU, gloo in CPU mode), solid for eager (latency mode) and
-  dashed for CUDA-graph mode.
+  ways): for ``pkb bench`` runs (size ``sweep:<bytes>``), time, busbw and the
+  speedup over the reference against message size, one line per solution (the
+  symm_mem baselines among them) and, for time and busbw, for the reference (named
+  by its library: NCCL on GPU, gloo in CPU mode); solid for eager (latency mode),
+  dashed for CUDA-graph mode, dash-dotted for window mode (the judge's device
+  clock); each speedup with its 95 % interval, a line at 1x.
 
 Figures of CPU-mode records (``clock: host``) say ``host timing (CPU mode)`` in
 their title: those times are the host's, not GPU kernels'.
@@ -33,7 +35,8 @@ from pkb_core.results.report import host_timed, is_correct, is_sweep, solution_n
 from pkb_core.results.rounds import by_round, final_states, is_loop
 
 #: Timing mode -> legend word and line style.
-MODE_STYLE = {"latency": ("eager", "-"), "graph": ("graph", "--"), "back-to-back": ("back-to-back", ":")}
+MODE_STYLE = {"window": ("window", "-."), "latency": ("eager", "-"), "graph": ("graph", "--"),
+              "back-to-back": ("back-to-back", ":")}
 FORMATS = ("png", "svg")
 #: The title's mark on a figure of host timings.
 HOST_LABEL = "host timing (CPU mode)"
@@ -241,10 +244,10 @@ def _human_bytes(value, _=None) -> str:
 
 
 def _sweep_figure(plt, problem, rows):
-    """Time (us) and busbw (GB/s) against per-rank message size."""
+    """Time (us), busbw (GB/s) and speedup over the reference against per-rank message size."""
     # Constrained layout makes room for the figure's title above the panels' own titles (its
     # second line, on host timings, would otherwise sit on them).
-    fig, (ax_time, ax_bw) = plt.subplots(1, 2, figsize=(12, 4.8), layout="constrained")
+    fig, (ax_time, ax_bw, ax_speedup) = plt.subplots(1, 3, figsize=(18, 4.8), layout="constrained")
     fig.suptitle(_titled(f"{problem}: message-size sweep (W={rows[0].world_size}, {rows[0].dtype})", rows))
     series = _sweep_series(rows)
     reference = reference_library(rows)
@@ -261,13 +264,30 @@ def _sweep_figure(plt, problem, rows):
         if bw:
             ax_bw.plot([b[0] for b in bw], [b[1] for b in bw], style, marker="o", markersize=3, color=colour,
                        label=f"{label} ({word})")
+    for label, mode, points in _sweep_speedups(rows):
+        word, style = MODE_STYLE.get(mode, (mode, "-."))
+        values = [p[1] for p in points]
+        # An interval drawn where the record has one; a point alone where it has not.
+        below = [v - lo if lo is not None else 0.0 for v, lo in zip(values, (p[2] for p in points))]
+        above = [hi - v if hi is not None else 0.0 for v, hi in zip(values, (p[3] for p in points))]
+        ax_speedup.errorbar([p[0] for p in points], values, yerr=[below, above], fmt=style, marker="o",
+                            markersize=3, capsize=2, color=colours.get(label, "grey"), label=f"{label} ({word})")
+    ax_speedup.axhline(1.0, color="black", linewidth=0.8)
+    ax_speedup.set(yscale="log", xlabel="message size per rank (bytes)", ylabel=f"speedup over {reference}",
+                   title=f"speedup over {reference}")
+    _log_labels(ax_speedup, "{:g}x")
+    low, high = ax_speedup.get_ylim()
+    if high / low < 4:  # a narrow span (an A/A, a close race) would show 1x alone between 1x, 2x and 5x
+        from matplotlib.ticker import MaxNLocator
+
+        ax_speedup.yaxis.set_major_locator(MaxNLocator(nbins=6))
     ax_time.set(xscale="log", yscale="log", xlabel="message size per rank (bytes)", ylabel="median time (us)",
                 title="time")
     _log_labels(ax_time, "{:g}")
     ax_bw.set(xscale="log", xlabel="message size per rank (bytes)", ylabel="busbw (GB/s)", title="bus bandwidth")
     from matplotlib.ticker import FuncFormatter
 
-    for ax in (ax_time, ax_bw):
+    for ax in (ax_time, ax_bw, ax_speedup):
         ax.set_xscale("log", base=2)
         ax.xaxis.set_major_formatter(FuncFormatter(_human_bytes))
         ax.grid(which="both", alpha=0.3)
@@ -280,6 +300,44 @@ def reference_library(rows) -> str:
     """What the reference's line is called: its library, ``NCCL`` on GPU, ``gloo`` in CPU mode
     (as ``pkb bench`` names it)."""
     return "gloo" if any(host_timed(r) for r in rows) else "NCCL"
+
+
+def _sweep_speedups(rows):
+    """``[(label, mode, [(bytes, speedup, low or None, high or None)])]``: each correct
+    solution's speedup over the reference at each size, in each mode: the record's own, with its
+    95 % interval, or the ratio of the two sides' medians in records that kept none. Several
+    records of a solution at one size (runs merged) give their median and no interval."""
+    series: dict[tuple, dict[int, list]] = {}
+    for r in rows:
+        if not is_correct(r):
+            continue
+        for mode, sides in r.stats.modes.items():
+            point = _speedup_point(sides)
+            if point is not None:
+                series.setdefault((solution_name(r), mode), {}).setdefault(sweep_bytes(r), []).append(point)
+    out = []
+    for (label, mode), by_size in sorted(series.items(), key=lambda item: (item[0][0], _mode_rank(item[0][1]))):
+        points = []
+        for nbytes in sorted(by_size):
+            found = by_size[nbytes]
+            points.append((nbytes, *found[0]) if len(found) == 1 else
+                          (nbytes, statistics.median(f[0] for f in found), None, None))
+        out.append((label, mode, points))
+    return out
+
+
+def _speedup_point(sides) -> tuple | None:
+    """``(speedup, low, high)`` of one mode of one record, or None where it has no speedup."""
+    kept = sides.speedup
+    if kept is not None and kept.value:
+        return kept.value, kept.low, kept.high
+    if sides.reference and sides.candidate and sides.candidate.median > 0:
+        return sides.reference.median / sides.candidate.median, None, None
+    return None
+
+
+def _mode_rank(mode: str) -> int:
+    return list(MODE_STYLE).index(mode) if mode in MODE_STYLE else len(MODE_STYLE)
 
 
 def _sweep_series(rows):
@@ -300,9 +358,8 @@ def _sweep_series(rows):
                 if stats:
                     series.setdefault((label, mode), {}).setdefault(sweep_bytes(r), []).append(stats.median)
     out = []
-    mode_order = list(MODE_STYLE)
     for (label, mode), by_size in sorted(series.items(), key=lambda item: (
-            item[0][0] != reference, item[0][0], mode_order.index(item[0][1]) if item[0][1] in mode_order else 99)):
+            item[0][0] != reference, item[0][0], _mode_rank(item[0][1]))):
         points = []
         for nbytes in sorted(by_size):
             ms = statistics.median(by_size[nbytes])
