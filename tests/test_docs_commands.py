@@ -149,6 +149,8 @@ NOT_RUN = [
     (r"^docs/serve\.md$", r"^ray start", CLUSTER, "a Ray cluster"),
     (r"^docs/timing\.md$", r"^for i in 1 2 3", GPU, "issue 22's targets: problems 1-8, every mode, on 2xH200"),
     (r"^docs/timing\.md$", r"^pkb calibrate --force", LONG, "the noise floor: minutes of timed jobs on CPU"),
+    (r"^docs/timing\.md$", r"^W=\"--timing-mode window", GPU,
+     "issue 53's window-clock targets: the A/A, the ruler and the cuda samples on 2xH200 (about 25 minutes)"),
 ]
 
 
