@@ -36,6 +36,7 @@ from pkb_core.contracts.job import Job
 from pkb_core.contracts.messages import Done, Packed, Profiled, ProfileRequest, Warmed
 from pkb_core.contracts.verdict import Verdict
 from pkb_core.harness.barrier import StoreBarrier
+from pkb_core.harness.copies import copy_into
 from pkb_core.errors import BackendUnavailable, CompileError, SolutionFailed, SolutionUnsupported, describe
 from pkb_core.harness.parcel import TRUSTED, pack, unpack
 from pkb_core.problem.contract import read_spec
@@ -278,7 +279,7 @@ class CandidateRank:
         launched = {}
 
         def call(views):
-            placed = slots.place(views, request.slots)
+            placed = slots.place(views, request.slots, copies=self.window_side.copies)
             if barrier is not None:
                 barrier()  # every rank's set is in place before any call reads its peers
             # The same buffers, shapes and other arguments as an earlier call: its launched callable
@@ -398,7 +399,9 @@ class _Slots:
         self.rank = rank
         self.buffers: list[torch.Tensor] = []
 
-    def place(self, args, sizes):
+    def place(self, args, sizes, copies: str = "engine"):
+        """``args``'s tensors copied into this tree's buffers (allocated or grown to ``sizes``), the
+        way ``copies`` says (:mod:`pkb_core.harness.copies`); the tree of their views."""
         for i, nbytes in enumerate(sizes):
             if i >= len(self.buffers) or self.buffers[i].numel() < nbytes:
                 buffer = self.rank.pm.hook.pkb_backend_allocate(state=self.rank.state, shape=(max(nbytes, 1),),
@@ -407,14 +410,14 @@ class _Slots:
                     self.buffers[i] = buffer
                 else:
                     self.buffers.append(buffer)
-        return self._map(args, copy=True)
+        return self._map(args, copy=True, copies=copies)
 
     def rebuild(self, args):
         """A new tree shaped like ``args`` whose tensors are views of the
         buffers as they are now (what :meth:`place` handed out)."""
         return self._map(args, copy=False)
 
-    def _map(self, args, copy: bool):
+    def _map(self, args, copy: bool, copies: str = "engine"):
         placed = iter(range(len(self.buffers)))
 
         def to_slot(value):
@@ -423,7 +426,7 @@ class _Slots:
                 nbytes = value.numel() * value.element_size()
                 view = self.buffers[i][:nbytes].view(value.dtype).view(value.shape)
                 if copy:
-                    view.copy_(value)
+                    copy_into(view, value, copies)
                 return view
             if isinstance(value, (list, tuple)) and not isinstance(value, torch.Size):
                 return type(value)(to_slot(v) for v in value)

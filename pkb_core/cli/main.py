@@ -122,10 +122,12 @@ INTERRUPTED, INTERNAL_ERROR, USAGE_ERROR, NOTHING_SELECTED = 2, 3, 4, 5
 def _check_environment() -> None:
     """Settings pkb reads from the environment, checked before any job starts (a wrong value
     would otherwise surface as every window-mode job's ``error``)."""
+    from pkb_core.harness.copies import copies_choice
     from pkb_core.harness.gates import engine_choice
 
     try:
         engine_choice()
+        copies_choice()
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
 

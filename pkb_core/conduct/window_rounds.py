@@ -135,6 +135,9 @@ class Batches:
         self.ahead: dict = {}
         #: Per side: the gate regions its timed batches ran on (:mod:`pkb_core.judge.region_pool`).
         self.regions: dict = {}
+        #: How the sides' harness copied, as the judge told them with their regions
+        #: (:mod:`pkb_core.harness.copies`).
+        self.harness_copies: set = set()
 
     def _timeout(self) -> float:
         return max(1.0, self.run.deadline - time.monotonic() - 1.0)
@@ -152,6 +155,7 @@ class Batches:
         armed = run.ask_judge(judge.ArmWindows(side=side, round=label, k=k, folder=folder))
         if "/warm" not in label:
             self.regions.setdefault(side, set()).update(a.region.get("key") for a in armed)
+        self.harness_copies.update(a.region.get("copies", "engine") for a in armed)
         epoch, self.epoch = self.epoch, self.epoch + k + 1
         # Which windows are copied out (and checked, for the candidate): all of a small batch's;
         # of a large one's, each by its own draw, before the batch and told to the timekeeper
@@ -303,6 +307,7 @@ def time_windows(run, mode: str, budget_s: float, calls: int, least: int, cap: i
                                    for side in ("reference", "candidate")},
              "null_is_floor": null_is_floor(raw),
              "timekeeper": ",".join(sorted(batches.engines)),
+             "harness_copies": ",".join(sorted(batches.harness_copies)),
              # where the regions' nodes (window_diagnostics.<side>.region_nodes) are read
              "numa_nodes": len(online_nodes()),
              "window_diagnostics": batches.diagnostics()}

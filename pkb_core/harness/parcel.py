@@ -27,6 +27,8 @@ from dataclasses import dataclass
 
 import torch
 
+from pkb_core.harness.copies import copy_into
+
 _DTYPES = {str(d).replace("torch.", ""): d for d in (
     torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.int32, torch.int16,
     torch.int8, torch.uint8, torch.bool, torch.complex64, torch.complex128,
@@ -168,11 +170,13 @@ class _Writer:
 
 class _BufferWriter(_Writer):
     """Writes a tree's tensors into a byte buffer on their own device: one device copy a
-    tensor, queued on the current stream (no synchronisation: :func:`pack_into`)."""
+    tensor, queued on the current stream (no synchronisation: :func:`pack_into`), made as
+    ``copies`` says (:mod:`pkb_core.harness.copies`)."""
 
-    def __init__(self, buffer: torch.Tensor):
+    def __init__(self, buffer: torch.Tensor, copies: str = "engine"):
         self.buffer = buffer
         self.offset = 0
+        self.copies = copies
 
     def close(self):
         pass
@@ -180,7 +184,7 @@ class _BufferWriter(_Writer):
     def put(self, raw: torch.Tensor, at: int) -> None:
         if at + raw.numel() > self.buffer.numel():
             raise ParcelError(f"{at + raw.numel()} bytes do not fit the {self.buffer.numel()}-byte slot")
-        self.buffer[at:at + raw.numel()].copy_(raw, non_blocking=True)
+        copy_into(self.buffer[at:at + raw.numel()], raw, self.copies, non_blocking=True)
 
 
 def _is_world(value) -> bool:
@@ -353,15 +357,16 @@ def unpack(skeleton, path, *, limits: Limits = UNTRUSTED, device=None, make_grou
         reader.close()
 
 
-def pack_into(tree, buffer: torch.Tensor, *, group_blocks=None) -> dict:
+def pack_into(tree, buffer: torch.Tensor, *, group_blocks=None, copies: str = "engine") -> dict:
     """Copy ``tree``'s tensors into ``buffer`` (a flat ``uint8`` tensor on their device) at
     aligned offsets and return the skeleton (the format of :func:`pack`). The copies are
     queued on the current stream and not waited for, so a side can write a call's outputs
-    into a judge-owned slot inside a timed window (:mod:`pkb_core.harness.windows`).
+    into a judge-owned slot inside a timed window (:mod:`pkb_core.harness.windows`); ``copies``:
+    by the copy engine or by kernels (:mod:`pkb_core.harness.copies`).
 
     :raises ParcelError: the tensors do not fit ``buffer``.
     """
-    return _BufferWriter(buffer).node(tree, group_blocks)
+    return _BufferWriter(buffer, copies).node(tree, group_blocks)
 
 
 def skeleton_end(skeleton) -> int:

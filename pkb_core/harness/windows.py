@@ -27,6 +27,7 @@ import time
 
 import torch
 
+from pkb_core.harness.copies import COPIES
 from pkb_core.harness.gates import SideRegion
 from pkb_core.harness.parcel import TRUSTED, pack_into, skeleton_end, unpack_from
 
@@ -50,6 +51,9 @@ class WindowSide:
         self.host_us = None
         #: Garbage collections of this process during its last batch (0 unless its calls ask for one).
         self.collections = 0
+        #: How this side's harness copies sets in and outputs out, as the judge said with the
+        #: region (:mod:`pkb_core.harness.copies`).
+        self.copies = "engine"
 
     @staticmethod
     def _key(region: dict) -> tuple:
@@ -70,7 +74,7 @@ class WindowSide:
 
     def attach(self, region: dict) -> SideRegion:
         """Make the region the judge described (``handle`` or ``path``, ``in_bytes``, ``out_bytes``,
-        ``generation``, ``pool``) the one the next batch runs on, mapping it unless it is mapped
+        ``generation``, ``pool``, ``copies``) the one the next batch runs on, mapping it unless it is mapped
         already. A region of another pool (:mod:`pkb_core.judge.region_pool`) unmaps every
         region of the old one first."""
         if not self.in_pool(region):
@@ -82,6 +86,7 @@ class WindowSide:
                                           path=region.get("path", ""), in_bytes=region["in_bytes"],
                                           out_bytes=region["out_bytes"])
         self.region, self.key = self.mapped[key], key
+        self.copies = region.get("copies") if region.get("copies") in COPIES else "engine"
         return self.region
 
     def run(self, *, epoch: int, skeletons: list, call, timeout_s: float, make_group=None, fill: int = 0) -> list:
@@ -119,7 +124,7 @@ class WindowSide:
                     written.append(None)
                 else:
                     outputs, after = call(args)
-                    written.append(pack_into({"out": outputs, "args": after}, region.out_slot))
+                    written.append(pack_into({"out": outputs, "args": after}, region.out_slot, copies=self.copies))
                 region.finish(max(fill, skeleton_end(written[-1])), mark)  # used, then done
                 if on_device:
                     region.write_queued(mark)  # GPU: all of call w is on the stream, behind its gate

@@ -21,6 +21,7 @@ import tempfile
 
 import torch
 
+from pkb_core.harness.copies import copies_choice
 from pkb_core.harness.gates import HOST_ENGINE_MAX_BYTES, CudaMemory, HostRegion, engine_choice, import_handle, \
     slot_layout
 from pkb_core.judge.region_pool import RegionPool, pool_size
@@ -104,6 +105,8 @@ class Timekeeper:
         #: its own) or the device engine (a CUDA context, device memory, events).
         self.engine = engine
         self.host_engine = engine == "host"
+        #: How every side's harness copies, told with each region (:mod:`pkb_core.harness.copies`).
+        self.copies = copies_choice()
         ordinal = "cpu" if device.type != "cuda" else "host" if self.host_engine else \
             str(torch.cuda.current_device() if device.index is None else device.index)
         bus_id = numa.gpu_bus_id(device)
@@ -170,7 +173,8 @@ class Timekeeper:
             path = os.path.join(folder, f"pkb-gates-r{self.rank}-{self.engine}-{side}-{self.generation}")
             found = self.ask("region", side=key, in_bytes=pool.in_bytes, out_bytes=pool.out_bytes, path=path)
             pool.regions[index] = {**found, "in_bytes": pool.in_bytes, "out_bytes": pool.out_bytes,
-                                   "generation": self.generation, "folder": folder, "pool": pool.ident, "key": key}
+                                   "generation": self.generation, "folder": folder, "pool": pool.ident, "key": key,
+                                   "copies": self.copies}
         return pool.regions[index]
 
     def _release(self, pool: RegionPool) -> None:

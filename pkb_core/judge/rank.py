@@ -45,6 +45,7 @@ from pkb_core.harness.trees import leaves
 from pkb_core.harness.parcel import TRUSTED, UNTRUSTED, Limits, ParcelError, pack, pack_into, packed_size, \
     skeleton_end, unpack, unpack_from
 from pkb_core.problem.contract import RunContext, read_spec
+from pkb_core.harness.copies import copy_into
 from pkb_core.harness.timing import BatchTimer
 from pkb_core.harness.trees import clone, identical, restore
 
@@ -455,9 +456,10 @@ class JudgeRank:
         self.align()
         sets = iter(armed["sets"])
         barrier = self.timer.device_barrier
+        copies = armed["region"].get("copies", "engine")  # as the groups' harness copies
 
         def call(views):
-            placed = _placed(next(sets), views)
+            placed = _placed(next(sets), views, copies)
             if barrier is not None:
                 barrier()  # every rank's set is in place before any call reads its peers
             # Exported as a call's arguments after it are: every honest call exports at least that
@@ -523,16 +525,21 @@ class JudgeRank:
         return Profiled(summary=profile_calls(calls[0], device=self.device, calls=5, trace_path=request.path))
 
 
-def _placed(own, views):
+def _placed(own, views, copies: str = "engine"):
     """The judge's own set ``own`` with its tensors' values taken from ``views`` (the side's
-    ``in_slot``, as the timekeeper released them), copied: what a side places."""
+    ``in_slot``, as the timekeeper released them), copied as ``copies`` says
+    (:mod:`pkb_core.harness.copies`): what a side places."""
     if isinstance(own, torch.Tensor):
-        return views.clone() if isinstance(views, torch.Tensor) else own.clone()
+        if not isinstance(views, torch.Tensor):
+            return own.clone()
+        placed = torch.empty_like(views)
+        copy_into(placed, views, copies)
+        return placed
     if isinstance(own, (list, tuple)) and not isinstance(own, torch.Size):
-        items = [_placed(o, v) for o, v in zip(own, views)]
+        items = [_placed(o, v, copies) for o, v in zip(own, views)]
         return tuple(items) if isinstance(own, tuple) else items
     if isinstance(own, dict):
-        return {k: _placed(v, views[k]) for k, v in own.items()}
+        return {k: _placed(v, views[k], copies) for k, v in own.items()}
     return own
 
 

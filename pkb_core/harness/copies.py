@@ -1,0 +1,50 @@
+"""How pkb's harness copies a window's set into a side's buffers and its outputs out (docs/timing.md,
+"Where a window's spread lies"): ``PKB_HARNESS_COPIES``, read by the judge and told to every side
+with its gate region, so that the judge's own sides and the groups copy alike.
+
+* ``engine`` (the default): ``Tensor.copy_``, which on a GPU is a memcpy run by the copy engine;
+* ``kernels``: an elementwise kernel over the bytes (``bitwise_or`` with 0), run by the SMs, so that
+  a window's work never passes between the copy engine and the SMs.
+
+On one H200 (2026-11-29, docs/benchmarks/2026-11-29-h200-one-rank.md) a window's times sat on levels
+about 9 us apart wherever a side copied (pkb's harness, the groups), and within about 2 us where it
+did not (the judge's ``null`` and ``kernel`` sides); which of the two choices reads along a known
+delay rather than in steps is what ``benchmarks/timekeeper_neighbours.py --sweep work`` measures.
+On CPU both are the host's copies; the setting still picks the operation (the tests run both).
+"""
+from __future__ import annotations
+
+import os
+
+import torch
+
+COPIES_ENV = "PKB_HARNESS_COPIES"
+COPIES = ("engine", "kernels")
+
+
+def copies_choice() -> str:
+    """What ``PKB_HARNESS_COPIES`` asks for (``engine`` unset); ValueError, one line, for any other value."""
+    choice = os.environ.get(COPIES_ENV, "engine")
+    if choice not in COPIES:
+        raise ValueError(f"{COPIES_ENV}={choice!r} is not one of {', '.join(COPIES)} (how pkb's harness copies "
+                         "a window's set and outputs: docs/timing.md)")
+    return choice
+
+
+def copy_into(dst: torch.Tensor, src: torch.Tensor, copies: str = "engine", *, non_blocking: bool = False) -> None:
+    """Copy ``src`` into ``dst`` (same shape and dtype), the way ``copies`` says: a kernel is queued
+    on the current stream; ``copy_`` is given ``non_blocking``. A tensor that is not one contiguous
+    run of bytes is copied by ``copy_``."""
+    if copies == "kernels" and dst.is_contiguous() and src.is_contiguous() and dst.dtype == src.dtype:
+        into, out_of = _bytes(dst), _bytes(src)
+        if into.shape == out_of.shape:
+            torch.bitwise_or(out_of, 0, out=into)
+            return
+    dst.copy_(src, non_blocking=non_blocking)
+
+
+def _bytes(tensor: torch.Tensor) -> torch.Tensor:
+    flat = tensor.reshape(-1)
+    if flat.dtype.is_complex:
+        flat = torch.view_as_real(flat).reshape(-1)
+    return flat.view(torch.uint8)

@@ -1,0 +1,84 @@
+"""How pkb's harness copies a window's set in and its outputs out (pkb_core.harness.copies): the
+judge's choice (``PKB_HARNESS_COPIES``) reaches every side with its gate region, and both ways
+copy the same bytes."""
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from pkb_core.harness import copies as copies_module
+from pkb_core.harness.copies import COPIES_ENV, copies_choice, copy_into
+from pkb_core.harness.windows import WindowSide
+from pkb_core.judge.clock import Timekeeper
+from test_window_clock import CPU, _arm, _snapshot
+
+VALUES = [torch.randn(3, 4), torch.randn(5).to(torch.bfloat16), torch.tensor(2.5), torch.rand(6) > 0.5,
+          torch.randn(4, dtype=torch.complex64), torch.arange(10, dtype=torch.int64), torch.empty(0)]
+
+
+@pytest.mark.parametrize("copies", ["engine", "kernels"])
+@pytest.mark.parametrize("value", VALUES, ids=lambda v: f"{v.dtype}{list(v.shape)}")
+def test_both_ways_copy_the_same_bytes(value, copies):
+    into = torch.zeros_like(value)
+    copy_into(into, value, copies)
+    assert torch.equal(torch.view_as_real(into) if into.is_complex() else into,
+                       torch.view_as_real(value) if value.is_complex() else value)
+
+
+def test_a_strided_tensor_is_copied_by_copy_(monkeypatch):
+    used = []
+    monkeypatch.setattr(copies_module.torch, "bitwise_or", lambda *a, **k: used.append(a))
+    value = torch.arange(12.0).reshape(3, 4).t()  # not one contiguous run of bytes
+    into = torch.zeros(4, 3)
+    copy_into(into, value, "kernels")
+    assert torch.equal(into, value) and not used
+
+
+def test_a_choice_that_does_not_exist_is_one_line(monkeypatch):
+    monkeypatch.setenv(COPIES_ENV, "dma")
+    with pytest.raises(ValueError, match=r"^PKB_HARNESS_COPIES='dma' is not one of engine, kernels \("):
+        copies_choice()
+    monkeypatch.delenv(COPIES_ENV)
+    assert copies_choice() == "engine"
+
+
+def test_the_judges_choice_reaches_the_side_with_its_region(tmp_path, monkeypatch):
+    """The timekeeper's regions say how to copy; a side that attaches one exports its calls that
+    way (a kernel a tensor here), and the judge reads the same outputs back."""
+    monkeypatch.setenv(COPIES_ENV, "kernels")
+    keeper = Timekeeper(CPU, str(tmp_path), 0, "host")
+    side = WindowSide(CPU)
+    used = []
+    real = torch.bitwise_or
+    monkeypatch.setattr(copies_module.torch, "bitwise_or", lambda *a, **k: (used.append(1), real(*a, **k))[1])
+    try:
+        sets = [(torch.arange(16, dtype=torch.float32) + 100 * w,) for w in range(4)]
+        skeletons, region, layout = _arm(keeper, sets)
+        assert region["copies"] == "kernels"
+        side.attach(region)
+        assert side.copies == "kernels"
+        keeper.send("open", epoch=3, timeout_s=20, **layout)
+        written = side.run(epoch=3, skeletons=skeletons, call=lambda args: (args[0] * 2, args), timeout_s=20)
+        assert keeper.receive()["status"] == "ok"
+        for w in range(4):
+            got = _snapshot(keeper, written[w], w)
+            assert torch.equal(got["out"], sets[w][0] * 2) and torch.equal(got["args"][0], sets[w][0])
+        assert len(used) == 8  # each call's output and its argument, by a kernel each
+    finally:
+        side.close()
+        keeper.close()
+
+
+def test_a_window_job_copies_as_the_judge_says_and_records_it(pkb_invoke, tmp_path, monkeypatch):
+    monkeypatch.setenv(COPIES_ENV, "kernels")
+    folder = tmp_path / "solutions"
+    folder.mkdir()
+    shutil.copy(Path(__file__).parent / "fixtures" / "windows" / "1_allreduce_honest.py", folder)
+    result = pkb_invoke("run", "--solutions", folder, "--problem", "1", "--trials", "2", "--measure-perf",
+                        "--timing-mode", "window", "--warmup", "2", "--iters", "12", "--min-iters", "12",
+                        "--timeout", "120", "--out", tmp_path / "run", "--json")
+    [record] = json.loads(result.stdout)["results"]
+    assert record["verdict"] == "pass", record
+    assert record["stats"]["modes"]["window"]["harness_copies"] == "kernels"
