@@ -14,9 +14,9 @@ On CPU both are the host's copies; the setting still picks the operation (the te
 """
 from __future__ import annotations
 
-import os
-
 import torch
+
+from pkb_core.env_settings import setting_from_env
 
 COPIES_ENV = "PKB_HARNESS_COPIES"
 COPIES = ("engine", "kernels")
@@ -24,11 +24,8 @@ COPIES = ("engine", "kernels")
 
 def copies_choice() -> str:
     """What ``PKB_HARNESS_COPIES`` asks for (``engine`` unset); ValueError, one line, for any other value."""
-    choice = os.environ.get(COPIES_ENV, "engine")
-    if choice not in COPIES:
-        raise ValueError(f"{COPIES_ENV}={choice!r} is not one of {', '.join(COPIES)} (how pkb's harness copies "
-                         "a window's set and outputs: docs/timing.md)")
-    return choice
+    return setting_from_env(COPIES_ENV, COPIES, "engine", "how pkb's harness copies a window's set and outputs: "
+                                                          "docs/timing.md")
 
 
 def copy_into(dst: torch.Tensor, src: torch.Tensor, copies: str = "engine", *, non_blocking: bool = False) -> None:

@@ -30,6 +30,8 @@ import mmap
 import os
 import time
 
+from pkb_core.env_settings import setting_from_env
+
 #: Byte offsets of the words in a region's header, and the header's size (slots start after it).
 GO, DONE, QUEUED, USED = 0, 64, 128, 192
 HEADER = 4096
@@ -49,11 +51,8 @@ ENGINES = ("auto", "host", "device")
 
 def engine_choice() -> str:
     """The engine ``PKB_TIMEKEEPER`` asks for (``auto`` unset); ValueError, one line, for any other value."""
-    choice = os.environ.get(ENGINE_ENV, "auto")
-    if choice not in ENGINES:
-        raise ValueError(f"{ENGINE_ENV}={choice!r} is not one of {', '.join(ENGINES)} (the judge's timekeeper "
-                         "engine: docs/timing.md, \"The two engines\")")
-    return choice
+    return setting_from_env(ENGINE_ENV, ENGINES, "auto", "the judge's timekeeper engine: docs/timing.md, "
+                                                         "\"The two engines\"")
 
 #: ``auto`` (the default on GPU): the host engine for input sets of up to this many bytes, the
 #: device engine above (its windows pay a switch between contexts, ~300 us, which a large call
