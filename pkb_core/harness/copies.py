@@ -1,5 +1,5 @@
 """How pkb's harness copies a window's set into a side's buffers and its outputs out (docs/timing.md,
-"Where a window's spread lies"): ``PKB_HARNESS_COPIES``, read by the judge and told to every side
+"How the harness copies"): ``PKB_HARNESS_COPIES``, read by the judge and told to every side
 with its gate region, so that the judge's own sides and the groups copy alike.
 
 * ``engine`` (the default): ``Tensor.copy_``, which on a GPU is a memcpy run by the copy engine;
