@@ -28,7 +28,8 @@ sweeps:
   interleaved, each on a region of its own pool of ``--pool`` (what an A/A job is, on one GPU);
 * ``work``: one side, pkb's opening, a ``torch.cuda._sleep`` of each of ``--cycles`` after the
   call's kernel, with the set copied in and out by the copy engine (``ce``: ``copy_``, a memcpy)
-  or by kernels (``sm``: an elementwise kernel reading and writing the region's host memory).
+  or by kernels (``sm``: an elementwise kernel reading and writing the region's host memory), as
+  pkb's harness copies with ``PKB_HARNESS_COPIES`` unset or ``kernels`` (:mod:`pkb_core.harness.copies`).
   A window that grows with the work in steps (pkb's windows sat at levels about 8-9.5 us apart)
   rather than along it says where the steps come from.
 
@@ -106,11 +107,11 @@ def side(path: str, host_us: float) -> None:
         stream, done_event = torch.cuda.Stream(device), torch.cuda.Event(blocking=True)
     buffer = torch.zeros(SET_BYTES, dtype=torch.uint8, device=device)
 
+    from pkb_core.harness.copies import copy_into
+
     def copy(dst, src, engine: str) -> None:
-        if engine == "sm":
-            torch.bitwise_or(src, 0, out=dst)  # a kernel: the SMs read and write the memory
-        else:
-            dst.copy_(src)  # a memcpy: the copy engine
+        # pkb's harness's own copies (PKB_HARNESS_COPIES): a kernel (the SMs) or a memcpy (the copy engine)
+        copy_into(dst, src, "kernels" if engine == "sm" else "engine")
 
     regions = [SideRegion(device=device, path=one, in_bytes=SET_BYTES, out_bytes=SET_BYTES)
                for one in path.split(",")]
