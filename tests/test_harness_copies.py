@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from pkb_core.harness import copies as copies_module
 from pkb_core.harness.copies import COPIES_ENV, copies_choice, copy_into
 from pkb_core.harness.windows import WindowSide
 from pkb_core.judge.clock import Timekeeper
@@ -29,7 +28,7 @@ def test_both_ways_copy_the_same_bytes(value, copies):
 
 def test_a_strided_tensor_is_copied_by_copy_(monkeypatch):
     used = []
-    monkeypatch.setattr(copies_module.torch, "bitwise_or", lambda *a, **k: used.append(a))
+    monkeypatch.setattr(torch, "bitwise_or", lambda *a, **k: used.append(a))
     value = torch.arange(12.0).reshape(3, 4).t()  # not one contiguous run of bytes
     into = torch.zeros(4, 3)
     copy_into(into, value, "kernels")
@@ -52,7 +51,7 @@ def test_the_judges_choice_reaches_the_side_with_its_region(tmp_path, monkeypatc
     side = WindowSide(CPU)
     used = []
     real = torch.bitwise_or
-    monkeypatch.setattr(copies_module.torch, "bitwise_or", lambda *a, **k: (used.append(1), real(*a, **k))[1])
+    monkeypatch.setattr(torch, "bitwise_or", lambda *a, **k: (used.append(1), real(*a, **k))[1])
     try:
         sets = [(torch.arange(16, dtype=torch.float32) + 100 * w,) for w in range(4)]
         skeletons, region, layout = _arm(keeper, sets)

@@ -274,12 +274,13 @@ class CandidateRank:
         if getattr(self, "window_side", None) is None:
             self.window_side, self.window_slots = WindowSide(self.device), _Slots(self)
         self.window_side.attach(request.region)
+        self.window_slots.copies = self.window_side.copies  # as the judge said with the region
         slots, barrier = self.window_slots, self.timer.device_barrier
 
         launched = {}
 
         def call(views):
-            placed = slots.place(views, request.slots, copies=self.window_side.copies)
+            placed = slots.place(views, request.slots)
             if barrier is not None:
                 barrier()  # every rank's set is in place before any call reads its peers
             # The same buffers, shapes and other arguments as an earlier call: its launched callable
@@ -398,10 +399,13 @@ class _Slots:
     def __init__(self, rank: CandidateRank):
         self.rank = rank
         self.buffers: list[torch.Tensor] = []
+        #: How :meth:`place` copies (:mod:`pkb_core.harness.copies`): window mode's, as the judge
+        #: says with each gate region; the copy engine elsewhere.
+        self.copies = "engine"
 
-    def place(self, args, sizes, copies: str = "engine"):
+    def place(self, args, sizes):
         """``args``'s tensors copied into this tree's buffers (allocated or grown to ``sizes``), the
-        way ``copies`` says (:mod:`pkb_core.harness.copies`); the tree of their views."""
+        way :attr:`copies` says; the tree of their views."""
         for i, nbytes in enumerate(sizes):
             if i >= len(self.buffers) or self.buffers[i].numel() < nbytes:
                 buffer = self.rank.pm.hook.pkb_backend_allocate(state=self.rank.state, shape=(max(nbytes, 1),),
@@ -410,14 +414,14 @@ class _Slots:
                     self.buffers[i] = buffer
                 else:
                     self.buffers.append(buffer)
-        return self._map(args, copy=True, copies=copies)
+        return self._map(args, copy=True)
 
     def rebuild(self, args):
         """A new tree shaped like ``args`` whose tensors are views of the
         buffers as they are now (what :meth:`place` handed out)."""
         return self._map(args, copy=False)
 
-    def _map(self, args, copy: bool, copies: str = "engine"):
+    def _map(self, args, copy: bool):
         placed = iter(range(len(self.buffers)))
 
         def to_slot(value):
@@ -426,7 +430,7 @@ class _Slots:
                 nbytes = value.numel() * value.element_size()
                 view = self.buffers[i][:nbytes].view(value.dtype).view(value.shape)
                 if copy:
-                    copy_into(view, value, copies)
+                    copy_into(view, value, self.copies)
                 return view
             if isinstance(value, (list, tuple)) and not isinstance(value, torch.Size):
                 return type(value)(to_slot(v) for v in value)

@@ -14,8 +14,6 @@ On CPU both are the host's copies; the setting still picks the operation (the te
 """
 from __future__ import annotations
 
-import torch
-
 from pkb_core.env_settings import setting_from_env
 
 COPIES_ENV = "PKB_HARNESS_COPIES"
@@ -28,19 +26,21 @@ def copies_choice() -> str:
                                                           "docs/timing.md")
 
 
-def copy_into(dst: torch.Tensor, src: torch.Tensor, copies: str = "engine", *, non_blocking: bool = False) -> None:
-    """Copy ``src`` into ``dst`` (same shape and dtype), the way ``copies`` says: a kernel is queued
-    on the current stream; ``copy_`` is given ``non_blocking``. A tensor that is not one contiguous
-    run of bytes is copied by ``copy_``."""
+def copy_into(dst, src, copies: str = "engine", *, non_blocking: bool = False) -> None:
+    """Copy tensor ``src`` into tensor ``dst`` (same shape and dtype), the way ``copies`` says: a
+    kernel is queued on the current stream; ``copy_`` is given ``non_blocking``. A tensor that is
+    not one contiguous run of bytes is copied by ``copy_``."""
     if copies == "kernels" and dst.is_contiguous() and src.is_contiguous() and dst.dtype == src.dtype:
-        into, out_of = _bytes(dst), _bytes(src)
+        import torch  # here, not at the top: the command line checks the setting before any torch
+
+        into, out_of = _bytes(torch, dst), _bytes(torch, src)
         if into.shape == out_of.shape:
             torch.bitwise_or(out_of, 0, out=into)
             return
     dst.copy_(src, non_blocking=non_blocking)
 
 
-def _bytes(tensor: torch.Tensor) -> torch.Tensor:
+def _bytes(torch, tensor):
     flat = tensor.reshape(-1)
     if flat.dtype.is_complex:
         flat = torch.view_as_real(flat).reshape(-1)
