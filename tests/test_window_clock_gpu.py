@@ -10,6 +10,7 @@ import tempfile
 import pytest
 import torch
 
+from pkb_core.harness.copies import COPIES, COPIES_ENV, copy_into
 from pkb_core.harness.windows import WindowSide
 from pkb_core.judge.clock import Timekeeper
 from pkb_core.judge.region_pool import POOL_MAX
@@ -21,16 +22,25 @@ CALLS = 6
 OUT_BYTES = 16384
 
 
-def _placed_then_doubled(args):
-    """As pkb's harness calls: the set placed in device memory, the call on it, the placed buffer
-    as its argument after the call. (A copy from ``in_slot`` straight into ``out_slot``, both the
-    region's host memory, waits on the host for the stream to reach it: behind a closed gate, so
-    no call of the batch is queued ahead, seen on one H200.)"""
-    placed = args[0].clone()
-    return placed * 2, (placed,)
+def _placed_then_doubled(side):
+    """As pkb's harness calls: the set placed in device memory (copied as the judge said with the
+    region), the call on it, the placed buffer as its argument after the call. (A copy from
+    ``in_slot`` straight into ``out_slot``, both the region's host memory, waits on the host for the
+    stream to reach it: behind a closed gate, so no call of the batch is queued ahead, seen on one
+    H200.)"""
+    def call(args):
+        placed = torch.empty_like(args[0])
+        copy_into(placed, args[0], side.copies)
+        return placed * 2, (placed,)
+
+    return call
 
 
-def test_a_gpu_side_through_the_host_engine():
+@pytest.mark.parametrize("copies", COPIES)
+def test_a_gpu_side_through_the_host_engine(copies, monkeypatch):
+    """Both ways of copying (the copy engine, kernels) read and write the region's host memory
+    through the GPU's mapping alike."""
+    monkeypatch.setenv(COPIES_ENV, copies)
     gpu = torch.device("cuda", 0)
     torch.cuda.set_device(gpu)
     # In shared memory, as every group's folder is: CUDA does not pin a mapping of a file on disk.
@@ -45,7 +55,8 @@ def test_a_gpu_side_through_the_host_engine():
             side.attach(region)
             epoch = 100 * batch
             keeper.send("open", epoch=epoch, timeout_s=30, **layout)
-            written = side.run(epoch=epoch, skeletons=skeletons, call=_placed_then_doubled, timeout_s=30)
+            assert side.copies == copies
+            written = side.run(epoch=epoch, skeletons=skeletons, call=_placed_then_doubled(side), timeout_s=30)
             answer = keeper.receive()
             assert answer["status"] == "ok" and len(answer["times_ns"]) == CALLS
             ahead.append((answer["queued_ahead"], answer["not_queued_ahead"]))
