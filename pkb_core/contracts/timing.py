@@ -131,6 +131,15 @@ class ModeTiming(Contract):
     self_reported_ms: dict | None = optional()
     extra: dict = attrs.field(factory=dict)
 
+    def speedup_value(self) -> float | None:
+        """The speedup this mode reads: its rounds' own where it kept one, else the ratio of the
+        two sides' medians (records from before it was kept); None where neither says one."""
+        if self.speedup:
+            return self.speedup.value
+        if self.reference and self.candidate and self.candidate.median > 0:
+            return self.reference.median / self.candidate.median
+        return None
+
 
 @attrs.frozen(kw_only=True)
 class Timing(Contract):

@@ -151,7 +151,7 @@ class HostClock:
         # side's host's pace: on one H200 two side processes of the same code differed by up to
         # 1.3 us a 4 KiB window for a whole run, and by 0.03-0.55 us (11 of 13 runs within 0.17)
         # once each batch was queued first (docs/benchmarks/2026-11-29-h200-window-groups.md).
-        ahead = (_queued_ahead(region.queued, epoch, len(sizes), deadline, self.stall_s)
+        ahead = (_queued_ahead(region.queued, epoch, len(sizes), deadline, self.stall_s, self.spins)
                  if self.stall_s is not None else None)
         for w, n in enumerate(sizes):
             mark = epoch + 1 + w
@@ -210,7 +210,8 @@ class HostClock:
             region.close()
 
 
-def _queued_ahead(queued: HostWord, epoch: int, count: int, deadline: float, first_s: float) -> int:
+def _queued_ahead(queued: HostWord, epoch: int, count: int, deadline: float, first_s: float,
+                  spins: int = SPINS) -> int:
     """Wait until a side has announced all ``count`` calls of the batch from ``epoch`` on, or
     until it stops: its first call not announced within ``first_s`` (its queueing waits on the
     device, as a call's may after :data:`STALL_S`), or its ``queued`` word not moved for
@@ -221,14 +222,9 @@ def _queued_ahead(queued: HostWord, epoch: int, count: int, deadline: float, fir
     launcher on a loaded machine), and a wait timed from the opening gave up before any call was
     queued, opening that batch's windows call by call."""
     last = epoch + count
-    start = time.monotonic()
-    seen = queued.read()
-    while cyclic_gap(seen, epoch) <= 0:  # no call of this batch announced yet
-        now = time.monotonic()
-        if now > deadline or now - start > first_s:
-            return 0
-        seen = queued.read()
-    since = time.monotonic()
+    if not queued.wait(epoch + 1, min(deadline, time.monotonic() + first_s), spins):
+        return 0  # no call of this batch announced
+    seen, since = queued.read(), time.monotonic()
     while behind(seen, last):
         now = time.monotonic()
         if now > deadline or now - since > QUEUE_IDLE_S:

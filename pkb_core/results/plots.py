@@ -327,13 +327,13 @@ def _sweep_speedups(rows):
 
 
 def _speedup_point(sides) -> tuple | None:
-    """``(speedup, low, high)`` of one mode of one record, or None where it has no speedup."""
+    """``(speedup, low, high)`` of one mode of one record (:meth:`ModeTiming.speedup_value`, the
+    record's own rule), or None where it has no speedup."""
+    value = sides.speedup_value()
+    if not value:
+        return None
     kept = sides.speedup
-    if kept is not None and kept.value:
-        return kept.value, kept.low, kept.high
-    if sides.reference and sides.candidate and sides.candidate.median > 0:
-        return sides.reference.median / sides.candidate.median, None, None
-    return None
+    return (value, kept.low, kept.high) if kept else (value, None, None)
 
 
 def _mode_rank(mode: str) -> int:

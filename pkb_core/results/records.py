@@ -55,8 +55,8 @@ def job_record(job: Job, world_size: int, verdict: str, reason: str = "", *, tim
                                                           min_iters=job.min_iters, timing_modes=job.timing_modes))
         if timing.reference and timing.candidate:
             ref, cand = timing.reference.median, timing.candidate.median
-            value = timing.speedup.value if timing.speedup else (ref / cand if cand > 0 else None)
-            fields.update(reference_ms=ref, solution_ms=cand, speedup=value, timing_mode=timing.primary,
+            fields.update(reference_ms=ref, solution_ms=cand, speedup=timing.headline.speedup_value(),
+                          timing_mode=timing.primary,
                           **_rigor(timing))
             if timing.sol:
                 fields["sol"] = attrs.evolve(timing.sol, reference_fraction=timing.sol.floor_ms / ref,
