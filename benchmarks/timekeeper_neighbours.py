@@ -5,7 +5,7 @@ Usage::
 
     python3 benchmarks/timekeeper_neighbours.py [--windows 200] [--reps 4] [--host-us 250]
         [--sweep cpus|cadence|regions|sides|work] [--set-bytes 4096] [--regions 4] [--gates stream,pkb]
-        [--sides 2] [--pool 1] [--openings pkb,as-queued] [--cycles 0,1000,...]
+        [--sides 2] [--pool 1] [--openings pkb,as-queued] [--engines ce,sm] [--cycles 0,1000,...]
 
 This process plays the judge's timekeeper, pinned to one CPU, on pkb's own host engine
 (:class:`pkb_core.judge.timekeeper.HostClock`: its regions, staging and snapshots; with the
@@ -25,7 +25,9 @@ sweeps:
 * ``regions``: one side, its batches on ``--regions`` regions in turn (an offset that stays with
   one region is one that two groups of a job, each on its own region, would carry);
 * ``sides``: ``--sides`` side processes of the same code, one timekeeper, their batches
-  interleaved, each on a region of its own pool of ``--pool`` (what an A/A job is, on one GPU);
+  interleaved, each on a region of its own pool of ``--pool`` (what an A/A job is, on one GPU),
+  its set copied by each of ``--engines`` (``ce`` or ``sm``, as in the ``work`` sweep; so too
+  in the ``regions`` sweep);
 * ``work``: one side, pkb's opening, a ``torch.cuda._sleep`` of each of ``--cycles`` after the
   call's kernel, with the set copied in and out by the copy engine (``ce``: ``copy_``, a memcpy)
   or by kernels (``sm``: an elementwise kernel reading and writing the region's host memory), as
@@ -181,6 +183,7 @@ def main() -> int:
     parser.add_argument("--sides", type=int, default=2, help="side processes (--sweep sides)")
     parser.add_argument("--pool", type=int, default=1, help="regions of each side process (--sweep sides)")
     parser.add_argument("--openings", default="pkb", help="openings to time (--sweep sides)")
+    parser.add_argument("--engines", default="ce", help="how the set is copied, ce and/or sm (--sweep regions, sides)")
     parser.add_argument("--set-bytes", type=int, default=4096, help="bytes of each call's set")
     parser.add_argument("--regions", type=int, default=4, help="gate regions (--sweep regions)")
     parser.add_argument("--gates", default=",".join(GATES), help="gates to time (--sweep regions, sides)")
@@ -278,13 +281,14 @@ def main() -> int:
         placements = [(f"{opening}/{host_us:g}us/{gate}", far_cpu, None, f"spin+{gate}:{host_us:g}", opening)
                       for opening in OPENINGS for host_us in (0, 100, 300) for gate in GATES]
     if args.sweep == "regions":
-        placements = [(f"region{i}/{gate}", far_cpu, None, f"spin+{gate}:0", "pkb", i)
-                      for i in range(args.regions) for gate in args.gates.split(",")]
+        placements = [(f"region{i}/{gate}/{engine}", far_cpu, None, f"spin+{gate}:0", "pkb", i, 0, engine)
+                      for i in range(args.regions) for gate in args.gates.split(",")
+                      for engine in args.engines.split(",")]
     if args.sweep == "sides":  # a region of the process's own pool, drawn for each batch
-        placements = [(f"process{j}/{gate}/{opening}", far_cpu - j, None, f"spin+{gate}:{args.host_us:g}", opening,
-                        (j, args.pool))
+        placements = [(f"process{j}/{gate}/{opening}/{engine}", far_cpu - j, None, f"spin+{gate}:{args.host_us:g}",
+                       opening, (j, args.pool), engine)
                       for j in range(args.sides) for gate in args.gates.split(",")
-                      for opening in args.openings.split(",")]
+                      for opening in args.openings.split(",") for engine in args.engines.split(",")]
     if args.sweep == "work":
         placements = [(f"{engine}/{cycles}", far_cpu, None, "spin+pkb:0", "pkb", 0, 0, engine, int(cycles))
                       for engine in ("ce", "sm") for cycles in args.cycles.split(",")]
@@ -294,9 +298,9 @@ def main() -> int:
     for _ in range(args.reps):
         random.shuffle(placements)
         for name, side_cpu, busy_cpu, mode, opening, *index in placements:
-            if index and isinstance(index[0], tuple):  # (process, its pool's size)
+            if index and isinstance(index[0], tuple):  # (process, its pool's size), engine
                 process, pool = index[0]
-                index = [process * pool + random.randrange(pool), process]
+                index = [process * pool + random.randrange(pool), process, *index[1:]]
             found[name].append(batch(side_cpu, busy_cpu, mode, opening, *index))
     for side_proc in side_procs:
         side_proc.stdin.close()

@@ -117,7 +117,7 @@ def test_claimed_speedup_is_null_unless_pkb_claims_a_difference():
     def record(ref, cand):
         pairs = list(zip(ref, cand))
         mode = ModeTiming(reference=summarize(ref, ref), candidate=summarize(cand, cand),
-                          speedup=speedup(ref, cand, pairs), stopped="cap", batches=len(pairs))
+                          speedup=speedup(pairs), stopped="cap", batches=len(pairs))
         timing = Timing(modes={"latency": mode}, clock="host")
         return job_record(job, 2, "pass", timing=timing)
 

@@ -40,7 +40,11 @@ def test_a_choice_that_does_not_exist_is_one_line(monkeypatch):
     with pytest.raises(ValueError, match=r"^PKB_HARNESS_COPIES='dma' is not one of engine, kernels \("):
         copies_choice()
     monkeypatch.delenv(COPIES_ENV)
-    assert copies_choice() == "engine"
+    # unset: kernels where the sides are on a GPU (the copy engine's windows grow in steps there),
+    # the host's copy_ on CPU; a value set is taken on either
+    assert copies_choice() == "engine" and copies_choice(on_gpu=True) == "kernels"
+    monkeypatch.setenv(COPIES_ENV, "engine")
+    assert copies_choice(on_gpu=True) == "engine"
 
 
 def test_the_judges_choice_reaches_the_side_with_its_region(tmp_path, monkeypatch):

@@ -29,7 +29,11 @@ cancels what the round's conditions did to both sides, and the rounds' ratios
 are independent, so the speedup's interval is the median's interval over the
 ratios (:func:`paired_ratio_interval`): distribution-free, exact coverage,
 deterministic (no resampling: the same samples always give the same answer).
-The speedup itself stays the ratio of the two sides' medians over all calls.
+The speedup itself is the median of those same ratios, the estimate the interval is
+about, so it always lies inside it. (It was the ratio of the two sides' medians until
+2026-11-29: where a side's round values sit on two levels, as a GPU's windows of a
+256 KiB set did on one H200, that ratio jumped with whichever level held each side's
+median and read 1.13 beside an interval of [0.95, 1.09].)
 
 **The reading.** An interval above 1.0 is ``faster``, below 1.0 ``slower``,
 one that contains 1.0 is ``no measurable difference`` (:func:`difference`):
@@ -138,20 +142,19 @@ def with_group_share(found: Speedup, share: float) -> Speedup:
                         extra={**found.extra, "rounds_interval": [found.low, found.high], "group_share": share})
 
 
-def speedup(reference, candidate, pairs, level: float = LEVEL) -> Speedup:
-    """The speedup of one timing mode: ``value`` (the ratio of the two sides'
-    medians), ``low``/``high`` (the interval over the rounds' paired ratios,
-    :func:`paired_ratio_interval`), ``level``, ``rounds`` and ``difference``.
-    With fewer than 6 rounds there is no interval: ``value`` is None too and
-    the reading is ``too few rounds to tell``.
+def speedup(pairs, level: float = LEVEL) -> Speedup:
+    """The speedup of one timing mode from its rounds: ``value`` (the median of
+    the rounds' ``reference / candidate`` ratios), ``low``/``high`` (that
+    median's interval, :func:`paired_ratio_interval`, so ``low <= value <=
+    high``), ``level``, ``rounds`` and ``difference``. With fewer than 6 rounds
+    there is no interval: ``value`` is None too and the reading is ``too few
+    rounds to tell``.
 
-    :param reference: the reference's per-call times (one per batch: the
-        launcher's wall time of the batch over its calls); ``candidate``: the
-        candidate's; ``pairs``: per round, ``(reference, candidate)``."""
-    ref, cand = _median(sorted(reference)), _median(sorted(candidate))
+    :param pairs: per round, ``(reference, candidate)``: each side's per-call
+        time in that round."""
     interval = paired_ratio_interval(pairs, level)
-    return Speedup(value=ref / cand if cand > 0 and interval else None,
-                   low=interval[0] if interval else None, high=interval[1] if interval else None,
+    value = _median(sorted(ref / cand for ref, cand in pairs)) if interval else None
+    return Speedup(value=value, low=interval[0] if interval else None, high=interval[1] if interval else None,
                    level=level, rounds=len(pairs), difference=difference(interval))
 
 

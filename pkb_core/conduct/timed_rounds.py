@@ -258,7 +258,7 @@ def _time_mode(run: RoundsRun, mode: str, budget_s: float) -> ModeTiming:
     total = round_ * executed
     return ModeTiming(reference=summarize(per_call["reference"], per_call["reference"], calls=total),
                       candidate=summarize(per_call["candidate"], per_call["candidate"], calls=total),
-                      speedup=speedup(per_call["reference"], per_call["candidate"], pairs), stopped=stopped,
+                      speedup=speedup(pairs), stopped=stopped,
                       batches=round_, alignment=alignment, calls_per_batch=calls,
                       self_reported_ms={side: _median_or_none(v) for side, v in reported.items()})
 

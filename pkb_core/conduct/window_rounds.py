@@ -28,7 +28,7 @@ of a speedup differ only in the code they call.
 A batch's value is the median over its windows of the slowest rank's window (the first
 window is a lead-in: checked, not timed). A side's per-call time in a round is its value less
 the round's ``kernel`` value (or, below it, less the ``null`` value: :func:`per_call_us`). The
-speedup is the ratio of the two sides' medians with the interval over the rounds' paired ratios
+speedup is the median of the rounds' paired ratios with its interval
 (:mod:`pkb_core.conduct.intervals`), as in every mode, widened by what two groups of the same code
 differ by (:func:`group_share`; the record keeps the rounds' own interval); the raw
 windows' ratio (nothing subtracted) stands beside it. Nothing a side's process says is a
@@ -298,7 +298,7 @@ def time_windows(run, mode: str, budget_s: float, calls: int, least: int, cap: i
     pairs = list(zip(per_call["reference"], per_call["candidate"]))
     total = round_ * calls
     alignment = {"reference": "timekeeper windows", "candidate": "timekeeper windows"}
-    raw_ratio = speedup(raw["reference"], raw["candidate"], list(zip(raw["reference"], raw["candidate"])))
+    raw_ratio = speedup(list(zip(raw["reference"], raw["candidate"])))
     extra = {"windows_us": {side: round(statistics.median(v), 3) for side, v in raw.items()},
              "raw_speedup": {"value": raw_ratio.value, "low": raw_ratio.low, "high": raw_ratio.high},
              "harness_us": round(statistics.median(raw["harness"]) - statistics.median(raw["kernel"]), 3),
@@ -313,7 +313,7 @@ def time_windows(run, mode: str, budget_s: float, calls: int, least: int, cap: i
              "window_diagnostics": batches.diagnostics()}
     return ModeTiming(reference=summarize(per_call["reference"], per_call["reference"], calls=total),
                       candidate=summarize(per_call["candidate"], per_call["candidate"], calls=total),
-                      speedup=with_group_share(speedup(per_call["reference"], per_call["candidate"], pairs),
+                      speedup=with_group_share(speedup(pairs),
                                                group_share(per_call)), stopped=stopped,
                       batches=round_, alignment=alignment, calls_per_batch=calls, extra=extra)
 

@@ -51,12 +51,14 @@ FASTER, SLOWER, SAME = "faster", "slower", "no measurable difference"
 
 @attrs.frozen(kw_only=True)
 class Speedup(Contract):
-    """Reference over candidate in one mode: the ratio of the medians and its interval."""
+    """Reference over candidate in one mode: the median of the rounds' paired ratios and its
+    interval (:func:`pkb_core.conduct.intervals.speedup`)."""
 
     UNKNOWN = "keep"
 
-    #: Ratio of the two sides' medians (None when the candidate's median is 0, and,
-    #: in records that say ``too few rounds to tell``, when there is no interval).
+    #: The median of the rounds' ``reference / candidate`` ratios, inside ``[low, high]`` (records
+    #: before 2026-11-29: the ratio of the two sides' medians); None in records that say ``too few
+    #: rounds to tell``, where there is no interval.
     value: float | None
     #: The interval over the rounds' paired ratios (None with fewer than 6 rounds).
     low: float | None = optional()

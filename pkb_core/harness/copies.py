@@ -2,15 +2,15 @@
 "How the harness copies"): ``PKB_HARNESS_COPIES``, read by the judge and told to every side
 with its gate region, so that the judge's own sides and the groups copy alike.
 
-* ``engine`` (the default): ``Tensor.copy_``, which on a GPU is a memcpy run by the copy engine;
-* ``kernels``: an elementwise kernel over the bytes (``bitwise_or`` with 0), run by the SMs, so that
-  a window's work never passes between the copy engine and the SMs.
+* ``kernels`` (the default on a GPU): an elementwise kernel over the bytes (``bitwise_or`` with 0),
+  run by the SMs, so that a window's work never passes between the copy engine and the SMs;
+* ``engine`` (the default on CPU): ``Tensor.copy_``, which on a GPU is a memcpy run by the copy engine.
 
-On one H200 (2026-11-29, docs/benchmarks/2026-11-29-h200-one-rank.md) a window's times sat on levels
-about 9 us apart wherever a side copied (pkb's harness, the groups), and within about 2 us where it
-did not (the judge's ``null`` and ``kernel`` sides); which of the two choices reads along a known
-delay rather than in steps is what ``benchmarks/timekeeper_neighbours.py --sweep work`` measures.
-On CPU both are the host's copies; the setting still picks the operation (the tests run both).
+Why kernels on a GPU (one H200, 2026-11-29, docs/benchmarks/2026-11-29-h200-harness-copies.md): with
+the copy engine a window grew in steps of about 8 us, flat over the first 3 us of a known delay after
+the call and then a whole step at once, and pkb's ruler read every delay 3-4.4 us long; with
+kernels the window grew along the delay (11.44 us for an 11.55 us sleep) and the ruler read all four
+delays within 0.04-0.68 us. On CPU both are the host's copies and ``copy_`` is the cheaper one.
 """
 from __future__ import annotations
 
@@ -20,10 +20,11 @@ COPIES_ENV = "PKB_HARNESS_COPIES"
 COPIES = ("engine", "kernels")
 
 
-def copies_choice() -> str:
-    """What ``PKB_HARNESS_COPIES`` asks for (``engine`` unset); ValueError, one line, for any other value."""
-    return setting_from_env(COPIES_ENV, COPIES, "engine", "how pkb's harness copies a window's set and outputs: "
-                                                          "docs/timing.md")
+def copies_choice(on_gpu: bool = False) -> str:
+    """What ``PKB_HARNESS_COPIES`` asks for; unset, ``kernels`` for sides on a GPU (``on_gpu``) and
+    ``engine`` on CPU. ValueError, one line, for a value not in :data:`COPIES`."""
+    return setting_from_env(COPIES_ENV, COPIES, "kernels" if on_gpu else "engine",
+                            "how pkb's harness copies a window's set and outputs: docs/timing.md")
 
 
 def copy_into(dst, src, copies: str = "engine", *, non_blocking: bool = False) -> None:

@@ -106,7 +106,7 @@ class Timekeeper:
         self.engine = engine
         self.host_engine = engine == "host"
         #: How every side's harness copies, told with each region (:mod:`pkb_core.harness.copies`).
-        self.copies = copies_choice()
+        self.copies = copies_choice(on_gpu=device.type == "cuda")
         ordinal = "cpu" if device.type != "cuda" else "host" if self.host_engine else \
             str(torch.cuda.current_device() if device.index is None else device.index)
         bus_id = numa.gpu_bus_id(device)
