@@ -101,7 +101,7 @@ def test_group_share_widens_an_interval_its_rounds_cannot_widen():
 
 def test_group_share_of_a_short_call_is_its_per_call_term():
     """Two groups differ by about GROUP_US a call whatever its length: a 35 us call's interval
-    is widened by 0.5 % and 0.5/35 more, a 1 ms call's by little beyond 0.5 %."""
+    is widened by GROUP_SHARE and GROUP_US/35 more, a 1 ms call's by little beyond GROUP_SHARE."""
     from pkb_core.conduct.window_rounds import GROUP_SHARE, GROUP_US, group_share
 
     short = group_share({"reference": [0.036, 0.035, 0.034], "candidate": [0.040, 0.041, 0.039]})

@@ -95,7 +95,12 @@ GROUP_SHARE = 0.005
 #: The same, as a time per call: at 4 KiB-256 KiB on 2xH200 (calls of 35-60 us beyond the
 #: hand-off) the rounds' intervals of 3 of 48 A/A jobs missed 1.00 by 0.11-0.39 us a call,
 #: ten times what :data:`GROUP_SHARE` covers there (docs/benchmarks/2026-11-28-h200x2-clock-rounds.md).
-GROUP_US = 0.5
+#: With the harness copying by kernels (the GPU default since 2026-11-29) two groups' medians at
+#: 4 KiB differed by -0.52..+0.92 us a call over 16 jobs on one H200, and two side processes of
+#: the same code by up to 0.7 us in pkb's own gates with no job around them, where the regions of
+#: one process read within 0.2 us of each other: an offset of the process, not of its memory
+#: (docs/benchmarks/2026-11-29-h200-harness-copies.md). 1 us covers every one of those.
+GROUP_US = 1.0
 
 
 class Batches:
