@@ -26,8 +26,10 @@ sweeps:
   one region is one that two groups of a job, each on its own region, would carry);
 * ``sides``: ``--sides`` side processes of the same code, one timekeeper, their batches
   interleaved, each on a region of its own pool of ``--pool`` (what an A/A job is, on one GPU),
-  its set copied by each of ``--engines`` (``ce`` or ``sm``, as in the ``work`` sweep; so too
-  in the ``regions`` sweep);
+  its set copied by each of ``--engines`` (``ce`` or ``sm``, as in the ``work`` sweep, or ``smw``:
+  ``sm`` with both slots read by kernels just before each gate, between windows, which would
+  take out of a window whatever its first touch of the region costs the GPU, e.g. the
+  translation of its host pages; so too in the ``regions`` sweep);
 * ``work``: one side, pkb's opening, a ``torch.cuda._sleep`` of each of ``--cycles`` after the
   call's kernel, with the set copied in and out by the copy engine (``ce``: ``copy_``, a memcpy)
   or by kernels (``sm``: an elementwise kernel reading and writing the region's host memory), as
@@ -108,12 +110,13 @@ def side(path: str, host_us: float) -> None:
         torch.cuda.set_device(device)  # the context the region is pinned and mapped in
         stream, done_event = torch.cuda.Stream(device), torch.cuda.Event(blocking=True)
     buffer = torch.zeros(SET_BYTES, dtype=torch.uint8, device=device)
+    scratch = torch.zeros(SET_BYTES, dtype=torch.uint8, device=device)
 
     from pkb_core.harness.copies import copy_into
 
     def copy(dst, src, engine: str) -> None:
         # pkb's harness's own copies (PKB_HARNESS_COPIES): a kernel (the SMs) or a memcpy (the copy engine)
-        copy_into(dst, src, "kernels" if engine == "sm" else "engine")
+        copy_into(dst, src, "engine" if engine == "ce" else "kernels")
 
     regions = [SideRegion(device=device, path=one, in_bytes=SET_BYTES, out_bytes=SET_BYTES)
                for one in path.split(",")]
@@ -142,6 +145,9 @@ def side(path: str, host_us: float) -> None:
                 if not on_gpu:
                     region.write_queued(mark)
                 handle = torch.cuda.current_stream(device).cuda_stream if on_gpu else None
+                if engine == "smw":  # touch both slots by kernels before the gate: between windows
+                    copy(scratch, region.in_slot, engine)
+                    copy(scratch, region.out_slot[:SET_BYTES], engine)
                 if on_gpu and gate == "stream":  # the front end's wait, as pkb's gates were
                     stream_wait(handle, region.ptr + GO, mark)
                 else:
@@ -183,7 +189,7 @@ def main() -> int:
     parser.add_argument("--sides", type=int, default=2, help="side processes (--sweep sides)")
     parser.add_argument("--pool", type=int, default=1, help="regions of each side process (--sweep sides)")
     parser.add_argument("--openings", default="pkb", help="openings to time (--sweep sides)")
-    parser.add_argument("--engines", default="ce", help="how the set is copied, ce and/or sm (--sweep regions, sides)")
+    parser.add_argument("--engines", default="ce", help="how the set is copied, ce, sm and/or smw (--sweep regions, sides)")
     parser.add_argument("--set-bytes", type=int, default=4096, help="bytes of each call's set")
     parser.add_argument("--regions", type=int, default=4, help="gate regions (--sweep regions)")
     parser.add_argument("--gates", default=",".join(GATES), help="gates to time (--sweep regions, sides)")
