@@ -559,3 +559,19 @@ def test_graph_replays_are_bounded_by_the_warm_ups_pace():
     assert graph_replays(3, 0.01) == 3 and graph_replays(2, 30.0) == 2  # never more replays than calls
     assert graph_replays(50, 10.0) == 4  # 2 s over 50 calls of 10 ms
     assert graph_replays(50, 1000.0) == 1
+
+
+def test_the_bench_tables_speedup_is_the_records_own():
+    """``pkb bench``'s table prints each mode's speedup as the record keeps it (the median of the
+    rounds' ratios, what the job's own line printed), beside the two sides' medians, not their
+    ratio: rounds on two levels (30 and 38 us) put the medians' ratio at 1.27, the rounds' at 1.00."""
+    import attrs
+
+    from pkb_core.cli.bench import sweep_table
+
+    rounds = lambda values: [v for v in values for _ in range(5)]  # noqa: E731 (five calls a round)
+    ref, cand = rounds([0.030] * 3 + [0.038] * 4), rounds([0.038] * 2 + [0.030] * 4 + [0.038])
+    record = attrs.evolve(_record("1_allreduce_levels.py", ref, cand), size="sweep:4096")
+    assert record.stats.modes["latency"].speedup.value == pytest.approx(1.0)
+    row = sweep_table([record], modes=("latency",)).splitlines()[-1].split()
+    assert row[4:7] == ["38.00", "30.00", "1.00"], row

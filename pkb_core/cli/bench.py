@@ -226,15 +226,15 @@ def _gbps(value) -> str:
 
 
 def sweep_table(records, modes=("window",), library: str = "NCCL") -> str:
-    """One row per (problem, size, solution): per mode the two sides' times in us and the
-    speedup; busbw in GB/s from each side's fastest mode (fixed point)."""
+    """One row per (problem, size, solution): per mode the two sides' median times in us and the
+    mode's speedup (the median of its rounds' ratios); busbw in GB/s from each side's fastest
+    mode (fixed point)."""
     rows = []
     for r in sorted(records, key=lambda r: (r.problem_id, int(r.size.split(":")[1]), r.solution)):
         nbytes = int(r.size.split(":")[1])
         row = [r.problem, _human(nbytes), r.solution, r.verdict]
         for mode in modes:
-            ref, sol = _median_us(r, mode, "reference"), _median_us(r, mode, "candidate")
-            row += [ref, sol, _ratio(ref, sol)]
+            row += [_median_us(r, mode, "reference"), _median_us(r, mode, "candidate"), _speedup(r, mode)]
         row += [_busbw(r, _fastest_us(r, modes, "reference")), _busbw(r, _fastest_us(r, modes, "candidate"))]
         rows.append(row)
     headers = ["problem", "size", "solution", "verdict"]
@@ -255,8 +255,12 @@ def fixed_format(values) -> str:
     return f".{max(2, min(6, decimals))}f"
 
 
-def _ratio(a, b):
-    return a / b if a and b else None
+def _speedup(record, mode):
+    """The mode's speedup as its record keeps it (:meth:`ModeTiming.speedup_value`): the number the
+    job's own line printed, not the ratio of the two medians beside it in the table (they differ
+    where a side's rounds sit on two levels)."""
+    timing = record.stats.modes.get(mode) if record.stats else None
+    return timing.speedup_value() if timing else None
 
 
 def _human(nbytes):
