@@ -183,8 +183,13 @@ def reference_library(device: str) -> str:
     return "NCCL" if device == "cuda" else "gloo"
 
 
+def _mode_timing(record, mode):
+    """The record's timing of ``mode`` (:class:`ModeTiming`), None where it has none."""
+    return record.stats.modes.get(mode) if record.stats else None
+
+
 def _median_us(record, mode, side):
-    timing = record.stats.modes.get(mode) if record.stats else None
+    timing = _mode_timing(record, mode)
     stats = getattr(timing, side) if timing else None
     return stats.median * 1e3 if stats else None
 
@@ -259,7 +264,7 @@ def _speedup(record, mode):
     """The mode's speedup as its record keeps it (:meth:`ModeTiming.speedup_value`): the number the
     job's own line printed, not the ratio of the two medians beside it in the table (they differ
     where a side's rounds sit on two levels)."""
-    timing = record.stats.modes.get(mode) if record.stats else None
+    timing = _mode_timing(record, mode)
     return timing.speedup_value() if timing else None
 
 

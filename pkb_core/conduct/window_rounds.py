@@ -57,6 +57,7 @@ from pkb_core.contracts.commands_judge import JUDGE_SIDES
 from pkb_core.contracts.outcome import JobEnded
 from pkb_core.contracts.timing import ModeTiming
 from pkb_core.contracts.verdict import Verdict
+from pkb_core.harness.copies import region_copies
 from pkb_core.machine.numa import online_nodes
 
 #: A side is measurably shorter than one of the judge's own sides (the empty hand-off, pkb's
@@ -160,7 +161,7 @@ class Batches:
         armed = run.ask_judge(judge.ArmWindows(side=side, round=label, k=k, folder=folder))
         if "/warm" not in label:
             self.regions.setdefault(side, set()).update(a.region.get("key") for a in armed)
-        self.harness_copies.update(a.region.get("copies", "engine") for a in armed)
+        self.harness_copies.update(region_copies(a.region) for a in armed)
         epoch, self.epoch = self.epoch, self.epoch + k + 1
         # Which windows are copied out (and checked, for the candidate): all of a small batch's;
         # of a large one's, each by its own draw, before the batch and told to the timekeeper

@@ -27,6 +27,12 @@ def copies_choice(on_gpu: bool = False) -> str:
                             "how pkb's harness copies a window's set and outputs: docs/timing.md")
 
 
+def region_copies(region: dict) -> str:
+    """How the gate region ``region`` (the timekeeper's description) says a side copies:
+    ``engine`` where it says nothing of :data:`COPIES`."""
+    return region.get("copies") if region.get("copies") in COPIES else "engine"
+
+
 def copy_into(dst, src, copies: str = "engine", *, non_blocking: bool = False) -> None:
     """Copy tensor ``src`` into tensor ``dst`` (same shape and dtype), the way ``copies`` says: a
     kernel is queued on the current stream; ``copy_`` is given ``non_blocking``. A tensor that is

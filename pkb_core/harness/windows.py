@@ -27,7 +27,7 @@ import time
 
 import torch
 
-from pkb_core.harness.copies import COPIES
+from pkb_core.harness.copies import region_copies
 from pkb_core.harness.gates import SideRegion
 from pkb_core.harness.parcel import TRUSTED, pack_into, skeleton_end, unpack_from
 
@@ -86,7 +86,7 @@ class WindowSide:
                                           path=region.get("path", ""), in_bytes=region["in_bytes"],
                                           out_bytes=region["out_bytes"])
         self.region, self.key = self.mapped[key], key
-        self.copies = region.get("copies") if region.get("copies") in COPIES else "engine"
+        self.copies = region_copies(region)
         return self.region
 
     def run(self, *, epoch: int, skeletons: list, call, timeout_s: float, make_group=None, fill: int = 0) -> list:

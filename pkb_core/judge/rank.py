@@ -45,7 +45,7 @@ from pkb_core.harness.trees import leaves
 from pkb_core.harness.parcel import TRUSTED, UNTRUSTED, Limits, ParcelError, pack, pack_into, packed_size, \
     skeleton_end, unpack, unpack_from
 from pkb_core.problem.contract import RunContext, read_spec
-from pkb_core.harness.copies import copy_into
+from pkb_core.harness.copies import copy_into, region_copies
 from pkb_core.harness.timing import BatchTimer
 from pkb_core.harness.trees import clone, identical, restore
 
@@ -456,7 +456,7 @@ class JudgeRank:
         self.align()
         sets = iter(armed["sets"])
         barrier = self.timer.device_barrier
-        copies = armed["region"].get("copies", "engine")  # as the groups' harness copies
+        copies = region_copies(armed["region"])  # as the groups' harness copies
 
         def call(views):
             placed = _placed(next(sets), views, copies)
