@@ -16,7 +16,8 @@ own events.
 ``samples``: jobs run with ``--timing-mode window,latency``. The window speedup is pkb's reading;
 latency mode's ``self_reported_ms`` (each process's CUDA events around each call, queued behind a
 device hold, its own account) gives the ratio of their own events; pkb's speedup must lie within
-10 % of it.
+10 % of it. Beside it, ``beyond harness``: the record's ratio of what each side's calls add to
+pkb's harness (``stats.modes.window.beyond_harness_speedup``, a diagnostic).
 """
 from __future__ import annotations
 
@@ -66,7 +67,8 @@ def ruler(events_path: str, paths: list[str]) -> int:
 
 def samples(paths: list[str]) -> int:
     within = total = 0
-    print(f"{'problem':<18} {'size':>10} {'solution':<28} {'window':>7} {'own events':>10} {'ratio':>6}  within")
+    print(f"{'problem':<18} {'size':>10} {'solution':<28} {'window':>7} {'own events':>10} {'ratio':>6}  within"
+          f"  {'beyond harness':>14}")
     for path in paths:
         for record in records(path):
             modes = (record.get("stats") or {}).get("modes", {})
@@ -78,9 +80,10 @@ def samples(paths: list[str]) -> int:
             theirs = own["reference"] / own["candidate"]
             ok = abs(pkb / theirs - 1) <= SAMPLES_SHARE
             within, total = within + ok, total + 1
+            beyond = (window.get("beyond_harness_speedup") or {}).get("value")
             print(f"{record['problem']:<18} {record['size'].split(':')[-1]:>10} "
                   f"{record['solution'].rsplit('/', 1)[-1]:<28} {pkb:7.3f} {theirs:10.3f} {pkb / theirs:6.2f}  "
-                  f"{'yes' if ok else 'no'}")
+                  f"{'yes' if ok else 'no':<6}  {beyond if beyond is None else round(beyond, 3)!s:>14}")
     print(f"within {SAMPLES_SHARE:.0%} of their own events' ratio: {within} of {total}")
     return 0 if total else 1
 

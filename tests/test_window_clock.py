@@ -6,6 +6,7 @@ The first tests drive a real timekeeper process through the judge's handle
 (:class:`pkb_core.judge.clock.Timekeeper`) with this process as the side, on the CPU engine;
 the last runs window mode end to end with honest and hostile solutions."""
 import json
+import statistics
 
 import pytest
 import torch
@@ -200,34 +201,39 @@ def test_what_is_subtracted_and_what_is_flagged():
 
 
 def test_a_candidate_under_pkbs_own_harness_is_flagged_where_the_reference_reaches_it():
-    """Numbers of the host engine on 2xH200 at 4 KiB: the harness with no call 43 us, the
-    reference 51 us. A rebound loop that skips the placing and barrier lands below the harness:
-    flagged; an honest candidate a little under the reference is not; nor is any candidate where
-    the reference itself stays under the harness (as problem 7's did on 2xH200 while the harness
-    side exported each set twice)."""
-    from pkb_core.conduct.window_rounds import _judge_against_harness
+    """The ``harness`` side is pkb's harness with no call in the reference group's processes (one
+    H200 at 4 KiB: 22.7 us, the reference 26.7). A rebound loop that skips the placing, barrier and
+    export lands below it (19.1 us, docs/benchmarks/2026-11-29-h200-skipped-harness.md): flagged,
+    and so is one that skips less than the quarter the judge's own harness side once allowed; a
+    candidate within what two groups of the same code differ by (1 us) is not; nor is any
+    candidate where the reference itself stays under the harness."""
+    from pkb_core.conduct.window_rounds import GROUP_US, _judge_against_harness, harness_slack
     from pkb_core.contracts.outcome import JobEnded
     from pkb_core.contracts.verdict import Verdict
 
-    harness = [43.0, 43.4, 42.8, 43.1, 43.3, 42.9]
-    honest = {"harness": harness, "kernel": [17.5] * 6, "reference": [51.4] * 6, "candidate": [47.0] * 6}
+    harness = [22.7, 22.9, 22.6, 22.8, 22.7, 22.5]
+    honest = {"harness": harness, "kernel": [16.3] * 6, "reference": [26.7] * 6, "candidate": [24.0] * 6}
+    assert harness_slack(harness) == GROUP_US
     _judge_against_harness(honest)
-    # A side whose own placing costs a little less than the judge's, with a call of next to nothing:
-    # under the harness by less than a quarter of its cost (25.6 us here), not flagged.
-    _judge_against_harness({**honest, "candidate": [38.0] * 6})
-    with pytest.raises(JobEnded) as ended:
-        _judge_against_harness({**honest, "candidate": [30.0] * 6})
-    assert ended.value.verdict == Verdict.FLAGGED and "pkb's own harness" in ended.value.reason
+    # A call of next to nothing whose group sits a little under the reference's: within the slack.
+    _judge_against_harness({**honest, "candidate": [h - 0.6 for h in harness]})
+    for cheat in ([19.1] * 6, [h - 2.0 for h in harness]):  # all of the harness skipped; 2 us of its 6
+        with pytest.raises(JobEnded) as ended:
+            _judge_against_harness({**honest, "candidate": cheat})
+        assert ended.value.verdict == Verdict.FLAGGED and "pkb's own harness" in ended.value.reason
+        assert "the reference group's" in ended.value.reason
+    # The reference under the harness too: the harness batch was no floor in this job, nothing flagged.
     _judge_against_harness({"harness": [186.0] * 6, "kernel": [95.0] * 6, "reference": [150.0] * 6,
                             "candidate": [120.0] * 6})
     # A loaded CPU (a hostile run, 24 rounds): the harness's rounds spread over hundreds of us, but
     # round by round a side that skipped pkb's harness (one rank closing both ranks' windows) stays
     # far under it, where the reference does not.
     spread = [259.0 + 13.0 * ((7 * r) % 24) for r in range(24)]  # 259-558 us
+    assert harness_slack(spread) == pytest.approx(0.005 * statistics.median(spread))
     noisy = {"harness": spread, "kernel": [h - 120.0 for h in spread],
              "reference": [h + 60.0 + 40.0 * (r % 3) for r, h in enumerate(spread)]}
     with pytest.raises(JobEnded) as ended:
-        _judge_against_harness({**noisy, "candidate": [h * 0.55 for h in spread]})
+        _judge_against_harness({**noisy, "candidate": [h * 0.85 for h in spread]})
     assert ended.value.verdict == Verdict.FLAGGED, ended.value.reason
     _judge_against_harness({**noisy, "candidate": [h + 5.0 for h in spread]})  # honest and fast: not flagged
 

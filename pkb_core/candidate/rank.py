@@ -271,10 +271,15 @@ class CandidateRank:
         from pkb_core.harness.windows import WindowSide, WindowTimeout
 
         self.align()
-        if getattr(self, "window_side", None) is None:
-            self.window_side, self.window_slots = WindowSide(self.device), _Slots(self)
-        self.window_side.attach(request.region)
-        self.window_slots.copies = self.window_side.copies  # as the judge said with the region
+        if getattr(self, "window_slots", None) is None:
+            # One end per kind of batch (the reference group runs the ``harness`` batches on a
+            # pool of regions of their own): each pool stays mapped across batches.
+            self.window_sides, self.window_slots = {}, _Slots(self)
+        if request.harness_only not in self.window_sides:
+            self.window_sides[request.harness_only] = WindowSide(self.device)
+        window_side = self.window_sides[request.harness_only]
+        window_side.attach(request.region)
+        self.window_slots.copies = window_side.copies  # as the judge said with the region
         slots, barrier = self.window_slots, self.timer.device_barrier
 
         launched = {}
@@ -283,6 +288,10 @@ class CandidateRank:
             placed = slots.place(views, request.slots)
             if barrier is not None:
                 barrier()  # every rank's set is in place before any call reads its peers
+            if request.harness_only:
+                # The placed set exported as a call's arguments after it: every honest call exports
+                # that much (and its outputs), whatever the problem.
+                return None, slots.rebuild(views)
             # The same buffers, shapes and other arguments as an earlier call: its launched callable
             # (the hook runs once per layout, not in every window: a pluggy call costs the host
             # microseconds). The other arguments belong to the key: a set's split sizes differ.
@@ -293,14 +302,15 @@ class CandidateRank:
             return launched[layout](), slots.rebuild(views)
 
         try:
-            written = self.window_side.run(epoch=request.epoch, skeletons=request.skeletons, call=call,
-                                           timeout_s=request.timeout_s, make_group=self.make_group)
+            written = window_side.run(epoch=request.epoch, skeletons=request.skeletons, call=call,
+                                      timeout_s=request.timeout_s, make_group=self.make_group,
+                                      fill=request.fill if request.harness_only else 0)
         except (DeviceBarrierTimeout, WindowTimeout):
             raise  # the harness's, not the solution's (an error)
         except Exception as exc:  # noqa: BLE001
             raise _failed(exc, " while timed", solution=self.job.solution) from None
-        return WindowsRan(skeletons=written, host_us=self.window_side.host_us,
-                          collections=self.window_side.collections)
+        return WindowsRan(skeletons=written, host_us=window_side.host_us,
+                          collections=window_side.collections)
 
     def on_profile(self, request: ProfileRequest) -> Profiled:
         from pkb_core.harness.profiling import profile_calls

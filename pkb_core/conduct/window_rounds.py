@@ -1,8 +1,9 @@
 """Window mode: every call timed in its own window of the judge's timekeeper (docs/timing.md).
 
 Per round the launcher has the judge arm ``k + 1`` fresh input sets for each side (into the
-timekeeper's private staging) and runs five batches, each one call a window. Three are the
-judge's own (its rank is the side; :data:`pkb_core.contracts.commands_judge.JUDGE_SIDES`):
+timekeeper's private staging) and runs five batches, each one call a window. Three are read
+against (:data:`FLOOR_SIDES`); two of them are the judge's own (its rank is the side;
+:data:`pkb_core.contracts.commands_judge.JUDGE_SIDES`), and run first:
 
 * ``null``: a side that only waits for each gate and closes it: the pure cost of a hand-off
   between the timekeeper's context and a side's (with the release of the inputs and the
@@ -15,12 +16,16 @@ judge's own (its rank is the side; :data:`pkb_core.contracts.commands_judge.JUDG
   subtracted from a side whose windows reach it; a side whose windows stay below it (one that
   ran nothing on the compute engine: copies and memory operations only) has the hand-off
   alone subtracted;
-* ``harness``: placing each set, the device barrier and the export of the set (as a call's
-  arguments after it), with no call: what pkb's side harness adds (a diagnostic: it runs in a
-  side's process too, where the side could skip it, so nothing is subtracted for it);
+* ``harness``: pkb's reference group placing each set, crossing the device barrier and exporting
+  the set (as a call's arguments after it), with no call: what every honest side's window holds
+  besides its call, run by the same kind of process with the same code as the candidate's. A
+  candidate under it by more than two such groups differ by skipped part of pkb's harness in its
+  own process: ``flagged`` (:func:`_judge_against_harness`). Nothing is subtracted for it (what
+  the candidate's process runs it could skip; the record keeps it as ``harness_us``). It runs
+  last in each round, so that the reference never follows its own group's batch;
 
 and the two compared, ``reference`` and ``candidate``, in a random order balanced over pairs of
-rounds: two groups made the same way (forked by zygotes, locked down, set up, frozen between
+rounds (after the judge's two, before the harness): two groups made the same way (forked by zygotes, locked down, set up, frozen between
 batches, timed through the same code), the reference group calling the problem's reference as
 its solution (:meth:`pkb_core.launch.launcher.Launch.start_reference_side`), so the two sides
 of a speedup differ only in the code they call.
@@ -53,18 +58,22 @@ from pkb_core.conduct.intervals import median_interval, speedup, summarize, with
 from pkb_core.conduct.stopping import StoppingRule
 from pkb_core.contracts import commands_candidate as candidate
 from pkb_core.contracts import commands_judge as judge
-from pkb_core.contracts.commands_judge import JUDGE_SIDES
+from pkb_core.contracts.commands_judge import JUDGE_SIDES, REFERENCE_GROUP_SIDES
 from pkb_core.contracts.outcome import JobEnded
 from pkb_core.contracts.timing import ModeTiming
 from pkb_core.contracts.verdict import Verdict
 from pkb_core.harness.copies import region_copies
 from pkb_core.machine.numa import online_nodes
 
-#: A side is measurably shorter than one of the judge's own sides (the empty hand-off, pkb's
-#: harness) when, round by round, its window less that side's lies below zero by more than the
-#: largest of: this many microseconds (a window's spread on a GPU), this share of the judge's
-#: side, and a margin of its own (the harness's: :data:`HARNESS_SHARE`), over the whole 95 %
-#: interval of the rounds' median difference (:func:`_under`).
+#: The sides each round runs before the two compared: what they are read against. The judge's
+#: own (:data:`JUDGE_SIDES`) and ``harness``, pkb's harness with no call, run by the reference
+#: group (the same kind of process as the candidate's, running the same harness code).
+FLOOR_SIDES = (*JUDGE_SIDES, "harness")
+#: A candidate is measurably shorter than the judge's empty hand-off when, round by round, its
+#: window less the null's lies below zero by more than the larger of this many microseconds (a
+#: window's spread on a GPU) and this share of the null, over the whole 95 % interval of the
+#: rounds' median difference (:func:`_under`). (Against the ``harness`` side, two groups of the
+#: same code, the allowance is what two such groups differ by: :func:`harness_slack`.)
 BELOW_NULL_US = 2.0
 BELOW_NULL_SHARE = 0.02
 #: A batch whose input sets together exceed this has about :data:`SAMPLED_SNAPSHOTS` of its
@@ -74,9 +83,6 @@ BELOW_NULL_SHARE = 0.02
 #: batch cost 0.8 s a batch on 2xH200, as much as a job's windows.)
 SNAPSHOT_ALL_BYTES = 4 << 20
 SAMPLED_SNAPSHOTS = 4
-#: The share of pkb's harness (the ``harness`` window less the ``kernel`` one) by which a
-#: candidate's windows must lie under the ``harness`` window to be read as having skipped part of it.
-HARNESS_SHARE = 0.25
 #: Warm-up batches at most (each of up to ``calls`` windows).
 WARM_BATCHES = 3
 #: Rounds a window-mode job takes where its ``--iters`` allow batches of at least
@@ -153,7 +159,8 @@ class Batches:
         lead-in included, first)."""
         run = self.run
         k = self.calls + 1
-        group = {"candidate": run.candidates, "reference": run.reference_group}.get(side)
+        group = run.reference_group if side in REFERENCE_GROUP_SIDES else \
+            run.candidates if side == "candidate" else None
         folder = ""
         if group is not None:  # the group's own shared-memory folder, beside the job's
             folder = os.path.join(os.path.dirname(os.path.dirname(run.parcels.prefix)), group.shm_name)
@@ -176,7 +183,8 @@ class Batches:
         if group is not None:
             slots = slot_sizes([s for a in armed for s in a.skeletons])
             requests = [candidate.RunWindows(epoch=epoch, skeletons=a.skeletons, slots=slots, region=a.region,
-                                             timeout_s=self._timeout()) for a in armed]
+                                             timeout_s=self._timeout(), harness_only=side == "harness",
+                                             fill=a.fill) for a in armed]
             times, answers = run.side_windows(group, requests, opening)
         else:
             times, answers = run.ask_judge(opening), None
@@ -279,11 +287,11 @@ def time_windows(run, mode: str, budget_s: float, calls: int, least: int, cap: i
     batches = Batches(run, calls)
     warm = min(WARM_BATCHES, max(1, -(-job.warmup // calls))) if job.warmup else 0
     for i in range(warm):
-        for side in (*JUDGE_SIDES, "reference", "candidate"):
+        for side in (*JUDGE_SIDES, "reference", "candidate", "harness"):
             batches.batch(side, f"{mode}/warm{i}", check=side == "candidate")
     rule = StoppingRule(min_samples=max(1, least), max_samples=cap)
     per_call = {"reference": [], "candidate": []}
-    raw = {"reference": [], "candidate": [], **{side: [] for side in JUDGE_SIDES}}
+    raw = {"reference": [], "candidate": [], **{side: [] for side in FLOOR_SIDES}}
     started = time.monotonic()
     round_, stopped, order = 0, None, ("reference", "candidate")
     while stopped is None:
@@ -296,6 +304,10 @@ def time_windows(run, mode: str, budget_s: float, calls: int, least: int, cap: i
             raw[side].append(value)
             # ms; never floored: a side shorter than the hand-off is judged once the rounds end
             per_call[side].append(per_call_us(value, raw["null"][-1], raw["kernel"][-1]) / 1e3)
+        # After the pair, never just before one of them: a batch of the reference group right
+        # before the reference's own read 0.4-1 us a call shorter at 4 KiB on one H200 (the
+        # reference then follows its own group in half the rounds, the candidate in none).
+        raw["harness"].append(statistics.median(batches.batch("harness", f"{mode}/{round_}/harness")[1:]))
         round_ += 1
         samples = round_ * calls
         stopped = rule.decide_within(samples, *_positive(per_call), time.monotonic() - started, budget_s)
@@ -307,6 +319,7 @@ def time_windows(run, mode: str, budget_s: float, calls: int, least: int, cap: i
     raw_ratio = speedup(list(zip(raw["reference"], raw["candidate"])))
     extra = {"windows_us": {side: round(statistics.median(v), 3) for side, v in raw.items()},
              "raw_speedup": {"value": raw_ratio.value, "low": raw_ratio.low, "high": raw_ratio.high},
+             "beyond_harness_speedup": beyond_harness_speedup(raw),
              "harness_us": round(statistics.median(raw["harness"]) - statistics.median(raw["kernel"]), 3),
              # A diagnostic, never a speedup: a side may skip pkb's harness in its own process.
              "beyond_harness_us": {side: round(statistics.median(raw[side]) - statistics.median(raw["harness"]), 3)
@@ -330,6 +343,20 @@ def group_share(per_call: dict) -> float:
     per-call time (``per_call``: ms per round, each side)."""
     faster_us = min(statistics.median(per_call[side]) for side in ("reference", "candidate")) * 1e3
     return GROUP_SHARE + (GROUP_US / faster_us if faster_us > 0 else 0.0)
+
+
+def beyond_harness_speedup(raw: dict) -> dict | None:
+    """The speedup of what each side's calls add to pkb's harness (the rounds' windows less the
+    round's ``harness`` window), with its interval: the calls' own ratio, where the harness is a
+    large share of a window (small sets). A diagnostic, never the headline: a side that skipped
+    part of its harness, by less than :func:`harness_slack`, reads faster by that part of a
+    small call here, where the headline (less the ``kernel`` window) divides it by the whole
+    window. None where a round's window of either side did not reach its harness."""
+    pairs = [(r - h, c - h) for r, c, h in zip(raw["reference"], raw["candidate"], raw["harness"])]
+    if not pairs or min(min(pair) for pair in pairs) <= 0:
+        return None
+    ratio = speedup(pairs)
+    return {"value": ratio.value, "low": ratio.low, "high": ratio.high}
 
 
 def per_call_us(value: float, null: float, kernel: float) -> float:
@@ -366,15 +393,14 @@ def _under(side: list[float], floor: list[float], slack: float) -> tuple[bool, t
     return interval[1] < -slack, interval
 
 
-def _flag_under(raw: dict, floor: str, what: str, meaning: str, margin: float = 0.0) -> None:
-    """``flagged`` where the candidate's windows are measurably under the judge's ``floor`` side
-    (:func:`_under`, by more than :data:`BELOW_NULL_US`, :data:`BELOW_NULL_SHARE` of it and
-    ``margin`` us) while pkb's reference group's are not, in the same job: the reference runs
-    everything the floor side does, so a side under it did less than every honest side must.
-    Paired round by round, not the medians' gap against the floor's spread over the job: on a
-    loaded CPU that spread (hundreds of us) let a side skip the whole of pkb's harness."""
+def _flag_under(raw: dict, floor: str, what: str, meaning: str, slack: float) -> None:
+    """``flagged`` where the candidate's windows are measurably under the ``floor`` side's
+    (:func:`_under`, by more than ``slack`` us) while pkb's reference group's are not, in the same
+    job: the reference runs everything the floor side does, so a side under it did less than
+    every honest side must. Paired round by round, not the medians' gap against the floor's
+    spread over the job: on a loaded CPU that spread (hundreds of us) let a side skip the whole
+    of pkb's harness."""
     level = statistics.median(raw[floor])
-    slack = max(BELOW_NULL_US, BELOW_NULL_SHARE * level, margin)
     below, interval = _under(raw["candidate"], raw[floor], slack)
     if below and not _under(raw["reference"], raw[floor], slack)[0]:
         candidate = statistics.median(raw["candidate"])
@@ -391,23 +417,33 @@ def _judge_against_null(raw: dict) -> None:
     judge's null is that floor only where pkb's own reference group reaches it in the same job
     (a context's hand-off cost is the hardware's, and on a GPU it has been seen to differ between
     processes): where the reference does not, nothing is flagged and the record says so."""
+    slack = max(BELOW_NULL_US, BELOW_NULL_SHARE * statistics.median(raw["null"]))
     _flag_under(raw, "null", "the judge's empty hand-off",
-                "its calls did less than waiting for their gates and closing them")
+                "its calls did less than waiting for their gates and closing them", slack)
+
+
+def harness_slack(harness_rounds: list[float]) -> float:
+    """How far (us) a candidate's windows may lie under the ``harness`` side's, round by round and
+    beyond the interval of the rounds, before they are read as having skipped part of pkb's
+    harness: what two groups of processes running the same code differ by for a whole job
+    (:data:`GROUP_US`, :data:`GROUP_SHARE` of the harness window), which no interval over the
+    rounds sees."""
+    return max(GROUP_US, GROUP_SHARE * statistics.median(harness_rounds))
 
 
 def _judge_against_harness(raw: dict) -> None:
-    """A candidate whose windows are measurably shorter than the judge's ``harness`` side (pkb's
-    placing, device barrier and export with no call) skipped part of that harness in its own
-    process (a rebound window loop: every honest side runs it, and a call on top), where pkb's
-    reference group, which runs the same harness, reaches it in the same job: ``flagged``. (The
-    harness side exports each set once, as a call's arguments after it: every honest call exports
-    that much and its outputs, so the reference reaches it for every problem.)"""
-    # A side's own placing and barrier need not cost exactly what the judge's do (its heap is its
-    # backend's): only a window under the harness by a share of the harness's own cost is read
-    # as part of it skipped.
-    share = HARNESS_SHARE * max(0.0, statistics.median(raw["harness"]) - statistics.median(raw["kernel"]))
-    _flag_under(raw, "harness", "pkb's own harness with no call",
-                "its process skipped pkb's placing, barrier or export of each call", margin=share)
+    """A candidate whose windows are measurably shorter than the ``harness`` side's (pkb's placing,
+    device barrier and export with no call, run by the reference group: a group's process like
+    the candidate's, with the candidate's harness code) skipped part of that harness in its own
+    process (a rebound window loop: every honest side runs it, and a call on top), where the
+    reference's calls, which run the same harness in the same processes, reach it in the same
+    job: ``flagged``. (The harness exports each set once, as a call's arguments after it: every
+    honest call exports that much and its outputs, so an honest side's windows hold the harness
+    whatever the problem; a reduce-scatter's outputs are a share of its inputs.) The allowance is
+    what two groups of the same code differ by (:func:`harness_slack`), not a share of the
+    harness: a side may skip no more of it than the clock cannot tell from that."""
+    _flag_under(raw, "harness", "pkb's own harness with no call (the reference group's)",
+                "its process skipped pkb's placing, barrier or export of each call", harness_slack(raw["harness"]))
 
 
 def null_is_floor(raw: dict) -> bool:

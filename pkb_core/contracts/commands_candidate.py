@@ -96,7 +96,13 @@ class End(Request):
 class RunWindows(Request):
     """Call the solution once in each of the timekeeper's windows of a round (epoch
     ``epoch``): set ``w`` is laid out in the gate region's ``in_slot`` as ``skeletons[w]``
-    says; ``slots`` are the heap buffers' sizes; ``region`` is the gate region to attach."""
+    says; ``slots`` are the heap buffers' sizes; ``region`` is the gate region to attach.
+
+    ``harness_only`` (sent to window mode's reference group alone, for the ``harness`` batch):
+    each window runs pkb's harness with no call (the set placed, the device barrier, the placed
+    set exported as a call's arguments after it) and says it filled ``fill`` bytes of ``out_slot``
+    (the reference's calls' export), so that the host engine copies as much out of it as out of
+    a real call's window."""
 
     OP = "windows"
     epoch: int
@@ -104,6 +110,8 @@ class RunWindows(Request):
     slots: list[int]
     region: dict
     timeout_s: float
+    harness_only: bool = False
+    fill: int = 0
 
 
 @attrs.frozen(kw_only=True)

@@ -121,16 +121,19 @@ class Clocks(Answer):
 #: The judge's own sides in window mode, this rank as the side (:mod:`pkb_core.conduct.window_rounds`):
 #: ``null``, the empty hand-off (each window a wait for ``go`` and ``done``); ``kernel``, the
 #: hand-off to a side that runs one kernel (on a GPU, what switching the compute engine to a
-#: side's context costs); ``harness``, placing each set, the device barrier and the export,
-#: with no call (what pkb's side harness adds).
-JUDGE_SIDES = ("null", "kernel", "harness")
+#: side's context costs).
+JUDGE_SIDES = ("null", "kernel")
+#: Window mode's sides run by pkb's reference group: ``harness``, pkb's harness with no call
+#: (placing each set, the device barrier and the export: what an honest side's window holds
+#: besides its call, in a group's process like the candidate's), and ``reference``, the calls.
+REFERENCE_GROUP_SIDES = ("harness", "reference")
 
 
 @attrs.frozen(kw_only=True)
 class ArmWindows(Request):
     """Draw ``k`` fresh input sets (round ``round``) into the timekeeper's private staging
-    for ``side`` (``reference``, ``candidate``, or one of the judge's own :data:`JUDGE_SIDES`:
-    docs/timing.md), keep them for
+    for ``side`` (``reference``, ``candidate``, ``harness`` or one of the judge's own
+    :data:`JUDGE_SIDES`: docs/timing.md), keep them for
     the check, and make sure the side's gate region fits them. ``folder``: where a CPU
     region's file goes (the side's own shared-memory folder; empty: the judge's)."""
 
@@ -150,6 +153,9 @@ class Armed(Answer):
 
     skeletons: list
     region: dict
+    #: The bytes of ``out_slot`` the reference's calls fill (outputs and arguments after the
+    #: call): what a side with nothing of its own to export says it filled.
+    fill: int = 0
 
 
 @attrs.frozen(kw_only=True)

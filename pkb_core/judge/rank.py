@@ -45,7 +45,6 @@ from pkb_core.harness.trees import leaves
 from pkb_core.harness.parcel import TRUSTED, UNTRUSTED, Limits, ParcelError, pack, pack_into, packed_size, \
     skeleton_end, unpack, unpack_from
 from pkb_core.problem.contract import RunContext, read_spec
-from pkb_core.harness.copies import copy_into, region_copies
 from pkb_core.harness.timing import BatchTimer
 from pkb_core.harness.trees import clone, identical, restore
 
@@ -386,7 +385,7 @@ class JudgeRank:
         self.armed[request.side] = {"sets": sets, "skeletons": skeletons, "region": region,
                                     "sizes": [packed_size(s) for s in sets], "set_stride": step,
                                     "snap_stride": stride(out_bytes), "out_bytes": region["out_bytes"]}
-        return Armed(skeletons=skeletons, region=region)
+        return Armed(skeletons=skeletons, region=region, fill=min(self.ref_out_bytes, region["out_bytes"]))
 
     def on_open(self, request: OpenWindows) -> WindowTimes:
         """The armed sets of ``request.side`` through the timekeeper's windows. For the
@@ -396,7 +395,7 @@ class JudgeRank:
         keeper = clock.of(request.side)
         own = request.side in JUDGE_SIDES  # the reference and the candidate are groups
         window_side = self._window_side(request.side, armed) if own else None
-        call = self._side_call(request.side, armed) if own else None  # before the timekeeper waits for it
+        call = self._side_call(request.side) if own else None  # before the timekeeper waits for it
         meeting = clock.board(request.board, request.side) if keeper.host_engine else {}
         keeper.send("open", side=armed["region"]["key"], epoch=request.epoch, sizes=armed["sizes"],
                     set_stride=armed["set_stride"], snap_stride=armed["snap_stride"], timeout_s=request.timeout_s,
@@ -440,34 +439,18 @@ class JudgeRank:
         sides[side].attach(armed["region"])
         return sides[side]
 
-    def _side_call(self, side: str, armed):
+    def _side_call(self, side: str):
         """This rank as one of the judge's own sides: what it does in each window (None:
-        nothing but the hand-off)."""
+        nothing but the hand-off; ``kernel``: one kernel)."""
         if side == "null":
             return None
-        if side == "kernel":
-            tick = torch.zeros(1, dtype=torch.int32, device=self.device)
+        tick = torch.zeros(1, dtype=torch.int32, device=self.device)
 
-            def one_kernel(views):
-                tick.add_(1)  # the least work on the device's compute engine any call does
-                return None, None
+        def one_kernel(views):
+            tick.add_(1)  # the least work on the device's compute engine any call does
+            return None, None
 
-            return one_kernel
-        self.align()
-        sets = iter(armed["sets"])
-        barrier = self.timer.device_barrier
-        copies = region_copies(armed["region"])  # as the groups' harness copies
-
-        def call(views):
-            placed = _placed(next(sets), views, copies)
-            if barrier is not None:
-                barrier()  # every rank's set is in place before any call reads its peers
-            # Exported as a call's arguments after it are: every honest call exports at least that
-            # (its outputs besides), so every honest side's windows reach this one's, whatever the
-            # problem (a reduce-scatter's outputs are a share of its inputs).
-            return None, placed
-
-        return call
+        return one_kernel
 
     def on_check_windows(self, request: CheckWindows) -> Finding:
         """Compare the candidate's windowed calls ``indices`` with the reference's: what the
@@ -523,24 +506,6 @@ class JudgeRank:
 
         calls = self._calls()
         return Profiled(summary=profile_calls(calls[0], device=self.device, calls=5, trace_path=request.path))
-
-
-def _placed(own, views, copies: str = "engine"):
-    """The judge's own set ``own`` with its tensors' values taken from ``views`` (the side's
-    ``in_slot``, as the timekeeper released them), copied as ``copies`` says
-    (:mod:`pkb_core.harness.copies`): what a side places."""
-    if isinstance(own, torch.Tensor):
-        if not isinstance(views, torch.Tensor):
-            return own.clone()
-        placed = torch.empty_like(views)
-        copy_into(placed, views, copies)
-        return placed
-    if isinstance(own, (list, tuple)) and not isinstance(own, torch.Size):
-        items = [_placed(o, v, copies) for o, v in zip(own, views)]
-        return tuple(items) if isinstance(own, tuple) else items
-    if isinstance(own, dict):
-        return {k: _placed(v, views[k], copies) for k, v in own.items()}
-    return own
 
 
 def _same_layout(old_sets, new_sets) -> bool:
