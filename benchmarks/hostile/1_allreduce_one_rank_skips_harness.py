@@ -1,11 +1,12 @@
-"""OPEN ATTACK on window mode at ONE rank (`--nproc 1`, the one-GPU runs of docs/benchmarks): the
-least a call's window can hold. Its own window loop replaces pkb's (the loop runs in the side's
+"""A hostile file for window mode at ONE rank (`--nproc 1`, the one-GPU runs of docs/benchmarks):
+the least a call's window can hold. Its own window loop replaces pkb's (the loop runs in the side's
 process): no placing of the set in the heap, no device barrier, no separate export. Each window is
 the gate, then one copy of the set from ``in_slot`` straight into the output's place in ``out_slot``
 (an all-reduce over one rank is its input) and one into the arguments' place, then ``used`` and
-``done``. At two ranks its answers are wrong (`fail`). Read it beside 1_allreduce_honest.py: what it
-saves is pkb's harness, which the judge's ``harness`` side measures; whether the harness check
-flags it is the question it asks."""
+``done``. At two ranks its answers are wrong (`fail`). On one H200 at 4 KiB it passed at 3.65x
+against the judge's own harness side with a quarter of its cost allowed, and is `flagged` against
+the reference group's harness batch (docs/benchmarks/2026-11-29-h200-skipped-harness.md); read it
+beside 1_allreduce_honest.py."""
 import time
 
 import torch
