@@ -25,10 +25,11 @@ against (:data:`FLOOR_SIDES`); two of them are the judge's own (its rank is the 
   last in each round, so that the reference never follows its own group's batch;
 
 and the two compared, ``reference`` and ``candidate``, in a random order balanced over pairs of
-rounds (after the judge's two, before the harness): two groups made the same way (forked by zygotes, locked down, set up, frozen between
-batches, timed through the same code), the reference group calling the problem's reference as
-its solution (:meth:`pkb_core.launch.launcher.Launch.start_reference_side`), so the two sides
-of a speedup differ only in the code they call.
+rounds (after the judge's two, before the harness): two groups made the same way (forked by
+zygotes, locked down, set up, frozen between batches, timed through the same code), the
+reference group calling the problem's reference as its solution
+(:meth:`pkb_core.launch.launcher.Launch.start_reference_side`), so the two sides of a speedup
+differ only in the code they call.
 
 A batch's value is the median over its windows of the slowest rank's window (the first
 window is a lead-in: checked, not timed). A side's per-call time in a round is its value less
@@ -65,9 +66,10 @@ from pkb_core.contracts.verdict import Verdict
 from pkb_core.harness.copies import region_copies
 from pkb_core.machine.numa import online_nodes
 
-#: The sides each round runs before the two compared: what they are read against. The judge's
-#: own (:data:`JUDGE_SIDES`) and ``harness``, pkb's harness with no call, run by the reference
-#: group (the same kind of process as the candidate's, running the same harness code).
+#: The sides the two compared are read against, each a batch of every round: the judge's own
+#: (:data:`JUDGE_SIDES`, before the pair) and ``harness``, pkb's harness with no call, run by the
+#: reference group (the same kind of process as the candidate's, with the same harness code;
+#: after the pair).
 FLOOR_SIDES = (*JUDGE_SIDES, "harness")
 #: A candidate is measurably shorter than the judge's empty hand-off when, round by round, its
 #: window less the null's lies below zero by more than the larger of this many microseconds (a
@@ -329,7 +331,7 @@ def time_windows(run, mode: str, budget_s: float, calls: int, least: int, cap: i
              "null_is_floor": null_is_floor(raw),
              "timekeeper": ",".join(sorted(batches.engines)),
              "harness_copies": ",".join(sorted(batches.harness_copies)),
-             # released ahead of their windows, masked (True), or copied inside them (False)
+             # the sets released ahead of their windows, masked ("true"), or copied inside them ("false")
              "masked_sets": ",".join(sorted(str(m).lower() for m in batches.masked)),
              # where the regions' nodes (window_diagnostics.<side>.region_nodes) are read
              "numa_nodes": len(online_nodes()),

@@ -12,11 +12,11 @@ the window, on its own device.
 
 The keystream is splitmix64's output for the state ``key + i * GAMMA`` (the i-th 8-byte word),
 computed with torch's integer operations, which wrap alike on CPU and GPU, so that the judge's CPU
-and a side's device compute the same bytes. It is not a cipher: a side sees
-masked sets and, once it has unmasked them, their keystreams, and each key is fresh from the
-operating system's randomness, so no key tells anything of the next; what it would take to read a
-set early is recovering a 64-bit key from one masked set, whose values it can only guess at,
-before its window opens.
+and a side's device compute the same bytes. It is not a cipher: a side sees masked sets and, once
+it has unmasked them, their keystreams, and each key is fresh from the operating system's
+randomness, so no key tells anything of the next; what it would take to read a set early is
+recovering a 64-bit key from one masked set, whose values it can only guess at, before its window
+opens.
 """
 from __future__ import annotations
 
@@ -27,13 +27,6 @@ import torch
 #: kernels (a 256 KiB release was ~25 us on one H200, a 2 MiB one ~250 us).
 MASK_MIN_BYTES = 1 << 20
 
-
-def masks_sets(on_gpu: bool, host_engine: bool, set_bytes: int) -> bool:
-    """Whether a batch's sets are released masked: a GPU side's, timed by the host engine (the
-    device engine's release is a copy in device memory, a few us), of at least
-    :data:`MASK_MIN_BYTES`. Not on CPU, where the side's unmasking is the host's work too and costs
-    more than the copy it replaces (2 MiB: ~4 ms against ~0.3 ms on the 2-core machine)."""
-    return on_gpu and host_engine and set_bytes >= MASK_MIN_BYTES
 
 _MASK64 = (1 << 64) - 1
 
@@ -46,6 +39,14 @@ def _signed(value: int) -> int:
 GAMMA = _signed(0x9E3779B97F4A7C15)
 MIX1 = _signed(0xBF58476D1CE4E5B9)
 MIX2 = _signed(0x94D049BB133111EB)
+
+
+def masks_sets(on_gpu: bool, host_engine: bool, set_bytes: int) -> bool:
+    """Whether a batch's sets are released masked: a GPU side's, timed by the host engine (the
+    device engine's release is a copy in device memory, a few us), of at least
+    :data:`MASK_MIN_BYTES`. Not on CPU, where the side's unmasking is the host's work too and costs
+    more than the copy it replaces (2 MiB: ~4 ms against ~0.3 ms on the 2-core machine)."""
+    return on_gpu and host_engine and set_bytes >= MASK_MIN_BYTES
 
 
 def words(nbytes: int) -> int:

@@ -94,9 +94,13 @@ class WindowSide:
         self.region, self.key = self.mapped[key], key
         self.copies = region_copies(region)
         self.masked = bool(region.get("masked"))
-        if self.masked and key not in self.unmaskers:
-            self.unmaskers[key] = Unmasker(self.region.masked_slot, self.region.key_word)
         return self.region
+
+    def _unmasker(self) -> Unmasker:
+        """The current region's unmasking, made on its first masked batch with a call."""
+        if self.key not in self.unmaskers:
+            self.unmaskers[self.key] = Unmasker(self.region.masked_slot, self.region.key_word)
+        return self.unmaskers[self.key]
 
     def run(self, *, epoch: int, skeletons: list, call, timeout_s: float, make_group=None, fill: int = 0) -> list:
         """Run call ``w`` on set ``w`` (``skeletons[w]``: its layout in ``in_slot``) in window
@@ -112,7 +116,7 @@ class WindowSide:
         region = self.region
         # A masked set is unmasked into this side's own memory once its gate opens, and the call's
         # views are laid out there instead of in in_slot (the judge sides' null reads no set).
-        unmask = self.unmaskers[self.key] if self.masked and call is not None else None
+        unmask = self._unmasker() if self.masked and call is not None else None
         source = region.in_slot if unmask is None else unmask.plain
         deadline = time.monotonic() + timeout_s
         written, host = [], []

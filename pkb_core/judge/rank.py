@@ -390,7 +390,8 @@ class JudgeRank:
             for w, key in enumerate(keys):
                 mask.mask(keeper.staging[w * step:w * step + 8 * mask.words(sizes[w])], key)
         self._sync()
-        region = {**keeper.region(request.side, set_bytes, out_bytes, request.folder or None), "masked": keys is not None}
+        region = {**keeper.region(request.side, set_bytes, out_bytes, request.folder or None),
+                  "masked": keys is not None}
         self.armed[request.side] = {"sets": sets, "skeletons": skeletons, "region": region, "keys": keys,
                                     "sizes": sizes, "set_stride": step,
                                     "snap_stride": stride(out_bytes), "out_bytes": region["out_bytes"]}
