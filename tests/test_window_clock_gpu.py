@@ -4,6 +4,7 @@ queued before the first window opens, the side's batches over its pool of gate r
 
 Needs one GPU and is skipped without: pkb's jobs need two ranks, so this is what a one-GPU machine
 checks of the code a two-GPU job times with (docs/timing.md, "Window mode")."""
+import contextlib
 import shutil
 import tempfile
 
@@ -36,11 +37,9 @@ def _placed_then_doubled(side):
     return call
 
 
-@pytest.mark.parametrize("copies", COPIES)
-def test_a_gpu_side_through_the_host_engine(copies, monkeypatch):
-    """Both ways of copying (the copy engine, kernels) read and write the region's host memory
-    through the GPU's mapping alike."""
-    monkeypatch.setenv(COPIES_ENV, copies)
+@contextlib.contextmanager
+def _host_engine():
+    """A host-engine timekeeper for GPU 0 and this process's side of it; both closed after."""
     gpu = torch.device("cuda", 0)
     torch.cuda.set_device(gpu)
     # In shared memory, as every group's folder is: CUDA does not pin a mapping of a file on disk.
@@ -48,6 +47,19 @@ def test_a_gpu_side_through_the_host_engine(copies, monkeypatch):
     keeper = Timekeeper(gpu, folder, 0, "host")
     side = WindowSide(gpu)
     try:
+        yield keeper, side
+    finally:
+        side.close()
+        keeper.close()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.mark.parametrize("copies", COPIES)
+def test_a_gpu_side_through_the_host_engine(copies, monkeypatch):
+    """Both ways of copying (the copy engine, kernels) read and write the region's host memory
+    through the GPU's mapping alike."""
+    monkeypatch.setenv(COPIES_ENV, copies)
+    with _host_engine() as (keeper, side):
         ahead = []
         for batch in range(2 * POOL_MAX):
             sets = [(torch.arange(1024, dtype=torch.float32) + 1000 * batch + w,) for w in range(CALLS)]
@@ -68,10 +80,6 @@ def test_a_gpu_side_through_the_host_engine(copies, monkeypatch):
         # their kernels) was queued whole before its first window opened.
         print("queued ahead, not queued ahead, by batch:", ahead)
         assert ahead[1:] == [(CALLS, None)] * (len(ahead) - 1), ahead
-    finally:
-        side.close()
-        keeper.close()
-        shutil.rmtree(folder, ignore_errors=True)
 
 
 def test_the_gpu_keystream_is_the_judges():
@@ -93,12 +101,7 @@ def test_a_masked_batch_on_a_gpu_side():
     from pkb_core.harness import mask
     from pkb_core.harness.parcel import packed_size
 
-    gpu = torch.device("cuda", 0)
-    torch.cuda.set_device(gpu)
-    folder = tempfile.mkdtemp(prefix="pkb-test-gpu-", dir="/dev/shm")
-    keeper = Timekeeper(gpu, folder, 0, "host")
-    side = WindowSide(gpu)
-    try:
+    with _host_engine() as (keeper, side):
         ahead = []
         for batch in range(3):
             sets = [(torch.arange(1024, dtype=torch.float32) + 1000 * batch + w,) for w in range(CALLS)]
@@ -119,7 +122,3 @@ def test_a_masked_batch_on_a_gpu_side():
                 assert torch.equal(got["out"], sets[w][0] * 2) and torch.equal(got["args"][0], sets[w][0])
         print("masked: queued ahead by batch:", ahead)
         assert ahead[1:] == [CALLS] * (len(ahead) - 1), ahead
-    finally:
-        side.close()
-        keeper.close()
-        shutil.rmtree(folder, ignore_errors=True)
