@@ -175,30 +175,6 @@ def test_window_mode_judges_honest_and_hostile_solutions(pkb_invoke, tmp_path):
     assert rebound["stats"]["modes"]["window"]["windows_us"]["kernel"] > 0
 
 
-def test_a_rank_that_closes_both_ranks_windows_is_flagged(pkb_invoke, tmp_path):
-    """End to end on CPU: rank 0 of a hostile file closes both ranks' windows through rank 1's gate
-    region, skipping pkb's placing, barrier and gloo, its windows padded toward the harness's
-    (benchmarks/hostile/1_allreduce_one_rank_closes_both.py). Against the judge's own harness side,
-    a quarter of it allowed, it passed at 12-19x in half the runs; against the reference group's
-    harness batch it lies under it round by round: ``flagged``. The honest file beside it passes."""
-    import shutil
-    from pathlib import Path
-
-    folder = tmp_path / "solutions"
-    folder.mkdir()
-    hostile = Path(__file__).parent.parent / "benchmarks" / "hostile"
-    for name in ("1_allreduce_one_rank_closes_both.py", "1_allreduce_honest.py"):
-        shutil.copy(hostile / name, folder / name)
-    result = pkb_invoke("run", "--solutions", folder, "--problem", "1", "--trials", "2", "--measure-perf",
-                        "--timing-mode", "window", "--warmup", "2", "--iters", "240", "--min-iters", "240",
-                        "--timeout", "120", "--out", tmp_path / "run", "--json")
-    records = {r["solution"].rsplit("/", 1)[-1]: r for r in json.loads(result.stdout)["results"]}
-    cheat = records["1_allreduce_one_rank_closes_both.py"]
-    assert cheat["verdict"] == "flagged", cheat
-    assert "pkb's own harness with no call (the reference group's)" in cheat["reason"], cheat["reason"]
-    assert records["1_allreduce_honest.py"]["verdict"] == "pass", records["1_allreduce_honest.py"]
-
-
 def test_what_is_subtracted_and_what_is_flagged():
     """The judge's own windows: the kernel window is subtracted from a side that reaches it, the
     empty hand-off from one below it, nothing from one below both (never a floor); a candidate

@@ -1,10 +1,11 @@
-"""A CLOSED ATTACK on window mode, kept as a test (tests/test_window_clock.py): rank 0 does both
-ranks' windows through rank 1's gate region (same folder, same user): no placing, no barrier, no
-gloo; outputs written straight into both out_slots, each window padded to PAD_US toward the
-`harness` window. Against the judge's own harness side, with a quarter of its cost allowed, it
-passed at 12-19x in half the CPU runs (2026-11-28/29); against the reference group's harness batch
-(pkb's harness with no call in a group's processes, 8e5a7c0) its windows lie under it round by
-round: `flagged`. Read it beside 1_allreduce_peer_reads_least.py (about the least an honest call
+"""An attack on window mode, on CPU (docs/trust.md, "Window mode's floor"): rank 0 does both ranks'
+windows through rank 1's gate region (same folder, same user): no placing, no barrier, no gloo,
+and it spins on the gates where pkb's CPU polling sleeps; outputs written straight into both
+out_slots, each window padded to PAD_US toward the `harness` window. Against the judge's own
+harness side, with a quarter of its cost allowed, it passed at 12-19x in half the CPU runs
+(2026-11-28/29); against the reference group's harness batch (8e5a7c0) it is `flagged` in every
+run on a quiet 2-core machine (10 of 10), but passed at about 11x in 2 of 4 runs with two busy
+loops beside it, where pkb's own harness windows spread from 170 to 900 us. Read it beside 1_allreduce_peer_reads_least.py (about the least an honest call
 through pkb's harness costs) and 1_allreduce_honest.py; the command is in docs/trust.md. Each batch
 runs on one of its side's pool of gate regions, drawn by each rank's judge apart, so rank 1 tells
 rank 0 which is its batch's through a file of their own folder."""
