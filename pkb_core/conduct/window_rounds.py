@@ -7,8 +7,9 @@ against (:data:`FLOOR_SIDES`); two of them are the judge's own (its rank is the 
 
 * ``null``: a side that only waits for each gate and closes it: the pure cost of a hand-off
   between the timekeeper's context and a side's (with the release of the inputs, where they are
-  not masked and released ahead (:mod:`pkb_core.harness.mask`), and the snapshot of the same bytes). Every side does at least this: a side whose windows are
-  measurably shorter is ``flagged``, never read as fast;
+  not masked and released ahead (:mod:`pkb_core.harness.mask`), and the snapshot of the same
+  bytes). Every side does at least this: a side whose windows are measurably shorter is
+  ``flagged``, never read as fast;
 * ``kernel``: the same hand-off to a side that runs one kernel. On a GPU without MPS the
   contexts are time-sliced, and a window whose side uses the compute engine costs a switch of
   that engine to the side's context and back (about 270 us on 2xH200, stable to a few us,
