@@ -4,7 +4,6 @@ queued before the first window opens, the side's batches over its pool of gate r
 
 Needs one GPU and is skipped without: pkb's jobs need two ranks, so this is what a one-GPU machine
 checks of the code a two-GPU job times with (docs/timing.md, "Window mode")."""
-import contextlib
 import shutil
 import tempfile
 
@@ -37,9 +36,11 @@ def _placed_then_doubled(side):
     return call
 
 
-@contextlib.contextmanager
-def _host_engine():
-    """A host-engine timekeeper for GPU 0 and this process's side of it; both closed after."""
+@pytest.mark.parametrize("copies", COPIES)
+def test_a_gpu_side_through_the_host_engine(copies, monkeypatch):
+    """Both ways of copying (the copy engine, kernels) read and write the region's host memory
+    through the GPU's mapping alike."""
+    monkeypatch.setenv(COPIES_ENV, copies)
     gpu = torch.device("cuda", 0)
     torch.cuda.set_device(gpu)
     # In shared memory, as every group's folder is: CUDA does not pin a mapping of a file on disk.
@@ -47,19 +48,6 @@ def _host_engine():
     keeper = Timekeeper(gpu, folder, 0, "host")
     side = WindowSide(gpu)
     try:
-        yield keeper, side
-    finally:
-        side.close()
-        keeper.close()
-        shutil.rmtree(folder, ignore_errors=True)
-
-
-@pytest.mark.parametrize("copies", COPIES)
-def test_a_gpu_side_through_the_host_engine(copies, monkeypatch):
-    """Both ways of copying (the copy engine, kernels) read and write the region's host memory
-    through the GPU's mapping alike."""
-    monkeypatch.setenv(COPIES_ENV, copies)
-    with _host_engine() as (keeper, side):
         ahead = []
         for batch in range(2 * POOL_MAX):
             sets = [(torch.arange(1024, dtype=torch.float32) + 1000 * batch + w,) for w in range(CALLS)]
@@ -80,45 +68,7 @@ def test_a_gpu_side_through_the_host_engine(copies, monkeypatch):
         # their kernels) was queued whole before its first window opened.
         print("queued ahead, not queued ahead, by batch:", ahead)
         assert ahead[1:] == [(CALLS, None)] * (len(ahead) - 1), ahead
-
-
-def test_the_gpu_keystream_is_the_judges():
-    """A side's device computes the keystream the judge's CPU masked the set with
-    (:mod:`pkb_core.harness.mask`), for any key."""
-    from pkb_core.harness import mask
-
-    gpu = torch.device("cuda", 0)
-    for key in (0, -1, 2 ** 63 - 1, -(2 ** 63), 123456789):
-        on_cpu = mask.keystream(torch.tensor([key], dtype=torch.int64), mask.counters(1 << 18, "cpu"))
-        on_gpu = mask.keystream(torch.tensor([key], dtype=torch.int64, device=gpu), mask.counters(1 << 18, gpu))
-        assert torch.equal(on_gpu.cpu(), on_cpu)
-
-
-def test_a_masked_batch_on_a_gpu_side():
-    """Large sets' way (docs/timing.md, "Masked sets") on a small one: each set masked in the
-    staging, released between windows, its key written as its window opens; the GPU side unmasks
-    behind its gate, and every call sees its own set."""
-    from pkb_core.harness import mask
-    from pkb_core.harness.parcel import packed_size
-
-    with _host_engine() as (keeper, side):
-        ahead = []
-        for batch in range(3):
-            sets = [(torch.arange(1024, dtype=torch.float32) + 1000 * batch + w,) for w in range(CALLS)]
-            skeletons, region, layout = _arm(keeper, sets, out_bytes=OUT_BYTES)
-            keys = [(batch * 7919 + w) * 0x5DEECE66D - (1 << 62) for w in range(CALLS)]
-            for w, key in enumerate(keys):
-                at = w * layout["set_stride"]
-                mask.mask(keeper.staging[at:at + 8 * mask.words(packed_size(sets[w]))], key)
-            side.attach({**region, "masked": True})
-            epoch = 100 * batch
-            keeper.send("open", epoch=epoch, timeout_s=30, keys=keys, **layout)
-            written = side.run(epoch=epoch, skeletons=skeletons, call=_placed_then_doubled(side), timeout_s=30)
-            answer = keeper.receive()
-            assert answer["status"] == "ok" and len(answer["times_ns"]) == CALLS
-            ahead.append(answer["queued_ahead"])
-            for w in range(CALLS):
-                got = _snapshot(keeper, written[w], w, out_bytes=OUT_BYTES)
-                assert torch.equal(got["out"], sets[w][0] * 2) and torch.equal(got["args"][0], sets[w][0])
-        print("masked: queued ahead by batch:", ahead)
-        assert ahead[1:] == [CALLS] * (len(ahead) - 1), ahead
+    finally:
+        side.close()
+        keeper.close()
+        shutil.rmtree(folder, ignore_errors=True)

@@ -6,10 +6,9 @@ against (:data:`FLOOR_SIDES`); two of them are the judge's own (its rank is the 
 :data:`pkb_core.contracts.commands_judge.JUDGE_SIDES`), and run first:
 
 * ``null``: a side that only waits for each gate and closes it: the pure cost of a hand-off
-  between the timekeeper's context and a side's (with the release of the inputs, where they are
-  not masked and released ahead (:mod:`pkb_core.harness.mask`), and the snapshot of the same
-  bytes). Every side does at least this: a side whose windows are measurably shorter is
-  ``flagged``, never read as fast;
+  between the timekeeper's context and a side's (with the release of the inputs and the
+  snapshot of the same bytes). Every side does at least this: a side whose windows are
+  measurably shorter is ``flagged``, never read as fast;
 * ``kernel``: the same hand-off to a side that runs one kernel. On a GPU without MPS the
   contexts are time-sliced, and a window whose side uses the compute engine costs a switch of
   that engine to the side's context and back (about 270 us on 2xH200, stable to a few us,
@@ -151,9 +150,8 @@ class Batches:
         #: Per side: the gate regions its timed batches ran on (:mod:`pkb_core.judge.region_pool`).
         self.regions: dict = {}
         #: How the sides' harness copied, as the judge told them with their regions
-        #: (:mod:`pkb_core.harness.copies`), and whether their sets were masked (:mod:`pkb_core.harness.mask`).
+        #: (:mod:`pkb_core.harness.copies`).
         self.harness_copies: set = set()
-        self.masked: set = set()
 
     def _timeout(self) -> float:
         return max(1.0, self.run.deadline - time.monotonic() - 1.0)
@@ -173,7 +171,6 @@ class Batches:
         if "/warm" not in label:
             self.regions.setdefault(side, set()).update(a.region.get("key") for a in armed)
         self.harness_copies.update(region_copies(a.region) for a in armed)
-        self.masked.update(bool(a.region.get("masked")) for a in armed)
         epoch, self.epoch = self.epoch, self.epoch + k + 1
         # Which windows are copied out (and checked, for the candidate): all of a small batch's;
         # of a large one's, each by its own draw, before the batch and told to the timekeeper
@@ -332,8 +329,6 @@ def time_windows(run, mode: str, budget_s: float, calls: int, least: int, cap: i
              "null_is_floor": null_is_floor(raw),
              "timekeeper": ",".join(sorted(batches.engines)),
              "harness_copies": ",".join(sorted(batches.harness_copies)),
-             # the sets released ahead of their windows, masked ("true"), or copied inside them ("false")
-             "masked_sets": ",".join(sorted(str(m).lower() for m in batches.masked)),
              # where the regions' nodes (window_diagnostics.<side>.region_nodes) are read
              "numa_nodes": len(online_nodes()),
              "window_diagnostics": batches.diagnostics()}

@@ -33,8 +33,7 @@ import time
 from pkb_core.env_settings import setting_from_env
 
 #: Byte offsets of the words in a region's header, and the header's size (slots start after it).
-#: ``KEY`` is a 64-bit word: a masked set's key, written as its window opens (:mod:`pkb_core.harness.mask`).
-GO, DONE, QUEUED, USED, KEY = 0, 64, 128, 192, 256
+GO, DONE, QUEUED, USED = 0, 64, 128, 192
 HEADER = 4096
 #: Polls of a host word before a poll sleeps (CPU engine: the machine's cores are the sides' too).
 SPINS = 200
@@ -136,8 +135,6 @@ class HostRegion:
             os.close(fd)
         self.size = size
         self.go, self.done, self.queued, self.used = (HostWord(self.map, at) for at in (GO, DONE, QUEUED, USED))
-        #: The masked set's key (the timekeeper's write; an aligned 8-byte store).
-        self.key = ctypes.c_int64.from_buffer(self.map, KEY)
 
     def touch(self) -> None:
         """Write every page once, so this process's copies inside a window never fault a page in
@@ -159,7 +156,6 @@ class HostRegion:
     def close(self) -> None:
         for word in (self.go, self.done, self.queued, self.used):
             word.cell = None
-        self.key = None
         try:
             self.map.close()
         except BufferError:
@@ -255,13 +251,13 @@ class SideRegion:
     """
 
     def __init__(self, *, device, handle: str = "", path: str = "", in_bytes: int, out_bytes: int):
-        import torch  # here, not at the top: the timekeeper imports this module, and no torch
-
         self.device = device
         self.pinned = None
         in_at, out_at, total = slot_layout(in_bytes, out_bytes)
         self.host = HostRegion(path, total, create=False) if path else None
         if device.type == "cuda":
+            import torch
+
             if self.host is not None:
                 self.pinned = ctypes.addressof(ctypes.c_char.from_buffer(self.host.map))
                 self.ptr = map_host(self.pinned, total)
@@ -273,9 +269,6 @@ class SideRegion:
             memory = self.host.tensor(0, total)
         self.in_slot = memory[in_at:in_at + in_bytes]
         self.out_slot = memory[out_at:total]
-        #: ``in_slot`` in whole 8-byte words (a masked release's unit), and the key word.
-        self.masked_slot = memory[in_at:in_at + -(-in_bytes // 8) * 8]
-        self.key_word = memory[KEY:KEY + 8].view(torch.int64)
 
     def _stream(self) -> int:
         import torch
@@ -336,7 +329,7 @@ class SideRegion:
             self.host.done.write(value)
 
     def close(self) -> None:
-        self.in_slot = self.out_slot = self.masked_slot = self.key_word = None
+        self.in_slot = self.out_slot = None
         if self.device.type == "cuda" and getattr(self, "ptr", None):
             if self.pinned is not None:
                 unmap_host(self.pinned)

@@ -29,7 +29,6 @@ import torch
 
 from pkb_core.harness.copies import region_copies
 from pkb_core.harness.gates import SideRegion
-from pkb_core.harness.mask import Unmasker
 from pkb_core.harness.parcel import TRUSTED, pack_into, skeleton_end, unpack_from
 
 
@@ -55,10 +54,6 @@ class WindowSide:
         #: How this side's harness copies sets in and outputs out, as the judge said with the
         #: region (:mod:`pkb_core.harness.copies`).
         self.copies = "engine"
-        #: Whether the next batch's sets arrive masked (:mod:`pkb_core.harness.mask`), as the judge
-        #: said with the region, and each mapped region's unmasking.
-        self.masked = False
-        self.unmaskers: dict = {}
 
     @staticmethod
     def _key(region: dict) -> tuple:
@@ -75,7 +70,6 @@ class WindowSide:
         for mapped in self.mapped.values():
             mapped.close()
         self.mapped.clear()
-        self.unmaskers.clear()
         self.region = self.key = self.pool = None
 
     def attach(self, region: dict) -> SideRegion:
@@ -93,14 +87,7 @@ class WindowSide:
                                           out_bytes=region["out_bytes"])
         self.region, self.key = self.mapped[key], key
         self.copies = region_copies(region)
-        self.masked = bool(region.get("masked"))
         return self.region
-
-    def _unmasker(self) -> Unmasker:
-        """The current region's unmasking, made on its first masked batch with a call."""
-        if self.key not in self.unmaskers:
-            self.unmaskers[self.key] = Unmasker(self.region.masked_slot, self.region.key_word)
-        return self.unmaskers[self.key]
 
     def run(self, *, epoch: int, skeletons: list, call, timeout_s: float, make_group=None, fill: int = 0) -> list:
         """Run call ``w`` on set ``w`` (``skeletons[w]``: its layout in ``in_slot``) in window
@@ -114,10 +101,6 @@ class WindowSide:
             judge's own sides say the reference's, so their windows copy what a real side's do).
         """
         region = self.region
-        # A masked set is unmasked into this side's own memory once its gate opens, and the call's
-        # views are laid out there instead of in in_slot (the judge sides' null reads no set).
-        unmask = self._unmasker() if self.masked and call is not None else None
-        source = region.in_slot if unmask is None else unmask.plain
         deadline = time.monotonic() + timeout_s
         written, host = [], []
         was_enabled = gc.isenabled()
@@ -129,7 +112,7 @@ class WindowSide:
                 mark = epoch + 1 + w
                 queued = time.perf_counter()
                 # The set's views of in_slot are laid out before the gate (their values arrive with it).
-                args = None if call is None else unpack_from(skeleton, source, limits=TRUSTED,
+                args = None if call is None else unpack_from(skeleton, region.in_slot, limits=TRUSTED,
                                                              make_group=make_group, copy=False)
                 if not on_device:
                     region.write_queued(mark)  # CPU: from here on this side only waits for the gate
@@ -137,8 +120,6 @@ class WindowSide:
                     raise WindowTimeout(f"the gate of call {w} never opened")
                 if not on_device:
                     queued = time.perf_counter()  # CPU: the host time of the call itself
-                if unmask is not None:
-                    unmask(skeleton_end(skeleton))
                 if call is None:
                     written.append(None)
                 else:

@@ -139,11 +139,7 @@ class HostClock:
         return {"staging": staging_path, "snap": snap_path}
 
     def open(self, side: str, epoch: int, sizes: list, set_stride: int, snap_stride: int, deadline: float,
-             board: Board | None = None, snapshots: list | None = None, keys: list | None = None) -> dict:
-        """The windows of one batch. With ``keys`` (one a window) the staging holds masked sets
-        (:mod:`pkb_core.harness.mask`): each is released between windows, and its key is written
-        into the region's ``key`` word as its window opens, just before ``go``; without, each
-        set is copied into ``in_slot`` inside its window."""
+             board: Board | None = None, snapshots: list | None = None) -> dict:
         region, in_bytes, out_bytes = self.regions[side]
         in_at, out_at, _ = slot_layout(in_bytes, out_bytes)
         times, copied, stalled_at, status = [], [], None, "ok"
@@ -159,11 +155,6 @@ class HostClock:
                  if self.stall_s is not None else None)
         for w, n in enumerate(sizes):
             mark = epoch + 1 + w
-            if keys is not None:
-                # Unreadable without the key, which only the window's opening writes: the side has
-                # finished with set w - 1 (its done), and reads this one only once its gate opens.
-                whole = -(-n // 8) * 8
-                region.view(in_at, whole)[:] = self.staging.view(w * set_stride, whole)
             # A side announces a call once it waits for the gate (CPU) or once the call is on its
             # stream (GPU): what it did since the last window is outside this one.
             if stalled_at is None and self.stall_s is not None:
@@ -180,10 +171,7 @@ class HostClock:
                 break
             t0 = time.perf_counter_ns()
             first = t0 - began if first is None else first
-            if keys is None:
-                region.view(in_at, n)[:] = self.staging.view(w * set_stride, n)
-            else:
-                region.key.value = keys[w]
+            region.view(in_at, n)[:] = self.staging.view(w * set_stride, n)
             released.append(time.perf_counter_ns() - t0)
             region.go.write(mark)
             if not region.done.wait(mark, deadline, self.spins):
@@ -393,11 +381,9 @@ def serve(clock, read, write) -> None:
                 board = Board(request["board"], request["ranks"], request["index"]) if request.get("board") else None
                 try:
                     chosen = request.get("snapshots")
-                    keys = request.get("keys")
                     answer = clock.open(request["side"], request["epoch"], request["sizes"], request["set_stride"],
                                         request["snap_stride"], deadline, board,
-                                        None if chosen is None else {int(w) for w in chosen},
-                                        **({"keys": [int(k) for k in keys]} if keys else {}))
+                                        None if chosen is None else {int(w) for w in chosen})
                 finally:
                     if board is not None:
                         board.close()
