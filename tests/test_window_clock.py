@@ -174,6 +174,27 @@ def test_window_mode_judges_honest_and_hostile_solutions(pkb_invoke, tmp_path):
     assert rebound["stats"]["modes"]["window"]["windows_us"]["kernel"] > 0
 
 
+def test_a_side_that_truncates_its_region_ends_its_own_job_not_the_next(pkb_invoke, tmp_path):
+    """A side owns its gate region's file and can truncate it: the timekeeper's next copy into it
+    dies of SIGBUS. That job is the judge's ``error``; the judge's ranks are restarted, and the next
+    job of the same run (an honest file) passes."""
+    import shutil
+    from pathlib import Path
+
+    folder = tmp_path / "solutions"
+    folder.mkdir()
+    fixtures = Path(__file__).parent / "fixtures"
+    shutil.copy(fixtures / "windows_truncate" / "1_allreduce_a_truncates_its_region.py", folder)
+    shutil.copy(fixtures / "windows_hostile" / "1_allreduce_honest.py", folder / "1_allreduce_b_honest.py")
+    result = pkb_invoke("run", "--solutions", folder, "--problem", "1", "--trials", "2", "--measure-perf",
+                        "--timing-mode", "window", "--warmup", "2", "--iters", "60", "--timeout", "120",
+                        "--out", tmp_path / "run", "--json")
+    records = {r["solution"].rsplit("/", 1)[-1]: r for r in json.loads(result.stdout)["results"]}
+    truncated = records["1_allreduce_a_truncates_its_region.py"]
+    assert truncated["verdict"] == "error" and "timekeeper" in truncated["reason"], truncated
+    assert records["1_allreduce_b_honest.py"]["verdict"] == "pass", records["1_allreduce_b_honest.py"]
+
+
 def test_what_is_subtracted_and_what_is_flagged():
     """The judge's own windows: the kernel window is subtracted from a side that reaches it, the
     empty hand-off from one below it, nothing from one below both (never a floor); a candidate
