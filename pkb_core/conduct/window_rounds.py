@@ -318,9 +318,8 @@ def time_windows(run, mode: str, budget_s: float, calls: int, least: int, cap: i
     pairs = list(zip(per_call["reference"], per_call["candidate"]))
     total = round_ * calls
     alignment = {"reference": "timekeeper windows", "candidate": "timekeeper windows"}
-    raw_ratio = speedup(list(zip(raw["reference"], raw["candidate"])))
     extra = {"windows_us": {side: round(statistics.median(v), 3) for side, v in raw.items()},
-             "raw_speedup": {"value": raw_ratio.value, "low": raw_ratio.low, "high": raw_ratio.high},
+             "raw_speedup": ratio_reading(list(zip(raw["reference"], raw["candidate"]))),
              "beyond_harness_speedup": beyond_harness_speedup(raw),
              "harness_us": round(statistics.median(raw["harness"]) - statistics.median(raw["kernel"]), 3),
              # A diagnostic, never a speedup: a side may skip pkb's harness in its own process.
@@ -357,6 +356,12 @@ def beyond_harness_speedup(raw: dict) -> dict | None:
     pairs = [(r - h, c - h) for r, c, h in zip(raw["reference"], raw["candidate"], raw["harness"])]
     if not pairs or min(min(pair) for pair in pairs) <= 0:
         return None
+    return ratio_reading(pairs)
+
+
+def ratio_reading(pairs: list) -> dict:
+    """A diagnostic ratio of the record (the raw windows', the beyond-harness one): the speedup of
+    ``pairs`` (per round, reference and candidate) as ``value``, ``low`` and ``high``."""
     ratio = speedup(pairs)
     return {"value": ratio.value, "low": ratio.low, "high": ratio.high}
 
