@@ -32,8 +32,10 @@ already queued. The same kernel runs in Triton's interpreter on the CPU heap
 mapping): the tests run it there. ``host``: the same protocol on the same
 signal pads, with the host as the device: plain aligned int32 stores and loads
 on the shared mapping, a real clock for the timeout, polls back to back for
-:data:`SPIN_S`, then with naps of :data:`NAP_S` (so a waiting rank does not
-take the core a late peer needs).
+:data:`SPIN_S`, then asleep on the late peer's slot until the peer's store
+wakes it (:mod:`pkb_core.harness.host_wake`: a waiting rank takes no core a
+late peer needs, and runs again as soon as the peer arrives, where a nap of
+:data:`NAP_S` left it up to a nap late; naps remain where there are no futexes).
 CPU mode times with ``host``: there the host *is* the device, and an
 interpreted launch costs 5-25 ms on a loaded machine, noise that would land in
 every batch the launcher times (:mod:`pkb_core.conduct.timed_rounds`). Both
@@ -62,6 +64,7 @@ import time
 
 import torch
 
+from pkb_core.harness import host_wake
 from pkb_core.harness.timing import DeviceBarrierTimeout
 
 #: Seconds a rank waits at the barrier for its peers before it gives up.
@@ -70,9 +73,10 @@ TIMEOUT_S = 20.0
 #: slower: that timeout is approximate, within a few times the one asked for).
 CPU_SPINS_PER_S = 5000
 ENGINES = ("kernel", "host")
-#: The host engine polls its pad back to back for this long, then naps between polls (a waiting
-#: rank must not take the core a late peer needs, on a host with fewer cores than ranks).
-SPIN_S = 200e-6
+#: The host engine polls its pad back to back for this long, then sleeps on the late peer's slot
+#: (a waiting rank must not take the core a late peer needs, on a host with fewer cores than ranks;
+#: the peer's store wakes it), or naps between polls where there are no futexes.
+SPIN_S = 20e-6
 NAP_S = 50e-6
 
 
@@ -147,19 +151,23 @@ class DeviceBarrier:
         epoch = self._epoch
         for view in self._views:
             view[self.rank] = epoch  # an aligned int32 store into the shared mapping
+            host_wake.wake(view.ctypes.data + 4 * self.rank)
         mine = self._views[self.rank]
         started = time.monotonic()
         deadline = started + self.timeout_s
         for p in range(self.world_size):
-            while mine[p] < epoch:
+            while True:
+                seen = int(mine[p])
+                if seen >= epoch:
+                    break
                 now = time.monotonic()
                 if now > deadline:
                     self._late = True
                     break
                 if now - started < SPIN_S:
                     os.sched_yield()
-                else:
-                    time.sleep(NAP_S)  # a late peer may need this core to arrive
+                elif not host_wake.sleep_on(mine.ctypes.data + 4 * p, seen, min(deadline - now, host_wake.LONGEST_SLEEP_S)):
+                    time.sleep(NAP_S)  # no futexes here: a late peer may need this core to arrive
 
     # -- both -------------------------------------------------------------------------------
     def __call__(self) -> None:

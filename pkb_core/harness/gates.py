@@ -21,7 +21,8 @@ It holds three words and two slots:
 and compared cyclically, as CUDA's stream wait operations compare them. On GPU the side's
 waits and writes are stream memory operations queued on its own stream, front-end waits
 that hold no SM (a spinning kernel would hold its context's time slice and starve the
-timekeeper's); on CPU they are polls of the mapped words.
+timekeeper's); on CPU they are futexes on the mapped words (:mod:`pkb_core.harness.host_wake`):
+the writer wakes its waiter at once, as early as a side that spins would see the word.
 """
 from __future__ import annotations
 
@@ -31,12 +32,18 @@ import os
 import time
 
 from pkb_core.env_settings import setting_from_env
+from pkb_core.harness import host_wake
 
 #: Byte offsets of the words in a region's header, and the header's size (slots start after it).
 GO, DONE, QUEUED, USED = 0, 64, 128, 192
 HEADER = 4096
 #: Polls of a host word before a poll sleeps (CPU engine: the machine's cores are the sides' too).
 SPINS = 200
+#: The same for a word that is woken (CPU), whose writer wakes the sleeper at once: a poll that
+#: spins there only takes a core from the process that is to write it.
+WOKEN_SPINS = 10
+#: A wait on a word no process wakes (a GPU host engine's, whose ``done`` the side's GPU writes)
+#: naps this long between polls.
 POLL_SLEEP_S = 50e-6
 #: While spinning, the deadline is read every this many polls.
 CLOCK_EVERY = 4096
@@ -79,38 +86,54 @@ def slot_layout(in_bytes: int, out_bytes: int) -> tuple[int, int, int]:
 
 
 class HostWord:
-    """An int32 word of a mapped shared-memory file (an aligned 4-byte store is atomic)."""
+    """An int32 word of a mapped shared-memory file (an aligned 4-byte store is atomic).
 
-    def __init__(self, buffer, at: int):
+    ``woken``: its writers wake its waiters (:mod:`pkb_core.harness.host_wake`), so a wait sleeps
+    on it in the kernel once its polls are spent, where a word the device writes (which no
+    process wakes for) is polled with naps between."""
+
+    def __init__(self, buffer, at: int, woken: bool = False):
         self.cell = ctypes.c_int32.from_buffer(buffer, at)
+        self.address = ctypes.addressof(self.cell)
+        self.woken = woken and host_wake.available()
 
     def read(self) -> int:
         return self.cell.value
 
     def write(self, value: int) -> None:
         self.cell.value = cyclic_gap(value, 0)  # as an int32
+        if self.woken:
+            host_wake.wake(self.address)
 
-    def wait(self, target: int, deadline: float, spins: int = SPINS) -> bool:
-        """Poll until the word reaches ``target``, ``spins`` times before each poll sleeps; False
-        at ``deadline`` (``time.monotonic``)."""
+    def wait(self, target: int, deadline: float, spins: int | None = None) -> bool:
+        """Poll until the word reaches ``target``, ``spins`` times (default :data:`WOKEN_SPINS` for
+        a woken word, else :data:`SPINS`) before each poll sleeps (on the word itself where it is
+        woken, else a nap); False at ``deadline`` (``time.monotonic``)."""
+        if spins is None:
+            spins = WOKEN_SPINS if self.woken else SPINS
         polls = 0
-        while behind(self.read(), target):
+        while True:
+            seen = self.read()
+            if not behind(seen, target):
+                return True
             polls += 1
             if polls > spins:
-                if time.monotonic() > deadline:
+                now = time.monotonic()
+                if now > deadline:
                     return False
-                time.sleep(POLL_SLEEP_S)
+                if not (self.woken and host_wake.sleep_on(self.address, seen, min(deadline - now, host_wake.LONGEST_SLEEP_S))):
+                    time.sleep(POLL_SLEEP_S)
             elif polls % CLOCK_EVERY == 0 and time.monotonic() > deadline:
                 return False  # a long spin (a GPU host engine's) still keeps a short deadline
-        return True
 
 
 class HostRegion:
     """A gate region in a shared-memory file (CPU). The timekeeper creates it in the side's
     folder, owned by the folder's owner (the side's user, as the judge's parcels are); the
-    side maps it by path."""
+    side maps it by path. ``woken``: its words wake their waiters (CPU sides, whose every word a
+    process writes; on a GPU the side's device writes ``done``)."""
 
-    def __init__(self, path: str, size: int, *, create: bool):
+    def __init__(self, path: str, size: int, *, create: bool, woken: bool = False):
         self.path = path
         if create:
             try:
@@ -134,7 +157,8 @@ class HostRegion:
         finally:
             os.close(fd)
         self.size = size
-        self.go, self.done, self.queued, self.used = (HostWord(self.map, at) for at in (GO, DONE, QUEUED, USED))
+        self.go, self.done, self.queued = (HostWord(self.map, at, woken) for at in (GO, DONE, QUEUED))
+        self.used = HostWord(self.map, USED)  # read after done, never waited for
 
     def touch(self) -> None:
         """Write every page once, so this process's copies inside a window never fault a page in
@@ -254,7 +278,7 @@ class SideRegion:
         self.device = device
         self.pinned = None
         in_at, out_at, total = slot_layout(in_bytes, out_bytes)
-        self.host = HostRegion(path, total, create=False) if path else None
+        self.host = HostRegion(path, total, create=False, woken=device.type == "cpu") if path else None
         if device.type == "cuda":
             import torch
 

@@ -68,7 +68,7 @@ class Board:
 
     SLOT = 64
 
-    def __init__(self, path: str, ranks: int, index: int):
+    def __init__(self, path: str, ranks: int, index: int, woken: bool = False):
         if not 0 <= index < ranks:
             raise ValueError(f"rank {index} is not one of the board's {ranks}")
         size = max(4096, ranks * self.SLOT)
@@ -79,7 +79,7 @@ class Board:
             self.map = mmap.mmap(fd, size)
         finally:
             os.close(fd)
-        self.words = [HostWord(self.map, r * self.SLOT) for r in range(ranks)]
+        self.words = [HostWord(self.map, r * self.SLOT, woken) for r in range(ranks)]
         self.mine = self.words[index]
 
     def meet(self, mark: int, deadline: float, spins: int) -> bool:
@@ -105,10 +105,13 @@ class HostClock:
     """The host engine: shared-memory files, polls, ``time.perf_counter_ns``. It times CPU sides,
     and GPU sides whose device maps the region's file (``PKB_TIMEKEEPER=host``: no context of the
     judge's on the side's GPU); ``spins``: polls of a word before each poll sleeps (a GPU host
-    has cores to spare for a timekeeper that never sleeps inside a window; a CPU one does not)."""
+    has cores to spare for a timekeeper that never sleeps inside a window; a CPU one does not);
+    ``woken``: the regions' and the board's words wake their waiters (CPU sides: every word is a
+    process's write, :mod:`pkb_core.harness.host_wake`)."""
 
-    def __init__(self, spins: int = SPINS, stall_s: float | None = None):
+    def __init__(self, spins: int = SPINS, stall_s: float | None = None, woken: bool = False):
         self.spins = spins
+        self.woken = woken
         #: GPU sides only: how long to wait for a call's ``queued`` before opening its gate (as
         #: :class:`DeviceClock` does); a CPU side announces a call before it waits, so never stalls.
         self.stall_s = stall_s
@@ -122,7 +125,7 @@ class HostClock:
         if old is not None:
             old[0].close()
         _, _, total = slot_layout(in_bytes, out_bytes)
-        region = HostRegion(path, total, create=True)
+        region = HostRegion(path, total, create=True, woken=self.woken)
         region.touch()
         self.regions[side] = (region, in_bytes, out_bytes)
         self.nodes[side] = page_node(region.map)
@@ -237,6 +240,9 @@ def _queued_ahead(queued: HostWord, epoch: int, count: int, deadline: float, fir
 
 class DeviceClock:
     """The CUDA engine: judge-owned device memory, stream memory operations, CUDA events."""
+
+    #: Its words are the device's: no process wakes for them (:class:`HostClock`'s ``woken``).
+    woken = False
 
     def __init__(self, ordinal: int):
         cu = driver()
@@ -378,7 +384,8 @@ def serve(clock, read, write) -> None:
                                             request.get("staging_path", ""), request.get("snap_path", ""))
             elif op == "open":
                 deadline = time.monotonic() + request["timeout_s"]
-                board = Board(request["board"], request["ranks"], request["index"]) if request.get("board") else None
+                board = (Board(request["board"], request["ranks"], request["index"], clock.woken)
+                         if request.get("board") else None)
                 try:
                     chosen = request.get("snapshots")
                     answer = clock.open(request["side"], request["epoch"], request["sizes"], request["set_stride"],
@@ -409,7 +416,7 @@ def main() -> int:
     settle_on(int(node) if node.isdigit() else None)
     ordinal = os.environ.get("PKB_TIMEKEEPER_DEVICE", "cpu")
     if ordinal == "cpu":
-        clock = HostClock()
+        clock = HostClock(spins=None, woken=True)
     elif ordinal == "host":
         clock = HostClock(spins=HOST_ENGINE_SPINS, stall_s=STALL_S)
     else:
