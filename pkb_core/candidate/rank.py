@@ -284,14 +284,14 @@ class CandidateRank:
 
         launched = {}
 
-        def call(views):
-            placed = slots.place(views, request.slots)
-            if barrier is not None:
-                barrier()  # every rank's set is in place before any call reads its peers
+        def before_gate(views):
+            # Everything but the copies, before the gate: the buffers' views (allocated or grown
+            # here, a collective), the exported tree's, the launched callable. On CPU the host is
+            # inside the window from the gate on, so only what a set's values need is left there.
+            placed, pending = slots.prepare(views, request.slots)
+            exported = slots.rebuild(views)
             if request.harness_only:
-                # The placed set exported as a call's arguments after it: every honest call exports
-                # that much (and its outputs), whatever the problem.
-                return None, slots.rebuild(views)
+                return pending, None, exported
             # The same buffers, shapes and other arguments as an earlier call: its launched callable
             # (the hook runs once per layout, not in every window: a pluggy call costs the host
             # microseconds). The other arguments belong to the key: a set's split sizes differ.
@@ -299,11 +299,20 @@ class CandidateRank:
             if layout not in launched:
                 launched[layout] = self.pm.hook.pkb_backend_launch(state=self.state, program=self.program,
                                                                    inputs=placed)
-            return launched[layout](), slots.rebuild(views)
+            return pending, launched[layout], exported
+
+        def call(prepared):
+            pending, launch, exported = prepared
+            slots.fill(pending)
+            if barrier is not None:
+                barrier()  # every rank's set is in place before any call reads its peers
+            # The harness batch exports the placed set as a call's arguments after it: every
+            # honest call exports that much (and its outputs), whatever the problem.
+            return (None if launch is None else launch()), exported
 
         try:
             written = window_side.run(epoch=request.epoch, skeletons=request.skeletons, call=call,
-                                      timeout_s=request.timeout_s, make_group=self.make_group,
+                                      before_gate=before_gate, timeout_s=request.timeout_s, make_group=self.make_group,
                                       fill=request.fill if request.harness_only else 0)
         except (DeviceBarrierTimeout, WindowTimeout):
             raise  # the harness's, not the solution's (an error)
@@ -416,6 +425,13 @@ class _Slots:
     def place(self, args, sizes):
         """``args``'s tensors copied into this tree's buffers (allocated or grown to ``sizes``), the
         way :attr:`copies` says; the tree of their views."""
+        placed, pending = self.prepare(args, sizes)
+        self.fill(pending)
+        return placed
+
+    def prepare(self, args, sizes):
+        """:meth:`place` less its copies: ``(the tree of views, the copies still to make)``, for
+        :meth:`fill` (window mode makes the views before a call's gate, the copies after it)."""
         for i, nbytes in enumerate(sizes):
             if i >= len(self.buffers) or self.buffers[i].numel() < nbytes:
                 buffer = self.rank.pm.hook.pkb_backend_allocate(state=self.rank.state, shape=(max(nbytes, 1),),
@@ -424,15 +440,25 @@ class _Slots:
                     self.buffers[i] = buffer
                 else:
                     self.buffers.append(buffer)
-        return self._map(args, copy=True)
+        pending = []
+        return self._map(args, pending), pending
+
+    def fill(self, pending) -> None:
+        """Make the copies :meth:`prepare` left, the way :attr:`copies` says."""
+        for view, value in pending:
+            copy_into(view, value, self.copies)
 
     def rebuild(self, args):
         """A new tree shaped like ``args`` whose tensors are views of the
         buffers as they are now (what :meth:`place` handed out)."""
-        return self._map(args, copy=False)
+        return self._map(args, None)
 
-    def _map(self, args, copy: bool):
+    def _map(self, args, pending: list | None):
+        """The tree of ``args`` with each tensor a view of its buffer; where ``pending`` is a list,
+        the copies the views need are added to it and the other leaves are kept, else those are
+        dropped (an export)."""
         placed = iter(range(len(self.buffers)))
+        copy = pending is not None
 
         def to_slot(value):
             if isinstance(value, torch.Tensor):
@@ -440,7 +466,7 @@ class _Slots:
                 nbytes = value.numel() * value.element_size()
                 view = self.buffers[i][:nbytes].view(value.dtype).view(value.shape)
                 if copy:
-                    copy_into(view, value, self.copies)
+                    pending.append((view, value))
                 return view
             if isinstance(value, (list, tuple)) and not isinstance(value, torch.Size):
                 return type(value)(to_slot(v) for v in value)

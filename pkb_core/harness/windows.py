@@ -7,7 +7,8 @@ call ``w`` of a batch the side
 1. announces it (``queued``, :mod:`pkb_core.harness.gates`): on GPU once everything the call
    does is queued on its stream behind the gate; on CPU once it waits for the gate;
 2. waits for the timekeeper's ``go``: set ``w`` is in ``in_slot``;
-3. places it in its own buffers (the backend's symmetric heap for a candidate) and calls;
+3. places it in its own buffers (the backend's symmetric heap for a candidate: the buffers'
+   views are made before the gate, the copies after it) and calls;
 4. writes the call's outputs and its argument buffers after the call into ``out_slot``
    (:func:`pkb_core.harness.parcel.pack_into`), says how many bytes that filled (``used``: the
    host engine snapshots no more) and signals ``done``.
@@ -89,7 +90,8 @@ class WindowSide:
         self.copies = region_copies(region)
         return self.region
 
-    def run(self, *, epoch: int, skeletons: list, call, timeout_s: float, make_group=None, fill: int = 0) -> list:
+    def run(self, *, epoch: int, skeletons: list, call, timeout_s: float, make_group=None, fill: int = 0,
+            before_gate=None) -> list:
         """Run call ``w`` on set ``w`` (``skeletons[w]``: its layout in ``in_slot``) in window
         ``w`` of the round with epoch ``epoch``; the skeletons of what each call left in
         ``out_slot``, in order.
@@ -99,6 +101,10 @@ class WindowSide:
             empty hand-off (the null side: each window is a wait for ``go`` and ``done``).
         :param fill: the bytes of ``out_slot`` a call with nothing to export says it filled (the
             judge's own sides say the reference's, so their windows copy what a real side's do).
+        :param before_gate: ``before_gate(args) -> prepared``, run before the call's gate (what
+            needs no value of the set: views, allocations, finding the callable); ``call`` is then
+            given ``prepared`` instead of ``args``. On CPU the host's work from the gate on is
+            inside the window, so what can be done before it is.
         """
         region = self.region
         deadline = time.monotonic() + timeout_s
@@ -114,6 +120,8 @@ class WindowSide:
                 # The set's views of in_slot are laid out before the gate (their values arrive with it).
                 args = None if call is None else unpack_from(skeleton, region.in_slot, limits=TRUSTED,
                                                              make_group=make_group, copy=False)
+                if before_gate is not None and call is not None:
+                    args = before_gate(args)
                 if not on_device:
                     region.write_queued(mark)  # CPU: from here on this side only waits for the gate
                 if not region.wait_go(mark, deadline):
