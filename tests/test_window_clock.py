@@ -139,6 +139,7 @@ def test_window_mode_judges_honest_and_hostile_solutions(pkb_invoke, tmp_path):
     assert window["alignment"] == {"reference": "timekeeper windows", "candidate": "timekeeper windows"}
     assert set(window["windows_us"]) == {"null", "kernel", "harness", "reference", "candidate"}
     assert window["harness_copies"] == "engine"  # the default: PKB_HARNESS_COPIES unset
+    assert window["masked_sets"] == "false"  # masks are the GPU host engine's, for sets of 1 MiB and up
     assert window["speedup"]["rounds"] >= 6 and window["speedup"]["low"] is not None
     # No garbage collection of either side (or of the null side) lands inside a window.
     assert all(d["gc_collections_in_windows"] == 0 for d in window["window_diagnostics"].values())

@@ -72,3 +72,52 @@ def test_a_gpu_side_through_the_host_engine(copies, monkeypatch):
         side.close()
         keeper.close()
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_a_masked_batch_on_a_gpu_is_queued_ahead_and_unmasked_behind_each_gate():
+    """Sets of 1 MiB and more through the host engine are released masked (pkb_core.harness.mask):
+    the side's stream takes each out of in_slot before its window and unmasks it with the keystream
+    kernel once the key is written; every call of a batch after the first is queued before its first
+    window, and each snapshot holds what the call made of its set."""
+    from pkb_core.harness import mask
+    from pkb_core.harness.parcel import pack_into, packed_size
+    from pkb_core.judge.clock import stride
+
+    gpu = torch.device("cuda", 0)
+    torch.cuda.set_device(gpu)
+    folder = tempfile.mkdtemp(prefix="pkb-test-gpu-", dir="/dev/shm")
+    keeper = Timekeeper(gpu, folder, 0, "host")
+    side = WindowSide(gpu)
+    n = 1 << 18  # float32: a 1 MiB set
+    out_bytes = 2 * 4 * n + 8192
+    try:
+        ahead = []
+        for batch in range(3):
+            sets = [(torch.randn(n) + batch,) for _ in range(CALLS)]
+            set_bytes = max(packed_size(s) for s in sets)
+            assert mask.masks_sets(True, True, set_bytes)
+            keeper.memory(CALLS, set_bytes, out_bytes)
+            step = stride(set_bytes)
+            skeletons = [pack_into(s, keeper.staging[w * step:(w + 1) * step]) for w, s in enumerate(sets)]
+            sizes = [packed_size(s) for s in sets]
+            keys = [mask.new_key() for _ in sets]
+            for w, key in enumerate(keys):
+                mask.mask_staged(keeper.staging[w * step:w * step + 4 * mask.words(sizes[w])], key, gpu)
+            region = {**keeper.region("candidate", set_bytes, out_bytes, None), "masked": True}
+            side.attach(region)
+            epoch = 100 * batch
+            keeper.send("open", side=region["key"], epoch=epoch, sizes=sizes, set_stride=step,
+                        snap_stride=stride(out_bytes), timeout_s=60, keys=keys)
+            written = side.run(epoch=epoch, skeletons=skeletons, call=_placed_then_doubled(side), timeout_s=60)
+            answer = keeper.receive()
+            assert answer["status"] == "ok" and len(answer["times_ns"]) == CALLS, answer
+            ahead.append((answer["queued_ahead"], answer["not_queued_ahead"]))
+            for w in range(CALLS):
+                got = _snapshot(keeper, written[w], w, out_bytes=out_bytes)
+                assert torch.equal(got["out"], sets[w][0] * 2) and torch.equal(got["args"][0], sets[w][0])
+        print("masked: queued ahead, not queued ahead, by batch:", ahead)
+        assert ahead[1:] == [(CALLS, None)] * (len(ahead) - 1), ahead
+    finally:
+        side.close()
+        keeper.close()
+        shutil.rmtree(folder, ignore_errors=True)

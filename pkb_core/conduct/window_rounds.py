@@ -150,8 +150,9 @@ class Batches:
         #: Per side: the gate regions its timed batches ran on (:mod:`pkb_core.judge.region_pool`).
         self.regions: dict = {}
         #: How the sides' harness copied, as the judge told them with their regions
-        #: (:mod:`pkb_core.harness.copies`).
+        #: (:mod:`pkb_core.harness.copies`), and whether their sets were masked (:mod:`pkb_core.harness.mask`).
         self.harness_copies: set = set()
+        self.masked: set = set()
 
     def _timeout(self) -> float:
         return max(1.0, self.run.deadline - time.monotonic() - 1.0)
@@ -171,6 +172,7 @@ class Batches:
         if "/warm" not in label:
             self.regions.setdefault(side, set()).update(a.region.get("key") for a in armed)
         self.harness_copies.update(region_copies(a.region) for a in armed)
+        self.masked.update(bool(a.region.get("masked")) for a in armed)
         epoch, self.epoch = self.epoch, self.epoch + k + 1
         # Which windows are copied out (and checked, for the candidate): all of a small batch's;
         # of a large one's, each by its own draw, before the batch and told to the timekeeper
@@ -328,6 +330,8 @@ def time_windows(run, mode: str, budget_s: float, calls: int, least: int, cap: i
              "null_is_floor": null_is_floor(raw),
              "timekeeper": ",".join(sorted(batches.engines)),
              "harness_copies": ",".join(sorted(batches.harness_copies)),
+             # released ahead of their windows, masked (true), or copied inside them (false)
+             "masked_sets": ",".join(sorted(str(m).lower() for m in batches.masked)),
              # where the regions' nodes (window_diagnostics.<side>.region_nodes) are read
              "numa_nodes": len(online_nodes()),
              "window_diagnostics": batches.diagnostics()}

@@ -14,6 +14,10 @@ It holds three words and two slots:
 ``used``   the side writes how many bytes of ``out_slot`` call ``w`` filled, before ``done``: the
            host engine snapshots only those (its own account, and only to its cost: what lies
            past it is not in the snapshot, so a call whose layout reaches further fails its check)
+``released``, ``taken``, ``key``  a masked set's (:mod:`pkb_core.harness.mask`): the timekeeper
+           writes ``released`` once set ``w``, masked, is in ``in_slot``; the side writes ``taken``
+           once it has copied it out; the timekeeper writes the window's key (eleven int32 words)
+           as the window opens, just before ``go``
 ``in_slot``   one call's input set, released by the timekeeper from its private staging
 ``out_slot``  what one call produced (its outputs and argument buffers, :func:`pack_into`)
 
@@ -35,7 +39,9 @@ from pkb_core.env_settings import setting_from_env
 from pkb_core.harness import host_wake
 
 #: Byte offsets of the words in a region's header, and the header's size (slots start after it).
-GO, DONE, QUEUED, USED = 0, 64, 128, 192
+GO, DONE, QUEUED, USED, KEY, RELEASED, TAKEN = 0, 64, 128, 192, 256, 320, 384
+#: The key's int32 words (ChaCha20's key and nonce: :mod:`pkb_core.harness.keystream_kernel`).
+KEY_WORDS = 11
 HEADER = 4096
 #: Polls of a host word before a poll sleeps (CPU engine: the machine's cores are the sides' too).
 SPINS = 200
@@ -157,8 +163,11 @@ class HostRegion:
         finally:
             os.close(fd)
         self.size = size
-        self.go, self.done, self.queued = (HostWord(self.map, at, woken) for at in (GO, DONE, QUEUED))
+        self.go, self.done, self.queued, self.released, self.taken = (
+            HostWord(self.map, at, woken) for at in (GO, DONE, QUEUED, RELEASED, TAKEN))
         self.used = HostWord(self.map, USED)  # read after done, never waited for
+        #: A masked set's key (the timekeeper writes it as the window opens).
+        self.key = (ctypes.c_int32 * KEY_WORDS).from_buffer(self.map, KEY)
 
     def touch(self) -> None:
         """Write every page once, so this process's copies inside a window never fault a page in
@@ -177,9 +186,14 @@ class HostRegion:
 
         return torch.frombuffer(self.map, dtype=torch.uint8, offset=at, count=n)
 
+    def write_key(self, key: list) -> None:
+        """Write a window's key (:data:`KEY_WORDS` signed int32), before its ``go``."""
+        self.key[:] = key
+
     def close(self) -> None:
-        for word in (self.go, self.done, self.queued, self.used):
+        for word in (self.go, self.done, self.queued, self.used, self.released, self.taken):
             word.cell = None
+        self.key = None
         try:
             self.map.close()
         except BufferError:
@@ -275,13 +289,13 @@ class SideRegion:
     """
 
     def __init__(self, *, device, handle: str = "", path: str = "", in_bytes: int, out_bytes: int):
+        import torch  # here, not at the top: the timekeeper imports this module, and no torch
+
         self.device = device
         self.pinned = None
         in_at, out_at, total = slot_layout(in_bytes, out_bytes)
         self.host = HostRegion(path, total, create=False, woken=device.type == "cpu") if path else None
         if device.type == "cuda":
-            import torch
-
             if self.host is not None:
                 self.pinned = ctypes.addressof(ctypes.c_char.from_buffer(self.host.map))
                 self.ptr = map_host(self.pinned, total)
@@ -293,6 +307,10 @@ class SideRegion:
             memory = self.host.tensor(0, total)
         self.in_slot = memory[in_at:in_at + in_bytes]
         self.out_slot = memory[out_at:total]
+        #: ``in_slot`` in whole 4-byte words (a masked release's unit: the slot's 64-byte rounding
+        #: holds them), and the key's words (:mod:`pkb_core.harness.mask`).
+        self.masked_slot = memory[in_at:in_at + -(-in_bytes // 4) * 4]
+        self.key_words = memory[KEY:KEY + 4 * KEY_WORDS].view(torch.int32)
 
     def _stream(self) -> int:
         import torch
@@ -304,6 +322,20 @@ class SideRegion:
             stream_wait(self._stream(), self.ptr + GO, value)
             return True
         return self.host.go.wait(value, deadline)
+
+    def wait_released(self, value: int, deadline: float) -> bool:
+        """Wait until masked set ``value - E - 1`` is in ``in_slot`` (queued, on GPU)."""
+        if self.device.type == "cuda":
+            stream_wait(self._stream(), self.ptr + RELEASED, value)
+            return True
+        return self.host.released.wait(value, deadline)
+
+    def write_taken(self, value: int) -> None:
+        """Say the released set is copied out (queued behind the copy, on GPU)."""
+        if self.device.type == "cuda":
+            self._queue_writes((TAKEN, value))
+        else:
+            self.host.taken.write(value)
 
     def _queue_writes(self, *words: tuple) -> None:
         """Queue on the current stream (GPU), behind everything queued before, writes of
@@ -346,14 +378,14 @@ class SideRegion:
         """Mark every call up to ``value`` done at once (a side that failed mid-batch), so the
         timekeeper's windows end now instead of at its deadline."""
         if self.host is None:
-            stream_write(self.side_stream.cuda_stream, self.ptr + QUEUED, value)
-            stream_write(self.side_stream.cuda_stream, self.ptr + DONE, value)
+            for at in (QUEUED, TAKEN, DONE):
+                stream_write(self.side_stream.cuda_stream, self.ptr + at, value)
         else:
-            self.host.queued.write(value)
-            self.host.done.write(value)
+            for word in (self.host.queued, self.host.taken, self.host.done):
+                word.write(value)
 
     def close(self) -> None:
-        self.in_slot = self.out_slot = None
+        self.in_slot = self.out_slot = self.masked_slot = self.key_words = None
         if self.device.type == "cuda" and getattr(self, "ptr", None):
             if self.pinned is not None:
                 unmap_host(self.pinned)

@@ -30,6 +30,7 @@ import torch
 
 from pkb_core.harness.copies import region_copies
 from pkb_core.harness.gates import SideRegion
+from pkb_core.harness.mask import Unmasker
 from pkb_core.harness.parcel import TRUSTED, pack_into, skeleton_end, unpack_from
 
 
@@ -55,6 +56,11 @@ class WindowSide:
         #: How this side's harness copies sets in and outputs out, as the judge said with the
         #: region (:mod:`pkb_core.harness.copies`).
         self.copies = "engine"
+        #: Whether the next batch's sets arrive masked (:mod:`pkb_core.harness.mask`), as the judge
+        #: said with the region, and each mapped region's unmasking (made on its first masked batch
+        #: with a call: the null side reads no set).
+        self.masked = False
+        self.unmaskers: dict = {}
 
     @staticmethod
     def _key(region: dict) -> tuple:
@@ -71,6 +77,7 @@ class WindowSide:
         for mapped in self.mapped.values():
             mapped.close()
         self.mapped.clear()
+        self.unmaskers.clear()
         self.region = self.key = self.pool = None
 
     def attach(self, region: dict) -> SideRegion:
@@ -88,6 +95,7 @@ class WindowSide:
                                           out_bytes=region["out_bytes"])
         self.region, self.key = self.mapped[key], key
         self.copies = region_copies(region)
+        self.masked = bool(region.get("masked"))
         return self.region
 
     def run(self, *, epoch: int, skeletons: list, call, timeout_s: float, make_group=None, fill: int = 0,
@@ -107,6 +115,14 @@ class WindowSide:
             inside the window, so what can be done before it is.
         """
         region = self.region
+        # A masked set is taken out of in_slot before its window and unmasked into this side's own
+        # memory once its gate opens; the call's views are laid out there instead of in in_slot.
+        unmask = None
+        if self.masked and call is not None:
+            if self.key not in self.unmaskers:
+                self.unmaskers[self.key] = Unmasker(region.masked_slot, region.key_words)
+            unmask = self.unmaskers[self.key]
+        source = region.in_slot if unmask is None else unmask.plain
         deadline = time.monotonic() + timeout_s
         written, host = [], []
         was_enabled = gc.isenabled()
@@ -118,16 +134,26 @@ class WindowSide:
                 mark = epoch + 1 + w
                 queued = time.perf_counter()
                 # The set's views of in_slot are laid out before the gate (their values arrive with it).
-                args = None if call is None else unpack_from(skeleton, region.in_slot, limits=TRUSTED,
+                args = None if call is None else unpack_from(skeleton, source, limits=TRUSTED,
                                                              make_group=make_group, copy=False)
                 if before_gate is not None and call is not None:
                     args = before_gate(args)
                 if not on_device:
                     region.write_queued(mark)  # CPU: from here on this side only waits for the gate
+                if self.masked:
+                    # Every side of a masked batch, the null too, answers the release: the timekeeper
+                    # opens no window before the set is taken.
+                    if not region.wait_released(mark, deadline):
+                        raise WindowTimeout(f"the set of call {w} was never released")
+                    if unmask is not None:
+                        unmask.take(skeleton_end(skeleton))
+                    region.write_taken(mark)
                 if not region.wait_go(mark, deadline):
                     raise WindowTimeout(f"the gate of call {w} never opened")
                 if not on_device:
                     queued = time.perf_counter()  # CPU: the host time of the call itself
+                if unmask is not None:
+                    unmask(skeleton_end(skeleton))
                 if call is None:
                     written.append(None)
                 else:

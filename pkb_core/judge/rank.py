@@ -41,6 +41,7 @@ from pkb_core.contracts.messages import Done, Finding, Packed, Parcel, Profiled,
 from pkb_core.contracts.verdict import Verdict
 from pkb_core.contracts.dtypes import torch_dtype
 from pkb_core.judge.check import Finding as Difference, compare
+from pkb_core.harness import mask
 from pkb_core.harness.trees import leaves
 from pkb_core.harness.parcel import TRUSTED, UNTRUSTED, Limits, ParcelError, pack, pack_into, packed_size, \
     skeleton_end, unpack, unpack_from
@@ -380,10 +381,18 @@ class JudgeRank:
         step = stride(set_bytes)
         skeletons = [pack_into(s, keeper.staging[w * step:(w + 1) * step], group_blocks=blocks)
                      for w, s in enumerate(sets)]
+        sizes = [packed_size(s) for s in sets]
+        keys = None
+        if mask.masks_sets(self.device.type == "cuda", keeper.host_engine, set_bytes):
+            # Released ahead of each window, unreadable until it opens (docs/timing.md, "A set
+            # released ahead of its window"): a fresh key a window, the masking on this device.
+            keys = [mask.new_key() for _ in sets]
+            for w, key in enumerate(keys):
+                mask.mask_staged(keeper.staging[w * step:w * step + 4 * mask.words(sizes[w])], key, self.device)
         self._sync()
-        region = keeper.region(request.side, set_bytes, out_bytes, request.folder or None)
-        self.armed[request.side] = {"sets": sets, "skeletons": skeletons, "region": region,
-                                    "sizes": [packed_size(s) for s in sets], "set_stride": step,
+        region = {**keeper.region(request.side, set_bytes, out_bytes, request.folder or None), "masked": keys is not None}
+        self.armed[request.side] = {"sets": sets, "skeletons": skeletons, "region": region, "keys": keys,
+                                    "sizes": sizes, "set_stride": step,
                                     "snap_stride": stride(out_bytes), "out_bytes": region["out_bytes"]}
         return Armed(skeletons=skeletons, region=region, fill=min(self.ref_out_bytes, region["out_bytes"]))
 
@@ -399,7 +408,7 @@ class JudgeRank:
         meeting = clock.board(request.board, request.side) if keeper.host_engine else {}
         keeper.send("open", side=armed["region"]["key"], epoch=request.epoch, sizes=armed["sizes"],
                     set_stride=armed["set_stride"], snap_stride=armed["snap_stride"], timeout_s=request.timeout_s,
-                    snapshots=request.snapshots, **meeting)
+                    snapshots=request.snapshots, **meeting, **({"keys": armed["keys"]} if armed["keys"] else {}))
         failure = None
         if own:
             try:

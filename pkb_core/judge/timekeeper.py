@@ -142,7 +142,12 @@ class HostClock:
         return {"staging": staging_path, "snap": snap_path}
 
     def open(self, side: str, epoch: int, sizes: list, set_stride: int, snap_stride: int, deadline: float,
-             board: Board | None = None, snapshots: list | None = None) -> dict:
+             board: Board | None = None, snapshots: list | None = None, keys: list | None = None) -> dict:
+        """The windows of one batch. With ``keys`` (one a window) the staging holds masked sets
+        (:mod:`pkb_core.harness.mask`): set ``w`` is released once the side has announced call
+        ``w`` and taken call ``w - 1``'s outputs, the window opens once the side has taken the set
+        out of ``in_slot``, and the window's key is written as it opens, just before ``go``;
+        without, each set is copied into ``in_slot`` inside its window."""
         region, in_bytes, out_bytes = self.regions[side]
         in_at, out_at, _ = slot_layout(in_bytes, out_bytes)
         times, copied, stalled_at, status = [], [], None, "ok"
@@ -169,12 +174,24 @@ class HostClock:
             # Every rank's window opens once every rank's side has queued the call: a call that
             # meets its peers (a collective) never waits inside one rank's window for another
             # rank's host.
+            if keys is not None:
+                # Unreadable without the key, which only the window's opening writes; taken out of
+                # in_slot by the side before the window, so neither copy is inside it.
+                whole = -(-n // 4) * 4
+                region.view(in_at, whole)[:] = self.staging.view(w * set_stride, whole)
+                region.released.write(mark)
+                if not region.taken.wait(mark, deadline, self.spins):
+                    status = f"call {w}'s set was never taken (no taken before the deadline)"
+                    break
             if board is not None and not board.meet(mark, deadline, self.spins):
                 status = f"call {w} never started on every rank (another rank's side was not queued)"
                 break
             t0 = time.perf_counter_ns()
             first = t0 - began if first is None else first
-            region.view(in_at, n)[:] = self.staging.view(w * set_stride, n)
+            if keys is None:
+                region.view(in_at, n)[:] = self.staging.view(w * set_stride, n)
+            else:
+                region.write_key(keys[w])
             released.append(time.perf_counter_ns() - t0)
             region.go.write(mark)
             if not region.done.wait(mark, deadline, self.spins):
@@ -387,10 +404,11 @@ def serve(clock, read, write) -> None:
                 board = (Board(request["board"], request["ranks"], request["index"], clock.woken)
                          if request.get("board") else None)
                 try:
-                    chosen = request.get("snapshots")
+                    chosen, keys = request.get("snapshots"), request.get("keys")
                     answer = clock.open(request["side"], request["epoch"], request["sizes"], request["set_stride"],
                                         request["snap_stride"], deadline, board,
-                                        None if chosen is None else {int(w) for w in chosen})
+                                        None if chosen is None else {int(w) for w in chosen},
+                                        **({"keys": [[int(word) for word in key] for key in keys]} if keys else {}))
                 finally:
                     if board is not None:
                         board.close()

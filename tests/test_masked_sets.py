@@ -1,0 +1,135 @@
+"""Masked sets (pkb_core.harness.mask): a GPU host engine's large sets are released into
+``in_slot`` ahead of their windows XORed with ChaCha20's keystream under a key of each window's
+own, which the timekeeper writes only as the window opens. Here the keystream kernel runs in
+Triton's interpreter (the same source the GPU compiles) and a masked batch runs through a real
+CPU timekeeper, with this process as the side."""
+import struct
+
+import torch
+
+from pkb_core.harness import mask
+from pkb_core.harness.gates import KEY_WORDS
+from pkb_core.harness.keystream_kernel import BLOCKS, keystream
+from pkb_core.harness.parcel import pack_into, packed_size, skeleton_end, unpack_from
+from pkb_core.harness.windows import WindowSide
+from pkb_core.judge.clock import stride
+
+CPU = torch.device("cpu")
+
+
+def _chacha20_block(key: list, counter: int) -> list:
+    """RFC 8439's block function, written out in Python: the test's own account of the cipher."""
+    def rotl(v, n):
+        return ((v << n) | (v >> (32 - n))) & 0xFFFFFFFF
+
+    def quarter(s, a, b, c, d):
+        s[a] = (s[a] + s[b]) & 0xFFFFFFFF; s[d] = rotl(s[d] ^ s[a], 16)  # noqa: E702
+        s[c] = (s[c] + s[d]) & 0xFFFFFFFF; s[b] = rotl(s[b] ^ s[c], 12)  # noqa: E702
+        s[a] = (s[a] + s[b]) & 0xFFFFFFFF; s[d] = rotl(s[d] ^ s[a], 8)  # noqa: E702
+        s[c] = (s[c] + s[d]) & 0xFFFFFFFF; s[b] = rotl(s[b] ^ s[c], 7)  # noqa: E702
+
+    words = [k & 0xFFFFFFFF for k in key]
+    start = [0x61707865, 0x3320646E, 0x79622D32, 0x6B206574, *words[:8], counter & 0xFFFFFFFF, *words[8:]]
+    s = list(start)
+    for _ in range(10):
+        for a, b, c, d in ((0, 4, 8, 12), (1, 5, 9, 13), (2, 6, 10, 14), (3, 7, 11, 15),
+                           (0, 5, 10, 15), (1, 6, 11, 12), (2, 7, 8, 13), (3, 4, 9, 14)):
+            quarter(s, a, b, c, d)
+    return [(x + y) & 0xFFFFFFFF for x, y in zip(s, start)]
+
+
+def _unsigned(tensor) -> list:
+    return [v & 0xFFFFFFFF for v in tensor.tolist()]
+
+
+def test_the_kernel_is_chacha20_by_rfc_8439s_test_vector():
+    # RFC 8439, 2.3.2: key 00 01 .. 1f, nonce 00 00 00 09 00 00 00 4a 00 00 00 00, block counter 1.
+    key = list(struct.unpack("<8i", bytes(range(32)))) + list(struct.unpack("<3i", bytes.fromhex("000000090000004a00000000")))
+    out = torch.zeros(16, dtype=torch.int32)
+    keystream(torch.tensor(key, dtype=torch.int32), out, 16, first=1)
+    assert _unsigned(out) == [0xE4E7F110, 0x15593BD1, 0x1FDD0F50, 0xC47120A3, 0xC7F4D1C7, 0x0368C033, 0x9AAA2204,
+                              0x4E6CD4C3, 0x466482D2, 0x09AA9F07, 0x05D7C214, 0xA2028BD9, 0xD19C12B5, 0xB94E16DE,
+                              0xE883D0CB, 0x4E3C50A2]
+
+
+def test_every_block_of_a_long_stream_and_nothing_past_its_end():
+    key = mask.new_key()
+    n = 16 * (BLOCKS + 2) + 5  # three programs, the last block cut short
+    out = torch.full((n + 16,), 7, dtype=torch.int32)
+    keystream(torch.tensor(key, dtype=torch.int32), out, n)
+    got = _unsigned(out)
+    for block in (0, 1, BLOCKS - 1, BLOCKS, BLOCKS + 1):
+        assert got[16 * block:16 * block + 16] == _chacha20_block(key, block), block
+    assert got[16 * (BLOCKS + 2):n] == _chacha20_block(key, BLOCKS + 2)[:5]
+    assert got[n:] == [7] * 16  # the words past n_words are untouched
+
+
+def test_a_masked_set_unmasks_under_its_key_and_not_under_another():
+    plain = torch.randint(0, 256, (4096,), dtype=torch.uint8)
+    staged = plain.clone()
+    key = mask.new_key()
+    mask.mask_staged(staged, key, CPU)
+    assert not torch.equal(staged, plain)
+    key_words = torch.tensor(key, dtype=torch.int32)
+    side = mask.Unmasker(staged, key_words)
+    side.take(4096)
+    assert torch.equal(side(4096), plain)
+    key_words.copy_(torch.tensor(mask.new_key(), dtype=torch.int32))
+    assert not torch.equal(side(4096), plain)
+
+
+def test_a_masked_batch_through_the_timekeeper_is_unreadable_before_its_window(clock):
+    """The side sees each set masked in in_slot until its window's key is written; its call reads
+    the set unmasked, and what it leaves is what the judge's snapshot holds."""
+    sets = [(torch.arange(64, dtype=torch.float32) * (w + 1),) for w in range(4)]
+    set_bytes = max(packed_size(s) for s in sets)
+    out_bytes = 4096
+    clock.memory(len(sets), set_bytes, out_bytes)
+    step = stride(set_bytes)
+    skeletons = [pack_into(s, clock.staging[w * step:(w + 1) * step]) for w, s in enumerate(sets)]
+    sizes = [packed_size(s) for s in sets]
+    keys = [mask.new_key() for _ in sets]
+    for w, key in enumerate(keys):
+        mask.mask_staged(clock.staging[w * step:w * step + 4 * mask.words(sizes[w])], key, CPU)
+    region = {**clock.region("candidate", set_bytes, out_bytes, None), "masked": True}
+    side = WindowSide(CPU)
+    side.attach(region)
+    seen = []
+
+    def call(args):
+        slot = side.region.in_slot
+        seen.append((slot.clone(), side.region.key_words.clone()))
+        return args[0] * 2, args
+
+    clock.send("open", side=region["key"], epoch=5, sizes=sizes, set_stride=step, snap_stride=stride(out_bytes),
+               timeout_s=60, keys=keys)
+    written = side.run(epoch=5, skeletons=skeletons, call=call, timeout_s=60)
+    answer = clock.receive()
+    assert answer["status"] == "ok" and len(answer["times_ns"]) == len(sets)
+    for w, (slot, key_words) in enumerate(seen):
+        assert key_words.tolist() == keys[w]  # written as window w opened
+        raw = unpack_from(skeletons[w], slot)[0]
+        assert not torch.equal(raw, sets[w][0])  # in_slot holds the set masked
+        at = w * stride(out_bytes)
+        got = unpack_from(written[w], clock.snap[at:at + out_bytes])
+        assert torch.equal(got["out"], sets[w][0] * 2) and torch.equal(got["args"][0], sets[w][0])
+        assert skeleton_end(skeletons[w]) <= 4 * mask.words(sizes[w])
+    assert len(keys[0]) == KEY_WORDS
+    side.close()
+
+
+def test_a_null_side_answers_the_release_of_a_masked_batch(clock):
+    sets = [(torch.ones(32),) for _ in range(3)]
+    set_bytes = max(packed_size(s) for s in sets)
+    clock.memory(len(sets), set_bytes, 4096)
+    step = stride(set_bytes)
+    for w, s in enumerate(sets):
+        pack_into(s, clock.staging[w * step:(w + 1) * step])
+    region = {**clock.region("null", set_bytes, 4096, None), "masked": True}
+    side = WindowSide(CPU)
+    side.attach(region)
+    clock.send("open", side=region["key"], epoch=1, sizes=[packed_size(s) for s in sets], set_stride=step,
+               snap_stride=stride(4096), timeout_s=60, keys=[mask.new_key() for _ in sets])
+    side.run(epoch=1, skeletons=[None] * len(sets), call=None, timeout_s=60)
+    assert clock.receive()["status"] == "ok"
+    side.close()
