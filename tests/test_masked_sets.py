@@ -68,7 +68,7 @@ def test_a_masked_set_unmasks_under_its_key_and_not_under_another():
     plain = torch.randint(0, 256, (4096,), dtype=torch.uint8)
     staged = plain.clone()
     key = mask.new_key()
-    mask.mask_staged(staged, key, CPU)
+    mask.mask_in_place(staged, key)
     assert not torch.equal(staged, plain)
     key_words = torch.tensor(key, dtype=torch.int32)
     side = mask.Unmasker(staged, key_words)
@@ -90,7 +90,7 @@ def test_a_masked_batch_through_the_timekeeper_is_unreadable_before_its_window(c
     sizes = [packed_size(s) for s in sets]
     keys = [mask.new_key() for _ in sets]
     for w, key in enumerate(keys):
-        mask.mask_staged(clock.staging[w * step:w * step + 4 * mask.words(sizes[w])], key, CPU)
+        mask.mask_in_place(clock.staging[w * step:w * step + 4 * mask.words(sizes[w])], key)
     region = {**clock.region("candidate", set_bytes, out_bytes, None), "masked": True}
     side = WindowSide(CPU)
     side.attach(region)

@@ -102,7 +102,10 @@ def test_a_masked_batch_on_a_gpu_is_queued_ahead_and_unmasked_behind_each_gate()
             sizes = [packed_size(s) for s in sets]
             keys = [mask.new_key() for _ in sets]
             for w, key in enumerate(keys):
-                mask.mask_staged(keeper.staging[w * step:w * step + 4 * mask.words(sizes[w])], key, gpu)
+                staged = keeper.staging[w * step:w * step + 4 * mask.words(sizes[w])]
+                on_device = staged.to(gpu)
+                mask.mask_in_place(on_device, key)
+                staged.copy_(on_device)
             region = {**keeper.region("candidate", set_bytes, out_bytes, None), "masked": True}
             side.attach(region)
             epoch = 100 * batch

@@ -7,9 +7,9 @@ side's read of it are most of a large set's window (2 MiB: ~250 us of a ~400 us 
 H200, and most of its spread). Outside it, a side could read the set before its gate and compute
 ahead. So for large sets:
 
-1. the judge masks each staged set with ChaCha20's keystream under a key of its own, fresh for
-   every window (:func:`mask_staged`, :mod:`pkb_core.harness.keystream_kernel`, on the judge's
-   device before the batch);
+1. the judge masks each set with ChaCha20's keystream under a key of its own, fresh for every
+   window, on its device as it stages the set (:func:`mask_in_place`,
+   :mod:`pkb_core.harness.keystream_kernel`), before the batch;
 2. the timekeeper releases masked set ``w`` into ``in_slot`` once the side has announced call
    ``w`` queued and taken call ``w - 1``'s outputs, and says so (the region's ``released`` word);
 3. the side's stream, queued ahead, waits for ``released``, copies the masked set into its own
@@ -57,17 +57,17 @@ def words(nbytes: int) -> int:
     return -(-nbytes // 4)
 
 
-def mask_staged(staged: torch.Tensor, key: list[int], device) -> None:
-    """XOR ``staged`` (uint8, a whole number of 4-byte words, host memory) with ``key``'s keystream,
-    in place, computed on ``device``: what the judge does to each staged set before its batch
-    (and what undoes it)."""
-    n = staged.numel() // 4
-    on = staged[:n * 4].view(torch.int32)
-    work = on.to(device)
-    stream = torch.empty(n, dtype=torch.int32, device=device)
-    keystream(torch.tensor(key, dtype=torch.int32, device=device), stream, n)
-    work.bitwise_xor_(stream)
-    on.copy_(work.cpu() if work.device.type != "cpu" else work)
+def mask_in_place(buffer: torch.Tensor, key: list[int]) -> None:
+    """XOR ``buffer`` (uint8, a whole number of 4-byte words) with ``key``'s keystream, in place, on
+    its own device: what the judge does to each set it stages (and what undoes it). The judge packs
+    a set on its device, masks it there and copies it into the staging once, the copy packing
+    made anyway: masking a staged set in host memory cost a trip there and back, 20 ms for each
+    16 MiB set on one H200, more than its batch's windows."""
+    n = buffer.numel() // 4
+    on = buffer[:n * 4].view(torch.int32)
+    stream = torch.empty(n, dtype=torch.int32, device=buffer.device)
+    keystream(torch.tensor(key, dtype=torch.int32, device=buffer.device), stream, n)
+    on.bitwise_xor_(stream)
 
 
 class Unmasker:

@@ -379,16 +379,23 @@ class JudgeRank:
         keeper = clock.arm(request.side, set_bytes)
         keeper.memory(request.k, set_bytes, out_bytes)
         step = stride(set_bytes)
-        skeletons = [pack_into(s, keeper.staging[w * step:(w + 1) * step], group_blocks=blocks)
-                     for w, s in enumerate(sets)]
         sizes = [packed_size(s) for s in sets]
         keys = None
         if mask.masks_sets(self.device.type == "cuda", keeper.host_engine, set_bytes):
             # Released ahead of each window, unreadable until it opens (docs/timing.md, "A set
-            # released ahead of its window"): a fresh key a window, the masking on this device.
+            # released ahead of its window"): a fresh key a window; each set packed and masked on
+            # this device, then copied into the staging once.
             keys = [mask.new_key() for _ in sets]
-            for w, key in enumerate(keys):
-                mask.mask_staged(keeper.staging[w * step:w * step + 4 * mask.words(sizes[w])], key, self.device)
+            scratch = torch.empty(step, dtype=torch.uint8, device=self.device)
+            skeletons = []
+            for w, s in enumerate(sets):
+                skeletons.append(pack_into(s, scratch, group_blocks=blocks))
+                n = 4 * mask.words(sizes[w])
+                mask.mask_in_place(scratch[:n], keys[w])
+                keeper.staging[w * step:w * step + n].copy_(scratch[:n])
+        else:
+            skeletons = [pack_into(s, keeper.staging[w * step:(w + 1) * step], group_blocks=blocks)
+                         for w, s in enumerate(sets)]
         self._sync()
         region = {**keeper.region(request.side, set_bytes, out_bytes, request.folder or None), "masked": keys is not None}
         self.armed[request.side] = {"sets": sets, "skeletons": skeletons, "region": region, "keys": keys,

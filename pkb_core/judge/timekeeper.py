@@ -208,6 +208,12 @@ class HostClock:
             copied.append(keep)
             if keep:
                 snapped.append(t1 - seen)
+        if status != "ok":
+            # Every later gate opened, no set released: a GPU side's stream, queued ahead, waits on
+            # these words and drains, so a side that stalled or hung costs its own job, never the
+            # process that waits for its stream (the judge's own sides are the judge's rank).
+            region.released.write(last)
+            region.go.write(last)
         if board is not None:
             board.leave(last)  # a rank that stopped early holds no other rank's windows
         return {"times_ns": times, "status": status, "not_queued_ahead": stalled_at, "copied": copied,
