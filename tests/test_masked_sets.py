@@ -4,12 +4,13 @@ own, which the timekeeper writes only as the window opens. Here the keystream ke
 Triton's interpreter (the same source the GPU compiles) and a masked batch runs through a real
 CPU timekeeper, with this process as the side."""
 import struct
+import time
 
 import torch
 
 from pkb_core.harness import mask
 from pkb_core.harness.gates import KEY_WORDS
-from pkb_core.harness.keystream_kernel import BLOCKS, keystream
+from pkb_core.harness.keystream_kernel import BLOCKS, xor_keystream
 from pkb_core.harness.parcel import pack_into, packed_size, skeleton_end, unpack_from
 from pkb_core.harness.windows import WindowSide
 from pkb_core.judge.clock import stride
@@ -46,7 +47,7 @@ def test_the_kernel_is_chacha20_by_rfc_8439s_test_vector():
     # RFC 8439, 2.3.2: key 00 01 .. 1f, nonce 00 00 00 09 00 00 00 4a 00 00 00 00, block counter 1.
     key = list(struct.unpack("<8i", bytes(range(32)))) + list(struct.unpack("<3i", bytes.fromhex("000000090000004a00000000")))
     out = torch.zeros(16, dtype=torch.int32)
-    keystream(torch.tensor(key, dtype=torch.int32), out, 16, first=1)
+    xor_keystream(torch.tensor(key, dtype=torch.int32), torch.zeros(16, dtype=torch.int32), out, 16, first=1)
     assert _unsigned(out) == [0xE4E7F110, 0x15593BD1, 0x1FDD0F50, 0xC47120A3, 0xC7F4D1C7, 0x0368C033, 0x9AAA2204,
                               0x4E6CD4C3, 0x466482D2, 0x09AA9F07, 0x05D7C214, 0xA2028BD9, 0xD19C12B5, 0xB94E16DE,
                               0xE883D0CB, 0x4E3C50A2]
@@ -56,7 +57,7 @@ def test_every_block_of_a_long_stream_and_nothing_past_its_end():
     key = mask.new_key()
     n = 16 * (BLOCKS + 2) + 5  # three programs, the last block cut short
     out = torch.full((n + 16,), 7, dtype=torch.int32)
-    keystream(torch.tensor(key, dtype=torch.int32), out, n)
+    xor_keystream(torch.tensor(key, dtype=torch.int32), torch.zeros(n + 16, dtype=torch.int32), out, n)
     got = _unsigned(out)
     for block in (0, 1, BLOCKS - 1, BLOCKS, BLOCKS + 1):
         assert got[16 * block:16 * block + 16] == _chacha20_block(key, block), block
@@ -133,3 +134,39 @@ def test_a_null_side_answers_the_release_of_a_masked_batch(clock):
     side.run(epoch=1, skeletons=[None] * len(sets), call=None, timeout_s=60)
     assert clock.receive()["status"] == "ok"
     side.close()
+
+
+def test_time_a_side_takes_before_saying_taken_is_inside_its_window_beyond_the_allowance(clock):
+    """A side that does work before its gate and says ``taken`` late (work that needs no value of the
+    set) gets it for free unless the clock starts no later than an honest take after the release."""
+    sets = [(torch.arange(32, dtype=torch.float32) + w,) for w in range(3)]
+    set_bytes = max(packed_size(s) for s in sets)
+    clock.memory(len(sets), set_bytes, 4096)
+    step = stride(set_bytes)
+    sizes = [packed_size(s) for s in sets]
+    region = {**clock.region("candidate", set_bytes, 4096, None), "masked": True}
+    side = WindowSide(CPU)
+    side.attach(region)
+    honest_write = side.region.write_taken
+
+    def late(value):
+        time.sleep(0.03)  # "work" before the gate
+        honest_write(value)
+
+    side.region.write_taken = late
+    windows = {}
+    for epoch, allowance in ((10, None), (20, 1_000_000)):
+        keys = [mask.new_key() for _ in sets]
+        for w, key in enumerate(keys):
+            pack_into(sets[w], clock.staging[w * step:(w + 1) * step])
+            mask.mask_in_place(clock.staging[w * step:w * step + 4 * mask.words(sizes[w])], key)
+        clock.send("open", side=region["key"], epoch=epoch, sizes=sizes, set_stride=step, snap_stride=stride(4096),
+                   timeout_s=60, keys=keys, take_allowance_ns=allowance)
+        # No call: the windows hold no unmasking (Triton's interpreter, milliseconds on CPU) either.
+        side.run(epoch=epoch, skeletons=[None] * len(sets), call=None, timeout_s=60)
+        answer = clock.receive()
+        assert answer["status"] == "ok" and answer["take_ns"] >= 25_000_000, answer
+        windows[allowance] = min(answer["times_ns"])
+    side.close()
+    assert windows[None] < 25_000_000  # the late take was outside the window
+    assert windows[1_000_000] >= 25_000_000  # and is inside it beyond the allowance

@@ -110,6 +110,12 @@ GROUP_SHARE = 0.005
 #: one process read within 0.2 us of each other: an offset of the process, not of its memory
 #: (docs/benchmarks/2026-11-29-h200-harness-copies.md). 1 us covers every one of those.
 GROUP_US = 1.0
+#: Masked sets: a side's window's clock starts no later than the judge's ``kernel`` side's take
+#: (release to ``taken``: its copy of the set out of ``in_slot``) in the same round, the slowest
+#: rank's, with this much room (a share of it, and a time), after its set's release
+#: (docs/timing.md, "A set released ahead of its window").
+TAKE_ROOM_SHARE = 0.1
+TAKE_ROOM_NS = 2000
 
 
 class Batches:
@@ -138,9 +144,12 @@ class Batches:
         #: Per side: each batch's wall time on the conductor, in the timekeeper, and before the
         #: timekeeper's first window (ms; the slowest rank's).
         self.cost: dict = {}
-        #: Per side: each batch's median release and snapshot copy inside a window (us; the host
-        #: engine's; the slowest rank's).
+        #: Per side: each batch's median release and snapshot copy inside a window, and its take of
+        #: a masked set before it (us; the host engine's; the slowest rank's).
         self.copies: dict = {}
+        #: Masked sets: the allowance for a side's take before its window (ns), from the last
+        #: ``kernel`` batch; None before one, or where sets are not masked.
+        self.take_allowance_ns: int | None = None
         #: Per side: the NUMA node of its gate region on each rank, as its batches found them (the
         #: host engine's; distinct values in order: a side whose region moved shows both).
         self.nodes: dict = {}
@@ -183,7 +192,8 @@ class Batches:
             snapshots = [w for w in range(k) if self.draw.random() < SAMPLED_SNAPSHOTS / k] or \
                 [self.draw.randrange(k)]
         opening = judge.OpenWindows(side=side, epoch=epoch, timeout_s=self._timeout(), board=self.board,
-                                    snapshots=snapshots)
+                                    snapshots=snapshots,
+                                    take_allowance_ns=None if side in JUDGE_SIDES else self.take_allowance_ns)
         if group is not None:
             slots = slot_sizes([s for a in armed for s in a.skeletons])
             requests = [candidate.RunWindows(epoch=epoch, skeletons=a.skeletons, slots=slots, region=a.region,
@@ -198,9 +208,14 @@ class Batches:
             max((t.batch_ns or 0) for t in times) / 1e6,
             max((t.first_wait_ns or 0) for t in times) / 1e6))
         for name, values in (("release_us", [t.release_ns for t in times]),
-                             ("snapshot_us", [t.snapshot_ns for t in times])):
+                             ("snapshot_us", [t.snapshot_ns for t in times]),
+                             ("take_us", [t.take_ns for t in times])):
             if values and all(isinstance(v, int) for v in values):
                 self.copies.setdefault(side, {}).setdefault(name, []).append(max(values) / 1e3)
+        takes = [t.take_ns for t in times]
+        if side == "kernel":
+            self.take_allowance_ns = (int(max(takes) * (1 + TAKE_ROOM_SHARE)) + TAKE_ROOM_NS
+                                      if takes and all(isinstance(v, int) for v in takes) else None)
         ahead = [t.queued_ahead for t in times]
         # Timed batches only: a warm-up's first launches load their kernels, which waits for the
         # device behind its gate (one H200 at W = 1: every group's least share was 0, beside a

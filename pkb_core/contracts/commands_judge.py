@@ -173,6 +173,11 @@ class OpenWindows(Request):
     #: The windows whose outputs the timekeeper copies out (drawn by the launcher before the
     #: batch, never told to the side); None: every window's.
     snapshots: list[int] | None = optional()
+    #: Masked sets (host engine): how long after a set's release the side may take before its
+    #: window's clock starts anyway, in nanoseconds (the judge's ``kernel`` side's take in the same
+    #: round, with room): time a side spends before saying ``taken`` beyond it is inside its
+    #: window. None: the clock starts when the window opens.
+    take_allowance_ns: int | None = optional()
 
 
 @attrs.frozen(kw_only=True)
@@ -207,6 +212,9 @@ class WindowTimes(Answer):
     #: The host engine's on GPU: how many of the batch's calls the side had queued when its first
     #: window opened (all of them unless its queueing waited on the device; a diagnostic).
     queued_ahead: int | None = optional()
+    #: Masked sets (host engine): the median time from a set's release to the side's ``taken``,
+    #: in nanoseconds (the ``kernel`` side's is the next batches' allowance).
+    take_ns: int | None = optional()
 
 
 @attrs.frozen(kw_only=True)

@@ -33,6 +33,7 @@ from __future__ import annotations
 import ctypes
 import mmap
 import os
+import threading
 import time
 
 from pkb_core.env_settings import setting_from_env
@@ -71,6 +72,19 @@ def engine_choice() -> str:
 #: device engine above (its windows pay a switch between contexts, ~300 us, which a large call
 #: outweighs; the host engine's copies through host memory grow with the set instead).
 HOST_ENGINE_MAX_BYTES = 16 << 20
+
+
+_FENCE = threading.Lock()
+_FENCE.acquire()
+
+
+def store_fence() -> None:
+    """Make this thread's earlier stores visible before its later ones, to other processors and to
+    a GPU reading host memory: the timekeeper's set or key before its ``go``. x86 keeps stores in
+    order; ARM does not, and Python has no fence of its own. A lock released (a store-release:
+    every earlier store first) and taken again (an acquire: every later access after it) is one."""
+    _FENCE.release()
+    _FENCE.acquire()
 
 
 def cyclic_gap(value: int, target: int) -> int:

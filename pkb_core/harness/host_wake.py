@@ -8,8 +8,10 @@ cores its peers need) notices the write up to a nap late, and a nap asked for 50
 notices at once, so on a two-core machine pkb's harness windows held several naps that such a
 side did not: its windows could lie under the harness batch that bounds them (docs/trust.md).
 A futex takes the nap out: the waiter sleeps in the kernel on the word itself and the writer
-wakes it with one system call, so an honest waiter is runnable as soon as the word is written,
-as early as one that spins, and takes no core while it waits.
+wakes it with one system call, so an honest waiter is runnable as soon as the word is written
+and takes no core while it waits. A process that spins still sees a word sooner, by the
+wake-up's latency (10-20 us a window on the 2-core machine, a review measured), at the cost of a
+core its peers need: where pkb's harness napped it had been hundreds of microseconds.
 
 The words live in ``MAP_SHARED`` mappings of files (``/dev/shm``), so the futexes are the
 shared kind (no ``FUTEX_PRIVATE_FLAG``): the kernel keys them by the file's page, the same

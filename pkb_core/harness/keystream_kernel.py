@@ -1,4 +1,4 @@
-"""ChaCha20's keystream as one Triton kernel: what masks a window's set until its window opens
+"""ChaCha20's keystream XORed into a buffer, one Triton kernel: what masks a window's set until its window opens
 (:mod:`pkb_core.harness.mask` says how it is used).
 
 ChaCha20 is RFC 8439's stream cipher: a 256-bit key, a 96-bit nonce and a 32-bit block counter
@@ -8,7 +8,9 @@ other block: that is what a mask needs and what splitmix64, whose mixing is inve
 give (docs/timing.md, "A set released ahead of its window").
 
 One program makes :data:`BLOCKS` consecutive blocks, each thread one block with its sixteen
-words in registers. The same source runs compiled on a GPU and in Triton's interpreter on CPU
+words in registers, XORed into the sixteen words of the buffer it reads (so masking and unmasking
+are one launch each, with no keystream buffer: what a side could skip of pkb's unmasking is one
+kernel's cost). The same source runs compiled on a GPU and in Triton's interpreter on CPU
 (the tests check it there against RFC 8439's own test vector), so the judge, which masks with it,
 and a side, which unmasks with it, compute the same bytes. The quarter rounds are written out:
 the interpreter cannot call a jitted helper.
@@ -26,10 +28,11 @@ from pkb_core.harness.gates import KEY_WORDS  # noqa: F401 - the key argument's 
 BLOCKS = 128
 
 
-def _chacha20(key, out, n_words, first, BLOCKS: tl.constexpr):
-    """Words ``0..n_words-1`` of ChaCha20's keystream under ``key`` (int32 ``[11]``: the key's
-    eight words, the nonce's three, as RFC 8439 orders them) from block counter ``first`` on, into
-    ``out`` (int32, the keystream's little-endian words)."""
+def _chacha20_xor(key, src, out, n_words, first, BLOCKS: tl.constexpr):
+    """Words ``0..n_words-1`` of ``src`` XORed with ChaCha20's keystream under ``key`` (int32
+    ``[11]``: the key's eight words, the nonce's three, as RFC 8439 orders them) from block
+    counter ``first`` on, into ``out`` (int32 words, little-endian; ``out`` may be ``src``: each
+    thread reads its words before it writes them)."""
     block = tl.program_id(0) * BLOCKS + tl.arange(0, BLOCKS)
     ones = tl.full([BLOCKS], 1, tl.uint32)
     # The state: "expand 32-byte k", the key, the counter, the nonce.
@@ -85,22 +88,38 @@ def _chacha20(key, out, n_words, first, BLOCKS: tl.constexpr):
         x3 = x3 + x4; x14 = x14 ^ x3; x14 = (x14 << 8) | (x14 >> 24)  # noqa: E702
         x9 = x9 + x14; x4 = x4 ^ x9; x4 = (x4 << 7) | (x4 >> 25)  # noqa: E702
     at = block * 16
-    tl.store(out + at + 0, (x0 + s0).to(tl.int32, bitcast=True), mask=at + 0 < n_words)
-    tl.store(out + at + 1, (x1 + s1).to(tl.int32, bitcast=True), mask=at + 1 < n_words)
-    tl.store(out + at + 2, (x2 + s2).to(tl.int32, bitcast=True), mask=at + 2 < n_words)
-    tl.store(out + at + 3, (x3 + s3).to(tl.int32, bitcast=True), mask=at + 3 < n_words)
-    tl.store(out + at + 4, (x4 + s4).to(tl.int32, bitcast=True), mask=at + 4 < n_words)
-    tl.store(out + at + 5, (x5 + s5).to(tl.int32, bitcast=True), mask=at + 5 < n_words)
-    tl.store(out + at + 6, (x6 + s6).to(tl.int32, bitcast=True), mask=at + 6 < n_words)
-    tl.store(out + at + 7, (x7 + s7).to(tl.int32, bitcast=True), mask=at + 7 < n_words)
-    tl.store(out + at + 8, (x8 + s8).to(tl.int32, bitcast=True), mask=at + 8 < n_words)
-    tl.store(out + at + 9, (x9 + s9).to(tl.int32, bitcast=True), mask=at + 9 < n_words)
-    tl.store(out + at + 10, (x10 + s10).to(tl.int32, bitcast=True), mask=at + 10 < n_words)
-    tl.store(out + at + 11, (x11 + s11).to(tl.int32, bitcast=True), mask=at + 11 < n_words)
-    tl.store(out + at + 12, (x12 + s12).to(tl.int32, bitcast=True), mask=at + 12 < n_words)
-    tl.store(out + at + 13, (x13 + s13).to(tl.int32, bitcast=True), mask=at + 13 < n_words)
-    tl.store(out + at + 14, (x14 + s14).to(tl.int32, bitcast=True), mask=at + 14 < n_words)
-    tl.store(out + at + 15, (x15 + s15).to(tl.int32, bitcast=True), mask=at + 15 < n_words)
+    y0 = tl.load(src + at + 0, mask=at + 0 < n_words, other=0).to(tl.uint32, bitcast=True)
+    y1 = tl.load(src + at + 1, mask=at + 1 < n_words, other=0).to(tl.uint32, bitcast=True)
+    y2 = tl.load(src + at + 2, mask=at + 2 < n_words, other=0).to(tl.uint32, bitcast=True)
+    y3 = tl.load(src + at + 3, mask=at + 3 < n_words, other=0).to(tl.uint32, bitcast=True)
+    y4 = tl.load(src + at + 4, mask=at + 4 < n_words, other=0).to(tl.uint32, bitcast=True)
+    y5 = tl.load(src + at + 5, mask=at + 5 < n_words, other=0).to(tl.uint32, bitcast=True)
+    y6 = tl.load(src + at + 6, mask=at + 6 < n_words, other=0).to(tl.uint32, bitcast=True)
+    y7 = tl.load(src + at + 7, mask=at + 7 < n_words, other=0).to(tl.uint32, bitcast=True)
+    y8 = tl.load(src + at + 8, mask=at + 8 < n_words, other=0).to(tl.uint32, bitcast=True)
+    y9 = tl.load(src + at + 9, mask=at + 9 < n_words, other=0).to(tl.uint32, bitcast=True)
+    y10 = tl.load(src + at + 10, mask=at + 10 < n_words, other=0).to(tl.uint32, bitcast=True)
+    y11 = tl.load(src + at + 11, mask=at + 11 < n_words, other=0).to(tl.uint32, bitcast=True)
+    y12 = tl.load(src + at + 12, mask=at + 12 < n_words, other=0).to(tl.uint32, bitcast=True)
+    y13 = tl.load(src + at + 13, mask=at + 13 < n_words, other=0).to(tl.uint32, bitcast=True)
+    y14 = tl.load(src + at + 14, mask=at + 14 < n_words, other=0).to(tl.uint32, bitcast=True)
+    y15 = tl.load(src + at + 15, mask=at + 15 < n_words, other=0).to(tl.uint32, bitcast=True)
+    tl.store(out + at + 0, ((x0 + s0) ^ y0).to(tl.int32, bitcast=True), mask=at + 0 < n_words)
+    tl.store(out + at + 1, ((x1 + s1) ^ y1).to(tl.int32, bitcast=True), mask=at + 1 < n_words)
+    tl.store(out + at + 2, ((x2 + s2) ^ y2).to(tl.int32, bitcast=True), mask=at + 2 < n_words)
+    tl.store(out + at + 3, ((x3 + s3) ^ y3).to(tl.int32, bitcast=True), mask=at + 3 < n_words)
+    tl.store(out + at + 4, ((x4 + s4) ^ y4).to(tl.int32, bitcast=True), mask=at + 4 < n_words)
+    tl.store(out + at + 5, ((x5 + s5) ^ y5).to(tl.int32, bitcast=True), mask=at + 5 < n_words)
+    tl.store(out + at + 6, ((x6 + s6) ^ y6).to(tl.int32, bitcast=True), mask=at + 6 < n_words)
+    tl.store(out + at + 7, ((x7 + s7) ^ y7).to(tl.int32, bitcast=True), mask=at + 7 < n_words)
+    tl.store(out + at + 8, ((x8 + s8) ^ y8).to(tl.int32, bitcast=True), mask=at + 8 < n_words)
+    tl.store(out + at + 9, ((x9 + s9) ^ y9).to(tl.int32, bitcast=True), mask=at + 9 < n_words)
+    tl.store(out + at + 10, ((x10 + s10) ^ y10).to(tl.int32, bitcast=True), mask=at + 10 < n_words)
+    tl.store(out + at + 11, ((x11 + s11) ^ y11).to(tl.int32, bitcast=True), mask=at + 11 < n_words)
+    tl.store(out + at + 12, ((x12 + s12) ^ y12).to(tl.int32, bitcast=True), mask=at + 12 < n_words)
+    tl.store(out + at + 13, ((x13 + s13) ^ y13).to(tl.int32, bitcast=True), mask=at + 13 < n_words)
+    tl.store(out + at + 14, ((x14 + s14) ^ y14).to(tl.int32, bitcast=True), mask=at + 14 < n_words)
+    tl.store(out + at + 15, ((x15 + s15) ^ y15).to(tl.int32, bitcast=True), mask=at + 15 < n_words)
 
 
 @functools.lru_cache(maxsize=None)
@@ -109,15 +128,16 @@ def kernel(interpreted: bool):
     if interpreted:
         from triton.runtime.interpreter import InterpretedFunction
 
-        return InterpretedFunction(_chacha20)
-    return triton.jit(_chacha20)
+        return InterpretedFunction(_chacha20_xor)
+    return triton.jit(_chacha20_xor)
 
 
-def keystream(key, out, n_words: int, first: int = 0) -> None:
-    """Fill ``out[:n_words]`` (int32, on ``key``'s device) with ChaCha20's keystream under ``key``
-    (int32 ``[11]``: key, then nonce) from block ``first`` on; queued on the current stream on a GPU."""
+def xor_keystream(key, src, out, n_words: int, first: int = 0) -> None:
+    """``out[:n_words] = src[:n_words] ^`` ChaCha20's keystream under ``key`` (int32 ``[11]``: key,
+    then nonce) from block ``first`` on; all int32, on one device (``out`` may be ``src``). One
+    kernel, queued on the current stream on a GPU: masking and unmasking are each one launch."""
     if n_words <= 0:
         return
     blocks = -(-n_words // 16)
     interpreted = out.device.type != "cuda"
-    kernel(interpreted)[(-(-blocks // BLOCKS),)](key, out, n_words, first, BLOCKS=BLOCKS)
+    kernel(interpreted)[(-(-blocks // BLOCKS),)](key, src, out, n_words, first, BLOCKS=BLOCKS)

@@ -9,15 +9,15 @@ ahead. So for large sets:
 
 1. the judge masks each set with ChaCha20's keystream under a key of its own, fresh for every
    window, on its device as it stages the set (:func:`mask_in_place`,
-   :mod:`pkb_core.harness.keystream_kernel`), before the batch;
+   :mod:`pkb_core.harness.keystream_kernel`: one kernel), before the batch;
 2. the timekeeper releases masked set ``w`` into ``in_slot`` once the side has announced call
    ``w`` queued and taken call ``w - 1``'s outputs, and says so (the region's ``released`` word);
 3. the side's stream, queued ahead, waits for ``released``, copies the masked set into its own
    device memory and says so (``taken``); the timekeeper opens the window only after that, so
    neither copy is inside it;
 4. as the window opens the timekeeper writes the key (the region's ``key`` words) just before
-   ``go``, and the side unmasks on its device behind its gate (:class:`Unmasker`): a keystream
-   kernel and an XOR, a few microseconds.
+   ``go``, and the side unmasks on its device behind its gate (:class:`Unmasker`): one kernel
+   that XORs the keystream in, a few microseconds.
 
 What a side holds before its window is ChaCha20's output XORed with the set: without the key it
 tells nothing of the set, and a guessed word of it (a set's values can often be guessed) gives a
@@ -31,7 +31,7 @@ import secrets
 import torch
 
 from pkb_core.harness.gates import KEY_WORDS
-from pkb_core.harness.keystream_kernel import keystream
+from pkb_core.harness.keystream_kernel import xor_keystream
 
 #: Host-engine sets of at least this many bytes are released masked, ahead of their windows;
 #: smaller ones are copied inside the window, where their copy costs about what the unmasking's
@@ -65,9 +65,7 @@ def mask_in_place(buffer: torch.Tensor, key: list[int]) -> None:
     16 MiB set on one H200, more than its batch's windows."""
     n = buffer.numel() // 4
     on = buffer[:n * 4].view(torch.int32)
-    stream = torch.empty(n, dtype=torch.int32, device=buffer.device)
-    keystream(torch.tensor(key, dtype=torch.int32, device=buffer.device), stream, n)
-    on.bitwise_xor_(stream)
+    xor_keystream(torch.tensor(key, dtype=torch.int32, device=buffer.device), on, on, n)
 
 
 class Unmasker:
@@ -83,7 +81,6 @@ class Unmasker:
         device = masked_slot.device
         self.taken = torch.empty(n * 4, dtype=torch.uint8, device=device)
         self.key = torch.empty(KEY_WORDS, dtype=torch.int32, device=device)
-        self.stream = torch.empty(n, dtype=torch.int32, device=device)
         self.plain = torch.empty(n * 4, dtype=torch.uint8, device=device)
 
     def take(self, nbytes: int) -> None:
@@ -94,10 +91,9 @@ class Unmasker:
     def __call__(self, nbytes: int) -> torch.Tensor:
         """Unmask the taken set's first ``nbytes`` into :attr:`plain` under the key the window's
         opening wrote; returns :attr:`plain`."""
-        n = min(words(nbytes), self.stream.numel())
+        n = min(words(nbytes), self.plain.numel() // 4)
         # The key read once from the mapped words into the device's memory (each of the kernel's
         # threads reading host memory would cross the bus).
         torch.bitwise_or(self.key_words, 0, out=self.key)
-        keystream(self.key, self.stream, n)
-        torch.bitwise_xor(self.taken[:n * 4].view(torch.int32), self.stream[:n], out=self.plain[:n * 4].view(torch.int32))
+        xor_keystream(self.key, self.taken[:n * 4].view(torch.int32), self.plain[:n * 4].view(torch.int32), n)
         return self.plain

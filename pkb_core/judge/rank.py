@@ -386,7 +386,8 @@ class JudgeRank:
             # released ahead of its window"): a fresh key a window; each set packed and masked on
             # this device, then copied into the staging once.
             keys = [mask.new_key() for _ in sets]
-            scratch = torch.empty(step, dtype=torch.uint8, device=self.device)
+            # Zeroed: the gaps between a set's tensors would otherwise carry old device memory.
+            scratch = torch.zeros(step, dtype=torch.uint8, device=self.device)
             skeletons = []
             for w, s in enumerate(sets):
                 skeletons.append(pack_into(s, scratch, group_blocks=blocks))
@@ -415,7 +416,8 @@ class JudgeRank:
         meeting = clock.board(request.board, request.side) if keeper.host_engine else {}
         keeper.send("open", side=armed["region"]["key"], epoch=request.epoch, sizes=armed["sizes"],
                     set_stride=armed["set_stride"], snap_stride=armed["snap_stride"], timeout_s=request.timeout_s,
-                    snapshots=request.snapshots, **meeting, **({"keys": armed["keys"]} if armed["keys"] else {}))
+                    snapshots=request.snapshots, **meeting,
+                    **({"keys": armed["keys"], "take_allowance_ns": request.take_allowance_ns} if armed["keys"] else {}))
         failure = None
         if own:
             try:
@@ -434,6 +436,7 @@ class JudgeRank:
                            batch_ns=answer.get("batch_ns"), first_wait_ns=answer.get("first_wait_ns"),
                            release_ns=answer.get("release_ns"), snapshot_ns=answer.get("snapshot_ns"),
                            region_node=answer.get("region_node"), queued_ahead=answer.get("queued_ahead"),
+                           take_ns=answer.get("take_ns"),
                            host_us=window_side.host_us if own else None,
                            collections=window_side.collections if own else None,
                            not_queued_ahead=answer.get("not_queued_ahead"))

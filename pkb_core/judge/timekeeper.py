@@ -36,7 +36,7 @@ import sys
 import time
 
 from pkb_core.harness.gates import DONE, GO, QUEUED, SPINS, HostRegion, HostWord, behind, checked, driver, \
-    cyclic_gap, export_handle, slot_layout, stream_wait, stream_write
+    cyclic_gap, export_handle, slot_layout, store_fence, stream_wait, stream_write
 from pkb_core.machine.numa import page_node, settle_on
 
 #: The NUMA node of the rank's GPU, from its judge rank (empty: unknown).
@@ -142,16 +142,21 @@ class HostClock:
         return {"staging": staging_path, "snap": snap_path}
 
     def open(self, side: str, epoch: int, sizes: list, set_stride: int, snap_stride: int, deadline: float,
-             board: Board | None = None, snapshots: list | None = None, keys: list | None = None) -> dict:
+             board: Board | None = None, snapshots: list | None = None, keys: list | None = None,
+             take_allowance_ns: int | None = None) -> dict:
         """The windows of one batch. With ``keys`` (one a window) the staging holds masked sets
         (:mod:`pkb_core.harness.mask`): set ``w`` is released once the side has announced call
         ``w`` and taken call ``w - 1``'s outputs, the window opens once the side has taken the set
         out of ``in_slot``, and the window's key is written as it opens, just before ``go``;
-        without, each set is copied into ``in_slot`` inside its window."""
+        without, each set is copied into ``in_slot`` inside its window. ``take_allowance_ns``:
+        a window's clock starts no later than that long after its set's release, so what a side
+        does before saying ``taken`` beyond an honest side's copy (work that needs no value of
+        the set) is inside its window, never free."""
         region, in_bytes, out_bytes = self.regions[side]
         in_at, out_at, _ = slot_layout(in_bytes, out_bytes)
         times, copied, stalled_at, status = [], [], None, "ok"
         released, snapped = [], []  # ns inside each window: the release's copy, the snapshot's
+        takes = []  # masked sets: ns from each release to the side's taken
         last, began, first = epoch + len(sizes), time.perf_counter_ns(), None
         # GPU: no window opens before the side has queued the whole batch (or stopped queueing),
         # so every window follows the last one after the same work of this timekeeper's, however
@@ -180,19 +185,24 @@ class HostClock:
                 whole = -(-n // 4) * 4
                 region.view(in_at, whole)[:] = self.staging.view(w * set_stride, whole)
                 region.released.write(mark)
+                released_at = time.perf_counter_ns()
                 if not region.taken.wait(mark, deadline, self.spins):
                     status = f"call {w}'s set was never taken (no taken before the deadline)"
                     break
+                takes.append(time.perf_counter_ns() - released_at)
             if board is not None and not board.meet(mark, deadline, self.spins):
                 status = f"call {w} never started on every rank (another rank's side was not queued)"
                 break
             t0 = time.perf_counter_ns()
             first = t0 - began if first is None else first
+            if keys is not None and take_allowance_ns is not None:
+                t0 = min(t0, released_at + take_allowance_ns)
             if keys is None:
                 region.view(in_at, n)[:] = self.staging.view(w * set_stride, n)
             else:
                 region.write_key(keys[w])
             released.append(time.perf_counter_ns() - t0)
+            store_fence()  # the set (or its key) is in place before go, on every processor
             region.go.write(mark)
             if not region.done.wait(mark, deadline, self.spins):
                 status = f"call {w} never finished (no done before the deadline)"
@@ -209,18 +219,25 @@ class HostClock:
             if keep:
                 snapped.append(t1 - seen)
         if status != "ok":
-            # Every later gate opened, no set released: a GPU side's stream, queued ahead, waits on
-            # these words and drains, so a side that stalled or hung costs its own job, never the
-            # process that waits for its stream (the judge's own sides are the judge's rank).
-            region.released.write(last)
-            region.go.write(last)
+            self.drain(side, last)
         if board is not None:
             board.leave(last)  # a rank that stopped early holds no other rank's windows
         return {"times_ns": times, "status": status, "not_queued_ahead": stalled_at, "copied": copied,
                 "first_wait_ns": first, "batch_ns": time.perf_counter_ns() - began,
                 "release_ns": statistics.median_high(released) if released else None,
                 "snapshot_ns": statistics.median_high(snapped) if snapped else None,
-                "region_node": self.nodes.get(side), "queued_ahead": ahead}
+                "region_node": self.nodes.get(side), "queued_ahead": ahead,
+                "take_ns": statistics.median_high(takes) if takes else None}
+
+    def drain(self, side: str, last: int) -> None:
+        """Open every gate of ``side``'s region up to ``last``, releasing no set: a GPU side's
+        stream, queued ahead, waits on these words and drains, so a batch that ended early (a
+        side that stalled or hung, or this process's own failure) costs its own job, never the
+        process that waits for that stream (the judge's own sides are the judge's rank)."""
+        found = self.regions.get(side)
+        if found is not None:
+            found[0].released.write(last)
+            found[0].go.write(last)
 
     def forget(self, sides: list) -> dict:
         """Unmap the regions of ``sides`` (a pool the judge let go)."""
@@ -266,6 +283,9 @@ class DeviceClock:
 
     #: Its words are the device's: no process wakes for them (:class:`HostClock`'s ``woken``).
     woken = False
+
+    def drain(self, side: str, last: int) -> None:
+        """Nothing to open: this engine's own stream writes its gates (a failed batch opens them)."""
 
     def __init__(self, ordinal: int):
         cu = driver()
@@ -411,16 +431,19 @@ def serve(clock, read, write) -> None:
                          if request.get("board") else None)
                 try:
                     chosen, keys = request.get("snapshots"), request.get("keys")
+                    masked = {"keys": [[int(word) for word in key] for key in keys],
+                              "take_allowance_ns": request.get("take_allowance_ns")} if keys else {}
                     answer = clock.open(request["side"], request["epoch"], request["sizes"], request["set_stride"],
                                         request["snap_stride"], deadline, board,
-                                        None if chosen is None else {int(w) for w in chosen},
-                                        **({"keys": [[int(word) for word in key] for key in keys]} if keys else {}))
+                                        None if chosen is None else {int(w) for w in chosen}, **masked)
                 finally:
                     if board is not None:
                         board.close()
             else:
                 raise ValueError(f"unknown timekeeper command {op!r}")
         except Exception as exc:  # noqa: BLE001 - the judge turns it into the job's error
+            if op == "open" and "side" in request:
+                clock.drain(request["side"], int(request["epoch"]) + len(request["sizes"]))
             answer = {"error": f"{type(exc).__name__}: {exc}"}
         write({"op": op, **answer})
 
