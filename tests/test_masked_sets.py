@@ -45,7 +45,8 @@ def _unsigned(tensor) -> list:
 
 def test_the_kernel_is_chacha20_by_rfc_8439s_test_vector():
     # RFC 8439, 2.3.2: key 00 01 .. 1f, nonce 00 00 00 09 00 00 00 4a 00 00 00 00, block counter 1.
-    key = list(struct.unpack("<8i", bytes(range(32)))) + list(struct.unpack("<3i", bytes.fromhex("000000090000004a00000000")))
+    nonce = bytes.fromhex("000000090000004a00000000")
+    key = list(struct.unpack("<8i", bytes(range(32)))) + list(struct.unpack("<3i", nonce))
     out = torch.zeros(16, dtype=torch.int32)
     xor_keystream(torch.tensor(key, dtype=torch.int32), torch.zeros(16, dtype=torch.int32), out, 16, first=1)
     assert _unsigned(out) == [0xE4E7F110, 0x15593BD1, 0x1FDD0F50, 0xC47120A3, 0xC7F4D1C7, 0x0368C033, 0x9AAA2204,

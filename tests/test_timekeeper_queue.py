@@ -121,3 +121,15 @@ def test_the_count_is_read_cyclically(tmp_path):
     region.queued.write(epoch - 5)  # a word left behind by an earlier batch: nothing announced
     assert _queued_ahead(region.queued, epoch, 4, time.monotonic() + 5, 0.2) == 0
     region.close()
+
+
+def test_a_batch_that_ends_early_opens_every_later_gate_and_release(tmp_path):
+    """A GPU side's stream, queued ahead, waits on go (and, for masked sets, released) for every
+    call of its batch: a batch the timekeeper ends early (here its side never takes a masked set)
+    writes both words up to the batch's last mark, so that stream drains instead of hanging."""
+    clock = _clock(tmp_path, stall_s=0.05)
+    region = clock.regions["candidate"][0]
+    region.queued.write(5 + 4)  # the whole batch of four announced
+    answer = clock.open("candidate", 5, [SET] * 4, SET, SET, time.monotonic() + 0.3, keys=[[0] * 11] * 4)
+    assert "never taken" in answer["status"] and answer["times_ns"] == []
+    assert region.go.read() == 5 + 4 and region.released.read() == 5 + 4

@@ -312,7 +312,8 @@ class CandidateRank:
 
         try:
             written = window_side.run(epoch=request.epoch, skeletons=request.skeletons, call=call,
-                                      before_gate=before_gate, timeout_s=request.timeout_s, make_group=self.make_group,
+                                      before_gate=before_gate, timeout_s=request.timeout_s,
+                                      make_group=self.make_group,
                                       fill=request.fill if request.harness_only else 0)
         except (DeviceBarrierTimeout, WindowTimeout):
             raise  # the harness's, not the solution's (an error)

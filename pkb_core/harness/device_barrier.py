@@ -166,7 +166,8 @@ class DeviceBarrier:
                     break
                 if now - started < SPIN_S:
                     os.sched_yield()
-                elif not host_wake.sleep_on(mine.ctypes.data + 4 * p, seen, min(deadline - now, host_wake.LONGEST_SLEEP_S)):
+                elif not host_wake.sleep_on(mine.ctypes.data + 4 * p, seen,
+                                            min(deadline - now, host_wake.LONGEST_SLEEP_S)):
                     time.sleep(NAP_S)  # no futexes here: a late peer may need this core to arrive
 
     # -- both -------------------------------------------------------------------------------

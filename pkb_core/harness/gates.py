@@ -26,7 +26,7 @@ and compared cyclically, as CUDA's stream wait operations compare them. On GPU t
 waits and writes are stream memory operations queued on its own stream, front-end waits
 that hold no SM (a spinning kernel would hold its context's time slice and starve the
 timekeeper's); on CPU they are futexes on the mapped words (:mod:`pkb_core.harness.host_wake`):
-the writer wakes its waiter at once, as early as a side that spins would see the word.
+the writer wakes its waiter at once (a side that spins sees a word sooner only by the wake-up).
 """
 from __future__ import annotations
 
@@ -141,7 +141,8 @@ class HostWord:
                 now = time.monotonic()
                 if now > deadline:
                     return False
-                if not (self.woken and host_wake.sleep_on(self.address, seen, min(deadline - now, host_wake.LONGEST_SLEEP_S))):
+                longest = min(deadline - now, host_wake.LONGEST_SLEEP_S)
+                if not (self.woken and host_wake.sleep_on(self.address, seen, longest)):
                     time.sleep(POLL_SLEEP_S)
             elif polls % CLOCK_EVERY == 0 and time.monotonic() > deadline:
                 return False  # a long spin (a GPU host engine's) still keeps a short deadline

@@ -398,7 +398,8 @@ class JudgeRank:
             skeletons = [pack_into(s, keeper.staging[w * step:(w + 1) * step], group_blocks=blocks)
                          for w, s in enumerate(sets)]
         self._sync()
-        region = {**keeper.region(request.side, set_bytes, out_bytes, request.folder or None), "masked": keys is not None}
+        region = {**keeper.region(request.side, set_bytes, out_bytes, request.folder or None),
+                  "masked": keys is not None}
         self.armed[request.side] = {"sets": sets, "skeletons": skeletons, "region": region, "keys": keys,
                                     "sizes": sizes, "set_stride": step,
                                     "snap_stride": stride(out_bytes), "out_bytes": region["out_bytes"]}
@@ -414,10 +415,10 @@ class JudgeRank:
         window_side = self._window_side(request.side, armed) if own else None
         call = self._side_call(request.side) if own else None  # before the timekeeper waits for it
         meeting = clock.board(request.board, request.side) if keeper.host_engine else {}
+        masked = {"keys": armed["keys"], "take_allowance_ns": request.take_allowance_ns} if armed["keys"] else {}
         keeper.send("open", side=armed["region"]["key"], epoch=request.epoch, sizes=armed["sizes"],
                     set_stride=armed["set_stride"], snap_stride=armed["snap_stride"], timeout_s=request.timeout_s,
-                    snapshots=request.snapshots, **meeting,
-                    **({"keys": armed["keys"], "take_allowance_ns": request.take_allowance_ns} if armed["keys"] else {}))
+                    snapshots=request.snapshots, **meeting, **masked)
         failure = None
         if own:
             try:

@@ -176,32 +176,32 @@ class HostClock:
             elif stalled_at is None and not region.queued.wait(mark, deadline, self.spins):
                 status = f"call {w} never started (the side never waited for its gate)"
                 break
-            # Every rank's window opens once every rank's side has queued the call: a call that
-            # meets its peers (a collective) never waits inside one rank's window for another
-            # rank's host.
             if keys is not None:
                 # Unreadable without the key, which only the window's opening writes; taken out of
                 # in_slot by the side before the window, so neither copy is inside it.
                 whole = -(-n // 4) * 4
                 region.view(in_at, whole)[:] = self.staging.view(w * set_stride, whole)
                 region.released.write(mark)
-                released_at = time.perf_counter_ns()
+                filled = time.perf_counter_ns()
                 if not region.taken.wait(mark, deadline, self.spins):
                     status = f"call {w}'s set was never taken (no taken before the deadline)"
                     break
-                takes.append(time.perf_counter_ns() - released_at)
+                takes.append(time.perf_counter_ns() - filled)
+            # Every rank's window opens once every rank's side has queued the call: a call that
+            # meets its peers (a collective) never waits inside one rank's window for another
+            # rank's host.
             if board is not None and not board.meet(mark, deadline, self.spins):
                 status = f"call {w} never started on every rank (another rank's side was not queued)"
                 break
-            t0 = time.perf_counter_ns()
+            opened = t0 = time.perf_counter_ns()
             first = t0 - began if first is None else first
             if keys is not None and take_allowance_ns is not None:
-                t0 = min(t0, released_at + take_allowance_ns)
+                t0 = min(t0, filled + take_allowance_ns)  # a late take is the side's own time
             if keys is None:
                 region.view(in_at, n)[:] = self.staging.view(w * set_stride, n)
             else:
                 region.write_key(keys[w])
-            released.append(time.perf_counter_ns() - t0)
+            released.append(time.perf_counter_ns() - opened)
             store_fence()  # the set (or its key) is in place before go, on every processor
             region.go.write(mark)
             if not region.done.wait(mark, deadline, self.spins):
