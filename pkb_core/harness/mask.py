@@ -11,10 +11,13 @@ ahead. So for large sets:
    window, on its device as it stages the set (:func:`mask_in_place`,
    :mod:`pkb_core.harness.keystream_kernel`: one kernel), before the batch;
 2. the timekeeper releases masked set ``w`` into ``in_slot`` once the side has announced call
-   ``w`` queued and taken call ``w - 1``'s outputs, and says so (the region's ``released`` word);
+   ``w`` queued and call ``w - 1``'s outputs are in its snapshot, and says so (the region's
+   ``released`` word);
 3. the side's stream, queued ahead, waits for ``released``, copies the masked set into its own
    device memory and says so (``taken``); the timekeeper opens the window only after that, so
-   neither copy is inside it;
+   neither copy is inside it, but starts its clock no later than an honest take after the release
+   (``take_allowance_ns``: the judge's own ``kernel`` side's), so what a side does before saying
+   ``taken`` beyond that is inside its window;
 4. as the window opens the timekeeper writes the key (the region's ``key`` words) just before
    ``go``, and the side unmasks on its device behind its gate (:class:`Unmasker`): one kernel
    that XORs the keystream in, a few microseconds.
