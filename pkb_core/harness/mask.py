@@ -64,8 +64,8 @@ def mask_in_place(buffer: torch.Tensor, key: list[int]) -> None:
     """XOR ``buffer`` (uint8, a whole number of 4-byte words) with ``key``'s keystream, in place, on
     its own device: what the judge does to each set it stages (and what undoes it). The judge packs
     a set on its device, masks it there and copies it into the staging once, the copy packing
-    made anyway: masking a staged set in host memory cost a trip there and back, 20 ms for each
-    16 MiB set on one H200, more than its batch's windows."""
+    made anyway: masking a staged set in host memory cost a trip there and back for every set (a
+    16 MiB job on one H200 ran past its time doing it)."""
     n = buffer.numel() // 4
     on = buffer[:n * 4].view(torch.int32)
     xor_keystream(torch.tensor(key, dtype=torch.int32, device=buffer.device), on, on, n)
