@@ -3,13 +3,16 @@
 own, which the timekeeper writes only as the window opens. Here the keystream kernel runs in
 Triton's interpreter (the same source the GPU compiles) and a masked batch runs through a real
 CPU timekeeper, with this process as the side."""
+import json
+import shutil
 import struct
 import time
+from pathlib import Path
 
 import torch
 
 from pkb_core.harness import mask
-from pkb_core.harness.gates import KEY_WORDS
+from pkb_core.harness.gates import KEY_WORDS, MASK_ENV
 from pkb_core.harness.keystream_kernel import BLOCKS, xor_keystream
 from pkb_core.harness.parcel import pack_into, packed_size, skeleton_end, unpack_from
 from pkb_core.harness.windows import WindowSide
@@ -166,8 +169,37 @@ def test_time_a_side_takes_before_saying_taken_is_inside_its_window_beyond_the_a
         # No call: the windows hold no unmasking (Triton's interpreter, milliseconds on CPU) either.
         side.run(epoch=epoch, skeletons=[None] * len(sets), call=None, timeout_s=60)
         answer = clock.receive()
-        assert answer["status"] == "ok" and answer["take_ns"] >= 25_000_000, answer
+        assert answer["status"] == "ok", answer
+        # Without an allowance the window waits for the late take; with one it opens at its end.
+        assert answer["take_ns"] >= 25_000_000 if allowance is None else answer["take_ns"] < 25_000_000
         windows[allowance] = min(answer["times_ns"])
     side.close()
     assert windows[None] < 25_000_000  # the late take was outside the window
     assert windows[1_000_000] >= 25_000_000  # and is inside it beyond the allowance
+
+
+def test_a_masked_window_job_end_to_end(pkb_invoke, tmp_path, monkeypatch):
+    """``PKB_MASKED_SETS=on`` masks a CPU job's sets (the GPU's default path, with the kernel in
+    Triton's interpreter): the honest file passes through the judge's masking, the groups' taking
+    and unmasking and the take allowance, and the record says so; a rebound loop that reads
+    ``in_slot`` itself (and never says ``taken``) reads masked bytes and fails, well before the
+    job's time."""
+    monkeypatch.setenv(MASK_ENV, "on")
+    folder = tmp_path / "solutions"
+    folder.mkdir()
+    fixtures = Path(__file__).parent / "fixtures" / "windows_hostile"
+    for name in ("1_allreduce_honest.py", "1_allreduce_rebound_loop.py"):
+        shutil.copy(fixtures / name, folder)
+    result = pkb_invoke("run", "--solutions", folder, "--problem", "1", "--trials", "2", "--measure-perf",
+                        "--timing-mode", "window", "--warmup", "2", "--iters", "12", "--min-iters", "12",
+                        "--timeout", "600", "--out", tmp_path / "run", "--json")
+    records = {r["solution"].rsplit("/", 1)[-1]: r for r in json.loads(result.stdout)["results"]}
+    honest = records["1_allreduce_honest.py"]
+    assert honest["verdict"] == "pass", honest
+    window = honest["stats"]["modes"]["window"]
+    assert window["masked_sets"] == "true"
+    takes = {side: d.get("take_us") for side, d in window["window_diagnostics"].items()}
+    assert all(isinstance(t, (int, float)) and t > 0 for t in takes.values()), takes
+    rebound = records["1_allreduce_rebound_loop.py"]
+    # It never says taken: its windows open at the allowance's end, on the masked bytes it reads.
+    assert rebound["verdict"] == "fail" and "timed call" in rebound["reason"], rebound

@@ -123,11 +123,12 @@ def _check_environment() -> None:
     """Settings pkb reads from the environment, checked before any job starts (a wrong value
     would otherwise surface as every window-mode job's ``error``)."""
     from pkb_core.harness.copies import copies_choice
-    from pkb_core.harness.gates import engine_choice
+    from pkb_core.harness.gates import engine_choice, mask_choice
 
     try:
         engine_choice()
         copies_choice()
+        mask_choice()
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
 

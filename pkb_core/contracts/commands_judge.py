@@ -212,8 +212,9 @@ class WindowTimes(Answer):
     #: The host engine's on GPU: how many of the batch's calls the side had queued when its first
     #: window opened (all of them unless its queueing waited on the device; a diagnostic).
     queued_ahead: int | None = optional()
-    #: Masked sets (host engine): the median time from a set's release to the side's ``taken``,
-    #: in nanoseconds (the ``kernel`` side's is the next batches' allowance).
+    #: Masked sets (host engine): the median time from a set's release to the side's ``taken`` (or
+    #: to the allowance's end, where the window opened without it), in nanoseconds (the ``kernel``
+    #: side's is the next batches' allowance).
     take_ns: int | None = optional()
 
 

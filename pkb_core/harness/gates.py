@@ -68,6 +68,19 @@ def engine_choice() -> str:
     return setting_from_env(ENGINE_ENV, ENGINES, "auto", "the judge's timekeeper engine: docs/timing.md, "
                                                          "\"The two engines\"")
 
+#: Whether the host engine's sets are released ahead of their windows, masked (``PKB_MASKED_SETS``,
+#: :mod:`pkb_core.harness.mask`): ``auto`` (the default: a GPU side's sets of 1 MiB and more),
+#: ``on`` (every host-engine batch's, CPU sides' too, whose unmasking then runs in Triton's
+#: interpreter: how the tests run the masked path end to end without a GPU), ``off`` (none).
+MASK_ENV = "PKB_MASKED_SETS"
+MASK_CHOICES = ("auto", "on", "off")
+
+
+def mask_choice() -> str:
+    """The masking ``PKB_MASKED_SETS`` asks for (``auto`` unset); ValueError, one line, for any other value."""
+    return setting_from_env(MASK_ENV, MASK_CHOICES, "auto", "masked sets: docs/timing.md, \"A set released "
+                                                            "ahead of its window\"")
+
 #: ``auto`` (the default on GPU): the host engine for input sets of up to this many bytes, the
 #: device engine above (its windows pay a switch between contexts, ~300 us, which a large call
 #: outweighs; the host engine's copies through host memory grow with the set instead).

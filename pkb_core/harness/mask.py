@@ -33,7 +33,7 @@ import secrets
 
 import torch
 
-from pkb_core.harness.gates import KEY_WORDS
+from pkb_core.harness.gates import KEY_WORDS, mask_choice
 from pkb_core.harness.keystream_kernel import xor_keystream
 
 #: Host-engine sets of at least this many bytes are released masked, ahead of their windows;
@@ -43,11 +43,16 @@ MASK_MIN_BYTES = 1 << 20
 
 
 def masks_sets(on_gpu: bool, host_engine: bool, set_bytes: int) -> bool:
-    """Whether a batch's sets are released masked: a GPU side's, timed by the host engine (the
-    device engine's release is a copy in device memory, a few us), of at least
-    :data:`MASK_MIN_BYTES`. Not on CPU, where the side's unmasking is the host's work too, in
-    Triton's interpreter, and costs far more than the copy it replaces."""
-    return on_gpu and host_engine and set_bytes >= MASK_MIN_BYTES
+    """Whether a batch's sets are released masked (``PKB_MASKED_SETS``,
+    :func:`pkb_core.harness.gates.mask_choice`). By default a GPU side's, timed by the host engine
+    (the device engine's release is a copy in device memory, a few us), of at least
+    :data:`MASK_MIN_BYTES`; not on CPU, where the side's unmasking is the host's work too, in
+    Triton's interpreter, and costs far more than the copy it replaces. ``on``: every host-engine
+    batch's; ``off``: none."""
+    choice = mask_choice()
+    if choice == "off" or not host_engine:
+        return False
+    return choice == "on" or (on_gpu and set_bytes >= MASK_MIN_BYTES)
 
 
 def new_key() -> list[int]:

@@ -149,9 +149,10 @@ class HostClock:
         ``w`` and taken call ``w - 1``'s outputs, the window opens once the side has taken the set
         out of ``in_slot``, and the window's key is written as it opens, just before ``go``;
         without, each set is copied into ``in_slot`` inside its window. ``take_allowance_ns``:
-        a window's clock starts no later than that long after its set's release, so what a side
-        does before saying ``taken`` beyond an honest side's copy (work that needs no value of
-        the set) is inside its window, never free."""
+        a window's clock starts no later than that long after its set's release, and the window
+        opens then if the side has not said ``taken``, so what a side does before saying it
+        beyond an honest side's copy (work that needs no value of the set) is inside its window,
+        never free."""
         region, in_bytes, out_bytes = self.regions[side]
         in_at, out_at, _ = slot_layout(in_bytes, out_bytes)
         times, copied, stalled_at, status = [], [], None, "ok"
@@ -183,7 +184,12 @@ class HostClock:
                 region.view(in_at, whole)[:] = self.staging.view(w * set_stride, whole)
                 region.released.write(mark)
                 filled = time.perf_counter_ns()
-                if not region.taken.wait(mark, deadline, self.spins):
+                # With an allowance the window opens at its end, taken or not: the side's clock
+                # runs from there, and a side that never takes its set (that reads in_slot inside
+                # its window, or does not follow the protocol) costs only its own windows.
+                limit = deadline if take_allowance_ns is None else \
+                    min(deadline, time.monotonic() + take_allowance_ns / 1e9)
+                if not region.taken.wait(mark, limit, self.spins) and take_allowance_ns is None:
                     status = f"call {w}'s set was never taken (no taken before the deadline)"
                     break
                 takes.append(time.perf_counter_ns() - filled)
