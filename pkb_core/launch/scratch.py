@@ -103,12 +103,17 @@ _SWEPT: list = []
 
 def _start_time(pid: int) -> str | None:
     """The kernel's start time of ``pid`` (clock ticks since boot), or None if it is gone:
-    with the pid, it names one process (a pid alone may be reused)."""
+    with the pid, it names one process (a pid alone may be reused). A zombie is gone too: it
+    will never run again, and a service's lane killed with SIGKILL is one until the service
+    reaps it, which may be after the next lane swept (its folder was then left behind)."""
     try:
         with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except OSError:
         return None
+    if len(fields) < 20 or fields[0] in ("Z", "X"):
+        return None
+    return fields[19]
 
 
 def _write_owner(folder: str) -> None:
