@@ -1,7 +1,6 @@
 """How pkb's harness copies a window's set in and its outputs out (pkb_core.harness.copies): the
 judge's choice (``PKB_HARNESS_COPIES``) reaches every side with its gate region, and both ways
 copy the same bytes."""
-import json
 import shutil
 from pathlib import Path
 
@@ -11,7 +10,7 @@ import torch
 from pkb_core.harness.copies import COPIES_ENV, copies_choice, copy_into
 from pkb_core.harness.windows import WindowSide
 from pkb_core.judge.clock import Timekeeper
-from test_window_clock import CPU, _arm, _snapshot
+from test_window_clock import CPU, _arm, _snapshot, window_records
 
 VALUES = [torch.randn(3, 4), torch.randn(5).to(torch.bfloat16), torch.tensor(2.5), torch.rand(6) > 0.5,
           torch.randn(4, dtype=torch.complex64), torch.arange(10, dtype=torch.int64), torch.empty(0)]
@@ -79,9 +78,7 @@ def test_a_window_job_copies_as_the_judge_says_and_records_it(pkb_invoke, tmp_pa
     folder = tmp_path / "solutions"
     folder.mkdir()
     shutil.copy(Path(__file__).parent / "fixtures" / "windows" / "1_allreduce_honest.py", folder)
-    result = pkb_invoke("run", "--solutions", folder, "--problem", "1", "--trials", "2", "--measure-perf",
-                        "--timing-mode", "window", "--warmup", "2", "--iters", "12", "--min-iters", "12",
-                        "--timeout", "120", "--out", tmp_path / "run", "--json")
-    [record] = json.loads(result.stdout)["results"]
+    [record] = window_records(pkb_invoke, folder, tmp_path / "run", "--iters", "12", "--min-iters", "12",
+                              "--timeout", "120").values()
     assert record["verdict"] == "pass", record
     assert record["stats"]["modes"]["window"]["harness_copies"] == "kernels"

@@ -3,7 +3,6 @@
 own, which the timekeeper writes only as the window opens. Here the keystream kernel runs in
 Triton's interpreter (the same source the GPU compiles) and a masked batch runs through a real
 CPU timekeeper, with this process as the side."""
-import json
 import shutil
 import struct
 import time
@@ -17,6 +16,7 @@ from pkb_core.harness.keystream_kernel import BLOCKS, xor_keystream
 from pkb_core.harness.parcel import pack_into, packed_size, skeleton_end, unpack_from
 from pkb_core.harness.windows import WindowSide
 from pkb_core.judge.clock import stride
+from test_window_clock import window_records
 
 CPU = torch.device("cpu")
 
@@ -190,10 +190,8 @@ def test_a_masked_window_job_end_to_end(pkb_invoke, tmp_path, monkeypatch):
     fixtures = Path(__file__).parent / "fixtures" / "windows_hostile"
     for name in ("1_allreduce_honest.py", "1_allreduce_rebound_loop.py"):
         shutil.copy(fixtures / name, folder)
-    result = pkb_invoke("run", "--solutions", folder, "--problem", "1", "--trials", "2", "--measure-perf",
-                        "--timing-mode", "window", "--warmup", "2", "--iters", "12", "--min-iters", "12",
-                        "--timeout", "600", "--out", tmp_path / "run", "--json")
-    records = {r["solution"].rsplit("/", 1)[-1]: r for r in json.loads(result.stdout)["results"]}
+    records = window_records(pkb_invoke, folder, tmp_path / "run", "--iters", "12", "--min-iters", "12",
+                             "--timeout", "600")
     honest = records["1_allreduce_honest.py"]
     assert honest["verdict"] == "pass", honest
     window = honest["stats"]["modes"]["window"]

@@ -29,6 +29,17 @@ def _arm(clock, sets, side="candidate", out_bytes=4096):
                                "set_stride": step, "snap_stride": stride(out_bytes)}
 
 
+#: A window-mode job of problem 1 as these tests run it (two trials, two warm-up batches).
+WINDOW_JOB = ("--problem", "1", "--trials", "2", "--measure-perf", "--timing-mode", "window", "--warmup", "2")
+
+
+def window_records(pkb_invoke, folder, out, *more) -> dict:
+    """``pkb run`` of :data:`WINDOW_JOB` over the files of ``folder`` (``more``: its batches and
+    timeout), its records by file name."""
+    result = pkb_invoke("run", "--solutions", folder, *WINDOW_JOB, *more, "--out", out, "--json")
+    return {r["solution"].rsplit("/", 1)[-1]: r for r in json.loads(result.stdout)["results"]}
+
+
 def _snapshot(clock, skeleton, w, out_bytes=4096):
     at = w * stride(out_bytes)
     return unpack_from(skeleton, clock.snap[at:at + out_bytes])
@@ -129,10 +140,8 @@ def test_window_mode_judges_honest_and_hostile_solutions(pkb_invoke, tmp_path):
     for fixtures in ("windows", "windows_hostile"):
         for path in (Path(__file__).parent / "fixtures" / fixtures).glob("*.py"):
             shutil.copy(path, folder / path.name)
-    result = pkb_invoke("run", "--solutions", folder, "--problem", "1", "--trials", "2", "--measure-perf",
-                        "--timing-mode", "window", "--warmup", "2", "--iters", "12", "--min-iters", "12",
-                        "--timeout", "120", "--out", tmp_path / "run", "--json")
-    records = {r["solution"].rsplit("/", 1)[-1]: r for r in json.loads(result.stdout)["results"]}
+    records = window_records(pkb_invoke, folder, tmp_path / "run", "--iters", "12", "--min-iters", "12",
+                             "--timeout", "120")
     honest = records["1_allreduce_honest.py"]
     assert honest["verdict"] == "pass", honest
     window = honest["stats"]["modes"]["window"]
@@ -187,10 +196,7 @@ def test_a_side_that_truncates_its_region_ends_its_own_job_not_the_next(pkb_invo
     fixtures = Path(__file__).parent / "fixtures"
     shutil.copy(fixtures / "windows_truncate" / "1_allreduce_a_truncates_its_region.py", folder)
     shutil.copy(fixtures / "windows_hostile" / "1_allreduce_honest.py", folder / "1_allreduce_b_honest.py")
-    result = pkb_invoke("run", "--solutions", folder, "--problem", "1", "--trials", "2", "--measure-perf",
-                        "--timing-mode", "window", "--warmup", "2", "--iters", "60", "--timeout", "120",
-                        "--out", tmp_path / "run", "--json")
-    records = {r["solution"].rsplit("/", 1)[-1]: r for r in json.loads(result.stdout)["results"]}
+    records = window_records(pkb_invoke, folder, tmp_path / "run", "--iters", "60", "--timeout", "120")
     truncated = records["1_allreduce_a_truncates_its_region.py"]
     assert truncated["verdict"] == "error" and "timekeeper" in truncated["reason"], truncated
     assert records["1_allreduce_b_honest.py"]["verdict"] == "pass", records["1_allreduce_b_honest.py"]

@@ -207,13 +207,14 @@ class Batches:
             (time.monotonic() - began) * 1e3,
             max((t.batch_ns or 0) for t in times) / 1e6,
             max((t.first_wait_ns or 0) for t in times) / 1e6))
+        takes = [t.take_ns for t in times]
         for name, values in (("release_us", [t.release_ns for t in times]),
                              ("snapshot_us", [t.snapshot_ns for t in times]),
-                             ("take_us", [t.take_ns for t in times])):
+                             ("take_us", takes)):
             if values and all(isinstance(v, int) for v in values):
                 self.copies.setdefault(side, {}).setdefault(name, []).append(max(values) / 1e3)
-        takes = [t.take_ns for t in times]
         if side == "kernel":
+            # The slowest rank's, as the copies' diagnostics above; None where nothing was masked.
             self.take_allowance_ns = (int(max(takes) * (1 + TAKE_ROOM_SHARE)) + TAKE_ROOM_NS
                                       if takes and all(isinstance(v, int) for v in takes) else None)
         ahead = [t.queued_ahead for t in times]

@@ -11,7 +11,7 @@ A futex takes the nap out: the waiter sleeps in the kernel on the word itself an
 wakes it with one system call, so an honest waiter is runnable as soon as the word is written
 and takes no core while it waits. A process that spins still sees a word sooner, by the
 wake-up's latency (10-20 us a window on the 2-core machine, a review measured), at the cost of a
-core its peers need: where pkb's harness napped it had been hundreds of microseconds.
+core its peers need; against naps it saw each word up to a nap sooner.
 
 The words live in ``MAP_SHARED`` mappings of files (``/dev/shm``), so the futexes are the
 shared kind (no ``FUTEX_PRIVATE_FLAG``): the kernel keys them by the file's page, the same

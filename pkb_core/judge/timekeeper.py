@@ -82,7 +82,7 @@ class Board:
         self.words = [HostWord(self.map, r * self.SLOT, woken) for r in range(ranks)]
         self.mine = self.words[index]
 
-    def meet(self, mark: int, deadline: float, spins: int) -> bool:
+    def meet(self, mark: int, deadline: float, spins: int | None) -> bool:
         """Say this rank is at ``mark`` and wait until every rank is; False at ``deadline``."""
         if behind(self.mine.read(), mark):
             self.mine.write(mark)
@@ -105,11 +105,12 @@ class HostClock:
     """The host engine: shared-memory files, polls, ``time.perf_counter_ns``. It times CPU sides,
     and GPU sides whose device maps the region's file (``PKB_TIMEKEEPER=host``: no context of the
     judge's on the side's GPU); ``spins``: polls of a word before each poll sleeps (a GPU host
-    has cores to spare for a timekeeper that never sleeps inside a window; a CPU one does not);
+    has cores to spare for a timekeeper that never sleeps inside a window; a CPU one does not;
+    None: :class:`pkb_core.harness.gates.HostWord`'s own default for its kind of word);
     ``woken``: the regions' and the board's words wake their waiters (CPU sides: every word is a
     process's write, :mod:`pkb_core.harness.host_wake`)."""
 
-    def __init__(self, spins: int = SPINS, stall_s: float | None = None, woken: bool = False):
+    def __init__(self, spins: int | None = SPINS, stall_s: float | None = None, woken: bool = False):
         self.spins = spins
         self.woken = woken
         #: GPU sides only: how long to wait for a call's ``queued`` before opening its gate (as
@@ -146,7 +147,7 @@ class HostClock:
              take_allowance_ns: int | None = None) -> dict:
         """The windows of one batch. With ``keys`` (one a window) the staging holds masked sets
         (:mod:`pkb_core.harness.mask`): set ``w`` is released once the side has announced call
-        ``w`` and taken call ``w - 1``'s outputs, the window opens once the side has taken the set
+        ``w`` and call ``w - 1``'s outputs are in the snapshot, the window opens once the side has taken the set
         out of ``in_slot``, and the window's key is written as it opens, just before ``go``;
         without, each set is copied into ``in_slot`` inside its window. ``take_allowance_ns``:
         a window's clock starts no later than that long after its set's release, and the window
@@ -290,9 +291,6 @@ class DeviceClock:
     #: Its words are the device's: no process wakes for them (:class:`HostClock`'s ``woken``).
     woken = False
 
-    def drain(self, side: str, last: int) -> None:
-        """Nothing to open: this engine's own stream writes its gates (a failed batch opens them)."""
-
     def __init__(self, ordinal: int):
         cu = driver()
         checked(cu.cuInit(0))
@@ -387,6 +385,9 @@ class DeviceClock:
         copied = [out_bytes if snapshots is None or w in snapshots else 0 for w in range(finished)]
         return {"times_ns": times, "status": status, "not_queued_ahead": stalled_at, "copied": copied,
                 "batch_ns": time.perf_counter_ns() - began}
+
+    def drain(self, side: str, last: int) -> None:
+        """Nothing to open: this engine's own stream writes its gates (a failed batch opens them)."""
 
     def _wait_event(self, event, deadline: float) -> bool:
         cu = driver()
