@@ -19,6 +19,7 @@ import pytest
 from pkb_core.process.containment import own_tree
 
 FIXTURES = Path(__file__).parent / "fixtures" / "containment"
+SIDES = ("reference", "candidate")
 ROOT_ONLY = pytest.mark.skipif(os.geteuid() != 0, reason="cgroups and a user per job need root")
 
 
@@ -180,10 +181,13 @@ def test_the_job_after_an_attack_times_as_it_does_alone(pkb_invoke, tmp_path):
                  "1_allreduce_g_after_the_snoop.py"):
         after = records[name]
         assert alone["verdict"] == after["verdict"] == "pass", (name, alone["reason"], after["reason"])
-        for side in ("reference", "candidate"):
-            before_ms = alone["stats"]["modes"][alone["timing_mode"]][side]["median"]
-            after_ms = after["stats"]["modes"][after["timing_mode"]][side]["median"]
-            assert after_ms < 3 * before_ms, (name, side, before_ms, after_ms)
+        # Both sides' medians together: a leftover that burns the cores for tens of seconds slows
+        # every call of both sides (they alternate within the batch), while a burst of the other test
+        # workers on these two cores has lifted one side's median to 3.5x (CI, 2026-11-29: the
+        # reference after the snoop, which leaves nothing behind, 4.6 ms against 1.3 ms).
+        before_ms = {side: alone["stats"]["modes"][alone["timing_mode"]][side]["median"] for side in SIDES}
+        after_ms = {side: after["stats"]["modes"][after["timing_mode"]][side]["median"] for side in SIDES}
+        assert sum(after_ms.values()) < 3 * sum(before_ms.values()), (name, before_ms, after_ms)
 
 
 @ROOT_ONLY
