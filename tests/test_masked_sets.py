@@ -8,6 +8,7 @@ import struct
 import time
 from pathlib import Path
 
+import pytest
 import torch
 
 from pkb_core.harness import mask
@@ -201,3 +202,79 @@ def test_a_masked_window_job_end_to_end(pkb_invoke, tmp_path, monkeypatch):
     rebound = records["1_allreduce_rebound_loop.py"]
     # It never says taken: its windows open at the allowance's end, on the masked bytes it reads.
     assert rebound["verdict"] == "fail" and "timed call" in rebound["reason"], rebound
+
+
+def _masked_batch(tmp_path, count: int, set_bytes: int = 4096, out_bytes: int = 4096):
+    """A host engine made in this process, with staging holding ``count`` masked sets: the clock,
+    the sizes and the keys."""
+    from pkb_core.judge.timekeeper import HostClock
+
+    clock = HostClock(spins=None, woken=True)
+    clock.region("candidate", set_bytes, out_bytes, str(tmp_path / "region"))
+    clock.make_staging(count * stride(set_bytes), count * stride(out_bytes), str(tmp_path / "staging"),
+                       str(tmp_path / "snap"))
+    sets = [(torch.arange(32, dtype=torch.float32) + w,) for w in range(count)]
+    sizes, keys = [packed_size(s) for s in sets], [mask.new_key() for _ in sets]
+    staging = clock.staging.tensor(0, count * stride(set_bytes))
+    for w, s in enumerate(sets):
+        at = w * stride(set_bytes)
+        pack_into(s, staging[at:at + stride(set_bytes)])
+        mask.mask_in_place(staging[at:at + 4 * mask.words(sizes[w])], keys[w])
+    return clock, sizes, keys
+
+
+def test_a_side_that_took_its_set_is_not_charged_another_ranks_lateness(tmp_path):
+    """With two ranks on the board, a rank whose side took its set at once waits for the other
+    rank before its window opens: that wait is not its side's. (Its clock started at the end of
+    the take allowance instead, so every window of the compared sides held the slowest rank's
+    release and the judge's own sides', with no allowance, did not.)"""
+    import threading
+
+    from pkb_core.judge.timekeeper import Board
+
+    clock, sizes, keys = _masked_batch(tmp_path, 3)
+    board_path = str(tmp_path / "board")
+    board, other = Board(board_path, 2, 0, woken=True), Board(board_path, 2, 1, woken=True)
+    side = WindowSide(CPU)
+    side.attach({"path": str(tmp_path / "region"), "in_bytes": 4096, "out_bytes": 4096, "masked": True})
+
+    def late_rank(epoch):
+        for w in range(len(sizes)):
+            time.sleep(0.04)  # the other rank's side is slow to queue each call
+            other.meet(epoch + 1 + w, time.monotonic() + 30, None)
+        other.leave(epoch + len(sizes))
+
+    answers = {}
+    thread = threading.Thread(target=lambda: answers.update(clock.open(
+        "candidate", 7, sizes, stride(4096), stride(4096), time.monotonic() + 30, board, keys=keys,
+        take_allowance_ns=1_000_000)))
+    peer = threading.Thread(target=late_rank, args=(7,))
+    thread.start()
+    peer.start()
+    side.run(epoch=7, skeletons=[None] * len(sizes), call=None, timeout_s=30)
+    thread.join()
+    peer.join()
+    assert answers["status"] == "ok", answers
+    assert max(answers["times_ns"]) < 20_000_000, answers["times_ns"]  # not the other rank's 40 ms
+    side.close()
+    clock.close()
+
+
+def test_a_timekeeper_that_fails_mid_batch_releases_the_other_ranks(tmp_path):
+    """An exception inside a batch (here its staging gone) still leaves the board: the other
+    rank's later windows do not wait for this one until their deadline."""
+    from pkb_core.judge.timekeeper import Board
+
+    clock, sizes, keys = _masked_batch(tmp_path, 2)
+    board_path = str(tmp_path / "board")
+    board, other = Board(board_path, 2, 0, woken=True), Board(board_path, 2, 1, woken=True)
+    clock.regions["candidate"][0].queued.write(1 + 3)  # the side announced every call
+    staging, clock.staging = clock.staging, None
+    with pytest.raises(AttributeError):  # the first set's release, before the first window's meeting
+        clock.open("candidate", 1, sizes, stride(4096), stride(4096), time.monotonic() + 30, board, keys=keys,
+                   take_allowance_ns=1_000_000)
+    clock.staging = staging
+    started = time.monotonic()
+    assert other.meet(3, time.monotonic() + 10, None)  # rank 0 left the batch: no wait
+    assert time.monotonic() - started < 2
+    clock.close()

@@ -405,9 +405,14 @@ class SideRegion:
     def abandon(self, value: int) -> None:
         """Mark every call up to ``value`` done at once (a side that failed mid-batch), so the
         timekeeper's windows end now instead of at its deadline."""
-        if self.host is None:
-            for at in (QUEUED, TAKEN, DONE):
-                stream_write(self.side_stream.cuda_stream, self.ptr + at, value)
+        if self.device.type == "cuda":
+            # On the side stream, which no gate holds: at once. Then behind everything the calls
+            # queued: their own writes of ``taken`` and ``done`` land as their windows open and
+            # would move the words back below ``value`` (the timekeeper then waited for a call
+            # that never came until its deadline).
+            for stream in (self.side_stream.cuda_stream, self._stream()):
+                for at in (QUEUED, TAKEN, DONE):
+                    stream_write(stream, self.ptr + at, value)
         else:
             for word in (self.host.queued, self.host.taken, self.host.done):
                 word.write(value)

@@ -168,67 +168,74 @@ class HostClock:
         # once each batch was queued first (docs/benchmarks/2026-11-29-h200-window-groups.md).
         ahead = (_queued_ahead(region.queued, epoch, len(sizes), deadline, self.stall_s, self.spins)
                  if self.stall_s is not None else None)
-        for w, n in enumerate(sizes):
-            mark = epoch + 1 + w
-            # A side announces a call once it waits for the gate (CPU) or once the call is on its
-            # stream (GPU): what it did since the last window is outside this one.
-            if stalled_at is None and self.stall_s is not None:
-                if not region.queued.wait(mark, min(deadline, time.monotonic() + self.stall_s), self.spins):
-                    stalled_at = w  # its queueing waits on the device: open its gates from here on
-            elif stalled_at is None and not region.queued.wait(mark, deadline, self.spins):
-                status = f"call {w} never started (the side never waited for its gate)"
-                break
-            if keys is not None:
-                # Unreadable without the key, which only the window's opening writes; taken out of
-                # in_slot by the side before the window, so neither copy is inside it.
-                whole = -(-n // 4) * 4
-                region.view(in_at, whole)[:] = self.staging.view(w * set_stride, whole)
-                region.released.write(mark)
-                filled = time.perf_counter_ns()
-                # With an allowance the window opens at its end, taken or not: the side's clock
-                # runs from there, and a side that never takes its set (that reads in_slot inside
-                # its window, or does not follow the protocol) costs only its own windows.
-                limit = deadline if take_allowance_ns is None else \
-                    min(deadline, time.monotonic() + take_allowance_ns / 1e9)
-                if not region.taken.wait(mark, limit, self.spins) and take_allowance_ns is None:
-                    status = f"call {w}'s set was never taken (no taken before the deadline)"
+        try:
+            for w, n in enumerate(sizes):
+                mark = epoch + 1 + w
+                # A side announces a call once it waits for the gate (CPU) or once the call is on its
+                # stream (GPU): what it did since the last window is outside this one.
+                if stalled_at is None and self.stall_s is not None:
+                    if not region.queued.wait(mark, min(deadline, time.monotonic() + self.stall_s), self.spins):
+                        stalled_at = w  # its queueing waits on the device: open its gates from here on
+                elif stalled_at is None and not region.queued.wait(mark, deadline, self.spins):
+                    status = f"call {w} never started (the side never waited for its gate)"
                     break
-                takes.append(time.perf_counter_ns() - filled)
-            # Every rank's window opens once every rank's side has queued the call: a call that
-            # meets its peers (a collective) never waits inside one rank's window for another
-            # rank's host.
-            if board is not None and not board.meet(mark, deadline, self.spins):
-                status = f"call {w} never started on every rank (another rank's side was not queued)"
-                break
-            opened = t0 = time.perf_counter_ns()
-            first = t0 - began if first is None else first
-            if keys is not None and take_allowance_ns is not None:
-                t0 = min(t0, filled + take_allowance_ns)  # a late take is the side's own time
-            if keys is None:
-                region.view(in_at, n)[:] = self.staging.view(w * set_stride, n)
-            else:
-                region.write_key(keys[w])
-            released.append(time.perf_counter_ns() - opened)
-            store_fence()  # the set (or its key) is in place before go, on every processor
-            region.go.write(mark)
-            if not region.done.wait(mark, deadline, self.spins):
-                status = f"call {w} never finished (no done before the deadline)"
-                break
-            used = region.used.read()
-            keep = used if 0 <= used <= out_bytes else out_bytes
-            if snapshots is not None and w not in snapshots:
-                keep = 0
-            seen = time.perf_counter_ns()
-            self.snap.view(w * snap_stride, keep)[:] = region.view(out_at, keep)
-            t1 = time.perf_counter_ns()
-            times.append(t1 - t0)
-            copied.append(keep)
-            if keep:
-                snapped.append(t1 - seen)
-        if status != "ok":
-            self.drain(side, last)
-        if board is not None:
-            board.leave(last)  # a rank that stopped early holds no other rank's windows
+                if keys is not None:
+                    # Unreadable without the key, which only the window's opening writes; taken out of
+                    # in_slot by the side before the window, so neither copy is inside it.
+                    whole = -(-n // 4) * 4
+                    region.view(in_at, whole)[:] = self.staging.view(w * set_stride, whole)
+                    store_fence()  # the set is in place before released, on every processor
+                    region.released.write(mark)
+                    filled = time.perf_counter_ns()
+                    # With an allowance the window opens at its end, taken or not: the side's clock
+                    # runs from there, and a side that never takes its set (that reads in_slot inside
+                    # its window, or does not follow the protocol) costs only its own windows.
+                    limit = deadline if take_allowance_ns is None else \
+                        min(deadline, time.monotonic() + take_allowance_ns / 1e9)
+                    if not region.taken.wait(mark, limit, self.spins) and take_allowance_ns is None:
+                        status = f"call {w}'s set was never taken (no taken before the deadline)"
+                        break
+                    takes.append(time.perf_counter_ns() - filled)
+                # Every rank's window opens once every rank's side has queued the call: a call that
+                # meets its peers (a collective) never waits inside one rank's window for another
+                # rank's host.
+                if board is not None and not board.meet(mark, deadline, self.spins):
+                    status = f"call {w} never started on every rank (another rank's side was not queued)"
+                    break
+                opened = t0 = time.perf_counter_ns()
+                first = t0 - began if first is None else first
+                if keys is not None and take_allowance_ns is not None and behind(region.taken.read(), mark):
+                    # Still not taken once every rank is there: its lateness since the allowance ran
+                    # out is its own. A side that took its set is not charged the wait for the other
+                    # ranks: the judge's own sides (no allowance) never are, so that charge landed on
+                    # the compared sides alone, more the slower the other ranks' releases.
+                    t0 = min(t0, filled + take_allowance_ns)
+                if keys is None:
+                    region.view(in_at, n)[:] = self.staging.view(w * set_stride, n)
+                else:
+                    region.write_key(keys[w])
+                released.append(time.perf_counter_ns() - opened)
+                store_fence()  # the set (or its key) is in place before go, on every processor
+                region.go.write(mark)
+                if not region.done.wait(mark, deadline, self.spins):
+                    status = f"call {w} never finished (no done before the deadline)"
+                    break
+                used = region.used.read()
+                keep = used if 0 <= used <= out_bytes else out_bytes
+                if snapshots is not None and w not in snapshots:
+                    keep = 0
+                seen = time.perf_counter_ns()
+                self.snap.view(w * snap_stride, keep)[:] = region.view(out_at, keep)
+                t1 = time.perf_counter_ns()
+                times.append(t1 - t0)
+                copied.append(keep)
+                if keep:
+                    snapped.append(t1 - seen)
+            if status != "ok":
+                self.drain(side, last)
+        finally:
+            if board is not None:
+                board.leave(last)  # a rank that stopped early (or failed) holds no other rank's windows
         return {"times_ns": times, "status": status, "not_queued_ahead": stalled_at, "copied": copied,
                 "first_wait_ns": first, "batch_ns": time.perf_counter_ns() - began,
                 "release_ns": statistics.median_high(released) if released else None,
