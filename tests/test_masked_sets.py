@@ -278,3 +278,17 @@ def test_a_timekeeper_that_fails_mid_batch_releases_the_other_ranks(tmp_path):
     assert other.meet(3, time.monotonic() + 10, None)  # rank 0 left the batch: no wait
     assert time.monotonic() - started < 2
     clock.close()
+
+
+def test_the_take_allowance_is_the_slowest_ranks_high_take_with_room():
+    from pkb_core.conduct.window_rounds import TAKE_ROOM_NS, take_allowance_ns
+    from pkb_core.contracts.commands_judge import WindowTimes
+
+    def times(take, high):
+        return WindowTimes(times_ns=[1], status="ok", take_ns=take, take_high_ns=high)
+
+    # Rank 1's 90th percentile, not either rank's median: a copy-engine step past the median is honest.
+    assert take_allowance_ns([times(40_000, 45_000), times(42_000, 50_000)]) == 55_000 + TAKE_ROOM_NS
+    assert take_allowance_ns([times(40_000, None)]) == 44_000 + TAKE_ROOM_NS  # a timekeeper without it
+    assert take_allowance_ns([times(None, None), times(40_000, 45_000)]) is None  # not masked everywhere
+    assert take_allowance_ns([]) is None

@@ -110,9 +110,10 @@ GROUP_SHARE = 0.005
 #: one process read within 0.2 us of each other: an offset of the process, not of its memory
 #: (docs/benchmarks/2026-11-29-h200-harness-copies.md). 1 us covers every one of those.
 GROUP_US = 1.0
-#: Masked sets: a side's window's clock starts no later than the judge's ``kernel`` side's take
-#: (release to ``taken``: its copy of the set out of ``in_slot``) in the same round, the slowest
-#: rank's, with this much room (a share of it, and a time), after its set's release
+#: Masked sets: the timekeeper waits for a side's ``taken`` no longer than the judge's ``kernel``
+#: side's take (release to ``taken``: its copy of the set out of ``in_slot``; the 90th percentile
+#: of the same round's, the slowest rank's) with this much room (a share of it, and a time) after
+#: its set's release; a side still not taken when every rank is there is timed from then
 #: (docs/timing.md, "A set released ahead of its window").
 TAKE_ROOM_SHARE = 0.1
 TAKE_ROOM_NS = 2000
@@ -214,9 +215,7 @@ class Batches:
             if values and all(isinstance(v, int) for v in values):
                 self.copies.setdefault(side, {}).setdefault(name, []).append(max(values) / 1e3)
         if side == "kernel":
-            # The slowest rank's, as the copies' diagnostics above; None where nothing was masked.
-            self.take_allowance_ns = (int(max(takes) * (1 + TAKE_ROOM_SHARE)) + TAKE_ROOM_NS
-                                      if takes and all(isinstance(v, int) for v in takes) else None)
+            self.take_allowance_ns = take_allowance_ns(times)
         ahead = [t.queued_ahead for t in times]
         # Timed batches only: a warm-up's first launches load their kernels, which waits for the
         # device behind its gate (one H200 at W = 1: every group's least share was 0, beside a
@@ -447,6 +446,18 @@ def _judge_against_null(raw: dict) -> None:
     slack = max(BELOW_NULL_US, BELOW_NULL_SHARE * statistics.median(raw["null"]))
     _flag_under(raw, "null", "the judge's empty hand-off",
                 "its calls did less than waiting for their gates and closing them", slack)
+
+
+def take_allowance_ns(times: list) -> int | None:
+    """How long the timekeeper waits for a compared side's ``taken`` after a release, from the
+    judge's ``kernel`` batch on every rank (their ``WindowTimes``): the slowest rank's 90th
+    percentile of its takes (an honest take's spread is in steps of the copy engine, several us at
+    1 MiB, so its median would call many honest takes late), with :data:`TAKE_ROOM_SHARE` and
+    :data:`TAKE_ROOM_NS` of room; None where the batch's sets were not masked."""
+    highs = [t.take_high_ns if t.take_high_ns is not None else t.take_ns for t in times]
+    if not highs or not all(isinstance(v, int) for v in highs):
+        return None
+    return int(max(highs) * (1 + TAKE_ROOM_SHARE)) + TAKE_ROOM_NS
 
 
 def harness_slack(harness_rounds: list[float]) -> float:

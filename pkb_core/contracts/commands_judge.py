@@ -216,6 +216,9 @@ class WindowTimes(Answer):
     #: to the allowance's end, where the window opened without it), in nanoseconds (the ``kernel``
     #: side's is the next batches' allowance).
     take_ns: int | None = optional()
+    #: The same takes' 90th percentile (the ``kernel`` side's is the next batches' allowance: an
+    #: honest take past the median by a step of the copy engine is not a late one).
+    take_high_ns: int | None = optional()
 
 
 @attrs.frozen(kw_only=True)

@@ -437,7 +437,7 @@ class JudgeRank:
                            batch_ns=answer.get("batch_ns"), first_wait_ns=answer.get("first_wait_ns"),
                            release_ns=answer.get("release_ns"), snapshot_ns=answer.get("snapshot_ns"),
                            region_node=answer.get("region_node"), queued_ahead=answer.get("queued_ahead"),
-                           take_ns=answer.get("take_ns"),
+                           take_ns=answer.get("take_ns"), take_high_ns=answer.get("take_high_ns"),
                            host_us=window_side.host_us if own else None,
                            collections=window_side.collections if own else None,
                            not_queued_ahead=answer.get("not_queued_ahead"))

@@ -241,7 +241,8 @@ class HostClock:
                 "release_ns": statistics.median_high(released) if released else None,
                 "snapshot_ns": statistics.median_high(snapped) if snapped else None,
                 "region_node": self.nodes.get(side), "queued_ahead": ahead,
-                "take_ns": statistics.median_high(takes) if takes else None}
+                "take_ns": statistics.median_high(takes) if takes else None,
+                "take_high_ns": sorted(takes)[(len(takes) - 1) * 9 // 10] if takes else None}
 
     def drain(self, side: str, last: int) -> None:
         """Open every gate of ``side``'s region up to ``last``, releasing no set: a GPU side's
