@@ -462,7 +462,7 @@ def test_calibrate_measures_and_caches_the_noise_floor(pkb_invoke, tmp_path, mon
     from pkb_core.machine.calibrate import load_calibration
 
     floor = load_calibration("cpu").noise_floor
-    assert set(floor["modes"]) == {"latency", "back-to-back"} and floor["iters"] == 60
+    assert set(floor["modes"]) == {"latency", "back-to-back", "window"} and floor["iters"] == 60
     for mode, m in floor["modes"].items():
         if m["entries"]:  # six rounds: every ratio has its interval
             (entry,) = m["entries"]
@@ -472,6 +472,9 @@ def test_calibrate_measures_and_caches_the_noise_floor(pkb_invoke, tmp_path, mon
             assert m["missing"][0]["problem"] == "1_allreduce" and f"{mode}: not measured" in out
     again = pkb_invoke("calibrate", "--device", "cpu", "--json").stdout  # cached: not measured again
     assert json.loads(again)["noise_floor"]["datetime"] == floor["datetime"]
+    for option in ("--nproc", "--noise-iters"):  # a count below 1 is refused, not measured as nothing
+        refused = pkb_invoke("calibrate", "--device", "cpu", "--force", option, "0")
+        assert refused.exit_code == 4 and f"'{option}'" in refused.output, refused.output
 
 
 # -- fresh inputs per timed call, one L2 policy for both sides ----------------------------------------

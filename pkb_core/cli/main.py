@@ -240,10 +240,10 @@ def build_cli(pm) -> click.Group:
                   help="Measure the noise floor (the reference against itself) when it is not cached.")
     @click.option("--noise-problems", cls=ListOption, default="1,2,7", show_default=True,
                   help="Problems (ids) timed against themselves for the noise floor.")
-    @click.option("--noise-iters", type=int, default=None,
+    @click.option("--noise-iters", type=click.IntRange(min=1), default=None,
                   help="At most this many timed calls per side and mode for the noise floor (default: pkb run's, "
                        "and at least 60: six rounds, the fewest with an interval).")
-    @click.option("--nproc", type=int, default=None, help="Ranks for the noise floor (default: every GPU; 2 on CPU).")
+    @click.option("--nproc", type=click.IntRange(min=1), default=None, help="Ranks for the noise floor (default: every GPU; 2 on CPU).")
     @click.option("--json", "json_", is_flag=True, help="Print JSON.")
     @click.pass_context
     def calibrate(ctx, device, force, noise, noise_problems, noise_iters, nproc, json_):

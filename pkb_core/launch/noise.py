@@ -39,12 +39,11 @@ NOISE_READINGS = {SAME: "no measurable difference (as it should)", FASTER: "timi
 
 
 def modes_for(device: str) -> tuple:
-    """Every timing mode the device has (graph needs a GPU; window mode, whose point is the
-    device's own clock, is calibrated on GPUs only: on CPU it times the same host as latency
-    mode, with a reference group of its own started for every job)."""
+    """Every timing mode the device has (graph needs a GPU; window mode, the judge's clock, is
+    CPU mode's headline, so its floor is the one a CPU run's speedup is read against)."""
     from pkb_core.contracts.modes import MODES
 
-    return MODES if device == "cuda" else tuple(m for m in MODES if m not in ("graph", "window"))
+    return MODES if device == "cuda" else tuple(m for m in MODES if m != "graph")
 
 
 def measure_noise_floor(device: str, *, problems=NOISE_PROBLEMS, nproc: int | None = None, size: str | None = None,
