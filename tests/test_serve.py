@@ -195,7 +195,7 @@ def test_pkb_submit_waits_and_exits_like_pkb_run(server, tmp_path):
     unnamed = tmp_path / "mine.py"
     unnamed.write_text(ALLREDUCE)
     refused = subprocess.run([*command, str(unnamed)], capture_output=True, text=True, timeout=60)
-    assert refused.returncode == 1 and "cannot tell the problem of mine.py" in refused.stderr
+    assert refused.returncode == 1 and f"Error: {unnamed}: cannot tell its problem" in refused.stderr
     nobody = subprocess.run([*command[:4], "--server", "http://127.0.0.1:9", "--backend", "triton", str(good)],
                             capture_output=True, text=True, timeout=60)
     assert nobody.returncode == 1 and "cannot reach the service" in nobody.stderr
@@ -226,12 +226,15 @@ def test_pkb_submit_takes_each_files_declared_backend_and_leaves_out_only_the_ba
         "or set backend in [submit] of pkb.toml"]
     with Client(server.url) as client:
         assert client.jobs(client="cli-real") == []
-    # The file's declaration wins over a configured default; an undecodable file is one line and the
-    # other is still queued, its id printed as it is queued; --wait prints the speedup of a timed job.
+    # The file's declaration wins over a configured default; an undecodable file is one line, as is
+    # one that is not there too, and the other is still queued, its id printed as it is queued;
+    # --wait prints the speedup of a timed job.
     env = dict(os.environ, PKB_SUBMIT_BACKEND="reference")
-    sent = _pkb(*command, "--measure-perf", "--wait", str(latin), str(declared), env=env)
+    missing = tmp_path / "1_missing.py"
+    sent = _pkb(*command, "--measure-perf", "--wait", str(latin), str(missing), str(declared), env=env)
     assert sent.returncode == 1, sent.stderr
-    assert _errors(sent.stderr) == [f"Error: {latin}: is not UTF-8 text (invalid start byte at byte 5); not submitted"]
+    assert _errors(sent.stderr) == [f"Error: {latin}: is not UTF-8 text (invalid start byte at byte 5); not submitted",
+                                    f"Error: {missing}: cannot read it (No such file or directory); not submitted"]
     queued = [line.split()[0] for line in sent.stderr.splitlines() if line.endswith(str(declared))]
     with Client(server.url) as client:
         [job] = client.jobs(client="cli-real")

@@ -197,7 +197,7 @@ def _server_options(command):
 
 
 @click.command()
-@click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path))
 @_server_options
 @click.option("--problem", default=None, help="The problem (default: the one each file is named after, <id>_...).")
 @click.option("--backend", default=None,
@@ -303,7 +303,7 @@ def _submission_of(path: Path, problem: str | None, backend: str | None, typed: 
         raise _LeftOut(f"is not UTF-8 text ({exc.reason} at byte {exc.start}); not submitted") from None
     named = re.match(r"^(\d+)_", path.name)
     if not problem and not named:
-        raise _LeftOut(f"cannot tell the problem of {path.name}: name it <id>_<name>.py or pass --problem")
+        raise _LeftOut("cannot tell its problem: name it <id>_<name>.py or pass --problem")
     declared = declared_backend(text)
     if declared and typed and backend != declared:
         raise _LeftOut(f'it declares BACKEND = "{declared}" but --backend {backend} was given; not submitted')
