@@ -227,7 +227,7 @@ def test_pkb_submit_takes_each_files_declared_backend_and_leaves_out_only_the_ba
     with Client(server.url) as client:
         assert client.jobs(client="cli-real") == []
     # The file's declaration wins over a configured default; an undecodable file is one line, as is
-    # one that is not there too, and the other is still queued, its id printed as it is queued;
+    # one that is not there, and the other is still queued, its id printed as it is queued;
     # --wait prints the speedup of a timed job.
     env = dict(os.environ, PKB_SUBMIT_BACKEND="reference")
     missing = tmp_path / "1_missing.py"
