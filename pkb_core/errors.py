@@ -9,10 +9,19 @@ pytest's internal error). docs/cli.md lists the exit statuses.
 
 
 class PkbError(Exception):
-    """Bad input or an unmet requirement, explained in one line."""
+    """Bad input or an unmet requirement, explained in one line.
+
+    :param about: the command-line parameters (their names: ``"backend"``, ``"problems"``) whose
+        value the message is about: the ``pkb`` command adds where that value came from when it
+        was not typed (a ``pkb.toml`` key, an environment variable), as it does for a value click
+        refuses itself."""
 
     #: The exit status of the ``pkb`` command that stops with this error.
     exit_code = 1
+
+    def __init__(self, *args, about: tuple = ()):
+        super().__init__(*args)
+        self.about = tuple(about)
 
 
 class NothingSelected(PkbError):

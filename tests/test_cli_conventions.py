@@ -300,6 +300,29 @@ def test_a_bad_value_names_where_it_came_from(pkb_invoke, tmp_path, monkeypatch)
     (tmp_path / "pyproject.toml").write_text('[tool.pkb.run]\ntrials = 0\n')
     assert one_error_line(pkb_invoke("run", "--out", "o"), 4) == \
         "Error: Invalid value for 'trials' in [tool.pkb.run] of pyproject.toml: 0 is not in the range x>=1."
+    (tmp_path / "pyproject.toml").unlink()
+    assert not (tmp_path / "o").exists()
+
+
+def test_an_unknown_name_found_while_a_command_runs_names_where_it_came_from(pkb_invoke, tmp_path, monkeypatch):
+    """A backend or problem is looked up once the command runs (a plugin's may be one), not while
+    click reads the options: its error still says where a value nobody typed came from."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "pkb.toml").write_text('[run]\nbackend = "tritonn"\n')
+    assert one_error_line(pkb_invoke("run", "--out", "o"), 1).endswith(
+        "; the value came from 'backend' in [run] of pkb.toml")
+    (tmp_path / "pkb.toml").write_text("[run]\nproblem = 999\n")
+    assert one_error_line(pkb_invoke("run", "--out", "o"), 1) == \
+        "Error: unknown problem '999' (see `pkb problems`); the value came from 'problem' in [run] of pkb.toml"
+    (tmp_path / "pkb.toml").write_text('[bench]\nsizes = "4K,lots"\n')
+    assert one_error_line(pkb_invoke("bench", "--backend", "triton", "--out", "o"), 4) == \
+        "Error: Invalid value for 'sizes' in [bench] of pkb.toml: cannot read size 'lots' (use e.g. 4K, 1M, 256M)"
+    (tmp_path / "pkb.toml").unlink()
+    monkeypatch.setenv("PKB_RUN_BACKEND", "zz")
+    assert one_error_line(pkb_invoke("run", "--out", "o"), 1).endswith(
+        "; the value came from PKB_RUN_BACKEND (environment)")
+    typed = one_error_line(pkb_invoke("run", "--backend", "zz", "--out", "o"), 1)
+    assert typed.startswith("Error: unknown backend 'zz'") and "came from" not in typed
     assert not (tmp_path / "o").exists()
 
 
@@ -314,7 +337,7 @@ def test_flag_names_work_as_keys(pkb_invoke, fake_dist, tmp_path, monkeypatch):
     assert (record["problem"], record["world_size"], record["verdict"]) == ("951_even_only_conv", 3, "unsupported")
     monkeypatch.setenv("PKB_RUN_PROBLEM", "nope")  # the environment wins over the file, by the flag's name too
     assert pkb_invoke("run", "--out", "b").output.strip().splitlines()[-1] == \
-        "Error: unknown problem 'nope' (see `pkb problems`)"
+        "Error: unknown problem 'nope' (see `pkb problems`); the value came from PKB_RUN_PROBLEM (environment)"
 
 
 # --- reruns, --force, notices -------------------------------------------------------------------------

@@ -37,7 +37,8 @@ _UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 def parse_sizes(text: str) -> list[int]:
     """``"4K,1M"`` -> bytes (K, M, G are powers of 1024; a trailing B or iB is allowed)."""
     sizes = []
-    for part in (p.strip().upper() for p in text.split(",") if p.strip()):
+    for given in (p.strip() for p in text.split(",") if p.strip()):
+        part = given.upper()
         text_ = part[:-1] if part.endswith("IB") else part
         text_ = text_[:-1] if text_.endswith("B") and len(text_) > 1 else text_
         unit = _UNITS.get(text_[-1], 1) if text_ else 1
@@ -45,21 +46,29 @@ def parse_sizes(text: str) -> list[int]:
         try:
             nbytes = int(float(number) * unit)
         except ValueError:
-            raise click.BadParameter(f"cannot read size {part!r} (use e.g. 4K, 1M, 256M)",
-                                     param_hint="'--sizes'") from None
+            raise click.BadParameter(f"cannot read size {given!r} (use e.g. 4K, 1M, 256M)") from None
         if nbytes <= 0:
-            raise click.BadParameter(f"size {part!r} is not a positive number of bytes", param_hint="'--sizes'")
+            raise click.BadParameter(f"size {given!r} is not a positive number of bytes")
         sizes.append(nbytes)
     if not sizes:
-        raise click.BadParameter("no size given (use e.g. 4K,1M,256M)", param_hint="'--sizes'")
+        raise click.BadParameter("no size given (use e.g. 4K,1M,256M)")
     return sizes
+
+
+def _checked_sizes(ctx, param, value):
+    """``--sizes`` read while the command line is (its error then names where the value came from:
+    typed, the environment or pkb.toml); the text is kept, :func:`parse_sizes` reads it again."""
+    if value is not None:
+        parse_sizes(value)
+    return value
 
 
 @click.command()
 @click.option("--problem", "problems", cls=ListOption, default="collective", show_default=True)
 @click.option("--backend", required=True, help="Backend plugin whose solutions run (see `pkb backends`).")
 @click.option("--solutions", default=None, help="Directory of solutions (default: the backend's samples).")
-@click.option("--sizes", cls=ListOption, default=DEFAULT_SIZES, show_default=True, help="Per-rank message sizes.")
+@click.option("--sizes", cls=ListOption, default=DEFAULT_SIZES, show_default=True, callback=_checked_sizes,
+              help="Per-rank message sizes.")
 @click.option("--nproc", type=click.IntRange(min=1), default=None, help="Ranks (default: every GPU; 2 in CPU mode).")
 @click.option("--dtype", type=click.Choice(["auto", "bf16", "fp16", "fp32"]), default="auto")
 @click.option("--trials", type=click.IntRange(min=1), default=2, show_default=True,

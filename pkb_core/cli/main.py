@@ -63,7 +63,8 @@ class _Group(click.Group):
         try:
             return super().invoke(ctx)
         except PkbError as exc:
-            raise _Failure(str(exc), exc.exit_code) from None
+            origin = getattr(exc, "origin", None)
+            raise _Failure(f"{exc}; the value came from {origin}" if origin else str(exc), exc.exit_code) from None
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         try:
@@ -336,7 +337,40 @@ def prepare(pm, config: dict) -> click.Group:
         cli.pkb_default_map, cli.pkb_config_keys = command_defaults(config, cli)
     except click.UsageError as exc:
         cli.pkb_default_map, cli.pkb_config_error = {}, exc.format_message()
+    _name_sources(cli)
     return cli
+
+
+def _name_sources(group: click.Group) -> None:
+    """Have each command's :class:`PkbError` about one of its values (``about``: an unknown
+    backend or problem, found while the command runs) name where that value came from when it
+    was not typed, as a value click refuses itself does (docs/cli.md)."""
+    for command in group.commands.values():
+        if isinstance(command, click.Group):
+            _name_sources(command)
+        if getattr(command, "pkb_names_sources", False):
+            continue
+
+        def invoke(ctx, _original=command.invoke):
+            try:
+                return _original(ctx)
+            except PkbError as exc:
+                if exc.about and not hasattr(exc, "origin"):
+                    exc.origin = _origin_of(ctx, exc.about)
+                raise
+
+        command.invoke, command.pkb_names_sources = invoke, True
+
+
+def _origin_of(ctx: click.Context, names: tuple) -> str | None:
+    """Where the first of ``names`` (``ctx``'s command's parameters) that the command has got its
+    value, or None where it was typed (:func:`pkb_core.cli.config.value_origin`)."""
+    root = ctx.find_root().command
+    for param in ctx.command.params:
+        if param.name in names:
+            return value_origin(ctx, param, getattr(root, "pkb_config", None), getattr(root, "pkb_config_keys", {}),
+                                argv=getattr(root, "pkb_argv", ()))
+    return None
 
 
 def main(argv=None) -> None:

@@ -143,7 +143,7 @@ def get_backend_info(pm, name: str, device: str | None = None):
     infos = backend_infos(pm)
     if name not in infos:
         choices = ", ".join(sorted(infos)) or "none installed"
-        raise PkbError(f"unknown backend {name!r} (choose one of: {choices})")
+        raise PkbError(f"unknown backend {name!r} (choose one of: {choices})", about=("backend",))
     missing = infos[name].unavailable_reason(device) if device is not None else None
     if missing:
         raise PkbError(missing)

@@ -63,7 +63,7 @@ class Registry:
             + [a for aliases in CATEGORIES.values() for a in aliases]
         close = difflib.get_close_matches(key, words, n=1, cutoff=0.75)
         hint = f"did you mean {close[0]!r}? " if close else ""
-        raise PkbError(f"unknown problem {key!r} ({hint}see `pkb problems`)")
+        raise PkbError(f"unknown problem {key!r} ({hint}see `pkb problems`)", about=("problems", "problem"))
 
     def select(self, query: str) -> list[ProblemSpec]:
         """Problems matching a comma-separated list of ids, names, categories,
