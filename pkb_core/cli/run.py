@@ -183,6 +183,8 @@ def run(pm, problems, backend, solution, solutions, nproc, nnodes, node_rank, rd
         click.echo(summary_table(records))
         earlier = f", {len(recorded)} recorded earlier" if recorded else ""
         click.echo(f"\n{_counts(records)}{earlier}  (records in {run_dir}/records.jsonl)")
+        if any(r.speedup_ci for r in records):
+            click.echo(SPEEDUP_NOTE)
         if device == "cpu" and any(r.reference_ms is not None for r in records):
             click.echo(CPU_TIMING_NOTE)
         elif not measure_perf and records and not any(r.reference_ms is not None for r in records):
@@ -197,6 +199,10 @@ def run(pm, problems, backend, solution, solutions, nproc, nnodes, node_rank, rd
         raise SystemExit(1)
 
 
+#: Printed under a table with a speedup: why it need not be the ratio of the two times beside it.
+SPEEDUP_NOTE = ("note: ref ms and sol ms are each side's median time a call; the speedup is the median of "
+                "the rounds' paired ratios (each round times both sides), with its 95 % interval, so it need "
+                "not be the ratio of the two medians (docs/timing.md)")
 #: Printed under the table of a timed CPU-mode run.
 CPU_TIMING_NOTE = ("note: CPU mode: times are host timings (gloo over shared memory, Triton's interpreter), "
                    "not GPU performance; these speedups say nothing about a GPU.")
