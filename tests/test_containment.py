@@ -321,3 +321,27 @@ def test_a_cgroup_that_holds_processes_puts_the_tree_under_its_nearest_delegatin
     assert cgroup_tree._choose({"v2": str(own)}) == (2, {"": str(root / "process_api")})
     (own / "cgroup.subtree_control").write_text("memory pids")
     assert cgroup_tree._choose({"v2": str(own)}) == (2, {"": str(own)})
+
+
+def _sysv_keys(kind: str) -> set:
+    """The keys of the machine's System V objects of ``kind`` (``shm``, ``msg``)."""
+    with open(f"/proc/sysvipc/{kind}") as table:
+        lines = table.read().splitlines()[1:]
+    return {int(line.split()[0]) for line in lines if line.split()}
+
+
+@ROOT_ONLY
+def test_a_jobs_system_v_objects_and_keys_do_not_outlive_it(pkb_invoke, tmp_path):
+    """A hostile job left two 64 MiB segments, queues and semaphores in the machine's IPC
+    namespace and a key in its user's keyring, and a later job of another user read both. Each
+    rank has an IPC namespace of its own (what it makes there ends with it) and the keyring
+    calls are refused."""
+    _tree()
+    folder = FIXTURES.parent / "containment_ipc"
+    result = pkb_invoke("run", "--backend", "reference", "--solutions", folder, "--problem", "1", "--trials", "1",
+                        "--timeout", "60", "--out", tmp_path / "run", "--json")
+    (record,) = json.loads(result.stdout)["results"]
+    assert record["verdict"] == "pass", record["reason"]  # its own segment and queue; add_key refused
+    assert not record.get("lockdown_gaps"), record["lockdown_gaps"]
+    key = 0x706B6231
+    assert key not in _sysv_keys("shm") and key not in _sysv_keys("msg")

@@ -102,7 +102,9 @@ def _lock_down(request: BuildRequest, protected) -> None:
 
 def _enter_network() -> None:
     """Enter the build's own network namespace, if the phase made one (a spawned builder; a forked
-    one entered it as it was forked): before the request, so before the solution's code."""
+    one entered it as it was forked), and an IPC namespace of its own: before the request, so
+    before the solution's code."""
+    from pkb_core.process.ipcns import own_ipc_namespace
     from pkb_core.process.netns import NETNS_FD_ENV, enter
 
     fd = os.environ.pop(NETNS_FD_ENV, None)
@@ -112,6 +114,10 @@ def _enter_network() -> None:
         except OSError as exc:
             print(f"pkb: {exc}", file=sys.stderr, flush=True)
         os.close(int(fd))
+        try:
+            own_ipc_namespace()
+        except OSError as exc:
+            print(f"pkb: {exc}", file=sys.stderr, flush=True)
 
 
 def main() -> int:

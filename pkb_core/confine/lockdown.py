@@ -22,6 +22,8 @@ stopped by the kernel, with settings that cannot be reverted from inside:
     launcher's stop and kill reach all of them (:mod:`pkb_core.process.sessions`;
     process groups of their own are fine: ninja gives each compiler one);
   - ``bpf`` and ``pidfd_getfd`` (no taking another process's descriptors);
+  - ``add_key``, ``request_key`` and ``keyctl``: a key in the kernel's keyrings is its user's,
+    not its job's, and outlives the job (another job's user read one a hostile job left open);
   - ``io_uring_setup``/``io_uring_enter``/``io_uring_register`` kill the
     process with SIGSYS (which the launcher reports as ``flagged``): a ring
     creates sockets and connects them (``IORING_OP_SOCKET``, ``IORING_OP_CONNECT``)
@@ -78,12 +80,14 @@ _ARCHES = {
         "process_vm_readv": 310, "process_vm_writev": 311, "rt_sigqueueinfo": 129, "rt_tgsigqueueinfo": 297,
         "pidfd_send_signal": 424, "fcntl": 72, "ioctl": 16, "io_uring_setup": 425, "io_uring_enter": 426,
         "io_uring_register": 427, "bpf": 321, "pidfd_getfd": 438,
+        "add_key": 248, "request_key": 249, "keyctl": 250,
     }),
     "aarch64": (0xC00000B7, {
         "socket": 198, "kill": 129, "tkill": 130, "tgkill": 131, "ptrace": 117, "setsid": 157,
         "process_vm_readv": 270, "process_vm_writev": 271, "rt_sigqueueinfo": 138, "rt_tgsigqueueinfo": 240,
         "pidfd_send_signal": 424, "fcntl": 25, "ioctl": 29, "io_uring_setup": 425, "io_uring_enter": 426,
         "io_uring_register": 427, "bpf": 280, "pidfd_getfd": 438,
+        "add_key": 217, "request_key": 218, "keyctl": 219,
     }),
 }
 _AF_UNIX, _AF_NETLINK = 1, 16
@@ -137,8 +141,10 @@ def build_filter(machine: str, *, pid: int, pgid: int, network: bool) -> bytes:
         prog.append(_insn(_JEQ_K, nr[name], 0, len(body)))
         prog.extend(body)
 
+    # The kernel's keyrings belong to a user, not to a job's namespaces: a key a job adds with its
+    # permissions opened outlives it and another job's user reads it.
     for name in ("ptrace", "process_vm_readv", "process_vm_writev", "setsid", "tkill", "pidfd_send_signal", "bpf",
-                 "pidfd_getfd"):
+                 "pidfd_getfd", "add_key", "request_key", "keyctl"):
         block(name, [_deny()])
     # io_uring performs socket(), connect() and I/O without the syscalls this
     # filter inspects (IORING_OP_SOCKET made a gloo group past the socket rule).

@@ -256,6 +256,13 @@ def _become(sock, request: ForkRequest, fds, zygote: int) -> None:
             except OSError as exc:
                 print(f"pkb: {exc}", file=sys.stderr, flush=True)
             os.close(named["netns"])
+        if request.role != "judge" and os.geteuid() == 0:  # a rank or a builder: a solution's code runs in it
+            from pkb_core.process.ipcns import own_ipc_namespace
+
+            try:
+                own_ipc_namespace()
+            except OSError as exc:
+                print(f"pkb: {exc}", file=sys.stderr, flush=True)
         os.dup2(named["stdin"], 0)
         os.close(named["stdin"])
         # Its own log: the launch log (the zygote's output) is no candidate's to write.

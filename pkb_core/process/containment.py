@@ -86,6 +86,7 @@ class Containment:
     def verify(self, pids) -> list[str]:
         """Gaps for the local ranks (``pids``, in local-rank order) that are not where they should be:
         a rank that failed to join its cgroup or to enter the group's network."""
+        from pkb_core.process.ipcns import shares_ipc_with_this_process
         from pkb_core.process.netns import same_namespace
 
         gaps = []
@@ -96,6 +97,9 @@ class Containment:
                 gaps.append(f"rank {local} is not in its job's cgroup: its processes are found through /proc")
             if self.netns_fd is not None and not same_namespace(pid, self.netns_fd):
                 gaps.append(f"rank {local} is not in its job's network namespace: local services are reachable")
+            if self.netns_fd is not None and shares_ipc_with_this_process(pid):
+                gaps.append(f"rank {local} shares the machine's IPC namespace: its System V objects and message "
+                            "queues outlive it, and other jobs reach them")
         self.gaps += gaps
         return gaps
 

@@ -1,0 +1,39 @@
+"""System V IPC and POSIX message queues of a process's own: an IPC namespace per candidate
+rank and per builder.
+
+Shared-memory segments, message queues and semaphore sets (``shmget``, ``msgget``, ``semget``)
+and POSIX message queues (``mq_open``) are not files: no mount, user or cgroup of a job holds
+them. In the machine's IPC namespace they outlive the job that made them (64 MiB segments with
+every page touched, in a hostile test) and carry data to any later or concurrent job that looks
+for them, whatever its user. In a namespace of its own a process sees none of the machine's,
+and the kernel destroys what it made once its last process has ended. pkb's own channels are
+files (``/dev/shm``, the mount namespace's) and sockets, and a CUDA IPC handle names its
+exporter by process id, which the IPC namespace does not change: nothing of pkb needs the
+machine's.
+
+The zygote's child (a rank, a builder) or a spawned builder calls :func:`own_ipc_namespace`
+before anything of the solution runs, while it still holds ``CAP_SYS_ADMIN``.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+
+CLONE_NEWIPC = 0x08000000
+
+
+def own_ipc_namespace() -> None:
+    """Move this process into a new IPC namespace; raises OSError if the kernel refuses (not
+    root: ``CAP_SYS_ADMIN``)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.unshare(CLONE_NEWIPC) != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, f"an IPC namespace of its own: {os.strerror(errno)}")
+
+
+def shares_ipc_with_this_process(pid: int) -> bool:
+    """Whether process ``pid`` is in this process's IPC namespace (a rank that should not be)."""
+    try:
+        return os.stat(f"/proc/{pid}/ns/ipc").st_ino == os.stat("/proc/self/ns/ipc").st_ino
+    except OSError:
+        return False
