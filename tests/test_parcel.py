@@ -51,3 +51,20 @@ def test_an_offset_past_the_end_is_still_refused(tmp_path):
     skeleton["v"][0]["at"] = 64  # 32 bytes claimed beyond a 32-byte file
     with pytest.raises(ParcelError, match="lie outside the 32-byte parcel"):
         unpack(skeleton, str(path))
+
+
+def test_a_fifo_where_the_parcel_should_be_is_refused_at_once(tmp_path):
+    """A candidate that made its output path a FIFO held the judge's read until the job's deadline
+    (no writer ever comes) and its job ended as the judge's error."""
+    import os
+    import threading
+
+    skeleton = pack({"out": torch.ones(4)}, tmp_path / "real")
+    os.mkfifo(tmp_path / "fifo")
+    refused = []
+    reader = threading.Thread(target=lambda: refused.append(pytest.raises(ParcelError, unpack, skeleton,
+                                                                          tmp_path / "fifo")), daemon=True)
+    reader.start()
+    reader.join(timeout=10)
+    assert not reader.is_alive(), "the read blocked on the FIFO"
+    assert "not a plain file" in str(refused[0].value)

@@ -204,10 +204,13 @@ class _Reader:
         self.nodes = 0
         self.bytes = 0
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+            # Not blocking: a FIFO put where the parcel should be opens at once (and is refused
+            # below) instead of holding the judge until a writer comes, which none will.
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
         except OSError as exc:
             raise ParcelError(f"the parcel {os.path.basename(path)} could not be opened ({exc.strerror}; "
                               f"a link is never followed)") from None
+        os.set_blocking(fd, True)
         self.file = os.fdopen(fd, "rb")
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
