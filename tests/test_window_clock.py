@@ -7,6 +7,7 @@ The first tests drive a real timekeeper process through the judge's handle
 the last runs window mode end to end with honest and hostile solutions."""
 import json
 import statistics
+import time
 
 import pytest
 import torch
@@ -186,8 +187,9 @@ def test_window_mode_judges_honest_and_hostile_solutions(pkb_invoke, tmp_path):
 
 def test_a_side_that_truncates_its_region_ends_its_own_job_not_the_next(pkb_invoke, tmp_path):
     """A side owns its gate region's file and can truncate it: the timekeeper's next copy into it
-    dies of SIGBUS. That job is the judge's ``error``; the judge's ranks are restarted, and the next
-    job of the same run (an honest file) passes."""
+    dies of SIGBUS. That job ends as the side's own (``crash`` where its rank died of its own
+    truncation too, else ``flagged``: it was the judge's ``error``, a verdict a reward may retry or
+    ignore), and the next job of the same run (an honest file) passes."""
     import shutil
     from pathlib import Path
 
@@ -198,7 +200,7 @@ def test_a_side_that_truncates_its_region_ends_its_own_job_not_the_next(pkb_invo
     shutil.copy(fixtures / "windows_hostile" / "1_allreduce_honest.py", folder / "1_allreduce_b_honest.py")
     records = window_records(pkb_invoke, folder, tmp_path / "run", "--iters", "60", "--timeout", "120")
     truncated = records["1_allreduce_a_truncates_its_region.py"]
-    assert truncated["verdict"] == "error" and "timekeeper" in truncated["reason"], truncated
+    assert truncated["verdict"] in ("crash", "flagged") and "SIGBUS" in truncated["reason"], truncated
     assert records["1_allreduce_b_honest.py"]["verdict"] == "pass", records["1_allreduce_b_honest.py"]
 
 
@@ -336,3 +338,58 @@ def test_a_timekeeper_that_ends_leaves_no_shared_memory_behind(tmp_path):
     assert any("staging" in name for name in made) and any("gates" in name for name in made), made
     keeper.close()
     assert os.listdir(tmp_path) == []
+
+
+def test_a_timekeeper_killed_on_the_candidates_region_is_the_candidates_doing(tmp_path):
+    """The timekeeper touches only the region of the side it times, in that side's folder, which
+    the candidate's user may truncate under it: a SIGBUS there is the candidate's (``flagged``),
+    the dead timekeeper leaves its board, and the judge's next batch gets a fresh clock and fresh
+    mappings of its own sides (it reused the dead one's, and the next job timed out)."""
+    from pkb_core.conduct.window_rounds import batch_ended
+    from pkb_core.contracts.commands_judge import WindowTimes
+    from pkb_core.contracts.verdict import Verdict
+    from pkb_core.judge.rank import JudgeRank
+    from pkb_core.judge.timekeeper import Board
+
+    closed = []
+
+    class Closes:
+        def __init__(self, name):
+            self.name = name
+
+        def close(self):
+            closed.append(self.name)
+
+    judge = JudgeRank.__new__(JudgeRank)
+    judge.clock, judge.window_sides = Closes("clock"), {"null": Closes("null"), "kernel": Closes("kernel")}
+    board = str(tmp_path / "board")
+    other = Board(board, 2, 1)
+    times = judge._region_shrunk({"board": board, "ranks": 2, "index": 0}, 30, "host")
+    assert times.side_fault and judge.clock is None and not judge.__dict__.get("window_sides")
+    assert sorted(closed) == ["clock", "kernel", "null"]
+    assert other.meet(30, time.monotonic() + 1, 10)  # rank 0 left the whole batch
+    ended = batch_ended("candidate", [times, WindowTimes(times_ns=[1], status="ok")])
+    assert ended.verdict == Verdict.FLAGGED and "SIGBUS" in ended.reason
+    assert batch_ended("candidate", [WindowTimes(times_ns=[1], status="ok")]) is None
+    assert batch_ended("kernel", [WindowTimes(times_ns=[], status="call 3 never finished")]).verdict == Verdict.TIMEOUT
+
+
+def test_a_side_that_dies_or_shrinks_its_region_mid_batch_ends_its_own_job_only(pkb_invoke, tmp_path):
+    """A rank killed inside a window batch: the launcher marks its regions done, so the
+    timekeepers end the batch at once (they waited until the batch's deadline: a 300 s job held
+    the next one that long). A rank that shrinks its gate regions under the timekeeper ends as its
+    own verdict, never the judge's error, and the next job passes with a judge that works."""
+    started = time.monotonic()
+    from pathlib import Path
+
+    result = pkb_invoke("run", "--backend", "reference", "--solutions", Path(__file__).parent / "fixtures" / "windows_dying",
+                        "--problem", "1", "--trials", "1", "--measure-perf", "--timing-mode", "window",
+                        "--timeout", "300", "--out", tmp_path / "run", "--json")
+    elapsed = time.monotonic() - started
+    records = {r["solution"].rsplit("/", 1)[-1]: r for r in json.loads(result.stdout)["results"]}
+    dies = records["1_allreduce_a_dies_mid_batch.py"]
+    assert dies["verdict"] == "crash" and "SIGKILL" in dies["reason"], dies["reason"]
+    shrinks = records["1_allreduce_b_shrinks_its_gate_region.py"]
+    assert shrinks["verdict"] in ("crash", "flagged") and "SIGBUS" in shrinks["reason"], shrinks["reason"]
+    assert records["1_allreduce_c_honest.py"]["verdict"] == "pass", records["1_allreduce_c_honest.py"]["reason"]
+    assert elapsed < 250, elapsed  # not one batch deadline (300 s) spent waiting for a dead rank

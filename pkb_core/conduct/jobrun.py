@@ -75,6 +75,29 @@ class Parcels:
 QUIET_S = 0.02
 
 
+def _drain_when_a_rank_dies(group, requests):
+    """A :meth:`pkb_core.launch.ranks.Ranks.gather` watch for a window batch of ``group``: once
+    one of its ranks has died, every rank's gate region is marked done up to the batch's last
+    call (:func:`pkb_core.harness.gates.abandon_region_file`; host engine regions, which are
+    files), so the judge's timekeepers end the batch now instead of waiting for the dead side
+    until the batch's deadline (~100 s of the next job's time on CPU). The group's own answers then
+    say who died."""
+    drained = []
+
+    def watch():
+        if drained or all(worker.proc.poll() is None for worker in group.workers):
+            return
+        from pkb_core.harness.gates import abandon_region_file
+
+        drained.append(True)
+        for request in requests:
+            path = request.region.get("path")
+            if path:
+                abandon_region_file(path, request.epoch + len(request.skeletons))
+
+    return watch
+
+
 class JobRun:
     """Conducts one job between ``judges`` (the launch's) and ``candidates`` (its own).
 
@@ -117,23 +140,24 @@ class JobRun:
         ops[name] = round(ops.get(name, 0.0) + time.monotonic() - started, 4)
 
     # -- what the round loops use (pkb_core.conduct.timed_rounds, window_rounds) ----------
-    def ask_judge(self, request) -> list:
-        """Send ``request`` (or one per rank) to the judge's ranks; their typed answers."""
-        return self.time_judge(request)[0]
+    def ask_judge(self, request, watch=None) -> list:
+        """Send ``request`` (or one per rank) to the judge's ranks; their typed answers
+        (``watch``: :meth:`pkb_core.launch.ranks.Ranks.gather`'s)."""
+        return self.time_judge(request, watch)[0]
 
     def ask_candidate(self, request) -> list:
         """Send ``request`` (or one per rank) to the candidate's ranks; their typed answers
         (read once with the command's answer class: one that does not fit ends the job)."""
         return self.time_candidate(request)[0]
 
-    def time_judge(self, request) -> tuple[list, float]:
+    def time_judge(self, request, watch=None) -> tuple[list, float]:
         """:meth:`ask_judge`, and the launcher's clock around it: ``(answers, milliseconds from
         sending the command to the last rank's answer)``."""
         op = (request[0] if isinstance(request, list) else request).OP
         self.command = f"the judge's `{op}`"
         try:
             started = time.monotonic()
-            answers = self.judges.command(request, deadline=self.deadline)
+            answers = self.judges.command(request, deadline=self.deadline, watch=watch)
             self.answered_at = time.monotonic()
             self._count(f"judge {op}", started)
             return answers, (self.answered_at - started) * 1e3
@@ -176,7 +200,7 @@ class JobRun:
         self.command = f"{who} `windows`"
         try:
             command = group.send(requests)
-            times = self.ask_judge(open_request)
+            times = self.ask_judge(open_request, watch=_drain_when_a_rank_dies(group, requests))
             self.command = f"{who} `windows`"
             try:
                 answers = group.gather(command.op, command.answer, deadline=self.deadline)

@@ -225,10 +225,9 @@ class Batches:
         placed = [t.region_node for t in times]
         if any(isinstance(node, int) for node in placed) and placed not in self.nodes.setdefault(side, []):
             self.nodes[side].append(placed)
-        stopped = next((t.status for t in times if t.status != "ok"), None)
-        if stopped:
-            raise JobEnded(Verdict.TIMEOUT if "never" in stopped else Verdict.ERROR,
-                           f"the {side}'s timed calls: {stopped}")
+        ended = batch_ended(side, times)
+        if ended is not None:
+            raise ended
         if check:
             indices = list(range(k)) if snapshots is None else snapshots
             found = combine(run.ask_judge([judge.CheckWindows(indices=indices, skeletons=a.skeletons)
@@ -446,6 +445,18 @@ def _judge_against_null(raw: dict) -> None:
     slack = max(BELOW_NULL_US, BELOW_NULL_SHARE * statistics.median(raw["null"]))
     _flag_under(raw, "null", "the judge's empty hand-off",
                 "its calls did less than waiting for their gates and closing them", slack)
+
+
+def batch_ended(side: str, times: list) -> JobEnded | None:
+    """How a batch that did not end ``ok`` on every rank (its ``WindowTimes``) ends the job, or
+    None: ``flagged`` where the judge found the side stopped it (``side_fault``), ``timeout``
+    where a call never started or finished, else ``error``."""
+    stopped = next((t.status for t in times if t.status != "ok"), None)
+    if stopped is None:
+        return None
+    verdict = Verdict.FLAGGED if any(t.side_fault for t in times) else \
+        Verdict.TIMEOUT if "never" in stopped else Verdict.ERROR
+    return JobEnded(verdict, f"the {side}'s timed calls: {stopped}")
 
 
 def take_allowance_ns(times: list) -> int | None:

@@ -187,6 +187,9 @@ class WindowTimes(Answer):
 
     times_ns: list[int]
     status: str
+    #: Whether what stopped the batch is the side's doing, by the judge's own evidence (its
+    #: timekeeper killed by a shrunk gate region in the side's folder): ``flagged``, not an error.
+    side_fault: bool | None = optional()
     host_us: float | None = optional()
     #: When the judge's rank was the side: its garbage collections during the batch.
     collections: int | None = optional()

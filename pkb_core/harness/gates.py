@@ -33,6 +33,8 @@ from __future__ import annotations
 import ctypes
 import mmap
 import os
+import stat
+import struct
 import threading
 import time
 
@@ -303,6 +305,28 @@ def close_handle(ptr: int) -> None:
     """Unmap memory mapped by :func:`import_handle`."""
     cu = driver()
     checked(cu.cuIpcCloseMemHandle(cu.CUdeviceptr(ptr)))
+
+
+def abandon_region_file(path: str, value: int) -> bool:
+    """Mark every call up to ``value`` done in the host gate region at ``path``, from outside the
+    side (the launcher, for a side whose process died mid-batch: nobody else would, and its
+    timekeeper waited for the dead side until the batch's deadline). Written with ``pwrite``, not a
+    mapping: a file the side shrank cannot fault this process, and the timekeeper reads the words
+    within one of its sleeps. Only a plain file of one link is written; whether it was."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return False
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
+            return False
+        word = struct.pack("<i", cyclic_gap(value, 0))
+        for at in (QUEUED, TAKEN, DONE):
+            os.pwrite(fd, word, at)
+        return True
+    finally:
+        os.close(fd)
 
 
 class SideRegion:

@@ -37,7 +37,13 @@ def stride(nbytes: int) -> int:
 
 
 class TimekeeperFailed(RuntimeError):
-    """The timekeeper answered an error or went away: the judge's fault, never a side's."""
+    """The timekeeper answered an error or went away: the judge's fault, unless the judge finds
+    it was a side's (:meth:`pkb_core.judge.rank.JudgeRank.on_open`). ``status``: its exit status
+    where it exited (negative: the signal that ended it)."""
+
+    def __init__(self, message: str, status: int | None = None):
+        super().__init__(message)
+        self.status = status
 
 
 class JudgeClock:
@@ -137,7 +143,11 @@ class Timekeeper:
     def receive(self) -> dict:
         line = self.proc.stdout.readline()
         if not line:
-            raise TimekeeperFailed(f"the timekeeper exited (status {self.proc.poll()})")
+            try:
+                status = self.proc.wait(timeout=5)  # its output ends a moment before it is reaped
+            except subprocess.TimeoutExpired:
+                status = None
+            raise TimekeeperFailed(f"the timekeeper exited (status {status})", status)
         answer = json.loads(line)
         if answer.pop("op", None) != self.pending:
             raise TimekeeperFailed(f"the timekeeper answered out of turn: {line[:200]}")

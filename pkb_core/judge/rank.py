@@ -31,6 +31,7 @@ Commands (each answered with the same ``op``; their request and answer classes a
 from __future__ import annotations
 
 import dataclasses
+import signal
 
 import torch
 
@@ -41,6 +42,7 @@ from pkb_core.contracts.messages import Done, Finding, Packed, Parcel, Profiled,
 from pkb_core.contracts.verdict import Verdict
 from pkb_core.contracts.dtypes import torch_dtype
 from pkb_core.judge.check import Finding as Difference, compare
+from pkb_core.judge.clock import TimekeeperFailed
 from pkb_core.harness import mask
 from pkb_core.harness.trees import leaves
 from pkb_core.harness.parcel import TRUSTED, UNTRUSTED, Limits, ParcelError, pack, pack_into, packed_size, \
@@ -429,7 +431,12 @@ class JudgeRank:
                                 fill=min(self.ref_out_bytes, armed["out_bytes"]))
             except Exception as exc:  # noqa: BLE001 - reported after the timekeeper's answer
                 failure = exc
-        answer = keeper.receive()
+        try:
+            answer = keeper.receive()
+        except TimekeeperFailed as exc:
+            if request.side != "candidate" or exc.status != -signal.SIGBUS:
+                raise
+            return self._region_shrunk(meeting, request.epoch + len(armed["sizes"]), keeper.engine)
         if failure is not None:
             raise failure
         armed["copied"] = answer.get("copied")  # the host engine's: bytes of each snapshot
@@ -441,6 +448,28 @@ class JudgeRank:
                            host_us=window_side.host_us if own else None,
                            collections=window_side.collections if own else None,
                            not_queued_ahead=answer.get("not_queued_ahead"))
+
+    def _region_shrunk(self, meeting: dict, last: int, engine: str) -> WindowTimes:
+        """The candidate's batch when the timekeeper died of SIGBUS: it touches only the gate
+        region of the side it times, populated when it was made, in that side's folder, which the
+        candidate's user owns and may truncate (a hostile file shrank it under the timekeeper and
+        restored it, and its job read as the judge's error). The candidate's doing: ``flagged``.
+        The dead timekeeper's board is left for it (the node's other ranks wait for no window of
+        it) and the next batch gets a fresh clock, and the judge's own sides fresh mappings."""
+        from pkb_core.judge.timekeeper import Board
+
+        if meeting:
+            board = Board(meeting["board"], meeting["ranks"], meeting["index"])
+            board.leave(last)
+            board.close()
+        self.clock.close()
+        self.clock = None
+        # The judge's own sides map the dead timekeeper's regions; a new one's reuse their names.
+        for side in self.__dict__.pop("window_sides", {}).values():
+            side.close()
+        return WindowTimes(times_ns=[], status="the judge's timekeeper was killed (SIGBUS) touching the candidate's "
+                                               "gate region: a file in the candidate's folder was shrunk under it",
+                           engine=engine, side_fault=True)
 
     def _window_side(self, side: str, armed):
         """This rank's end of ``side``'s gate region, one per judge side: each stays mapped

@@ -131,7 +131,7 @@ class RankGroup:
         self.cancelled: str | None = None
 
     # -- commands -------------------------------------------------------------
-    def command(self, request, *, deadline: float, grace: float = ERROR_GRACE_S) -> list:
+    def command(self, request, *, deadline: float, grace: float = ERROR_GRACE_S, watch=None) -> list:
         """Send ``request`` (one :class:`pkb_core.contracts.messages.Request` for every rank,
         or a list with one per rank, all of one command of this group's role) and return
         the answers in rank order, each read with the command's answer class
@@ -141,7 +141,7 @@ class RankGroup:
             that does not fit its class is the rank's error.
         """
         command = self.send(request)
-        return self.gather(command.op, command.answer, deadline=deadline, grace=grace)
+        return self.gather(command.op, command.answer, deadline=deadline, grace=grace, watch=watch)
 
     def send(self, request):
         """Send ``request`` (as :meth:`command` does) without waiting: the command, whose
@@ -163,10 +163,11 @@ class RankGroup:
             worker.send(encode(one, worker.nonce))
         return command
 
-    def gather(self, op: str, answer: type, *, deadline: float, grace: float = ERROR_GRACE_S) -> list:
+    def gather(self, op: str, answer: type, *, deadline: float, grace: float = ERROR_GRACE_S, watch=None) -> list:
         """Every rank's answer to ``op``, read once with the ``answer`` class (events on the way
         are counted in :attr:`events`); a line that is not JSON or does not fit the class is
-        that rank's :class:`Failure`."""
+        that rank's :class:`Failure`. ``watch``: called at every poll while answers are awaited
+        (at least every :data:`CANCEL_POLL_S`): what else the caller looks after meanwhile."""
         answers: dict = {}
         first_error_at = None
         dead_at = None
@@ -181,6 +182,8 @@ class RankGroup:
                 break
             if self.cancelled:
                 raise JobEnded(Verdict.CANCELLED, f"{self.cancelled} ({self.phases()})")
+            if watch is not None:
+                watch()
             for key, _ in self.selector.select(timeout=min(limit - now, CANCEL_POLL_S)):
                 worker = key.data
                 for message in worker.reader.read_messages():
