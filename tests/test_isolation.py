@@ -32,8 +32,9 @@ def _listening(table: str, port: int) -> bool:
 
 @ROOT_ONLY
 def test_a_build_and_a_job_see_nothing_of_other_runs_or_the_machine(pkb_invoke, tmp_path, monkeypatch):
-    """The hostile file finds nothing in its builder or its candidate, at import or call time, and
-    passes (it names whatever it finds in its verdict); the honest job after it passes. Its
+    """The hostile file finds nothing in its builder or its candidate, at import or call time (the
+    launcher's working folder in /tmp included), and passes (it names whatever it finds in its
+    verdict); the honest job after it passes. Its
     builder's writes left the cache's entry and the outcomes as they were, and pkb published the
     entry it built (the launcher's, 0644), not the file it put at the top of the cache."""
     mark = secrets.token_hex(4)
@@ -45,6 +46,14 @@ def test_a_build_and_a_job_see_nothing_of_other_runs_or_the_machine(pkb_invoke, 
         os.chmod(other, 0o755)  # another run's folder, readable by anyone who finds it
         (other / f"records-{mark}.jsonl").write_text('{"verdict": "pass"}\n')
         (tmp_path / f"beside-the-solutions-{mark}.txt").write_text("another test's file")
+        # The launcher's working folder, in /tmp: python -m put it on the import path, and the
+        # lockdown bound it back whole (a candidate read another run's output there).
+        launcher_cwd = tmp_path / "launcher-cwd"
+        launcher_cwd.mkdir()
+        (launcher_cwd / f"in-the-launchers-folder-{mark}.json").write_text('{"verdict": "pass"}')
+        os.chmod(tmp_path, 0o755)
+        os.chmod(launcher_cwd, 0o755)
+        monkeypatch.chdir(launcher_cwd)
         server.bind(("127.0.0.1", 0))
         server.listen()
         port = server.getsockname()[1]

@@ -250,9 +250,20 @@ def needed_paths(extra=()) -> list[str]:
     import path (:func:`package_folders`), and ``extra`` (the solution's and
     problem's folders)."""
     paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, *extra}
-    paths.update(p for p in sys.path if p)
+    # Not the working folder that ``python -m`` put first on the import path (the launcher's: a
+    # candidate listed it and read another run's output there, bound back into the covered /tmp);
+    # what pkb imports from it is found as a package folder below.
+    implicit = sys.path[0] if sys.path and sys.path[0] and _same(sys.path[0], os.getcwd()) else None
+    paths.update(p for p in sys.path if p and p != implicit)
     paths.update(package_folders())
     return sorted(os.path.realpath(p) for p in paths if os.path.isabs(p) and os.path.exists(p))
+
+
+def _same(path: str, other: str) -> bool:
+    try:
+        return os.path.samefile(path, other)
+    except OSError:
+        return False
 
 
 def package_folders() -> set[str]:
