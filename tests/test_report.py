@@ -90,6 +90,9 @@ def test_single_sample_runs_have_no_at_k_and_untimed_runs_no_fast_p():
     records = [Record(key="a", problem_id=1, problem="1_allreduce", solution="a.py", verdict="pass", **common),
                Record(key="b", problem_id=2, problem="2_allgather", solution="b.py", verdict="fail", **common)]
     assert at_k(records) is None
+    # The same file again (timed this time, into the same folder): still one sample, its last record.
+    again = Record(key="a-timed", problem_id=1, problem="1_allreduce", solution="a.py", verdict="pass", **common)
+    assert at_k([*records, again]) is None
     assert fast_p(records, 0) == 0.5 and fast_p(records, 1) is None
     assert fast_p(records[1:], 1) == 0.0  # nothing correct: nothing is fast, timed or not
     assert geomean([]) is None
