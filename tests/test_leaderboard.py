@@ -139,8 +139,9 @@ def test_timing_modes_and_problem_sets_are_said(tmp_path, pkb_invoke, monkeypatc
     checked = write_run(tmp_path / "checked", [rec(i, timing="check") for i in (2, 3, 4)])
     board = leaderboard([read_run(timed), read_run(checked)])
     found = {d["setting"]: d for d in board["differences"]}
-    assert found["timing mode"]["values"] == {"sols (triton) #1": "latency", "sols (triton) #2": "untimed"}
-    assert found["problem set"]["values"] == {"sols (triton) #1": 3, "sols (triton) #2": 3}
+    # Two runs of one solutions folder are told apart by their own folders' names.
+    assert found["timing mode"]["values"] == {"sols in timed (triton)": "latency", "sols in checked (triton)": "untimed"}
+    assert found["problem set"]["values"] == {"sols in timed (triton)": 3, "sols in checked (triton)": 3}
     assert found["problem set"]["common"] == 2 and found["problem set"]["common_by_name"] == 2
     # --common scores both on problems 2 and 3 only.
     common = leaderboard([read_run(timed), read_run(checked)], common=True)
@@ -153,7 +154,8 @@ def test_timing_modes_and_problem_sets_are_said(tmp_path, pkb_invoke, monkeypatc
                for note in sizes["notes"])
     monkeypatch.setenv("PKB_PLAIN", "1")
     result = pkb_invoke("leaderboard", timed, checked)
-    assert "rows differ in timing mode (latency: sols (triton) #1; untimed: sols (triton) #2)" in result.output
+    assert "rows differ in timing mode (latency: sols in timed (triton); untimed: sols in checked (triton))" \
+        in result.output
     assert "rows differ in problem set" in result.output and "2 problems in common" in result.output
 
 

@@ -241,6 +241,13 @@ def _labels(entries, given: list) -> list[str]:
     if len(given) > len({e.run_index for e in entries}):
         raise CannotStart(f"{len(given)} labels for {len({e.run_index for e in entries})} runs: give at most one "
                           "--label per run")
+    def made(e):
+        return e.run.model["model"] if e.run.model else e.run.name
+
+    # A made name several runs share (their solutions' one folder) is told apart by each run's own.
+    runs_of = {}
+    for e in entries:
+        runs_of.setdefault(made(e), set()).add(e.run_index)
     out = []
     for e in entries:
         siblings = [x for x in entries if x.run_index == e.run_index]
@@ -250,7 +257,9 @@ def _labels(entries, given: list) -> list[str]:
         varying = [s for s in parts if len({getattr(x, s) for x in siblings}) > 1]
         if not labelled and "backend" not in varying:
             varying.insert(0, "backend")  # a made label always names the backend
-        base = given[e.run_index] if labelled else (e.run.model["model"] if e.run.model else e.run.name)
+        base = given[e.run_index] if labelled else made(e)
+        if not labelled and len(runs_of[base]) > 1 and e.run.path.name not in ("", base):
+            base = f"{base} in {e.run.path.name}"
         suffix = ", ".join(parts[s] for s in varying)
         out.append(f"{base} ({suffix})" if suffix else base)
     shared = {label for label in out if out.count(label) > 1}
