@@ -63,6 +63,8 @@ def test_problems_listing_and_show(pkb_invoke):
     assert {"id": 1, "name": "allreduce", "category": "collective"}.items() <= listing[1].items()
     shown = pkb_invoke("problems", "show", "reducescatter").output
     assert "7_reducescatter" in shown and "size tiny" in shown and "def reference(tensor)" in shown
+    # An exact problem's docstring tells of its integer inputs; the trials of every mantissa bit are said too.
+    assert "every mantissa bit" in shown
 
 
 def test_backends_listing_says_why_unavailable(pkb_invoke, fake_dist):

@@ -189,6 +189,12 @@ def build_cli(pm) -> click.Group:
             return
         click.echo(f"{spec.key}  [{spec.category}]  origin: {spec.origin}\n")
         click.echo(spec.doc.strip() + "\n")
+        if spec.exact:
+            # The docstrings describe the integer trials; the others are checked too (trust.md).
+            click.echo("The integer inputs above are compared bit for bit; every second trial (a run's only "
+                       "trial, where it has one) and every second timed call draw the same range with every "
+                       "mantissa bit used, compared within the dtype's rounding (a lossy wire format fails "
+                       "there).\n")
         click.echo(f"world size: {spec.world_size_rule}")
         for size, params in spec.sizes.items():
             click.echo(f"size {size}: {params}")
