@@ -706,3 +706,14 @@ def test_the_worked_example_of_writing_a_problem_runs(pkb_invoke, fake_dist, tmp
                         "--json")  # the doc's check
     assert result.exit_code == 0, result.output
     assert [r["verdict"] for r in json.loads(result.stdout)["results"]] == ["pass"]
+
+
+def test_a_file_named_for_another_problem_says_so(pkb_invoke, tmp_path):
+    """--problem wins over the file's name; the run says which it took (a new user's all-reduce
+    file ran as problem 7 and only failed on a shape)."""
+    from pkb_core.plugin.manager import backend_infos, get_plugin_manager
+
+    samples = backend_infos(get_plugin_manager())["triton"].samples
+    result = pkb_invoke("run", "--backend", "triton", "--solution", samples / "3_broadcast.py", "--problem", "4",
+                        "--trials", "1", "--out", tmp_path / "run")
+    assert "note: 3_broadcast.py is named for problem 3; it runs as 4_reduce, as --problem says" in result.stderr

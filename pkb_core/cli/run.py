@@ -6,6 +6,7 @@ from pkb_core.contracts.modes import CPU_HEADLINE_MODE, HEADLINE_MODE
 import datetime as _dt
 import json
 import os
+import re
 import time
 from pathlib import Path
 
@@ -137,6 +138,10 @@ def run(pm, problems, backend, solution, solutions, nproc, nnodes, node_rank, rd
             click.echo(crowded, err=True)
     if dropped and problems:
         click.echo(dropped_notice(dropped, backend, solutions), err=True)
+    named = solution and re.match(r"^(\d+)_", Path(solution).name)
+    if named and problems and any(spec.id != int(named.group(1)) for spec, _, _ in pairs):
+        click.echo(f"note: {Path(solution).name} is named for problem {named.group(1)}; it runs as "
+                   f"{', '.join(spec.key for spec, _, _ in pairs)}, as --problem says", err=True)
     keys = {job.key for job in jobs} | {job.key for job, _ in rejected}
     earlier = skip_recorded(run_dir, keys, force)
     recorded = set(earlier)
