@@ -166,7 +166,8 @@ def test_failing_shards_become_records_not_hangs(out, tmp_path):
                 states = _squeue(array_id)
                 if sorted(states.values()) == ["COMPLETED", "RUNNING"]:  # the crash's shard is over
                     [cancelled] = [job for job, state in states.items() if state == "RUNNING"]
-                    assert processes_of(cancelled), "the running shard's processes are not visible here"
+                    shard_pids = processes_of(cancelled)
+                    assert shard_pids, "the running shard's processes are not visible here"
                     subprocess.run(["scancel", cancelled], check=True, timeout=30)
             time.sleep(0.5)
         stdout, stderr = process.communicate(timeout=90)
@@ -189,6 +190,13 @@ def test_failing_shards_become_records_not_hangs(out, tmp_path):
     while processes_of(cancelled) and time.monotonic() < deadline:
         time.sleep(0.5)
     assert processes_of(cancelled) == []
+    # SLURM ended its launch's warden with it: the run swept the launch folder it left in /dev/shm
+    # (it stayed until the next pkb run on the machine).
+    from pkb_core.launch.scratch import OWNER_FILE
+
+    left = [folder for folder in Path("/dev/shm").glob("pkb-*") if (folder / OWNER_FILE).exists()
+            and int((folder / OWNER_FILE).read_text().split()[0]) in shard_pids]
+    assert not left, left
 
 
 @pytest.mark.parametrize("option, message", [

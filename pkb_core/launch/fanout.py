@@ -286,6 +286,11 @@ def _record_lost(engine_job, shard, settings, tail: "RecordTail") -> None:
     missing = [job for job in shard if job.key not in tail.announced]
     if not missing:
         return
+    # The engine ended the shard (a SLURM step ends every process of its cgroup, the launch's
+    # warden too): what it left in this node's /dev/shm goes now, not at the next pkb run here.
+    from pkb_core.launch.scratch import sweep_stale_now
+
+    sweep_stale_now()
     error = engine_job.exception()
     why = engine_message(error) if error else "the shard finished without recording this job"
     reason = f"engine job {engine_job.job_id}: {why} (logs {engine_job.paths.stderr})"[:REASON_LIMIT]

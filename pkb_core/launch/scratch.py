@@ -128,6 +128,13 @@ def sweep_stale() -> None:
     if _SWEPT:
         return
     _SWEPT.append(True)
+    sweep_stale_now()
+
+
+def sweep_stale_now() -> None:
+    """:func:`sweep_stale` whether or not this process swept already: after a launch this process
+    knows was killed with its warden (a SLURM step ends every process of its cgroup, the warden
+    included: :func:`pkb_core.launch.fanout.wait_for_shards`)."""
     root = shm_root()
     for entry in os.listdir(root):
         folder = os.path.join(root, entry)
