@@ -345,3 +345,18 @@ def test_a_jobs_system_v_objects_and_keys_do_not_outlive_it(pkb_invoke, tmp_path
     assert not record.get("lockdown_gaps"), record["lockdown_gaps"]
     key = 0x706B6231
     assert key not in _sysv_keys("shm") and key not in _sysv_keys("msg")
+
+
+@ROOT_ONLY
+def test_ipc_namespaces_are_made_on_cpu_and_said_missing_on_gpus():
+    """Until a GPU run shows CUDA's IPC crosses IPC namespaces, a GPU group keeps the machine's
+    and its records say so; a CPU group's processes each make their own."""
+    from pkb_core.process.containment import contain
+
+    for device, own in (("cpu", True), ("cuda", False)):
+        containment, _ = contain(f"test-ipc-{device}", memory_bytes=None, max_processes=None, device=device)
+        try:
+            assert containment.own_ipc is own
+            assert any("IPC namespace" in gap for gap in containment.gaps) is not own, containment.gaps
+        finally:
+            containment.close()

@@ -102,9 +102,9 @@ def _lock_down(request: BuildRequest, protected) -> None:
 
 def _enter_network() -> None:
     """Enter the build's own network namespace, if the phase made one (a spawned builder; a forked
-    one entered it as it was forked), and an IPC namespace of its own: before the request, so
-    before the solution's code."""
-    from pkb_core.process.ipcns import own_ipc_namespace
+    one entered it as it was forked), and an IPC namespace of its own where the phase says so:
+    before the request, so before the solution's code."""
+    from pkb_core.process.ipcns import OWN_IPC_ENV, own_ipc_namespace
     from pkb_core.process.netns import NETNS_FD_ENV, enter
 
     fd = os.environ.pop(NETNS_FD_ENV, None)
@@ -114,6 +114,7 @@ def _enter_network() -> None:
         except OSError as exc:
             print(f"pkb: {exc}", file=sys.stderr, flush=True)
         os.close(int(fd))
+    if os.environ.pop(OWN_IPC_ENV, None):
         try:
             own_ipc_namespace()
         except OSError as exc:

@@ -202,6 +202,7 @@ class BuildPhase:
         from pkb_core.plugin.preload import preload_environment
         from pkb_core.process.containment import contain
         from pkb_core.process.environment import allowed_environment
+        from pkb_core.process.ipcns import OWN_IPC_ENV
         from pkb_core.process.netns import NETNS_FD_ENV
         from pkb_core.process.reaper import spawned
         from pkb_core.process.sessions import spawner_environment
@@ -224,13 +225,15 @@ class BuildPhase:
         # any of the solution's code runs): its compilers too, ended with it, within its limits.
         # And a network of its own (only its loopback): no abstract Unix socket of the machine's.
         containment, _ = contain(f"build-{Path(solution).stem[:40]}", memory_bytes=self.memory_bytes,
-                                 max_processes=self.max_processes, network=True)
+                                 max_processes=self.max_processes, network=True, device=self.device)
         if self.starter is not None:
             proc = self.starter(line, log, write_fd, extra, containment)
         else:
             netns = () if containment.netns_fd is None else (containment.netns_fd,)
             if netns:
                 env[NETNS_FD_ENV] = str(containment.netns_fd)
+            if containment.own_ipc:
+                env[OWN_IPC_ENV] = "1"
             proc = subprocess.Popen([sys.executable, "-m", "pkb_core.compile.builder"], stdin=subprocess.PIPE,
                                     stdout=log, stderr=subprocess.STDOUT, env=env, pass_fds=(write_fd, *netns),
                                     start_new_session=True)

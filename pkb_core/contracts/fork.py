@@ -44,6 +44,8 @@ class ForkRequest(Contract):
     #: The ``cgroup.procs`` files of the cgroup its output pump joins (the group's, beside the
     #: ranks' leaves: its copying is not the rank's CPU use after an answer); none: the child's.
     pump_cgroup: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    #: Whether the child makes an IPC namespace of its own first (:mod:`pkb_core.process.ipcns`).
+    own_ipc: bool = False
 
 
 @attrs.frozen(kw_only=True)

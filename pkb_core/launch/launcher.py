@@ -246,7 +246,7 @@ class Launch:
         containment, store = contain(run_id, memory_bytes=self._memory_mib(job) << 20,
                                      max_processes=limits.max_processes(settings.max_processes), ranks=settings.nproc,
                                      network=self.remote is None, make=make_store,
-                                     log_cap=limits.log_cap_bytes(settings.log_cap_mib))
+                                     log_cap=limits.log_cap_bytes(settings.log_cap_mib), device=settings.device)
         if self.remote is not None:  # its ranks reach their peers over the machine's network
             containment.gaps += ["a network of its own (a multi-node launch): local services are reachable",
                                  "cgroups on the other nodes: their ranks are found through /proc"]

@@ -256,7 +256,7 @@ def _become(sock, request: ForkRequest, fds, zygote: int) -> None:
             except OSError as exc:
                 print(f"pkb: {exc}", file=sys.stderr, flush=True)
             os.close(named["netns"])
-        if request.role != "judge" and os.geteuid() == 0:  # a rank or a builder: a solution's code runs in it
+        if request.own_ipc:  # a rank or a builder: a solution's code runs in it
             from pkb_core.process.ipcns import own_ipc_namespace
 
             try:

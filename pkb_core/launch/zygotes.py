@@ -151,7 +151,7 @@ def fork_builder(zygote: _Zygote, request: bytes, log, reply_fd: int, environmen
             names.append("netns")
             fds.append(containment.netns_fd)
         fork = ForkRequest(role="builder", env={"PYTHONUNBUFFERED": "1", **environment}, fds=names,
-                           cgroup=containment.procs_files())
+                           cgroup=containment.procs_files(), own_ipc=containment.own_ipc)
         pid = zygote.fork(fork, fds, deadline)
     except BaseException:
         os.close(stdin)
@@ -220,8 +220,9 @@ class Zygotes:
                 if rank == 0 and keeper_fds:
                     names += ["keeper_listen", "keeper_report"]
                     fds += list(keeper_fds)
-                cgroup, log_cap, pump_cgroup = (), None, ()
+                cgroup, log_cap, pump_cgroup, own_ipc = (), None, (), False
                 if containment is not None:
+                    own_ipc = containment.own_ipc
                     cgroup, log_cap = containment.procs_files(local), containment.log_cap_per_rank
                     pump_cgroup = containment.pump_procs_files()
                     if containment.netns_fd is not None:
@@ -229,7 +230,7 @@ class Zygotes:
                         fds.append(containment.netns_fd)
                 request = ForkRequest(role="candidate", env=settings.for_rank(rank, local).environ(),
                                       fds=["stdin", "reply", *names], cgroup=cgroup, log_cap=log_cap,
-                                      pump_cgroup=pump_cgroup)
+                                      pump_cgroup=pump_cgroup, own_ipc=own_ipc)
                 workers.append(_fork_worker(self.zygote, rank, request, fds, time.monotonic() + self.startup_s))
         finally:
             os.close(log_fd)

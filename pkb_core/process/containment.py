@@ -52,12 +52,14 @@ class Containment:
     """
 
     def __init__(self, *, cgroup: Cgroup | None = None, leaves=(), netns_fd: int | None = None,
-                 log_cap_per_rank: int | None = None, gaps=(), output: Cgroup | None = None):
+                 log_cap_per_rank: int | None = None, gaps=(), output: Cgroup | None = None, own_ipc: bool = False):
         self.cgroup = cgroup
         self.leaves = list(leaves)
         #: The leaf the ranks' output pumps join (their copying is no rank's CPU use after an answer).
         self.output = output
         self.netns_fd = netns_fd
+        #: Whether each of its processes makes an IPC namespace of its own (:mod:`pkb_core.process.ipcns`).
+        self.own_ipc = own_ipc
         self.log_cap_per_rank = log_cap_per_rank
         self.gaps = list(gaps)
 
@@ -97,7 +99,7 @@ class Containment:
                 gaps.append(f"rank {local} is not in its job's cgroup: its processes are found through /proc")
             if self.netns_fd is not None and not same_namespace(pid, self.netns_fd):
                 gaps.append(f"rank {local} is not in its job's network namespace: local services are reachable")
-            if self.netns_fd is not None and shares_ipc_with_this_process(pid):
+            if self.own_ipc and shares_ipc_with_this_process(pid):
                 gaps.append(f"rank {local} shares the machine's IPC namespace: its System V objects and message "
                             "queues outlive it, and other jobs reach them")
         self.gaps += gaps
@@ -119,7 +121,8 @@ class Containment:
 
 
 def contain(name: str, *, memory_bytes: int | None, max_processes: int | None, ranks: int | None = None,
-            network: bool = False, make=None, log_cap: int | None = None) -> tuple[Containment, object]:
+            network: bool = False, make=None, log_cap: int | None = None,
+            device: str = "cpu") -> tuple[Containment, object]:
     """A containment for a new group of processes, and ``make()`` called inside its network
     namespace (the store keeper's listening socket: the group's ranks must reach it from
     inside), or outside where there is none.
@@ -128,7 +131,9 @@ def contain(name: str, *, memory_bytes: int | None, max_processes: int | None, r
         process, a builder, which joins the group's cgroup itself).
     :param network: whether to give the group a network namespace of its own (a one-node
         launch; across nodes the ranks reach their peers over the machine's network).
-    :param log_cap: bytes of output the group's log takes (split among its ranks)."""
+    :param log_cap: bytes of output the group's log takes (split among its ranks).
+    :param device: the group's (``cpu``, ``cuda``): where its processes get IPC namespaces of their own
+        (:data:`pkb_core.process.ipcns.OWN_IPC_DEVICES`)."""
     gaps = []
     cgroup, leaves = None, []
     tree, why = own_tree()
@@ -153,5 +158,11 @@ def contain(name: str, *, memory_bytes: int | None, max_processes: int | None, r
         made = make()
     per_rank = max(1, log_cap // (ranks or 1)) if log_cap else None
     output = leaves.pop() if leaves else None
+    from pkb_core.process.ipcns import OWN_IPC_DEVICES
+
+    own_ipc = device in OWN_IPC_DEVICES and os.geteuid() == 0
+    if device not in OWN_IPC_DEVICES:
+        gaps.append("an IPC namespace of its own (not yet on GPUs): System V objects and message queues it "
+                    "makes outlive it, and other jobs reach them")
     return Containment(cgroup=cgroup, leaves=leaves, netns_fd=netns_fd, log_cap_per_rank=per_rank, gaps=gaps,
-                       output=output), made
+                       output=output, own_ipc=own_ipc), made

@@ -12,7 +12,12 @@ exporter by process id, which the IPC namespace does not change: nothing of pkb 
 machine's.
 
 The zygote's child (a rank, a builder) or a spawned builder calls :func:`own_ipc_namespace`
-before anything of the solution runs, while it still holds ``CAP_SYS_ADMIN``.
+before anything of the solution runs, while it still holds ``CAP_SYS_ADMIN``, where its
+containment says so (:class:`pkb_core.process.containment.Containment`'s ``own_ipc``).
+
+Only in CPU mode so far (:data:`OWN_IPC_DEVICES`): on GPUs pkb's sides open CUDA IPC handles of
+the judge's timekeeper and of their peers, and whether CUDA's IPC crosses IPC namespaces has not
+been run on a GPU here; a GPU job's record says the gap (``lockdown_gaps``).
 """
 from __future__ import annotations
 
@@ -20,6 +25,10 @@ import ctypes
 import os
 
 CLONE_NEWIPC = 0x08000000
+#: The devices whose candidate ranks and builders get IPC namespaces of their own.
+OWN_IPC_DEVICES = ("cpu",)
+#: The variable that tells a spawned builder to make one (a forked one is told by its fork request).
+OWN_IPC_ENV = "PKB_OWN_IPC"
 
 
 def own_ipc_namespace() -> None:
