@@ -191,6 +191,13 @@ def test_a_harness_copy_that_does_not_exist_is_refused_before_any_job(pkb_invoke
     assert not (tmp_path / "o").exists()
 
 
+def test_an_ipc_namespace_setting_that_does_not_exist_is_refused_before_any_job(pkb_invoke, tmp_path, monkeypatch):
+    monkeypatch.setenv("PKB_IPC_NAMESPACES", "maybe")
+    line = one_error_line(pkb_invoke("run", "--problem", "1", "--out", tmp_path / "o"), 4)
+    assert line.startswith("Error: PKB_IPC_NAMESPACES='maybe' is not one of auto, on, off"), line
+    assert not (tmp_path / "o").exists()
+
+
 def test_unknown_category_lists_the_categories(pkb_invoke):
     line = one_error_line(pkb_invoke("problems", "--category", "nosuch"), 1)
     assert line.startswith("Error: unknown category 'nosuch' (categories: collective (coll), tensor-parallel (tp)")

@@ -125,11 +125,13 @@ def _check_environment() -> None:
     would otherwise surface as every window-mode job's ``error``)."""
     from pkb_core.harness.copies import copies_choice
     from pkb_core.harness.gates import engine_choice, mask_choice
+    from pkb_core.process.ipcns import ipc_choice
 
     try:
         engine_choice()
         copies_choice()
         mask_choice()
+        ipc_choice()
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
 

@@ -132,8 +132,8 @@ def contain(name: str, *, memory_bytes: int | None, max_processes: int | None, r
     :param network: whether to give the group a network namespace of its own (a one-node
         launch; across nodes the ranks reach their peers over the machine's network).
     :param log_cap: bytes of output the group's log takes (split among its ranks).
-    :param device: the group's (``cpu``, ``cuda``): where its processes get IPC namespaces of their own
-        (:data:`pkb_core.process.ipcns.OWN_IPC_DEVICES`)."""
+    :param device: the group's (``cpu``, ``cuda``): whether its processes get IPC namespaces of their
+        own (:func:`pkb_core.process.ipcns.wants_own_ipc`)."""
     gaps = []
     cgroup, leaves = None, []
     tree, why = own_tree()
@@ -158,11 +158,12 @@ def contain(name: str, *, memory_bytes: int | None, max_processes: int | None, r
         made = make()
     per_rank = max(1, log_cap // (ranks or 1)) if log_cap else None
     output = leaves.pop() if leaves else None
-    from pkb_core.process.ipcns import OWN_IPC_DEVICES
+    from pkb_core.process.ipcns import wants_own_ipc
 
-    own_ipc = device in OWN_IPC_DEVICES and os.geteuid() == 0
-    if device not in OWN_IPC_DEVICES:
-        gaps.append("an IPC namespace of its own (not yet on GPUs): System V objects and message queues it "
-                    "makes outlive it, and other jobs reach them")
+    wanted = wants_own_ipc(device)
+    own_ipc = wanted and os.geteuid() == 0
+    if not wanted:
+        gaps.append(f"an IPC namespace of its own (not on {device} unless PKB_IPC_NAMESPACES=on): System V "
+                    "objects and message queues it makes outlive it, and other jobs reach them")
     return Containment(cgroup=cgroup, leaves=leaves, netns_fd=netns_fd, log_cap_per_rank=per_rank, gaps=gaps,
                        output=output, own_ipc=own_ipc), made

@@ -17,18 +17,35 @@ containment says so (:class:`pkb_core.process.containment.Containment`'s ``own_i
 
 Only in CPU mode so far (:data:`OWN_IPC_DEVICES`): on GPUs pkb's sides open CUDA IPC handles of
 the judge's timekeeper and of their peers, and whether CUDA's IPC crosses IPC namespaces has not
-been run on a GPU here; a GPU job's record says the gap (``lockdown_gaps``).
+been run on a GPU here; a GPU job's record says the gap (``lockdown_gaps``). ``PKB_IPC_NAMESPACES``
+(in the environment of ``pkb run``, ``pkb bench`` or ``pkb serve``) is ``auto`` (that), ``on``
+(every device: how a GPU run tries it) or ``off`` (none); any other value is refused in one line.
 """
 from __future__ import annotations
 
 import ctypes
 import os
 
+from pkb_core.env_settings import setting_from_env
+
 CLONE_NEWIPC = 0x08000000
-#: The devices whose candidate ranks and builders get IPC namespaces of their own.
+#: The devices whose candidate ranks and builders get IPC namespaces of their own (``auto``).
 OWN_IPC_DEVICES = ("cpu",)
+IPC_ENV = "PKB_IPC_NAMESPACES"
+IPC_CHOICES = ("auto", "on", "off")
 #: The variable that tells a spawned builder to make one (a forked one is told by its fork request).
 OWN_IPC_ENV = "PKB_OWN_IPC"
+
+
+def ipc_choice() -> str:
+    """What ``PKB_IPC_NAMESPACES`` asks for (``auto`` unset); ValueError, one line, for any other value."""
+    return setting_from_env(IPC_ENV, IPC_CHOICES, "auto", "IPC namespaces per candidate process: docs/trust.md")
+
+
+def wants_own_ipc(device: str) -> bool:
+    """Whether a candidate group or builder on ``device`` (``cpu``, ``cuda``) gets IPC namespaces of its own."""
+    choice = ipc_choice()
+    return choice == "on" or (choice == "auto" and device in OWN_IPC_DEVICES)
 
 
 def own_ipc_namespace() -> None:
