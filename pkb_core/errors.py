@@ -18,6 +18,10 @@ class PkbError(Exception):
 
     #: The exit status of the ``pkb`` command that stops with this error.
     exit_code = 1
+    #: Class defaults too: a plugin's subclass may not call this ``__init__``.
+    about: tuple = ()
+    #: Where that value came from, once the command found it (``'backend' in [run] of pkb.toml``).
+    origin: str | None = None
 
     def __init__(self, *args, about: tuple = ()):
         super().__init__(*args)

@@ -55,19 +55,17 @@ def parse_sizes(text: str) -> list[int]:
     return sizes
 
 
-def _checked_sizes(ctx, param, value):
-    """``--sizes`` read while the command line is (its error then names where the value came from:
-    typed, the environment or pkb.toml); the text is kept, :func:`parse_sizes` reads it again."""
-    if value is not None:
-        parse_sizes(value)
-    return value
+def _read_sizes(ctx, param, value) -> list[int]:
+    """``--sizes`` in bytes, read while the command line is (its error then names where the value
+    came from: typed, the environment or pkb.toml)."""
+    return parse_sizes(value)
 
 
 @click.command()
 @click.option("--problem", "problems", cls=ListOption, default="collective", show_default=True)
 @click.option("--backend", required=True, help="Backend plugin whose solutions run (see `pkb backends`).")
 @click.option("--solutions", default=None, help="Directory of solutions (default: the backend's samples).")
-@click.option("--sizes", cls=ListOption, default=DEFAULT_SIZES, show_default=True, callback=_checked_sizes,
+@click.option("--sizes", cls=ListOption, default=DEFAULT_SIZES, show_default=True, callback=_read_sizes,
               help="Per-rank message sizes.")
 @click.option("--nproc", type=click.IntRange(min=1), default=None, help="Ranks (default: every GPU; 2 in CPU mode).")
 @click.option("--dtype", type=click.Choice(["auto", "bf16", "fp16", "fp32"]), default="auto")
@@ -103,7 +101,6 @@ def bench(pm, problems, backend, solutions, sizes, nproc, dtype, trials, warmup,
     from pkb_core.launch.plan import RunRequest, device_defaults, pair_solutions, skip_recorded
     from pkb_core.launch.session import Session
 
-    byte_sizes = parse_sizes(sizes)
     session = Session.here(pm, config_of(), device=device, backend=backend, world_size=nproc, what="--nproc")
     device, nproc, info = session.device, session.world_size, session.info
     _, dtype = device_defaults(device, dtype=dtype)
@@ -125,7 +122,7 @@ def bench(pm, problems, backend, solutions, sizes, nproc, dtype, trials, warmup,
     no_sweep = [spec.key for spec, _, _ in no_sweep]
 
     def message_sizes(spec, problem):
-        return [(f"sweep:{nbytes}", problem.module.sweep(nbytes, nproc, itemsize)) for nbytes in byte_sizes]
+        return [(f"sweep:{nbytes}", problem.module.sweep(nbytes, nproc, itemsize)) for nbytes in sizes]
 
     jobs, rejected = session.plan(request, pairs, expand=message_sizes)
     baseline_jobs = []

@@ -63,8 +63,8 @@ class _Group(click.Group):
         try:
             return super().invoke(ctx)
         except PkbError as exc:
-            origin = getattr(exc, "origin", None)
-            raise _Failure(f"{exc}; the value came from {origin}" if origin else str(exc), exc.exit_code) from None
+            raise _Failure(f"{exc}; the value came from {exc.origin}" if exc.origin else str(exc),
+                           exc.exit_code) from None
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         try:
@@ -363,7 +363,7 @@ def _name_sources(group: click.Group) -> None:
             try:
                 return _original(ctx)
             except PkbError as exc:
-                if exc.about and not hasattr(exc, "origin"):
+                if exc.about and exc.origin is None:
                     exc.origin = _origin_of(ctx, exc.about)
                 raise
 

@@ -6,7 +6,6 @@ from pkb_core.contracts.modes import CPU_HEADLINE_MODE, HEADLINE_MODE
 import datetime as _dt
 import json
 import os
-import re
 import time
 from pathlib import Path
 
@@ -87,7 +86,7 @@ def run(pm, problems, backend, solution, solutions, nproc, nnodes, node_rank, rd
     failed, 2 interrupted, 4 a bad option or configuration value, 5 nothing selected."""
     from pkb_core.cli.config import config_of
     from pkb_core.contracts.batch import Nodes
-    from pkb_core.launch.plan import check_solution_paths, pair_solutions, skip_recorded
+    from pkb_core.launch.plan import check_solution_paths, named_problem, pair_solutions, skip_recorded
     from pkb_core.launch.session import Session
     from pkb_core.machine.device import crowded_cores_warning, detect_device, device_count, require_device
     from pkb_core.plugin.manager import get_backend_info
@@ -138,9 +137,9 @@ def run(pm, problems, backend, solution, solutions, nproc, nnodes, node_rank, rd
             click.echo(crowded, err=True)
     if dropped and problems:
         click.echo(dropped_notice(dropped, backend, solutions), err=True)
-    named = solution and re.match(r"^(\d+)_", Path(solution).name)
-    if named and problems and any(spec.id != int(named.group(1)) for spec, _, _ in pairs):
-        click.echo(f"note: {Path(solution).name} is named for problem {named.group(1)}; it runs as "
+    named = named_problem(solution) if solution else None
+    if named and problems and any(spec.id != int(named) for spec, _, _ in pairs):
+        click.echo(f"note: {Path(solution).name} is named for problem {named}; it runs as "
                    f"{', '.join(spec.key for spec, _, _ in pairs)}, as --problem says", err=True)
     keys = {job.key for job in jobs} | {job.key for job, _ in rejected}
     earlier = skip_recorded(run_dir, keys, force)

@@ -12,7 +12,6 @@ import importlib
 import ipaddress
 import json
 import os
-import re
 from pathlib import Path
 
 import click
@@ -293,6 +292,7 @@ def _submission_of(path: Path, problem: str | None, backend: str | None, typed: 
 
     :param typed: whether ``backend`` was typed on the command line (then a file declaring another is
         left out) rather than configured (then the file's declaration wins)."""
+    from pkb_core.launch.plan import named_problem
     from pkb_core.problem.solution_backend import declared_backend
 
     try:
@@ -301,13 +301,13 @@ def _submission_of(path: Path, problem: str | None, backend: str | None, typed: 
         raise _LeftOut(f"cannot read it ({exc.strerror}); not submitted") from None
     except UnicodeDecodeError as exc:
         raise _LeftOut(f"is not UTF-8 text ({exc.reason} at byte {exc.start}); not submitted") from None
-    named = re.match(r"^(\d+)_", path.name)
-    if not problem and not named:
+    named = named_problem(path)
+    if not problem and named is None:
         raise _LeftOut("cannot tell its problem: name it <id>_<name>.py or pass --problem")
     declared = declared_backend(text)
     if declared and typed and backend != declared:
         raise _LeftOut(f'it declares BACKEND = "{declared}" but --backend {backend} was given; not submitted')
-    return path, problem or named.group(1), text, declared or backend
+    return path, problem or named, text, declared or backend
 
 
 #: Lines of a reason ``pkb submit --wait`` shows: the error itself (``--json`` has all of it).

@@ -43,6 +43,8 @@ from pkb_core.harness import host_wake
 
 #: Byte offsets of the words in a region's header, and the header's size (slots start after it).
 GO, DONE, QUEUED, USED, KEY, RELEASED, TAKEN = 0, 64, 128, 192, 256, 320, 384
+#: A side's words that abandoning a batch sets to its last mark (every call announced, taken, done).
+ABANDONED = (QUEUED, TAKEN, DONE)
 #: The key's int32 words (ChaCha20's key and nonce: :mod:`pkb_core.harness.keystream_kernel`).
 KEY_WORDS = 11
 HEADER = 4096
@@ -322,7 +324,7 @@ def abandon_region_file(path: str, value: int) -> bool:
         if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
             return False
         word = struct.pack("<i", cyclic_gap(value, 0))
-        for at in (QUEUED, TAKEN, DONE):
+        for at in ABANDONED:
             os.pwrite(fd, word, at)
         return True
     finally:
@@ -435,7 +437,7 @@ class SideRegion:
             # would move the words back below ``value`` (the timekeeper then waited for a call
             # that never came until its deadline).
             for stream in (self.side_stream.cuda_stream, self._stream()):
-                for at in (QUEUED, TAKEN, DONE):
+                for at in ABANDONED:
                     stream_write(stream, self.ptr + at, value)
         else:
             for word in (self.host.queued, self.host.taken, self.host.done):

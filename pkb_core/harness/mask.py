@@ -15,9 +15,9 @@ ahead. So for large sets:
    ``released`` word);
 3. the side's stream, queued ahead, waits for ``released``, copies the masked set into its own
    device memory and says so (``taken``); the timekeeper opens the window only after that, so
-   neither copy is inside it, but starts its clock no later than an honest take after the release
-   (``take_allowance_ns``: the judge's own ``kernel`` side's), so what a side does before saying
-   ``taken`` beyond that is inside its window;
+   neither copy is inside it, but waits no longer than an honest take after the release
+   (``take_allowance_ns``: the judge's own ``kernel`` side's) and times a side still not taken
+   from there, so what a side does before saying ``taken`` beyond that is inside its window;
 4. as the window opens the timekeeper writes the key (the region's ``key`` words) just before
    ``go``, and the side unmasks on its device behind its gate (:class:`Unmasker`): one kernel
    that XORs the keystream in, a few microseconds.

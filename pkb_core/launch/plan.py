@@ -59,6 +59,12 @@ class RunRequest:
     min_iters: int | None = None
 
 
+def named_problem(path) -> str | None:
+    """The problem id a solution file's name gives (``<id>_<name>.py``), or None."""
+    match = _SOLUTION_NAME.match(Path(path).name)
+    return match.group(1) if match else None
+
+
 def pair_solutions(request: RunRequest, registry, info, dropped: list | None = None) -> list[tuple]:
     """``[(spec, solution path or None, label)]`` in problem order.
 
@@ -70,10 +76,10 @@ def pair_solutions(request: RunRequest, registry, info, dropped: list | None = N
         if request.problems:
             specs = registry.select(request.problems)
         else:
-            match = _SOLUTION_NAME.match(path.name)
-            if not match:
+            named = named_problem(path)
+            if named is None:
                 raise PkbError(f"cannot tell the problem of {path.name}: name it <id>_<name>.py or pass --problem")
-            specs = [registry.get(match.group(1))]
+            specs = [registry.get(named)]
         return [(spec, path, str(path)) for spec in specs]
     specs = registry.select(request.problems or "all")
     folder = Path(request.solutions) if request.solutions else info.samples
