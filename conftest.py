@@ -7,6 +7,7 @@ rendered at full width whatever the developer's ``$COLUMNS``. ``--pkb-extra-pack
 runs the tests with a throwaway third-party problem pack installed, to check
 that none assumes the built-in pack is alone.
 """
+import atexit
 import importlib
 import os
 import shutil
@@ -18,8 +19,11 @@ pytest_plugins = ["pkb_core.testing"]
 
 # Tests run the real CPU pipeline; never let a developer's GPU change that.
 os.environ["PKB_DEVICE"] = "cpu"
-# Set before any test (and inherited by every process a test starts).
+# Set before any test (and inherited by every process a test starts), and removed as the process
+# exits: the xdist worker that ran a root-only pkb job in-process never reached pytest_unconfigure
+# (its atexit handlers ran), and each test run left its folder in /tmp.
 _SESSION_DIR = Path(tempfile.mkdtemp(prefix="pkb-tests-"))
+atexit.register(shutil.rmtree, _SESSION_DIR, ignore_errors=True)
 os.environ["PKB_CACHE_DIR"] = str(_SESSION_DIR / "cache")
 os.environ.pop("COLUMNS", None)
 
