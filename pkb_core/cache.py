@@ -35,3 +35,10 @@ def builds_dir() -> Path:
 def pch_dir() -> Path:
     """Precompiled headers, by compiler, flags and header (:mod:`pkb_core.compile.pch`)."""
     return cache_dir() / "pch"
+
+
+def judge_triton_dir() -> Path:
+    """The judge's Triton cache: pkb's own kernels (the keystream a masked set is unmasked with), as
+    compiled by the judge, and what every candidate group's own Triton cache starts with
+    (:mod:`pkb_core.launch.scratch`), so that a side loads them instead of compiling them again."""
+    return cache_dir() / "triton-judge"

@@ -166,6 +166,29 @@ def test_shared_memory_folders_cannot_be_planted_and_belong_to_their_group(tmp_p
     assert not os.path.exists(launch.path)
 
 
+@ROOT_ONLY
+def test_a_groups_folder_starts_with_the_judges_triton_cache_as_its_own(tmp_path, monkeypatch):
+    """A candidate group's folder (its Triton cache) starts with a copy of the judge's: pkb's own
+    kernels, compiled once, found there instead of compiled by every side. The copy is the group
+    user's, and a link in the seed is not followed into the group's folder."""
+    from pkb_core.launch import scratch
+
+    monkeypatch.setattr(scratch, "shm_root", lambda: str(tmp_path / "shm"))
+    (tmp_path / "shm").mkdir()
+    seed = tmp_path / "seed"
+    (seed / "A1B2").mkdir(parents=True)
+    (seed / "A1B2" / "_chacha20_xor.cubin").write_bytes(b"\x7fELF kernel")
+    (seed / "A1B2" / "secret-link").symlink_to("/etc/shadow")
+    launch = scratch.Scratch.for_launch("seeded")
+    job = launch.group("job1", uid=0x70000002, seed=seed)
+    kernel = os.path.join(job, "A1B2", "_chacha20_xor.cubin")
+    assert open(kernel, "rb").read() == b"\x7fELF kernel"
+    assert {os.stat(p).st_uid for p in (job, os.path.dirname(kernel), kernel)} == {0x70000002}
+    assert not os.path.lexists(os.path.join(job, "A1B2", "secret-link"))
+    assert os.listdir(launch.group("job2", uid=0x70000003, seed=tmp_path / "none")) == []
+    launch.remove()
+
+
 def test_no_candidate_reaches_the_judges_store_or_another_groups(pkb_invoke, tmp_path):
     """A reference-backend candidate keeps its network, so it can open TCP connections: the
     judge's store (served by the launcher) and the next job's keeper stop accepting new ones as

@@ -39,6 +39,8 @@ def main() -> int:
     kwargs = {"device_id": device} if device.type == "cuda" else {}
     dist.init_process_group(backend, store=dist.PrefixStore("judge", store), rank=rank, world_size=world_size,
                             timeout=timeout, **kwargs)
+    if device.type == "cuda":
+        _compile_ahead(device)
     secret = Secret.from_json(channel.receive()).secret  # first message: never in the environment or on disk
     handler = JudgeRank(rank=rank, world_size=world_size, device=device, secret=secret,
                         run_dir=Path(settings.run_dir),
@@ -53,6 +55,23 @@ def main() -> int:
     ready(channel, machine=machine)
     serve(channel, handler, "judge")
     return 0
+
+
+def _compile_ahead(device) -> None:
+    """pkb's keystream kernel compiled into the judge's Triton cache in a thread of its own, while
+    the judge starts and serves (:func:`pkb_core.harness.keystream_kernel.compile_ahead`); a
+    failure costs only the compile each side then does for itself."""
+    import threading
+
+    def compile_kernel():
+        try:
+            from pkb_core.harness.keystream_kernel import compile_ahead
+
+            compile_ahead(device)
+        except Exception as exc:  # noqa: BLE001 - best effort, never the judge's failure
+            print(f"pkb: the keystream kernel was not compiled ahead ({exc})", file=sys.stderr)
+
+    threading.Thread(target=compile_kernel, name="pkb-compile-ahead", daemon=True).start()
 
 
 if __name__ == "__main__":

@@ -93,7 +93,10 @@ class Launch:
 
             if self.scratch is None or self.scratch.path != forwarded["scratch"]:
                 self.scratch = Scratch(forwarded["scratch"])
-            shm_dir = self.scratch.group(forwarded["run_id"], uid)
+            from pkb_core.cache import judge_triton_dir
+
+            shm_dir = self.scratch.group(forwarded["run_id"], uid,
+                                         seed=judge_triton_dir() if role != "judge" else None)
         worker = WorkerSettings(
             role=role, world_size=settings.world_size, local_world_size=settings.nproc, device_type=settings.device,
             store=forwarded["store"], store_token=forwarded.get("store_token", ""),
@@ -113,6 +116,12 @@ class Launch:
                    PYTHONUNBUFFERED="1")
         if role == "candidate" and preload:
             env.update(preload_environment(settings.preload))
+        if role == "judge":
+            from pkb_core.cache import judge_triton_dir
+
+            # pkb's own kernels as the judge compiles them, in a cache of their own: what each
+            # candidate group's cache starts with (Scratch.group's seed), and nothing else.
+            env["TRITON_CACHE_DIR"] = str(judge_triton_dir())
         for name, value in device_environment(settings.device).items():
             env.setdefault(name, value)
         return env

@@ -68,9 +68,12 @@ class Scratch:
             _check_owned(self.path, os.geteuid(), 0o711)
         self.made = True
 
-    def group(self, name: str, uid: int | None = None) -> str:
+    def group(self, name: str, uid: int | None = None, seed=None) -> str:
         """The folder of one group (``uid``: its owner, a candidate group's
-        user; ``None``: this process's, for the judge)."""
+        user; ``None``: this process's, for the judge). ``seed``: a folder whose
+        contents the new folder starts with, owned by its owner (the judge's Triton
+        cache: the group's processes use the folder as theirs, :func:`pkb_core.confine.
+        sandbox.use_scratch`, and find pkb's own kernels compiled there)."""
         self._ensure()
         folder = os.path.join(self.path, name)
         owner = uid if uid is not None and os.geteuid() == 0 else os.geteuid()
@@ -80,8 +83,12 @@ class Scratch:
             _check_owned(folder, owner, 0o700)
             return folder
         os.chmod(folder, 0o700)
+        if seed is not None:
+            _copy_seed(str(seed), folder)
         if owner != os.geteuid():
-            os.chown(folder, owner, owner)
+            for root, dirs, files in os.walk(folder):
+                for entry in (root, *(os.path.join(root, f) for f in files)):
+                    os.lchown(entry, owner, owner)
         return folder
 
     def remove_group(self, name: str) -> None:
@@ -94,6 +101,23 @@ class Scratch:
             shutil.rmtree(self.path, ignore_errors=True)
             warden().forget(folder=self.path)
             self.made = False
+
+
+def _copy_seed(seed: str, folder: str) -> None:
+    """Copy the regular files and folders under ``seed`` into ``folder`` (best effort: a seed being
+    written as it is read loses only what the group then compiles itself). Links are not followed
+    or copied: the seed is pkb's, but what it points to need not be."""
+    for root, dirs, files in os.walk(seed):
+        rel = os.path.relpath(root, seed)
+        target = folder if rel == "." else os.path.join(folder, rel)
+        try:
+            os.makedirs(target, 0o700, exist_ok=True)
+            for file in files:
+                source = os.path.join(root, file)
+                if stat.S_ISREG(os.lstat(source).st_mode):
+                    shutil.copyfile(source, os.path.join(target, file), follow_symlinks=False)
+        except OSError:
+            continue
 
 
 #: The file in a launch folder that names the process that made it.
