@@ -348,15 +348,15 @@ def test_a_jobs_system_v_objects_and_keys_do_not_outlive_it(pkb_invoke, tmp_path
 
 
 @ROOT_ONLY
-def test_ipc_namespaces_are_made_on_cpu_and_said_missing_on_gpus(monkeypatch):
-    """Until a GPU run shows CUDA's IPC crosses IPC namespaces, a GPU group keeps the machine's
-    and its records say so; a CPU group's processes each make their own (PKB_IPC_NAMESPACES:
-    ``on`` everywhere, how a GPU run tries it; ``off`` nowhere)."""
+def test_ipc_namespaces_are_made_where_asked_and_said_missing_where_not(monkeypatch):
+    """A CPU or CUDA group's processes each make their own IPC namespace (on 2xH200 CUDA's IPC
+    and NCCL worked across them); a device not known to is left in the machine's, and its
+    records say so (PKB_IPC_NAMESPACES: ``on`` everywhere; ``off`` nowhere, and said)."""
     from pkb_core.process.containment import contain
     from pkb_core.process.ipcns import IPC_ENV
 
-    for choice, device, own in (("auto", "cpu", True), ("auto", "cuda", False), ("on", "cuda", True),
-                                ("off", "cpu", False)):
+    for choice, device, own in (("auto", "cpu", True), ("auto", "cuda", True), ("auto", "rocm", False),
+                                ("on", "rocm", True), ("off", "cuda", False)):
         monkeypatch.setenv(IPC_ENV, choice)
         containment, _ = contain(f"test-ipc-{device}", memory_bytes=None, max_processes=None, device=device)
         try:

@@ -15,11 +15,14 @@ The zygote's child (a rank, a builder) or a spawned builder calls :func:`own_ipc
 before anything of the solution runs, while it still holds ``CAP_SYS_ADMIN``, where its
 containment says so (:class:`pkb_core.process.containment.Containment`'s ``own_ipc``).
 
-Only in CPU mode so far (:data:`OWN_IPC_DEVICES`): on GPUs pkb's sides open CUDA IPC handles of
-the judge's timekeeper and of their peers, and whether CUDA's IPC crosses IPC namespaces has not
-been run on a GPU here; a GPU job's record says the gap (``lockdown_gaps``). ``PKB_IPC_NAMESPACES``
-(in the environment of ``pkb run``, ``pkb bench`` or ``pkb serve``) is ``auto`` (that), ``on``
-(every device: how a GPU run tries it) or ``off`` (none); any other value is refused in one line.
+On CPUs and on NVIDIA GPUs (:data:`OWN_IPC_DEVICES`). On GPUs pkb's sides open CUDA IPC handles of
+the judge's timekeeper and of their peers, and NCCL its own: with every candidate rank in an IPC
+namespace of its own, the cuda samples 1 and 2 (window mode) and the reference's NCCL beside them
+passed on 2xH200 with no ``lockdown_gaps`` entry, three jobs in two calls (2026-11-29,
+docs/benchmarks/2026-11-29-h200x2-clock-targets.md). ``PKB_IPC_NAMESPACES`` (in the environment
+of ``pkb run``, ``pkb bench`` or ``pkb serve``) is ``auto`` (those devices), ``on`` (every device)
+or ``off`` (none: the way back for a backend whose transport needs the machine's namespace, whose
+records then say the gap); any other value is refused in one line.
 """
 from __future__ import annotations
 
@@ -30,7 +33,7 @@ from pkb_core.env_settings import setting_from_env
 
 CLONE_NEWIPC = 0x08000000
 #: The devices whose candidate ranks and builders get IPC namespaces of their own (``auto``).
-OWN_IPC_DEVICES = ("cpu",)
+OWN_IPC_DEVICES = ("cpu", "cuda")
 IPC_ENV = "PKB_IPC_NAMESPACES"
 IPC_CHOICES = ("auto", "on", "off")
 #: The variable that tells a spawned builder to make one (a forked one is told by its fork request).
