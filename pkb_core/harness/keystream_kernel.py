@@ -18,7 +18,6 @@ the interpreter cannot call a jitted helper.
 from __future__ import annotations
 
 import functools
-import threading
 
 import triton
 import triton.language as tl
@@ -27,9 +26,6 @@ from pkb_core.harness.gates import KEY_WORDS  # noqa: F401 - the key argument's 
 
 #: Keystream blocks (64 bytes each) one program makes.
 BLOCKS = 128
-#: Held while the kernel is compiled or launched: :func:`compile_ahead` compiles it in a thread of
-#: its own, and Triton's compile of one kernel is not made for two threads at once.
-_LAUNCHING = threading.Lock()
 
 
 def _chacha20_xor(key, src, out, n_words, first, BLOCKS: tl.constexpr):
@@ -149,19 +145,17 @@ def xor_keystream(key, src, out, n_words: int, first: int = 0) -> None:
         return
     blocks = -(-n_words // 16)
     interpreted = out.device.type != "cuda"
-    with _LAUNCHING:
-        kernel(interpreted)[(-(-blocks // BLOCKS),)](key, src, out, n_words, first, BLOCKS=BLOCKS)
+    kernel(interpreted)[(-(-blocks // BLOCKS),)](key, src, out, n_words, first, BLOCKS=BLOCKS)
 
 
 def compile_ahead(device) -> None:
-    """Compile the kernel for ``device`` (a GPU) and run it once on a stream of its own: what the judge
-    does as it starts, in a thread, so that its Triton cache holds the kernel and its launcher
-    before the first candidate group's cache is made from it (a side that compiled them itself
-    spent 11-13 s of its first masked batch doing so on 2xH200, every job)."""
+    """Compile the kernel for ``device`` (a GPU) and run it once: what the judge does as it starts, so
+    that its Triton cache holds the kernel and its launcher before the candidate groups' caches
+    are made from it (a side that compiled them itself spent 11-13 s of its first masked batch
+    doing so on 2xH200, every job)."""
     import torch
 
-    stream = torch.cuda.Stream(device)
-    with torch.cuda.device(device), torch.cuda.stream(stream):
+    with torch.cuda.device(device):
         words = torch.zeros(16, dtype=torch.int32, device=device)
         xor_keystream(torch.zeros(KEY_WORDS, dtype=torch.int32, device=device), words, words, 16)
-    stream.synchronize()
+        torch.cuda.synchronize(device)

@@ -58,20 +58,17 @@ def main() -> int:
 
 
 def _compile_ahead(device) -> None:
-    """pkb's keystream kernel compiled into the judge's Triton cache in a thread of its own, while
-    the judge starts and serves (:func:`pkb_core.harness.keystream_kernel.compile_ahead`); a
-    failure costs only the compile each side then does for itself."""
-    import threading
+    """pkb's keystream kernel compiled into the judge's Triton cache before the judge says it is
+    ready (:func:`pkb_core.harness.keystream_kernel.compile_ahead`): about 5 s the first time on a
+    machine, a load from that cache after. Not in a thread beside the judge's work: a launch from
+    another thread breaks a CUDA graph being captured (graph mode), and Triton's compile of one
+    kernel is not made for two threads. A failure costs only the compile each side then does."""
+    try:
+        from pkb_core.harness.keystream_kernel import compile_ahead
 
-    def compile_kernel():
-        try:
-            from pkb_core.harness.keystream_kernel import compile_ahead
-
-            compile_ahead(device)
-        except Exception as exc:  # noqa: BLE001 - best effort, never the judge's failure
-            print(f"pkb: the keystream kernel was not compiled ahead ({exc})", file=sys.stderr)
-
-    threading.Thread(target=compile_kernel, name="pkb-compile-ahead", daemon=True).start()
+        compile_ahead(device)
+    except Exception as exc:  # noqa: BLE001 - best effort, never the judge's failure
+        print(f"pkb: the keystream kernel was not compiled ahead ({exc})", file=sys.stderr)
 
 
 if __name__ == "__main__":
