@@ -374,11 +374,13 @@ def test_a_timekeeper_killed_on_the_candidates_region_is_the_candidates_doing(tm
     assert batch_ended("kernel", [WindowTimes(times_ns=[], status="call 3 never finished")]).verdict == Verdict.TIMEOUT
 
 
-def test_a_side_that_dies_or_shrinks_its_region_mid_batch_ends_its_own_job_only(pkb_invoke, tmp_path):
+def test_a_side_that_dies_raises_or_shrinks_its_region_mid_batch_ends_its_own_job_only(pkb_invoke, tmp_path):
     """A rank killed inside a window batch: the launcher marks its regions done, so the
     timekeepers end the batch at once (they waited until the batch's deadline: a 300 s job held
-    the next one that long). A rank that shrinks its gate regions under the timekeeper ends as its
-    own verdict, never the judge's error, and the next job passes with a judge that works."""
+    the next one that long). A rank that raises there leaves its peer in the collective: the
+    launcher ends the batch a few seconds after the raising rank abandoned it (it waited for the
+    peer until the deadline). A rank that shrinks its gate regions under the timekeeper ends as
+    its own verdict, never the judge's error, and the next job passes with a judge that works."""
     started = time.monotonic()
     from pathlib import Path
 
@@ -389,6 +391,9 @@ def test_a_side_that_dies_or_shrinks_its_region_mid_batch_ends_its_own_job_only(
     records = {r["solution"].rsplit("/", 1)[-1]: r for r in json.loads(result.stdout)["results"]}
     dies = records["1_allreduce_a_dies_mid_batch.py"]
     assert dies["verdict"] == "crash" and "SIGKILL" in dies["reason"], dies["reason"]
+    raises = records["1_allreduce_d_raises_mid_batch.py"]
+    assert raises["verdict"] == "error" and "rank 0 gives up" in raises["reason"], raises["reason"]
+    assert raises["seconds"] < 60, raises["seconds"]
     shrinks = records["1_allreduce_b_shrinks_its_gate_region.py"]
     assert shrinks["verdict"] in ("crash", "flagged") and "SIGBUS" in shrinks["reason"], shrinks["reason"]
     assert records["1_allreduce_c_honest.py"]["verdict"] == "pass", records["1_allreduce_c_honest.py"]["reason"]

@@ -75,25 +75,49 @@ class Parcels:
 QUIET_S = 0.02
 
 
-def _drain_when_a_rank_dies(group, requests):
-    """A :meth:`pkb_core.launch.ranks.Ranks.gather` watch for a window batch of ``group``: once
-    one of its ranks has died, every rank's gate region is marked done up to the batch's last
-    call (:func:`pkb_core.harness.gates.abandon_region_file`; host engine regions, which are
-    files), so the judge's timekeepers end the batch now instead of waiting for the dead side
-    until the batch's deadline (~100 s of the next job's time on CPU). The group's own answers then
-    say who died."""
+#: Seconds a window batch's ranks may finish apart (at least; or four of the batch's average
+#: windows, if longer) before the launcher ends the batch of those still in it
+#: (:func:`_drain_when_a_rank_leaves`): the ranks of a collective finish within milliseconds.
+PEER_GRACE_S = 5.0
+
+
+def _drain_when_a_rank_leaves(group, requests):
+    """A :meth:`pkb_core.launch.ranks.Ranks.gather` watch for a window batch of ``group``: once one
+    of its ranks has died, or has marked its whole batch done (it finished, or raised and abandoned
+    the batch) while another has not for :data:`PEER_GRACE_S`, every rank's gate region is marked
+    done up to the batch's last call (:func:`pkb_core.harness.gates.abandon_region_file`; host
+    engine regions, which are files), so the judge's timekeepers end the batch now instead of
+    waiting for a side that will not finish until the batch's deadline (~100 s of the next job's
+    time on CPU: a rank that raised left its peer in the collective for good). The group's own
+    answers then say who died or raised. A batch ended this way is only ever longer: its windows
+    still open end at the drain, and their outputs are not there."""
+    from pkb_core.harness.gates import abandon_region_file, region_file_done
+
+    started = time.monotonic()
+    ends = [(request.region.get("path"), request.epoch + len(request.skeletons)) for request in requests]
+    first_done = []
     drained = []
 
-    def watch():
-        if drained or all(worker.proc.poll() is None for worker in group.workers):
-            return
-        from pkb_core.harness.gates import abandon_region_file
-
+    def drain():
         drained.append(True)
-        for request in requests:
-            path = request.region.get("path")
+        for path, end in ends:
             if path:
-                abandon_region_file(path, request.epoch + len(request.skeletons))
+                abandon_region_file(path, end)
+
+    def watch():
+        if drained:
+            return
+        if any(worker.proc.poll() is not None for worker in group.workers):
+            return drain()
+        done = [bool(path) and region_file_done(path, end) for path, end in ends]
+        if not any(done) or all(done):
+            return
+        now = time.monotonic()
+        if not first_done:
+            first_done.append(now)
+        windows = max(1, max(len(request.skeletons) for request in requests))
+        if now - first_done[0] > max(PEER_GRACE_S, 4 * (first_done[0] - started) / windows):
+            drain()
 
     return watch
 
@@ -200,7 +224,7 @@ class JobRun:
         self.command = f"{who} `windows`"
         try:
             command = group.send(requests)
-            times = self.ask_judge(open_request, watch=_drain_when_a_rank_dies(group, requests))
+            times = self.ask_judge(open_request, watch=_drain_when_a_rank_leaves(group, requests))
             self.command = f"{who} `windows`"
             try:
                 answers = group.gather(command.op, command.answer, deadline=self.deadline)

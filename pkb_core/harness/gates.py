@@ -309,20 +309,43 @@ def close_handle(ptr: int) -> None:
     checked(cu.cuIpcCloseMemHandle(cu.CUdeviceptr(ptr)))
 
 
+def _open_region_file(path: str, flags: int) -> int | None:
+    """A descriptor of the host gate region at ``path`` if it is a plain file of one link (a side
+    may put anything at its region's name), else None."""
+    try:
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
+        os.close(fd)
+        return None
+    return fd
+
+
+def region_file_done(path: str, value: int) -> bool:
+    """Whether the side of the host gate region at ``path`` has marked every call up to ``value``
+    done (read with ``pread``, as :func:`abandon_region_file` writes)."""
+    fd = _open_region_file(path, os.O_RDONLY)
+    if fd is None:
+        return False
+    try:
+        word = os.pread(fd, 4, DONE)
+    finally:
+        os.close(fd)
+    return len(word) == 4 and not behind(struct.unpack("<i", word)[0], value)
+
+
 def abandon_region_file(path: str, value: int) -> bool:
     """Mark every call up to ``value`` done in the host gate region at ``path``, from outside the
     side (the launcher, for a side whose process died mid-batch: nobody else would, and its
     timekeeper waited for the dead side until the batch's deadline). Written with ``pwrite``, not a
     mapping: a file the side shrank cannot fault this process, and the timekeeper reads the words
     within one of its sleeps. Only a plain file of one link is written; whether it was."""
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
+    fd = _open_region_file(path, os.O_WRONLY)
+    if fd is None:
         return False
     try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
-            return False
         word = struct.pack("<i", cyclic_gap(value, 0))
         for at in ABANDONED:
             os.pwrite(fd, word, at)
