@@ -89,8 +89,9 @@ def _drain_when_a_rank_leaves(group, requests):
     engine regions, which are files), so the judge's timekeepers end the batch now instead of
     waiting for a side that will not finish until the batch's deadline (~100 s of the next job's
     time on CPU: a rank that raised left its peer in the collective for good). The group's own
-    answers then say who died or raised. A batch ended this way is only ever longer: its windows
-    still open end at the drain, and their outputs are not there."""
+    answers then say who died or raised. The drain writes nothing a side could not write into its
+    own region itself (its windows marked done before their work: read under the judge's null, and
+    with no outputs for the checks), so it gives a candidate no reading it could not make alone."""
     from pkb_core.harness.gates import abandon_region_file, region_file_done
 
     started = time.monotonic()
