@@ -103,10 +103,18 @@ class Scratch:
             self.made = False
 
 
+#: Bytes of a seed (:meth:`Scratch.group`) copied into a group's folder at most: pkb's own kernels
+#: are well under a MiB; a cache grown past this by something else is copied only in part, and
+#: a group then compiles what it lacks.
+SEED_MAX_BYTES = 64 << 20
+
+
 def _copy_seed(seed: str, folder: str) -> None:
     """Copy the regular files and folders under ``seed`` into ``folder`` (best effort: a seed being
-    written as it is read loses only what the group then compiles itself). Links are not followed
-    or copied: the seed is pkb's, but what it points to need not be."""
+    written as it is read loses only what the group then compiles itself), up to
+    :data:`SEED_MAX_BYTES`. Links are not followed or copied: the seed is pkb's, but what it points
+    to need not be."""
+    budget = SEED_MAX_BYTES
     for root, dirs, files in os.walk(seed):
         rel = os.path.relpath(root, seed)
         target = folder if rel == "." else os.path.join(folder, rel)
@@ -114,8 +122,10 @@ def _copy_seed(seed: str, folder: str) -> None:
             os.makedirs(target, 0o700, exist_ok=True)
             for file in files:
                 source = os.path.join(root, file)
-                if stat.S_ISREG(os.lstat(source).st_mode):
+                info = os.lstat(source)
+                if stat.S_ISREG(info.st_mode) and info.st_size <= budget:
                     shutil.copyfile(source, os.path.join(target, file), follow_symlinks=False)
+                    budget -= info.st_size
         except OSError:
             continue
 
