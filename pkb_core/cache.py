@@ -37,8 +37,14 @@ def pch_dir() -> Path:
     return cache_dir() / "pch"
 
 
+#: The judge's Triton cache's folder in pkb's cache (:func:`judge_triton_dir`).
+JUDGE_TRITON = "triton-judge"
+
+
 def judge_triton_dir() -> Path:
     """The judge's Triton cache: pkb's own kernels (the keystream a masked set is unmasked with), as
     compiled by the judge, and what every candidate group's own Triton cache starts with
-    (:mod:`pkb_core.launch.scratch`), so that a side loads them instead of compiling them again."""
-    return cache_dir() / "triton-judge"
+    (:mod:`pkb_core.launch.scratch`), so that a side loads them instead of compiling them again.
+    No build publishes into it (:data:`pkb_core.compile.output.PKB_OWN`): what is there is the
+    judge's alone."""
+    return cache_dir() / JUDGE_TRITON

@@ -113,8 +113,9 @@ def _output(tmp_path) -> tuple[Path, Path]:
 def test_pkb_publishes_a_builds_new_entries_and_nothing_else(tmp_path):
     """New entries are copied in, folders and files only, with pkb's modes; an entry the cache
     holds stays as it was, and a file at the top of the cache, pkb's own folders, temporary names
-    and empty locks are not published."""
-    from pkb_core.compile.output import publish
+    and empty locks are not published: the judge's Triton cache, whose kernels every job's folder
+    starts with, is one of pkb's own (a build that planted a kernel there ran in the judge)."""
+    from pkb_core.compile.output import PKB_OWN, publish
 
     upper, cache = _output(tmp_path)
     built = upper / "cuda" / "key1"
@@ -126,7 +127,8 @@ def test_pkb_publishes_a_builds_new_entries_and_nothing_else(tmp_path):
     (upper / "cuda" / "held").mkdir()
     (upper / "cuda" / "held" / "module.so").write_text("a later build's")
     (upper / "top.txt").write_text("x")
-    for own in ("builds", "calibration"):
+    assert "triton-judge" in PKB_OWN
+    for own in ("builds", "calibration", "triton-judge"):
         (upper / own / "entry").mkdir(parents=True)
     (upper / "cuda" / ".key2.123.tmp").mkdir()
     (upper / "cuda" / "key3.lock").touch()

@@ -230,7 +230,7 @@ def test_a_side_that_took_its_set_is_not_charged_another_ranks_lateness(tmp_path
     release and the judge's own sides', with no allowance, did not.)"""
     import threading
 
-    from pkb_core.judge.timekeeper import Board
+    from pkb_core.harness.board import Board
 
     clock, sizes, keys = _masked_batch(tmp_path, 3)
     board_path = str(tmp_path / "board")
@@ -263,7 +263,7 @@ def test_a_side_that_took_its_set_is_not_charged_another_ranks_lateness(tmp_path
 def test_a_timekeeper_that_fails_mid_batch_releases_the_other_ranks(tmp_path):
     """An exception inside a batch (here its staging gone) still leaves the board: the other
     rank's later windows do not wait for this one until their deadline."""
-    from pkb_core.judge.timekeeper import Board
+    from pkb_core.harness.board import Board
 
     clock, sizes, keys = _masked_batch(tmp_path, 2)
     board_path = str(tmp_path / "board")

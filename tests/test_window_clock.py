@@ -274,7 +274,7 @@ def test_the_timekeepers_of_a_node_open_each_window_together(tmp_path):
     import threading
     import time
 
-    from pkb_core.judge.timekeeper import Board
+    from pkb_core.harness.board import Board
 
     path = str(tmp_path / "pkb-board-test-candidate")
     first, second = Board(path, 2, 0), Board(path, 2, 1)
@@ -349,7 +349,7 @@ def test_a_timekeeper_killed_on_the_candidates_region_is_the_candidates_doing(tm
     from pkb_core.contracts.commands_judge import WindowTimes
     from pkb_core.contracts.verdict import Verdict
     from pkb_core.judge.rank import JudgeRank
-    from pkb_core.judge.timekeeper import Board
+    from pkb_core.harness.board import Board
 
     closed = []
 
@@ -379,7 +379,8 @@ def test_a_side_that_dies_raises_or_shrinks_its_region_mid_batch_ends_its_own_jo
     timekeepers end the batch at once (they waited until the batch's deadline: a 300 s job held
     the next one that long). A rank that raises there leaves its peer in the collective: the
     launcher ends the batch a few seconds after the raising rank abandoned it (it waited for the
-    peer until the deadline). A rank that shrinks its gate regions under the timekeeper ends as
+    peer until the deadline). One that hides its regions from the launcher before dying is ended
+    through the judge's board all the same. A rank that shrinks its gate regions under the timekeeper ends as
     its own verdict, never the judge's error, and the next job passes with a judge that works."""
     started = time.monotonic()
     from pathlib import Path
@@ -391,6 +392,9 @@ def test_a_side_that_dies_raises_or_shrinks_its_region_mid_batch_ends_its_own_jo
     records = {r["solution"].rsplit("/", 1)[-1]: r for r in json.loads(result.stdout)["results"]}
     dies = records["1_allreduce_a_dies_mid_batch.py"]
     assert dies["verdict"] == "crash" and "SIGKILL" in dies["reason"], dies["reason"]
+    hides = records["1_allreduce_e_hides_its_regions_then_dies.py"]
+    assert hides["verdict"] == "crash" and "SIGKILL" in hides["reason"], hides["reason"]
+    assert hides["seconds"] < 60, hides["seconds"]  # the board, not the regions, ends the batch
     raises = records["1_allreduce_d_raises_mid_batch.py"]
     assert raises["verdict"] == "error" and "rank 0 gives up" in raises["reason"], raises["reason"]
     assert raises["seconds"] < 60, raises["seconds"]

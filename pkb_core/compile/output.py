@@ -19,7 +19,7 @@ What :func:`publish` takes, and how:
 
 * entries one level down, ``<folder>/<name>`` (``cuda/<key>``, ``pch/<key>``, a backend's own
   ``<backend>/<key>``), never in pkb's own folders of verdicts (:data:`PKB_OWN`: the build
-  outcomes, the calibration); a file at the top, a name that starts with a dot (pkb's temporary
+  outcomes, the calibration, the judge's Triton cache); a file at the top, a name that starts with a dot (pkb's temporary
   names) and an empty ``*.lock`` file are not published either (a lock means something only
   while the build that held it ran, and one of the launcher's would stop the next build from
   taking it);
@@ -47,14 +47,17 @@ import secrets
 import stat
 from pathlib import Path
 
+from pkb_core.cache import JUDGE_TRITON
 from pkb_core.confine.overlay import UPPER, WORK
 
 #: Where output folders are made (see the module docstring).
 ROOT = "/dev/shm"
 #: The names of output folders (``<ROOT>/pkb-build-output-<pid>-<start>-<random>``).
 PREFIX = "pkb-build-output-"
-#: pkb's own folders of the cache that decide verdicts: never published into.
-PKB_OWN = ("builds", "calibration")
+#: pkb's own folders of the cache that decide verdicts: never published into (the build outcomes,
+#: the calibration, and the judge's Triton cache, whose kernels every job's folder starts with and
+#: the judge masks sets with: a build that planted one there first would be loaded in its place).
+PKB_OWN = ("builds", "calibration", JUDGE_TRITON)
 #: Folders an entry may nest, and files an output may hold in all.
 MAX_DEPTH, MAX_FILES = 32, 20000
 

@@ -81,18 +81,23 @@ QUIET_S = 0.02
 PEER_GRACE_S = 5.0
 
 
-def _drain_when_a_rank_leaves(group, requests):
+def _drain_when_a_rank_leaves(group, requests, board: str | None = None):
     """A :meth:`pkb_core.launch.ranks.Ranks.gather` watch for a window batch of ``group``: once one
     of its ranks has died, or has marked its whole batch done (it finished, or raised and abandoned
-    the batch) while another has not for :data:`PEER_GRACE_S`, every rank's gate region is marked
+    the batch) while another has not for :data:`PEER_GRACE_S`, the batch is ended: the judge's
+    ``board`` (its timekeepers' meeting file on this node, in the judge's own folder:
+    :func:`pkb_core.harness.board.stop_board_file`) says so, and every rank's gate region is marked
     done up to the batch's last call (:func:`pkb_core.harness.gates.abandon_region_file`; host
-    engine regions, which are files), so the judge's timekeepers end the batch now instead of
-    waiting for a side that will not finish until the batch's deadline (~100 s of the next job's
-    time on CPU: a rank that raised left its peer in the collective for good). The group's own
-    answers then say who died or raised. The drain writes nothing a side could not write into its
-    own region itself (its windows marked done before their work: read under the judge's null, and
-    with no outputs for the checks), so it gives a candidate no reading it could not make alone."""
+    engine regions, which are files: the way to a timekeeper with no board, one rank on its node).
+    The timekeepers then end the batch now instead of waiting for a side that will not finish
+    until the batch's deadline (~100 s of the next job's time on CPU: a rank that raised left its
+    peer in the collective for good). The regions are the candidate's files, which a dying rank
+    can unlink or replace first; the board is not. The group's own answers then say who died or
+    raised. Nothing here gives a candidate a reading it could not make alone: a side can write
+    its own region's words itself (windows marked done before their work read under the judge's
+    null, with no outputs for the checks), and a stopped batch's windows are not read at all."""
     from pkb_core.harness.gates import abandon_region_file, region_file_done
+    from pkb_core.harness.board import stop_board_file
 
     started = time.monotonic()
     ends = [(request.region.get("path"), request.epoch + len(request.skeletons)) for request in requests]
@@ -101,6 +106,8 @@ def _drain_when_a_rank_leaves(group, requests):
 
     def drain():
         drained.append(True)
+        if board:
+            stop_board_file(board, max(end for _, end in ends))
         for path, end in ends:
             if path:
                 abandon_region_file(path, end)
@@ -214,6 +221,11 @@ class JobRun:
         finally:
             self.candidates.freeze()
 
+    def folder_of(self, group) -> str:
+        """A group's own shared-memory folder (its processes' scratch; the judge's holds its
+        timekeepers' files), beside the job's in the launch's."""
+        return os.path.join(os.path.dirname(os.path.dirname(self.parcels.prefix)), group.shm_name)
+
     def side_windows(self, group, requests, open_request):
         """A window batch of ``group`` (the candidate's, or window mode's reference group): its
         ranks get ``requests`` (their calls queue behind the gates), then the judge's ranks
@@ -225,7 +237,11 @@ class JobRun:
         self.command = f"{who} `windows`"
         try:
             command = group.send(requests)
-            times = self.ask_judge(open_request, watch=_drain_when_a_rank_leaves(group, requests))
+            from pkb_core.harness.board import board_path
+
+            board = board_path(self.folder_of(self.judges), open_request.board, open_request.side) \
+                if open_request.board else None
+            times = self.ask_judge(open_request, watch=_drain_when_a_rank_leaves(group, requests, board))
             self.command = f"{who} `windows`"
             try:
                 answers = group.gather(command.op, command.answer, deadline=self.deadline)

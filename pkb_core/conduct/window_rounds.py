@@ -48,7 +48,6 @@ imports this module).
 """
 from __future__ import annotations
 
-import os
 import random
 import secrets
 import statistics
@@ -174,9 +173,7 @@ class Batches:
         k = self.calls + 1
         group = run.reference_group if side in REFERENCE_GROUP_SIDES else \
             run.candidates if side == "candidate" else None
-        folder = ""
-        if group is not None:  # the group's own shared-memory folder, beside the job's
-            folder = os.path.join(os.path.dirname(os.path.dirname(run.parcels.prefix)), group.shm_name)
+        folder = run.folder_of(group) if group is not None else ""
         began = time.monotonic()
         armed = run.ask_judge(judge.ArmWindows(side=side, round=label, k=k, folder=folder))
         if "/warm" not in label:

@@ -142,10 +142,11 @@ class HostWord:
         if self.woken:
             host_wake.wake(self.address)
 
-    def wait(self, target: int, deadline: float, spins: int | None = None) -> bool:
+    def wait(self, target: int, deadline: float, spins: int | None = None, stop=None) -> bool:
         """Poll until the word reaches ``target``, ``spins`` times (default :data:`WOKEN_SPINS` for
         a woken word, else :data:`SPINS`) before each poll sleeps (on the word itself where it is
-        woken, else a nap); False at ``deadline`` (``time.monotonic``)."""
+        woken, else a nap); False at ``deadline`` (``time.monotonic``), or once ``stop()`` is true
+        (read where the deadline is: between sleeps, and every :data:`CLOCK_EVERY` spins)."""
         if spins is None:
             spins = WOKEN_SPINS if self.woken else SPINS
         polls = 0
@@ -156,12 +157,12 @@ class HostWord:
             polls += 1
             if polls > spins:
                 now = time.monotonic()
-                if now > deadline:
+                if now > deadline or (stop is not None and stop()):
                     return False
                 longest = min(deadline - now, host_wake.LONGEST_SLEEP_S)
                 if not (self.woken and host_wake.sleep_on(self.address, seen, longest)):
                     time.sleep(POLL_SLEEP_S)
-            elif polls % CLOCK_EVERY == 0 and time.monotonic() > deadline:
+            elif polls % CLOCK_EVERY == 0 and (time.monotonic() > deadline or (stop is not None and stop())):
                 return False  # a long spin (a GPU host engine's) still keeps a short deadline
 
 

@@ -52,7 +52,7 @@ class JudgeClock:
 
     :param local_rank: this rank's place among the judge ranks of its node, and
         ``local_ranks`` their number: the host engine's timekeepers meet on a board
-        (:class:`pkb_core.judge.timekeeper.Board`) before each window.
+        (:class:`pkb_core.harness.board.Board`) before each window.
     """
 
     def __init__(self, device, folder: str | None = None, rank: int = 0, *, local_rank: int = 0,
@@ -92,8 +92,9 @@ class JudgeClock:
         for one rank)."""
         if self.local_ranks < 2 or not token:
             return {}
-        return {"board": os.path.join(self.folder, f"pkb-board-{token}-{side}"), "ranks": self.local_ranks,
-                "index": self.local_rank}
+        from pkb_core.harness.board import board_path
+
+        return {"board": board_path(self.folder, token, side), "ranks": self.local_ranks, "index": self.local_rank}
 
     def close(self) -> None:
         for keeper in self.keepers.values():

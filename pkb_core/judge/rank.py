@@ -456,7 +456,7 @@ class JudgeRank:
         restored it, and its job read as the judge's error). The candidate's doing: ``flagged``.
         The dead timekeeper's board is left for it (the node's other ranks wait for no window of
         it) and the next batch gets a fresh clock, and the judge's own sides fresh mappings."""
-        from pkb_core.judge.timekeeper import Board
+        from pkb_core.harness.board import Board
 
         if meeting:
             board = Board(meeting["board"], meeting["ranks"], meeting["index"])

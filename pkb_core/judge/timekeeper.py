@@ -29,7 +29,6 @@ snapshot memory), ``open`` (run one batch of windows for a side), ``exit``.
 from __future__ import annotations
 
 import json
-import mmap
 import os
 import statistics
 import sys
@@ -37,6 +36,7 @@ import time
 
 from pkb_core.harness.gates import DONE, GO, QUEUED, SPINS, HostRegion, HostWord, behind, checked, driver, \
     cyclic_gap, export_handle, slot_layout, store_fence, stream_wait, stream_write
+from pkb_core.harness.board import Board
 from pkb_core.machine.numa import page_node, settle_on
 
 #: The NUMA node of the rank's GPU, from its judge rank (empty: unknown).
@@ -56,49 +56,6 @@ STALL_AGAIN_S = 0.002
 #: How long (GPU, host engine) the timekeeper waits for a side's ``queued`` word to move before
 #: it stops waiting for the whole batch to be queued and opens the first window.
 QUEUE_IDLE_S = 0.05
-
-
-class Board:
-    """Where the timekeepers of one node's judge ranks meet before each window of a batch.
-
-    One shared-memory file in the judge's own folder (no side maps it), a word per local rank:
-    a timekeeper writes the mark of the window it is about to open once its own side has
-    queued the call, and opens it when every rank's word has reached that mark. Ranks on other
-    nodes are not on the board (their windows open on their own node's meeting)."""
-
-    SLOT = 64
-
-    def __init__(self, path: str, ranks: int, index: int, woken: bool = False):
-        if not 0 <= index < ranks:
-            raise ValueError(f"rank {index} is not one of the board's {ranks}")
-        size = max(4096, ranks * self.SLOT)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
-        try:
-            if os.fstat(fd).st_size < size:
-                os.ftruncate(fd, size)  # every rank may be first: the same size twice changes nothing
-            self.map = mmap.mmap(fd, size)
-        finally:
-            os.close(fd)
-        self.words = [HostWord(self.map, r * self.SLOT, woken) for r in range(ranks)]
-        self.mine = self.words[index]
-
-    def meet(self, mark: int, deadline: float, spins: int | None) -> bool:
-        """Say this rank is at ``mark`` and wait until every rank is; False at ``deadline``."""
-        if behind(self.mine.read(), mark):
-            self.mine.write(mark)
-        return all(word.wait(mark, deadline, spins) for word in self.words)
-
-    def leave(self, last: int) -> None:
-        """Release the other ranks from every later window of the batch (this one has stopped)."""
-        self.mine.write(last)
-
-    def close(self) -> None:
-        for word in self.words:
-            word.cell = None
-        try:
-            self.map.close()
-        except BufferError:
-            pass  # freed with the process
 
 
 class HostClock:
@@ -160,6 +117,9 @@ class HostClock:
         released, snapped = [], []  # ns inside each window: the release's copy, the snapshot's
         takes = []  # masked sets: ns from each release to the side's taken
         last, began, first = epoch + len(sizes), time.perf_counter_ns(), None
+        # The launcher ends a batch that cannot finish through the board (a rank died, or left its
+        # peers waiting in a collective): every wait below gives up then, not at the deadline.
+        stop = (lambda: board.stopped(last)) if board is not None else None
         # GPU: no window opens before the side has queued the whole batch (or stopped queueing),
         # so every window follows the last one after the same work of this timekeeper's, however
         # fast the side's host queues. Windows opened as their calls were queued followed the
@@ -174,9 +134,10 @@ class HostClock:
                 # A side announces a call once it waits for the gate (CPU) or once the call is on its
                 # stream (GPU): what it did since the last window is outside this one.
                 if stalled_at is None and self.stall_s is not None:
-                    if not region.queued.wait(mark, min(deadline, time.monotonic() + self.stall_s), self.spins):
+                    if not region.queued.wait(mark, min(deadline, time.monotonic() + self.stall_s), self.spins,
+                                              stop=stop):
                         stalled_at = w  # its queueing waits on the device: open its gates from here on
-                elif stalled_at is None and not region.queued.wait(mark, deadline, self.spins):
+                elif stalled_at is None and not region.queued.wait(mark, deadline, self.spins, stop=stop):
                     status = f"call {w} never started (the side never waited for its gate)"
                     break
                 if keys is not None:
@@ -192,14 +153,14 @@ class HostClock:
                     # its window, or does not follow the protocol) costs only its own windows.
                     limit = deadline if take_allowance_ns is None else \
                         min(deadline, time.monotonic() + take_allowance_ns / 1e9)
-                    if not region.taken.wait(mark, limit, self.spins) and take_allowance_ns is None:
+                    if not region.taken.wait(mark, limit, self.spins, stop=stop) and take_allowance_ns is None:
                         status = f"call {w}'s set was never taken (no taken before the deadline)"
                         break
                     takes.append(time.perf_counter_ns() - filled)
                 # Every rank's window opens once every rank's side has queued the call: a call that
                 # meets its peers (a collective) never waits inside one rank's window for another
                 # rank's host.
-                if board is not None and not board.meet(mark, deadline, self.spins):
+                if board is not None and not board.meet(mark, deadline, self.spins, stop=stop):
                     status = f"call {w} never started on every rank (another rank's side was not queued)"
                     break
                 opened = t0 = time.perf_counter_ns()
@@ -217,7 +178,7 @@ class HostClock:
                 released.append(time.perf_counter_ns() - opened)
                 store_fence()  # the set (or its key) is in place before go, on every processor
                 region.go.write(mark)
-                if not region.done.wait(mark, deadline, self.spins):
+                if not region.done.wait(mark, deadline, self.spins, stop=stop):
                     status = f"call {w} never finished (no done before the deadline)"
                     break
                 used = region.used.read()
@@ -231,6 +192,8 @@ class HostClock:
                 copied.append(keep)
                 if keep:
                     snapped.append(t1 - seen)
+            if status != "ok" and stop is not None and stop():
+                status = f"call {w}: the launcher ended the batch (a rank of the group died or left it)"
             if status != "ok":
                 self.drain(side, last)
         finally:

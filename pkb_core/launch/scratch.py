@@ -103,19 +103,22 @@ class Scratch:
             self.made = False
 
 
-#: Bytes of a seed (:meth:`Scratch.group`) copied into a group's folder at most: pkb's own kernels
-#: are well under a MiB; a cache grown past this by something else is copied only in part, and
-#: a group then compiles what it lacks.
-SEED_MAX_BYTES = 64 << 20
+#: Bytes and files of a seed (:meth:`Scratch.group`) copied into a group's folder at most: pkb's
+#: own kernels are well under a MiB in a few dozen files; a cache grown past this by something
+#: else is copied only in part, and a group then compiles what it lacks.
+SEED_MAX_BYTES, SEED_MAX_FILES = 64 << 20, 1024
 
 
 def _copy_seed(seed: str, folder: str) -> None:
     """Copy the regular files and folders under ``seed`` into ``folder`` (best effort: a seed being
     written as it is read loses only what the group then compiles itself), up to
-    :data:`SEED_MAX_BYTES`. Links are not followed or copied: the seed is pkb's, but what it points
-    to need not be."""
-    budget = SEED_MAX_BYTES
+    :data:`SEED_MAX_BYTES` and :data:`SEED_MAX_FILES`. Links are not followed or copied: the seed
+    is pkb's, but what it points to need not be."""
+    budget, left = SEED_MAX_BYTES, SEED_MAX_FILES
     for root, dirs, files in os.walk(seed):
+        left -= 1 + len(files)
+        if left < 0:
+            return
         rel = os.path.relpath(root, seed)
         target = folder if rel == "." else os.path.join(folder, rel)
         try:
