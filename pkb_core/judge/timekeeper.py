@@ -193,7 +193,8 @@ class HostClock:
                 if keep:
                     snapped.append(t1 - seen)
             if status != "ok" and stop is not None and stop():
-                status = f"call {w}: the launcher ended the batch (a rank of the group died or left it)"
+                # The side's own doing, as a call that never finished is (a timeout, not the judge's error).
+                status = f"call {w} never finished: the launcher ended the batch (a rank of the group died or left it)"
             if status != "ok":
                 self.drain(side, last)
         finally:
