@@ -19,10 +19,10 @@ What :func:`publish` takes, and how:
 
 * entries one level down, ``<folder>/<name>`` (``cuda/<key>``, ``pch/<key>``, a backend's own
   ``<backend>/<key>``), never in pkb's own folders of verdicts (:data:`PKB_OWN`: the build
-  outcomes, the calibration, the judge's Triton cache); a file at the top, a name that starts with a dot (pkb's temporary
-  names) and an empty ``*.lock`` file are not published either (a lock means something only
-  while the build that held it ran, and one of the launcher's would stop the next build from
-  taking it);
+  outcomes, the calibration, the judge's Triton cache); a file at the top, a name that starts
+  with a dot (pkb's temporary names) and an empty ``*.lock`` file are not published either (a
+  lock means something only while the build that held it ran, and one of the launcher's would
+  stop the next build from taking it);
 * an entry the cache already holds is left as it is: nothing a build publishes replaces what
   another build published (the first one's stays);
 * an entry is folders and plain files only, each file with one link, at most :data:`MAX_DEPTH`

@@ -34,9 +34,9 @@ import statistics
 import sys
 import time
 
+from pkb_core.harness.board import Board
 from pkb_core.harness.gates import DONE, GO, QUEUED, SPINS, HostRegion, HostWord, behind, checked, driver, \
     cyclic_gap, export_handle, slot_layout, store_fence, stream_wait, stream_write
-from pkb_core.harness.board import Board
 from pkb_core.machine.numa import page_node, settle_on
 
 #: The NUMA node of the rank's GPU, from its judge rank (empty: unknown).
