@@ -13,11 +13,15 @@ the reference (window mode). pkb's reading of a delay is the ruler's per-call ti
 reference's (``solution_ms - reference_ms``); it must lie within max(0.75 us, 3 %) of the delay's
 own events.
 
-``samples``: jobs run with ``--timing-mode window,latency``. The window speedup is pkb's reading;
-latency mode's ``self_reported_ms`` (each process's CUDA events around each call, queued behind a
-device hold, its own account) gives the ratio of their own events; pkb's speedup must lie within
-10 % of it. Beside it, ``beyond harness``: the record's ratio of what each side's calls add to
-pkb's harness (``stats.modes.window.beyond_harness_speedup``, a diagnostic).
+``samples``: window-mode jobs. The window speedup is pkb's reading; the ratio of the sides' own
+events is, where the jobs ran with ``PKB_CALL_EVENTS=on``, each group's events around its windowed
+calls (``window_diagnostics.<side>.call_event_us``) less the harness batch's (its placing and
+barrier without a call), both ranks' calls starting together at the gate; else latency mode's
+``self_reported_ms`` (jobs run with ``--timing-mode window,latency``: each process's events around
+each call behind a device hold, which on 2xH200 held a rank's wait for its peer: ratios of 0.26-6.9,
+docs/benchmarks/2026-11-29-h200x2-clock-targets.md). pkb's speedup must lie within 10 % of it.
+Beside it, ``beyond harness``: the record's ratio of what each side's calls add to pkb's harness
+(``stats.modes.window.beyond_harness_speedup``, a diagnostic).
 """
 from __future__ import annotations
 
@@ -65,6 +69,17 @@ def ruler(events_path: str, paths: list[str]) -> int:
     return 0 if total else 1
 
 
+def own_ratio(window: dict, latency: dict) -> float | None:
+    """The reference's time a call over the candidate's by their own events (see the module's
+    docstring), or None where the record has neither."""
+    events = {side: d.get("call_event_us") for side, d in (window.get("window_diagnostics") or {}).items()}
+    if all(isinstance(events.get(s), (int, float)) for s in ("reference", "candidate", "harness")):
+        call = {s: events[s] - events["harness"] for s in ("reference", "candidate")}
+        return call["reference"] / call["candidate"] if call["candidate"] > 0 < call["reference"] else None
+    own = latency.get("self_reported_ms") or {}
+    return own["reference"] / own["candidate"] if own.get("candidate") and own.get("reference") else None
+
+
 def samples(paths: list[str]) -> int:
     within = total = 0
     print(f"{'problem':<18} {'size':>10} {'solution':<28} {'window':>7} {'own events':>10} {'ratio':>6}  within"
@@ -72,12 +87,11 @@ def samples(paths: list[str]) -> int:
     for path in paths:
         for record in records(path):
             modes = (record.get("stats") or {}).get("modes", {})
-            window, latency = modes.get("window") or {}, modes.get("latency") or {}
-            own = latency.get("self_reported_ms") or {}
+            window = modes.get("window") or {}
             pkb = (window.get("speedup") or {}).get("value")
-            if record.get("verdict") != "pass" or pkb is None or not own.get("candidate"):
+            theirs = own_ratio(window, modes.get("latency") or {})
+            if record.get("verdict") != "pass" or pkb is None or not theirs:
                 continue
-            theirs = own["reference"] / own["candidate"]
             ok = abs(pkb / theirs - 1) <= SAMPLES_SHARE
             within, total = within + ok, total + 1
             beyond = (window.get("beyond_harness_speedup") or {}).get("value")

@@ -6,6 +6,7 @@ The first tests drive a real timekeeper process through the judge's handle
 (:class:`pkb_core.judge.clock.Timekeeper`) with this process as the side, on the CPU engine;
 the last runs window mode end to end with honest and hostile solutions."""
 import json
+import shutil
 import statistics
 import time
 
@@ -402,3 +403,28 @@ def test_a_side_that_dies_raises_or_shrinks_its_region_mid_batch_ends_its_own_jo
     assert shrinks["verdict"] in ("crash", "flagged") and "SIGBUS" in shrinks["reason"], shrinks["reason"]
     assert records["1_allreduce_c_honest.py"]["verdict"] == "pass", records["1_allreduce_c_honest.py"]["reason"]
     assert elapsed < 250, elapsed  # not one batch deadline (300 s) spent waiting for a dead rank
+
+
+def test_call_events_are_each_groups_own_account_only_when_asked(pkb_invoke, tmp_path, monkeypatch):
+    """``PKB_CALL_EVENTS=on``: the groups' sides (reference, candidate, the harness batch) report
+    the span of their own stamps around each call (``call_event_us``, their own account beside the
+    judge's windows; CUDA events on a GPU, the host's clock here); the judge's own sides, which
+    call nothing of a group's, report none. Unset, no side reports any."""
+    from pathlib import Path
+
+    from pkb_core.harness.call_events import CALL_EVENTS_ENV
+
+    folder = tmp_path / "solutions"
+    folder.mkdir()
+    shutil.copy(Path(__file__).parent / "fixtures" / "windows" / "1_allreduce_honest.py", folder)
+    for choice in ("on", "off"):
+        monkeypatch.setenv(CALL_EVENTS_ENV, choice)
+        record = window_records(pkb_invoke, folder, tmp_path / f"run-{choice}", "--iters", "12", "--min-iters", "12")
+        diagnostics = record["1_allreduce_honest.py"]["stats"]["modes"]["window"]["window_diagnostics"]
+        events = {side: d.get("call_event_us") for side, d in diagnostics.items()}
+        if choice == "off":
+            assert set(events.values()) == {None}, events
+        else:
+            assert all(isinstance(events[s], float) and events[s] > 0 for s in ("reference", "candidate", "harness")), \
+                events
+            assert events["null"] is None and events["kernel"] is None, events

@@ -320,7 +320,7 @@ class CandidateRank:
         except Exception as exc:  # noqa: BLE001
             raise _failed(exc, " while timed", solution=self.job.solution) from None
         return WindowsRan(skeletons=written, host_us=window_side.host_us,
-                          collections=window_side.collections)
+                          collections=window_side.collections, call_event_us=window_side.call_event_us)
 
     def on_profile(self, request: ProfileRequest) -> Profiled:
         from pkb_core.harness.profiling import profile_calls

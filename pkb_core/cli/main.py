@@ -123,6 +123,7 @@ INTERRUPTED, INTERNAL_ERROR, USAGE_ERROR, NOTHING_SELECTED = 2, 3, 4, 5
 def _check_environment() -> None:
     """Settings pkb reads from the environment, checked before any job starts (a wrong value
     would otherwise surface as every window-mode job's ``error``)."""
+    from pkb_core.harness.call_events import call_events_choice
     from pkb_core.harness.copies import copies_choice
     from pkb_core.harness.gates import engine_choice, mask_choice
     from pkb_core.process.ipcns import ipc_choice
@@ -130,6 +131,7 @@ def _check_environment() -> None:
     try:
         engine_choice()
         copies_choice()
+        call_events_choice()
         mask_choice()
         ipc_choice()
     except ValueError as exc:

@@ -133,11 +133,13 @@ class Batches:
         self.board = secrets.token_hex(8)
         #: Which engine timed the batches (the timekeeper's own answer).
         self.engines: set = set()
-        #: Per side: each batch's spread of windows (p10, p90 in us), host time per call and
-        #: garbage collections inside windows (the sides' own accounts: diagnostics, used for nothing).
+        #: Per side: each batch's spread of windows (p10, p90 in us), host time per call,
+        #: garbage collections inside windows and the span of the side's own events around a call
+        #: (``PKB_CALL_EVENTS``; the sides' own accounts: diagnostics, used for nothing).
         self.spread: dict = {}
         self.host: dict = {}
         self.collections: dict = {}
+        self.call_events: dict = {}
         #: Per side: the timed batches in which a call was not queued ahead of its gate (the
         #: timekeeper's own observation), and the first such call.
         self.unqueued: dict = {}
@@ -244,6 +246,10 @@ class Batches:
         reported = [a.host_us for a in answers] if answers else [t.host_us for t in times]
         if all(isinstance(h, (int, float)) and 0 <= h < 1e9 for h in reported):
             self.host.setdefault(side, []).append(max(reported))
+        if answers:  # a group's own events around its calls (PKB_CALL_EVENTS=on): the slowest rank's
+            own = [a.call_event_us for a in answers]
+            if all(isinstance(e, (int, float)) and 0 <= e < 1e9 for e in own):
+                self.call_events.setdefault(side, []).append(max(own))
         collected = [a.collections for a in answers] if answers else [t.collections for t in times]
         if all(isinstance(c, int) and 0 <= c < 1e9 for c in collected):
             self.collections[side] = self.collections.get(side, 0) + sum(collected)
@@ -257,6 +263,8 @@ class Batches:
                            "window_p90_us": round(statistics.median(p for _, p in spreads), 3)}
             if self.host.get(side):
                 found[side]["host_us_per_call"] = round(statistics.median(self.host[side]), 3)
+            if self.call_events.get(side):
+                found[side]["call_event_us"] = round(statistics.median(self.call_events[side]), 3)
             if side in self.collections:
                 found[side]["gc_collections_in_windows"] = self.collections[side]
             if side in self.unqueued:

@@ -124,3 +124,6 @@ class WindowsRan(Answer):
     host_us: typing.Any = optional()
     #: Its garbage collections during the batch (its own account, as ``host_us``).
     collections: typing.Any = optional()
+    #: The median span of its own events around each call (``PKB_CALL_EVENTS=on``), in
+    #: microseconds: its own account, a yardstick for the judge's clock, used for nothing else.
+    call_event_us: typing.Any = optional()

@@ -53,6 +53,11 @@ class WindowSide:
         self.host_us = None
         #: Garbage collections of this process during its last batch (0 unless its calls ask for one).
         self.collections = 0
+        #: Whether the judge asked for the side's own events around each call
+        #: (:mod:`pkb_core.harness.call_events`),
+        #: and their median over the last batch, in microseconds (None where not asked).
+        self.call_events = False
+        self.call_event_us = None
         #: How this side's harness copies sets in and outputs out, as the judge said with the
         #: region (:mod:`pkb_core.harness.copies`).
         self.copies = "engine"
@@ -96,6 +101,7 @@ class WindowSide:
         self.region, self.key = self.mapped[key], key
         self.copies = region_copies(region)
         self.masked = bool(region.get("masked"))
+        self.call_events = region.get("call_events") is True
         return self.region
 
     def run(self, *, epoch: int, skeletons: list, call, timeout_s: float, make_group=None, fill: int = 0,
@@ -125,6 +131,7 @@ class WindowSide:
         source = region.in_slot if unmask is None else unmask.plain
         deadline = time.monotonic() + timeout_s
         written, host = [], []
+        events = [] if self.call_events and call is not None else None  # (start, end) of each call
         was_enabled = gc.isenabled()
         gc.disable()  # no collection of this process lands inside a window
         collected = _collections()
@@ -157,7 +164,11 @@ class WindowSide:
                 if call is None:
                     written.append(None)
                 else:
+                    if events is not None:
+                        events.append([_stamp(on_device), None])
                     outputs, after = call(args)
+                    if events is not None:
+                        events[-1][1] = _stamp(on_device)
                     written.append(pack_into({"out": outputs, "args": after}, region.out_slot, copies=self.copies))
                 region.finish(max(fill, skeleton_end(written[-1])), mark)  # used, then done
                 if on_device:
@@ -173,7 +184,24 @@ class WindowSide:
             if was_enabled:
                 gc.enable()
         self.host_us = sorted(host)[len(host) // 2] * 1e6 if host else None
+        self.call_event_us = _median_us(events, on_device) if events else None
         return written
+
+
+def _stamp(on_device: bool):
+    """A point in a side's own time: a CUDA event recorded on the current stream (GPU), the host's
+    clock (CPU)."""
+    if not on_device:
+        return time.perf_counter()
+    event = torch.cuda.Event(enable_timing=True)
+    event.record()
+    return event
+
+
+def _median_us(events: list, on_device: bool) -> float:
+    """The median of ``(start, end)`` stamps' spans, in microseconds (GPU: once they have run)."""
+    spans = sorted((start.elapsed_time(end) * 1e3) if on_device else (end - start) * 1e6 for start, end in events)
+    return round(spans[len(spans) // 2], 3)
 
 
 def _collections() -> int:

@@ -22,6 +22,7 @@ import tempfile
 import torch
 
 from pkb_core.harness.copies import copies_choice
+from pkb_core.harness.call_events import call_events_choice
 from pkb_core.harness.gates import HOST_ENGINE_MAX_BYTES, CudaMemory, HostRegion, engine_choice, import_handle, \
     slot_layout
 from pkb_core.judge.region_pool import RegionPool, pool_size
@@ -114,6 +115,9 @@ class Timekeeper:
         self.host_engine = engine == "host"
         #: How every side's harness copies, told with each region (:mod:`pkb_core.harness.copies`).
         self.copies = copies_choice(on_gpu=device.type == "cuda")
+        #: Whether the groups' sides bracket each windowed call with events of their own, told
+        #: with each region (:mod:`pkb_core.harness.call_events`).
+        self.call_events = call_events_choice() == "on"
         ordinal = "cpu" if device.type != "cuda" else "host" if self.host_engine else \
             str(torch.cuda.current_device() if device.index is None else device.index)
         bus_id = numa.gpu_bus_id(device)
@@ -185,7 +189,7 @@ class Timekeeper:
             found = self.ask("region", side=key, in_bytes=pool.in_bytes, out_bytes=pool.out_bytes, path=path)
             pool.regions[index] = {**found, "in_bytes": pool.in_bytes, "out_bytes": pool.out_bytes,
                                    "generation": self.generation, "folder": folder, "pool": pool.ident, "key": key,
-                                   "copies": self.copies}
+                                   "copies": self.copies, "call_events": self.call_events}
         return pool.regions[index]
 
     def _release(self, pool: RegionPool) -> None:
