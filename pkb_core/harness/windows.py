@@ -53,9 +53,8 @@ class WindowSide:
         self.host_us = None
         #: Garbage collections of this process during its last batch (0 unless its calls ask for one).
         self.collections = 0
-        #: Whether the judge asked for the side's own events around each call
-        #: (:mod:`pkb_core.harness.call_events`),
-        #: and their median over the last batch, in microseconds (None where not asked).
+        #: Whether the judge asked for the side's own events around each call, and their median over
+        #: the last batch in microseconds (None where not asked): :mod:`pkb_core.harness.call_events`.
         self.call_events = False
         self.call_event_us = None
         #: How this side's harness copies sets in and outputs out, as the judge said with the

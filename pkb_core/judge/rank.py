@@ -486,6 +486,7 @@ class JudgeRank:
         if side not in sides:
             sides[side] = WindowSide(self.device)
         sides[side].attach(armed["region"])
+        sides[side].call_events = False  # the groups' account (PKB_CALL_EVENTS), not the judge's own sides'
         return sides[side]
 
     def _side_call(self, side: str):
