@@ -101,6 +101,7 @@ def _drain_when_a_rank_leaves(group, requests, board: str | None = None):
 
     started = time.monotonic()
     ends = [(request.region.get("path"), request.epoch + len(request.skeletons)) for request in requests]
+    windows = max(1, max(len(request.skeletons) for request in requests))
     first_done = []
     drained = []
 
@@ -123,7 +124,6 @@ def _drain_when_a_rank_leaves(group, requests, board: str | None = None):
         now = time.monotonic()
         if not first_done:
             first_done.append(now)
-        windows = max(1, max(len(request.skeletons) for request in requests))
         if now - first_done[0] > max(PEER_GRACE_S, 4 * (first_done[0] - started) / windows):
             drain()
 

@@ -14,10 +14,9 @@ from __future__ import annotations
 
 import mmap
 import os
-import stat
 import struct
 
-from pkb_core.harness.gates import HostWord, behind, cyclic_gap
+from pkb_core.harness.gates import HostWord, behind, cyclic_gap, open_plain_file
 
 #: Bytes a rank's word takes (a cache line of its own).
 SLOT = 64
@@ -37,16 +36,16 @@ def stop_board_file(path: str, last: int) -> bool:
     ``last`` is over (the launcher; written with ``pwrite``, the timekeepers read it between their
     polls). The ``stop`` word follows the local ranks' words; their count is the file's to tell,
     so the word is written after every possible count's slots: at the file's last slot. Only a
-    plain file of one link is written; whether it was."""
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
+    plain file of one link (:func:`pkb_core.harness.gates.open_plain_file`), of a board's size at
+    least, is written; whether it was."""
+    fd = open_plain_file(path, os.O_WRONLY)
+    if fd is None:
         return False
     try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1 or info.st_size < 4096:
+        size = os.fstat(fd).st_size
+        if size < _size(1):
             return False
-        os.pwrite(fd, struct.pack("<i", cyclic_gap(last, 0)), info.st_size - SLOT)
+        os.pwrite(fd, struct.pack("<i", cyclic_gap(last, 0)), size - SLOT)
         return True
     finally:
         os.close(fd)

@@ -310,9 +310,10 @@ def close_handle(ptr: int) -> None:
     checked(cu.cuIpcCloseMemHandle(cu.CUdeviceptr(ptr)))
 
 
-def _open_region_file(path: str, flags: int) -> int | None:
-    """A descriptor of the host gate region at ``path`` if it is a plain file of one link (a side
-    may put anything at its region's name), else None."""
+def open_plain_file(path: str, flags: int) -> int | None:
+    """A descriptor of the shared-memory file at ``path`` (a host gate region, a board) if it is a
+    plain file of one link, else None: a side may put anything at its region's name, and the
+    launcher writes these files from outside (no link followed, no pipe waited on)."""
     try:
         fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
@@ -327,7 +328,7 @@ def _open_region_file(path: str, flags: int) -> int | None:
 def region_file_done(path: str, value: int) -> bool:
     """Whether the side of the host gate region at ``path`` has marked every call up to ``value``
     done (read with ``pread``, as :func:`abandon_region_file` writes)."""
-    fd = _open_region_file(path, os.O_RDONLY)
+    fd = open_plain_file(path, os.O_RDONLY)
     if fd is None:
         return False
     try:
@@ -343,7 +344,7 @@ def abandon_region_file(path: str, value: int) -> bool:
     timekeeper waited for the dead side until the batch's deadline). Written with ``pwrite``, not a
     mapping: a file the side shrank cannot fault this process, and the timekeeper reads the words
     within one of its sleeps. Only a plain file of one link is written; whether it was."""
-    fd = _open_region_file(path, os.O_WRONLY)
+    fd = open_plain_file(path, os.O_WRONLY)
     if fd is None:
         return False
     try:
