@@ -21,7 +21,10 @@ barrier without a call), both ranks' calls starting together at the gate; else l
 each call behind a device hold, which on 2xH200 held a rank's wait for its peer: ratios of 0.26-6.9,
 docs/benchmarks/2026-11-29-h200x2-clock-targets.md). pkb's speedup must lie within 10 % of it.
 Beside it, ``beyond harness``: the record's ratio of what each side's calls add to pkb's harness
-(``stats.modes.window.beyond_harness_speedup``, a diagnostic).
+(``stats.modes.window.beyond_harness_speedup``, a diagnostic), counted against the same 10 %; and,
+where the events are the groups' own, the difference the judge's windows read (the reference's
+median window less the candidate's) against the events' difference, counted against the ruler's
+max(0.75 us, 3 %).
 """
 from __future__ import annotations
 
@@ -80,10 +83,26 @@ def own_ratio(window: dict, latency: dict) -> float | None:
     return own["reference"] / own["candidate"] if own.get("candidate") and own.get("reference") else None
 
 
+def own_difference(window: dict) -> tuple[float, float] | None:
+    """``(windows', events')`` difference of the reference's time a call less the candidate's (us),
+    where the groups' own events are in the record (``PKB_CALL_EVENTS=on``); else None."""
+    events = {side: d.get("call_event_us") for side, d in (window.get("window_diagnostics") or {}).items()}
+    windows = window.get("windows_us") or {}
+    if not all(isinstance(v.get(s), (int, float)) for v in (events, windows) for s in ("reference", "candidate")):
+        return None
+    return windows["reference"] - windows["candidate"], events["reference"] - events["candidate"]
+
+
 def samples(paths: list[str]) -> int:
-    within = total = 0
+    counts = {"speedup": [0, 0], "beyond harness": [0, 0], "difference": [0, 0]}
+
+    def count(name: str, ok: bool) -> str:
+        counts[name][0] += ok
+        counts[name][1] += 1
+        return "yes" if ok else "no"
+
     print(f"{'problem':<18} {'size':>10} {'solution':<28} {'window':>7} {'own events':>10} {'ratio':>6}  within"
-          f"  {'beyond harness':>14}")
+          f"  {'beyond harness':>14}  within  {'diff us':>8} {'events':>7}  within")
     for path in paths:
         for record in records(path):
             modes = (record.get("stats") or {}).get("modes", {})
@@ -92,14 +111,23 @@ def samples(paths: list[str]) -> int:
             theirs = own_ratio(window, modes.get("latency") or {})
             if record.get("verdict") != "pass" or pkb is None or not theirs:
                 continue
-            ok = abs(pkb / theirs - 1) <= SAMPLES_SHARE
-            within, total = within + ok, total + 1
+            line = (f"{record['problem']:<18} {record['size'].split(':')[-1]:>10} "
+                    f"{record['solution'].rsplit('/', 1)[-1]:<28} {pkb:7.3f} {theirs:10.3f} {pkb / theirs:6.2f}  "
+                    f"{count('speedup', abs(pkb / theirs - 1) <= SAMPLES_SHARE):<6}")
             beyond = (window.get("beyond_harness_speedup") or {}).get("value")
-            print(f"{record['problem']:<18} {record['size'].split(':')[-1]:>10} "
-                  f"{record['solution'].rsplit('/', 1)[-1]:<28} {pkb:7.3f} {theirs:10.3f} {pkb / theirs:6.2f}  "
-                  f"{'yes' if ok else 'no':<6}  {beyond if beyond is None else round(beyond, 3)!s:>14}")
-    print(f"within {SAMPLES_SHARE:.0%} of their own events' ratio: {within} of {total}")
-    return 0 if total else 1
+            line += f"  {'-' if beyond is None else round(beyond, 3)!s:>14}  " + \
+                (f"{'-':<6}" if beyond is None else f"{count('beyond harness', abs(beyond / theirs - 1) <= SAMPLES_SHARE):<6}")
+            difference = own_difference(window)
+            if difference is not None:
+                read, events = difference
+                ok = abs(read - events) <= max(RULER_US, RULER_SHARE * abs(events))
+                line += f"  {read:+8.2f} {events:+7.2f}  {count('difference', ok)}"
+            print(line)
+    print(f"speedup within {SAMPLES_SHARE:.0%} of their own events' ratio: {counts['speedup'][0]} of "
+          f"{counts['speedup'][1]}; the beyond-harness ratio: {counts['beyond harness'][0]} of "
+          f"{counts['beyond harness'][1]}; the windows' difference within max({RULER_US} us, {RULER_SHARE:.0%}) "
+          f"of the events': {counts['difference'][0]} of {counts['difference'][1]}")
+    return 0 if counts["speedup"][1] else 1
 
 
 def main(argv: list[str]) -> int:

@@ -3,7 +3,8 @@ degenerate ones included, and read back exactly what was packed."""
 import pytest
 import torch
 
-from pkb_core.harness.parcel import UNTRUSTED, ParcelError, pack, unpack
+from pkb_core.harness.parcel import (UNTRUSTED, ParcelError, pack, pack_into, packed_size, skeleton_end,
+                                     stand_in_outputs, unpack)
 
 _BASE = torch.arange(24, dtype=torch.float32).reshape(4, 6)
 
@@ -68,3 +69,20 @@ def test_a_fifo_where_the_parcel_should_be_is_refused_at_once(tmp_path):
     reader.join(timeout=10)
     assert not reader.is_alive(), "the read blocked on the FIFO"
     assert "not a plain file" in str(refused[0].value)
+
+
+@pytest.mark.parametrize("outputs", [[torch.zeros(10)], [torch.zeros(4096, dtype=torch.bfloat16)],
+                                     (torch.zeros(1, dtype=torch.int8), {"x": torch.zeros(999)}), []])
+@pytest.mark.parametrize("shapes", [[(1024,)], [(3, 5), (7,)], [(1,)], [(100_000,), (33,)]])
+def test_the_harness_stand_in_exports_as_many_bytes_as_the_outputs_it_stands_for(outputs, shapes):
+    """The ``harness`` batch exports a stand-in beside the placed set: laid out in front of the same
+    arguments it fills the bytes the real outputs do, to the byte (they take whole alignments
+    there), and nothing where the outputs are no tensor bytes."""
+    args = [torch.zeros(shape, dtype=torch.bfloat16) for shape in shapes]
+    fill = packed_size({"out": outputs, "args": args})
+    stand_in = stand_in_outputs(args, fill, torch.device("cpu"))
+    assert packed_size({"out": stand_in, "args": args}) == fill
+    buffer = torch.zeros(fill, dtype=torch.uint8)
+    skeleton = pack_into({"out": stand_in, "args": args}, buffer)
+    assert skeleton_end(skeleton) == fill
+    assert (stand_in is None) == (packed_size(outputs) == 0)

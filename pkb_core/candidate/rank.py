@@ -38,7 +38,7 @@ from pkb_core.contracts.verdict import Verdict
 from pkb_core.harness.barrier import StoreBarrier
 from pkb_core.harness.copies import copy_into
 from pkb_core.errors import BackendUnavailable, CompileError, SolutionFailed, SolutionUnsupported, describe
-from pkb_core.harness.parcel import TRUSTED, pack, unpack
+from pkb_core.harness.parcel import TRUSTED, pack, packed_size, stand_in_outputs, unpack
 from pkb_core.problem.contract import read_spec
 from pkb_core.candidate.sealed import is_refusal
 from pkb_core.harness.timing import BatchTimer, DeviceBarrierTimeout
@@ -291,7 +291,14 @@ class CandidateRank:
             placed, pending = slots.prepare(views, request.slots)
             exported = slots.rebuild(views)
             if request.harness_only:
-                return pending, None, exported
+                # No call, but as many bytes exported as the reference's calls export (their outputs
+                # and the arguments after them): the harness holds all an honest call's window
+                # holds besides the call. One stand-in per size, made before any gate.
+                key = ("stand-in", packed_size(exported))
+                if key not in launched:
+                    stand_in = stand_in_outputs(exported, request.fill, self.device)
+                    launched[key] = lambda: stand_in
+                return pending, launched[key], exported
             # The same buffers, shapes and other arguments as an earlier call: its launched callable
             # (the hook runs once per layout, not in every window: a pluggy call costs the host
             # microseconds). The other arguments belong to the key: a set's split sizes differ.
@@ -306,9 +313,9 @@ class CandidateRank:
             slots.fill(pending)
             if barrier is not None:
                 barrier()  # every rank's set is in place before any call reads its peers
-            # The harness batch exports the placed set as a call's arguments after it: every
-            # honest call exports that much (and its outputs), whatever the problem.
-            return (None if launch is None else launch()), exported
+            # The harness batch exports the placed set as a call's arguments after it, and its
+            # stand-in for the reference's outputs: what every honest call exports.
+            return launch(), exported
 
         try:
             written = window_side.run(epoch=request.epoch, skeletons=request.skeletons, call=call,

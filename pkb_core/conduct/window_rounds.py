@@ -17,8 +17,8 @@ against (:data:`FLOOR_SIDES`); two of them are the judge's own (its rank is the 
   ran nothing on the compute engine: copies and memory operations only) has the hand-off
   alone subtracted;
 * ``harness``: pkb's reference group placing each set, crossing the device barrier and exporting
-  the set (as a call's arguments after it), with no call: what every honest side's window holds
-  besides its call, run by the same kind of process with the same code as the candidate's. A
+  the set (as a call's arguments after it) and a stand-in as many bytes as the reference's outputs,
+  with no call: what every honest side's window holds besides its call, run by the same kind of process with the same code as the candidate's. A
   candidate under it by more than two such groups differ by skipped part of pkb's harness in its
   own process: ``flagged`` (:func:`_judge_against_harness`). Nothing is subtracted for it (what
   the candidate's process runs it could skip; the record keeps it as ``harness_us``). It runs
@@ -491,9 +491,10 @@ def _judge_against_harness(raw: dict) -> None:
     the candidate's, with the candidate's harness code) skipped part of that harness in its own
     process (a rebound window loop: every honest side runs it, and a call on top), where the
     reference's calls, which run the same harness in the same processes, reach it in the same
-    job: ``flagged``. (The harness exports each set once, as a call's arguments after it: every
-    honest call exports that much and its outputs, so an honest side's windows hold the harness
-    whatever the problem; a reduce-scatter's outputs are a share of its inputs.) The allowance is
+    job: ``flagged``. (The harness exports each set once, as a call's arguments after it, and as
+    many bytes as the reference's outputs: every honest call exports that much, its outputs being
+    the reference's shapes and dtypes, so an honest side's windows hold the harness
+    whatever the problem.) The allowance is
     what two groups of the same code differ by (:func:`harness_slack`), not a share of the
     harness: a side may skip no more of it than the clock cannot tell from that."""
     _flag_under(raw, "harness", "pkb's own harness with no call (the reference group's)",

@@ -100,9 +100,10 @@ class RunWindows(Request):
 
     ``harness_only`` (sent to window mode's reference group alone, for the ``harness`` batch):
     each window runs pkb's harness with no call (the set placed, the device barrier, the placed
-    set exported as a call's arguments after it) and says it filled ``fill`` bytes of ``out_slot``
-    (the reference's calls' export), so that the host engine copies as much out of it as out of
-    a real call's window."""
+    set exported as a call's arguments after it, with a stand-in for the outputs in front of it:
+    :func:`pkb_core.harness.parcel.stand_in_outputs`) and so fills the ``fill`` bytes of
+    ``out_slot`` the reference's calls fill: its windows export, and the host engine copies out of
+    them, as much as a real call's."""
 
     OP = "windows"
     epoch: int

@@ -393,6 +393,18 @@ def packed_size(tree) -> int:
     return end
 
 
+def stand_in_outputs(args, fill: int, device) -> torch.Tensor | None:
+    """A tensor (uint8, contents undefined) that takes, as a call's outputs beside the argument
+    tree ``args``, about ``fill`` bytes of a parcel laid out as ``{"out": outputs, "args": args}``
+    (less than one alignment short of them, never more); None where ``args`` alone take that much.
+
+    The ``harness`` batch of window mode exports it with each placed set, so that its windows hold
+    the export of as many bytes as a real call's, outputs included (docs/timing.md)."""
+    # The outputs come first and fill whole alignments, so the arguments lie as they would alone.
+    nbytes = (fill - packed_size(args)) // _ALIGN * _ALIGN
+    return torch.empty(nbytes, dtype=torch.uint8, device=device) if nbytes > 0 else None
+
+
 def _tensors(tree):
     if isinstance(tree, torch.Tensor):
         yield tree
