@@ -152,6 +152,11 @@ def test_window_mode_judges_honest_and_hostile_solutions(pkb_invoke, tmp_path):
     assert window["harness_copies"] == "engine"  # the default: PKB_HARNESS_COPIES unset
     assert window["masked_sets"] == "false"  # masks are the GPU host engine's, for sets of 1 MiB and up
     assert window["speedup"]["rounds"] >= 6 and window["speedup"]["low"] is not None
+    # The harness batch exports as many bytes as the reference's calls (a stand-in for their
+    # outputs in front of the placed set), so its windows hold all an honest call's hold but the call.
+    diagnostics = window["window_diagnostics"]
+    assert diagnostics["harness"]["exported_bytes"] == diagnostics["reference"]["exported_bytes"] > 0, diagnostics
+    assert "exported_bytes" not in diagnostics["candidate"]  # a candidate's layouts are the judge's to read
     # No garbage collection of either side (or of the null side) lands inside a window.
     assert all(d["gc_collections_in_windows"] == 0 for d in window["window_diagnostics"].values())
     # What of each window is the host engine's own copies: the release of the set, the snapshot.

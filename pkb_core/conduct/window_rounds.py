@@ -63,6 +63,7 @@ from pkb_core.contracts.outcome import JobEnded
 from pkb_core.contracts.timing import ModeTiming
 from pkb_core.contracts.verdict import Verdict
 from pkb_core.harness.copies import region_copies
+from pkb_core.harness.parcel import skeleton_end
 from pkb_core.machine.numa import online_nodes
 
 #: The sides the two compared are read against, each a batch of every round: the judge's own
@@ -164,6 +165,10 @@ class Batches:
         #: (:mod:`pkb_core.harness.copies`), and whether their sets were masked (:mod:`pkb_core.harness.mask`).
         self.harness_copies: set = set()
         self.masked: set = set()
+        #: Per side of the reference group: the most bytes of ``out_slot`` one of its calls filled, by
+        #: the layouts it answered (pkb's own code: the ``harness`` batch exports what the
+        #: reference's calls do). A candidate's layouts are read by the judge alone, under its limits.
+        self.exported: dict = {}
 
     def _timeout(self) -> float:
         return max(1.0, self.run.deadline - time.monotonic() - 1.0)
@@ -246,6 +251,9 @@ class Batches:
         reported = [a.host_us for a in answers] if answers else [t.host_us for t in times]
         if all(isinstance(h, (int, float)) and 0 <= h < 1e9 for h in reported):
             self.host.setdefault(side, []).append(max(reported))
+        if answers and side in REFERENCE_GROUP_SIDES:
+            filled = [skeleton_end(s) for a in answers for s in a.skeletons]
+            self.exported[side] = max(self.exported.get(side, 0), *filled)
         if answers:  # a group's own events around its calls (PKB_CALL_EVENTS=on): the slowest rank's
             own = [a.call_event_us for a in answers]
             if all(isinstance(e, (int, float)) and 0 <= e < 1e9 for e in own):
@@ -265,6 +273,8 @@ class Batches:
                 found[side]["host_us_per_call"] = round(statistics.median(self.host[side]), 3)
             if self.call_events.get(side):
                 found[side]["call_event_us"] = round(statistics.median(self.call_events[side]), 3)
+            if side in self.exported:
+                found[side]["exported_bytes"] = self.exported[side]
             if side in self.collections:
                 found[side]["gc_collections_in_windows"] = self.collections[side]
             if side in self.unqueued:
