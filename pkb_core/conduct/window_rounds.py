@@ -17,12 +17,13 @@ against (:data:`FLOOR_SIDES`); two of them are the judge's own (its rank is the 
   ran nothing on the compute engine: copies and memory operations only) has the hand-off
   alone subtracted;
 * ``harness``: pkb's reference group placing each set, crossing the device barrier and exporting
-  the set (as a call's arguments after it) and a stand-in as many bytes as the reference's outputs,
-  with no call: what every honest side's window holds besides its call, run by the same kind of process with the same code as the candidate's. A
-  candidate under it by more than two such groups differ by skipped part of pkb's harness in its
-  own process: ``flagged`` (:func:`_judge_against_harness`). Nothing is subtracted for it (what
-  the candidate's process runs it could skip; the record keeps it as ``harness_us``). It runs
-  last in each round, so that the reference never follows its own group's batch;
+  the set (as a call's arguments after it) and a stand-in as many bytes as the reference's
+  outputs, with no call: what every honest side's window holds besides its call, run by the same
+  kind of process with the same code as the candidate's. A candidate under it by more than two
+  such groups differ by skipped part of pkb's harness in its own process: ``flagged``
+  (:func:`_judge_against_harness`). Nothing is subtracted for it (what the candidate's process
+  runs it could skip; the record keeps it as ``harness_us``). It runs last in each round, so that
+  the reference never follows its own group's batch;
 
 and the two compared, ``reference`` and ``candidate``, in a random order balanced over pairs of
 rounds (after the judge's two, before the harness): two groups made the same way (forked by
