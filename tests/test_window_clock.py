@@ -307,6 +307,33 @@ def test_the_timekeepers_of_a_node_open_each_window_together(tmp_path):
     second.close()
 
 
+def test_a_jobs_boards_are_removed_when_the_next_job_begins(tmp_path):
+    """A board is a file per job and side in the judge's folder: a rank removes those it met on
+    once a new job begins, and all it has at the end (a service's lane runs job after job: five
+    files a job piled up in its folder before)."""
+    import os
+
+    from pkb_core.harness.board import Board
+    from pkb_core.judge.clock import JudgeClock
+
+    clocks = [JudgeClock(CPU, str(tmp_path), rank=r, local_rank=r, local_ranks=2) for r in (0, 1)]
+    met = [[clock.board("job1", side) for side in ("null", "candidate")] for clock in clocks]
+    boards = [Board(m["board"], m["ranks"], m["index"]) for meetings in met for m in meetings]
+    for board in boards:
+        board.close()
+    assert len(list(tmp_path.glob("pkb-board-job1-*"))) == 2
+    later = clocks[1].board("job2", "null")
+    Board(later["board"], later["ranks"], later["index"]).close()
+    clocks[0].leave_boards()  # rank 0's next job: the boards it met on go, one it never met on stays
+    assert not list(tmp_path.glob("pkb-board-job1-*")) and os.path.exists(later["board"])
+    clocks[1].leave_boards()  # rank 1's: job 1's are gone already, no matter; its own later one goes
+    assert not os.path.exists(later["board"]) and clocks[1].boards == set()
+    met = clocks[0].board("job3", "kernel")
+    Board(met["board"], met["ranks"], met["index"]).close()
+    clocks[0].close()  # the launch's end
+    assert not list(tmp_path.glob("pkb-board-*"))
+
+
 def test_a_large_batch_is_checked_on_the_windows_drawn_for_it(pkb_invoke, tmp_path):
     """At 256 KiB a batch's sets exceed what is checked whole (``SNAPSHOT_ALL_BYTES``): only the
     windows drawn before each batch are copied out and checked, and a solution wrong in every

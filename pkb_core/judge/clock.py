@@ -64,6 +64,9 @@ class JudgeClock:
         self.choice = engine_choice() if device.type == "cuda" else "host"
         self.keepers: dict = {}
         self.engine_of: dict = {}
+        #: The boards this rank was told to meet on since it last left them: one file per job and
+        #: side, which outlives the job unless it is removed (a service's lane runs job after job).
+        self.boards: set = set()
 
     def engine_for(self, set_bytes: int) -> str:
         if self.choice != "auto":
@@ -95,11 +98,20 @@ class JudgeClock:
             return {}
         from pkb_core.harness.board import board_path
 
-        return {"board": board_path(self.folder, token, side), "ranks": self.local_ranks, "index": self.local_rank}
+        path = board_path(self.folder, token, side)
+        self.boards.add(path)
+        return {"board": path, "ranks": self.local_ranks, "index": self.local_rank}
+
+    def leave_boards(self) -> None:
+        """Remove the boards of the jobs before (each rank of the node removes those it met on; a
+        board already gone is no matter). Called once no batch of theirs can run: a new job."""
+        _unlink(self.boards)
+        self.boards.clear()
 
     def close(self) -> None:
         for keeper in self.keepers.values():
             keeper.close()
+        self.leave_boards()
 
 
 class Timekeeper:

@@ -104,6 +104,8 @@ class JudgeRank:
         self.armed = {}
         self.pool = None
         self.timer = self.timer.renewed()
+        if getattr(self, "clock", None) is not None:
+            self.clock.leave_boards()  # the last job's: its batches are over on every rank
         return Done()
 
     def on_inputs(self, request: DrawInputs) -> Packed:
