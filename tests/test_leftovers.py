@@ -20,6 +20,7 @@ import pytest
 from tests.test_serve import Server
 
 HANGS = Path(__file__).parent / "fixtures" / "leftovers" / "1_allreduce_hangs_and_leaves.py"
+HANGS_IN_A_WINDOW = HANGS.parent / "1_allreduce_hangs_in_a_window.py"
 ROOT_ONLY = pytest.mark.skipif(os.geteuid() != 0, reason="a user of its own per job (the planted file's owner) "
                                                           "needs root")
 
@@ -104,7 +105,11 @@ def _job_uid(logs: Path) -> int | None:
 def _end_and_check(proc, sig, mark: str, logs: Path, timeout: float = 120):
     uid = _wait_for(lambda: proc.poll() is None and _job_uid(logs), timeout, "the solution to run")
     os.kill(proc.pid, sig)
+    sent = time.monotonic()
     proc.wait(timeout=60)
+    # Ctrl-C and SIGTERM end pkb at once: nothing is asked politely of a group that may be inside a
+    # command (the judge's exit waited out its 10 s grace: 11 s on SIGTERM; about 1.5 s now).
+    assert time.monotonic() - sent < 8, f"pkb took {time.monotonic() - sent:.1f} s to end on {sig.name}"
     # The warden (kill -9), the lanes' own cleanup and the kernel's parent-death signals work while
     # pkb is gone: a few seconds, longer on a loaded machine; then nothing may be left.
     deadline = time.monotonic() + 90
@@ -133,6 +138,19 @@ def test_pkb_run_leaves_nothing_however_it_ends(tmp_path, sig):
     run = tmp_path / "run"
     proc = _pkb(["run", "--backend", "reference", "--solution", HANGS, "--problem", "1", "--trials", "1",
                  "--timeout", "300", "--out", run], mark, tmp_path)
+    _end_and_check(proc, sig, mark, run / "logs")
+
+
+@ROOT_ONLY
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=lambda s: s.name)
+def test_pkb_run_ends_at_once_while_the_judge_times_a_window(tmp_path, sig):
+    """Ended while the judge's timekeepers wait for a candidate's window: pkb ends in seconds (it
+    took the judge's 10 s grace before) and leaves nothing."""
+    mark = secrets.token_hex(8)
+    run = tmp_path / "run"
+    proc = _pkb(["run", "--backend", "reference", "--solution", HANGS_IN_A_WINDOW, "--problem", "1", "--trials", "2",
+                 "--measure-perf", "--timing-mode", "window", "--warmup", "2", "--timeout", "300", "--out", run],
+                mark, tmp_path)
     _end_and_check(proc, sig, mark, run / "logs")
 
 

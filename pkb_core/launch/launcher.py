@@ -412,6 +412,7 @@ class Launch:
         feed = pending if isinstance(pending, JobFeed) else ListFeed(pending)
         judges = spare = None
         index = -1
+        finished = False
         try:
             while not self.reporter.stopped:  # between jobs: the one that asked has its record
                 job = feed.next_job()
@@ -446,10 +447,13 @@ class Launch:
                     judges = self._run_one(job, index, run_id, judges, candidates, spare)
                 finally:
                     self.current = None
+            finished = True
         finally:
             self._stop(spare)
             if judges is not None:
-                self._stop(judges, deadline=time.monotonic() + JUDGE_GRACE_S)
+                # Politely only after the last job: on Ctrl-C or SIGTERM the judge may be inside a
+                # command (a window batch) that would hold an exit for the whole grace (10 s seen).
+                self._stop(judges, deadline=time.monotonic() + JUDGE_GRACE_S if finished else None)
             self.stop_zygotes()
             if self.scratch is not None:
                 self.scratch.remove()
