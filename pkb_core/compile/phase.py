@@ -275,7 +275,10 @@ class BuildPhase:
                 result, cacheable = _published(build, result)
         _release(build)
         if cacheable:
-            store_outcome(self._path(build["solution"]), build["solution"], self.backend, result)
+            try:
+                store_outcome(self._path(build["solution"]), build["solution"], self.backend, result)
+            except OSError:
+                pass  # not kept (a full disk, a folder gone): the next run builds it again, the verdict stands
         return result
 
     def _answer(self, build, code, seconds) -> tuple[BuildResult, bool]:
@@ -361,6 +364,9 @@ def _release(build: dict) -> None:
     there, and its user (:func:`pkb_core.compile.output.release`)."""
     from pkb_core.process import temp_folders
 
+    if build.get("released"):
+        return  # once: a phase ended by an error releases its running builds, this one among them
+    build["released"] = True
     os.close(build["reply"])
     build["log"].close()
     build["containment"].close()
