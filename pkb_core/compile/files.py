@@ -22,15 +22,17 @@ def file_lock(path: Path):
         os.close(fd)  # closing the descriptor releases the lock
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file and one rename."""
+def write_atomic(path: Path, text: str, mode: int | None = None) -> None:
+    """Write ``text`` to ``path`` through a temporary file and one rename; the file's ``mode``
+    (None: what a plain create gives under this process's umask)."""
     path = Path(path)
-    # A temporary file of this write's own: writers may be threads of one process, not only processes.
+    # A temporary file of this write's own (0600 until the rename): writers may be threads of one
+    # process, not only processes (the service's builds store outcomes from threads).
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w") as out:
             out.write(text)
-        os.chmod(tmp, 0o666 & ~_umask())  # what a plain create gives (mkstemp's is 0600)
+        os.chmod(tmp, 0o666 & ~_umask() if mode is None else mode)
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):

@@ -16,15 +16,14 @@ its verdict and reason.
 """
 from __future__ import annotations
 
-import contextlib
 import functools
 import hashlib
 import json
 import os
-import tempfile
 from pathlib import Path
 
 from pkb_core.cache import builds_dir
+from pkb_core.compile.files import write_atomic
 from pkb_core.contracts.build import BuildResult
 from pkb_core.contracts.verdict import Verdict
 
@@ -101,18 +100,10 @@ def store_outcome(path: Path, solution: str, backend: str, result: BuildResult) 
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     if folder.stat().st_mode & 0o077:
         os.chmod(folder, 0o700)
-    # A temporary file of this store's own (0600): the service stores from threads of one process,
-    # and two jobs of the same content store the same outcome at once.
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
-    try:
-        with os.fdopen(fd, "w") as out:
-            out.write(json.dumps({"ok": result.ok, "message": result.message, "seconds": result.seconds,
-                                  "solution": solution, "backend": backend, "verdict": result.verdict}))
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    # Two jobs of the same content may store the same outcome at once, from threads of the service.
+    write_atomic(path, json.dumps({"ok": result.ok, "message": result.message, "seconds": result.seconds,
+                                   "solution": solution, "backend": backend, "verdict": result.verdict}),
+                 mode=0o600)
 
 
 def failure_verdict(verdict) -> str:
