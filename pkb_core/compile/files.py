@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-import tempfile
+import secrets
 from pathlib import Path
 
 
@@ -24,29 +24,17 @@ def file_lock(path: Path):
 
 def write_atomic(path: Path, text: str, mode: int | None = None) -> None:
     """Write ``text`` to ``path`` through a temporary file and one rename; the file's ``mode``
-    (None: what a plain create gives under this process's umask)."""
+    (None: what a plain create gives, 0666 under this process's umask)."""
     path = Path(path)
-    # A temporary file of this write's own (0600 until the rename): writers may be threads of one
-    # process, not only processes (the service's builds store outcomes from threads).
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    # A temporary name of this write's own: writers may be threads of one process, not only
+    # processes (the service's builds store outcomes from threads).
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666 if mode is None else mode)
     try:
         with os.fdopen(fd, "w") as out:
             out.write(text)
-        os.chmod(tmp, 0o666 & ~_umask() if mode is None else mode)
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
-
-
-def _umask() -> int:
-    """This process's umask, read without changing it (``os.umask`` sets it, for every thread)."""
-    try:
-        with open("/proc/self/status") as status:
-            for line in status:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError):
-        pass
-    return 0o022

@@ -163,11 +163,10 @@ class WindowSide:
                 if call is None:
                     written.append(None)
                 else:
-                    if events is not None:
-                        events.append([_stamp(on_device), None])
+                    start = _stamp(on_device) if events is not None else None
                     outputs, after = call(args)
                     if events is not None:
-                        events[-1][1] = _stamp(on_device)
+                        events.append((start, _stamp(on_device)))
                     written.append(pack_into({"out": outputs, "args": after}, region.out_slot, copies=self.copies))
                 region.finish(max(fill, skeleton_end(written[-1])), mark)  # used, then done
                 if on_device:
