@@ -106,6 +106,43 @@ def test_work_finished_after_the_call_is_not_in_the_snapshot(clock):
     assert all(torch.equal(_snapshot(clock, s, w)["out"], torch.zeros(8)) for w, s in enumerate(written))
 
 
+def test_a_snapshot_is_copied_in_pieces_in_an_order_drawn_for_each_window():
+    """Work left running past ``done`` that writes its outputs front to back, ahead of a copy that
+    reads them front to back, would be in the snapshot: the pieces cover the outputs once, and the
+    first one read is any of them."""
+    from pkb_core.judge.timekeeper import SNAPSHOT_PIECE_BYTES, SNAPSHOT_PIECES, snapshot_pieces
+
+    assert snapshot_pieces(0) == []
+    for nbytes in (1, 4096, SNAPSHOT_PIECE_BYTES, SNAPSHOT_PIECE_BYTES + 1, 5 << 20, (16 << 20) + 3):
+        pieces = snapshot_pieces(nbytes)
+        assert len(pieces) <= SNAPSHOT_PIECES
+        covered = 0
+        for at, n in sorted(pieces):
+            assert at == covered and n > 0
+            covered += n
+        assert covered == nbytes
+    firsts = {snapshot_pieces(16 << 20)[0][0] for _ in range(40)}
+    assert len(firsts) > 10, firsts  # 40 draws of 64 pieces: the first read is not a fixed piece
+    assert len(snapshot_pieces(16 << 20, 16)) == 16
+
+
+def test_a_snapshot_in_pieces_is_the_outputs_to_the_byte(clock):
+    """Outputs of a MiB (sixteen pieces) come back exact through a real timekeeper's windows."""
+    out_bytes = 1 << 20
+    sets = [(torch.arange(16, dtype=torch.float32) + w,) for w in range(3)]
+    skeletons, region, layout = _arm(clock, sets, out_bytes=out_bytes + 4096)
+    side = WindowSide(CPU)
+    side.attach(region)
+    answers = [torch.randint(-2**31, 2**31 - 1, (out_bytes // 4 - 64,), dtype=torch.int32) for _ in sets]
+    calls = iter(answers)
+    clock.send("open", epoch=5, timeout_s=20, **layout)
+    written = side.run(epoch=5, skeletons=skeletons, call=lambda args: (next(calls).clone(), args), timeout_s=20)
+    assert clock.receive()["status"] == "ok"
+    for w, skeleton in enumerate(written):
+        got = _snapshot(clock, skeleton, w, out_bytes=out_bytes + 4096)
+        assert torch.equal(got["out"], answers[w]) and torch.equal(got["args"][0], sets[w][0])
+
+
 def test_a_side_that_never_signals_is_a_timeout_not_a_hang(clock):
     sets = [(torch.ones(4),) for _ in range(2)]
     skeletons, region, layout = _arm(clock, sets)

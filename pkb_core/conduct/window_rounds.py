@@ -175,8 +175,9 @@ class Batches:
         return max(1.0, self.run.deadline - time.monotonic() - 1.0)
 
     def batch(self, side: str, label: str, *, check: bool = False) -> list[float]:
-        """One batch of ``side``: per window, the slowest rank's time in microseconds (the
-        lead-in included, first)."""
+        """One batch of ``side``: per timed window, the slowest rank's time in microseconds. The
+        lead-in is not timed, nor is a window drawn for a snapshot in a batch whose snapshots are
+        drawn (:func:`timed_windows`)."""
         run = self.run
         k = self.calls + 1
         group = run.reference_group if side in REFERENCE_GROUP_SIDES else \
@@ -247,7 +248,8 @@ class Batches:
         per_window = [max(t.times_ns[w] for t in times) / 1e3 for w in range(min(len(t.times_ns) for t in times))]
         if len(per_window) < k:
             raise JobEnded(Verdict.ERROR, f"the timekeeper timed {len(per_window)} of the {side}'s {k} calls")
-        ordered = sorted(per_window[1:])
+        per_window = timed_windows(per_window, snapshots)
+        ordered = sorted(per_window)
         self.spread.setdefault(side, []).append((ordered[len(ordered) // 10], ordered[(9 * len(ordered)) // 10]))
         reported = [a.host_us for a in answers] if answers else [t.host_us for t in times]
         if all(isinstance(h, (int, float)) and 0 <= h < 1e9 for h in reported):
@@ -300,6 +302,25 @@ class Batches:
         return found
 
 
+def timed_windows(per_window: list[float], snapshots: list | None) -> list[float]:
+    """The windows of a batch that time its calls, from ``per_window`` (all of them, the lead-in
+    first): every one but the lead-in where every window was copied out (``snapshots`` None), else
+    those not drawn for a snapshot (all but the lead-in, should every one have been drawn).
+
+    A drawn window holds the timekeeper's copy of the side's outputs into its snapshot, which
+    grows with them (at 8 MiB, 3-4 ms of host copy in a window of 0.45 ms, on 2xH200), and how
+    many are drawn varies from batch to batch: with them, a batch's median was a call or a
+    snapshot as the draw fell (2xH200, 2026-11-30: the reference's windows at 8 MiB had a median of
+    1.9 ms, the candidate's 0.46 ms, and speedups read [0.03, 8.7]). Every side's timed windows are
+    then alike, and the drawn ones are what the judge checks. A side cannot tell a drawn window
+    from another before it ends (the draw is told to the timekeeper alone), so what it skips in a
+    window it hopes is not copied is caught in the windows that are."""
+    if snapshots is None:
+        return per_window[1:]
+    drawn = set(snapshots)
+    return [t for w, t in enumerate(per_window) if w and w not in drawn] or per_window[1:]
+
+
 def window_batches(calls: int, least: int, cap: int) -> tuple[int, int]:
     """Window mode's ``(calls a batch, least calls)`` from the launcher's (``calls`` amortise a
     batch's cost, which a window does not have): batches small enough for :data:`WINDOW_ROUNDS`
@@ -332,16 +353,16 @@ def time_windows(run, mode: str, budget_s: float, calls: int, least: int, cap: i
         # A random order for each pair of rounds, the other order in its second round.
         order = tuple(batches.rng.sample(order, 2)) if round_ % 2 == 0 else order[::-1]
         for side in JUDGE_SIDES:
-            raw[side].append(statistics.median(batches.batch(side, f"{mode}/{round_}/{side}")[1:]))
+            raw[side].append(statistics.median(batches.batch(side, f"{mode}/{round_}/{side}")))
         for side in order:
-            value = statistics.median(batches.batch(side, f"{mode}/{round_}/{side}", check=side == "candidate")[1:])
+            value = statistics.median(batches.batch(side, f"{mode}/{round_}/{side}", check=side == "candidate"))
             raw[side].append(value)
             # ms; never floored: a side shorter than the hand-off is judged once the rounds end
             per_call[side].append(per_call_us(value, raw["null"][-1], raw["kernel"][-1]) / 1e3)
         # After the pair, never just before one of them: a batch of the reference group right
         # before the reference's own read 0.4-1 us a call shorter at 4 KiB on one H200 (the
         # reference then follows its own group in half the rounds, the candidate in none).
-        raw["harness"].append(statistics.median(batches.batch("harness", f"{mode}/{round_}/harness")[1:]))
+        raw["harness"].append(statistics.median(batches.batch("harness", f"{mode}/{round_}/harness")))
         round_ += 1
         samples = round_ * calls
         stopped = rule.decide_within(samples, *_positive(per_call), time.monotonic() - started, budget_s)

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import statistics
 import sys
 import time
@@ -56,6 +57,32 @@ STALL_AGAIN_S = 0.002
 #: How long (GPU, host engine) the timekeeper waits for a side's ``queued`` word to move before
 #: it stops waiting for the whole batch to be queued and opens the first window.
 QUEUE_IDLE_S = 0.05
+#: A snapshot is copied in pieces of at least this many bytes, at most :data:`SNAPSHOT_PIECES` of
+#: them, in an order drawn for each window (:func:`snapshot_pieces`).
+SNAPSHOT_PIECE_BYTES = 64 << 10
+SNAPSHOT_PIECES = 64
+DEVICE_SNAPSHOT_PIECES = 16
+#: This process's own draws (the order of a snapshot's pieces): seeded from the operating system,
+#: in a process no side can read.
+_DRAW = random.Random(os.urandom(32))
+
+
+def snapshot_pieces(nbytes: int, pieces: int = SNAPSHOT_PIECES) -> list[tuple[int, int]]:
+    """``(offset, length)`` pieces that cover ``nbytes`` once, in an order drawn now.
+
+    A snapshot is taken once the side says ``done``, and a copy of megabytes takes a while (a
+    host copy of 16 MiB, milliseconds). Copied front to back, work a side left running past its
+    ``done`` that writes its outputs front to back, faster than the copy reads them (a kernel
+    writing host memory over the bus, against the host's copy), would stay ahead of it and be in
+    the snapshot, outside the window. In a drawn order, the first piece read (microseconds after
+    ``done``) is any piece: a side whose outputs are not all written by then is read wrong with a
+    chance of the share it has not written, in every window drawn for a snapshot."""
+    if nbytes <= 0:
+        return []
+    size = max(SNAPSHOT_PIECE_BYTES, -(-nbytes // pieces))
+    found = [(at, min(size, nbytes - at)) for at in range(0, nbytes, size)]
+    _DRAW.shuffle(found)
+    return found
 
 
 class HostClock:
@@ -186,7 +213,8 @@ class HostClock:
                 if snapshots is not None and w not in snapshots:
                     keep = 0
                 seen = time.perf_counter_ns()
-                self.snap.view(w * snap_stride, keep)[:] = region.view(out_at, keep)
+                for at, n_bytes in snapshot_pieces(keep):
+                    self.snap.view(w * snap_stride + at, n_bytes)[:] = region.view(out_at + at, n_bytes)
                 t1 = time.perf_counter_ns()
                 times.append(t1 - t0)
                 copied.append(keep)
@@ -332,8 +360,11 @@ class DeviceClock:
                 stream_write(handle, ptr + GO, mark)
                 stream_wait(handle, ptr + DONE, mark)
                 if snapshots is None or w in snapshots:
-                    checked(cu.cuMemcpyDtoDAsync(cu.CUdeviceptr(self.snap + w * snap_stride),
-                                                 cu.CUdeviceptr(ptr + out_at), out_bytes, stream))
+                    # In a drawn order, as the host engine's (snapshot_pieces), fewer and larger pieces:
+                    # each is a call into the driver, and the copy engine reads gigabytes a millisecond.
+                    for at, n_bytes in snapshot_pieces(out_bytes, DEVICE_SNAPSHOT_PIECES):
+                        checked(cu.cuMemcpyDtoDAsync(cu.CUdeviceptr(self.snap + w * snap_stride + at),
+                                                     cu.CUdeviceptr(ptr + out_at + at), n_bytes, stream))
                 checked(cu.cuEventRecord(self._event(2 * w + 1), stream))
                 queued += 1
             # Window ``finished`` starts when the side announces it; a side that does not (its

@@ -296,9 +296,13 @@ class Launch:
         locked down, set up and timed exactly as a candidate group is, so the two sides of a
         speedup differ only in the code they call. Ready and set up; the caller stops it
         (:meth:`stop_group`)."""
+        return self.set_up_reference_side(self.fork_reference_side(job, run_id), job, run_id)
+
+    def fork_reference_side(self, job, run_id: str):
+        """:meth:`start_reference_side`'s first half: the group forked, its processes starting
+        (not waited for). :meth:`set_up_reference_side` is the second."""
         import attrs
 
-        from pkb_core.contracts import commands_candidate as candidate
         from pkb_core.launch.ranks import RankGroup
         from pkb_core.keeper.listener import KeeperSocket
         from pkb_core.launch.zygotes import Zygotes
@@ -328,6 +332,15 @@ class Launch:
         group.shm_name = run_id
         group.keeper_report = store.report_read
         self._watch(group, uid)
+        return group
+
+    def set_up_reference_side(self, group, job, run_id: str):
+        """A reference group :meth:`fork_reference_side` forked, once its processes are ready: set
+        up with the problem's reference as its solution, and frozen."""
+        import attrs
+
+        from pkb_core.contracts import commands_candidate as candidate
+
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
         self._ready(group)
         # The problem's own file, its reference named as the solution: the same compile path as any.
@@ -497,7 +510,7 @@ class Launch:
         started = time.time()
         parcels = Parcels(os.path.join(self.scratch.path, run_id))
         outcome = Outcome()
-        run = None
+        run = reference = None
         try:
             try:
                 self._ready(candidates)
@@ -507,10 +520,15 @@ class Launch:
                                         f"(its log {self.job_log(run_id)})") from None
             problem = read_spec(job.problem_path).load()
             candidates.multicast_believed = multicast_claim_believable(job.solution, self.settings.device)
+            reference = EarlyReferenceSide(self, job, f"{run_id}-ref", candidates)
+
+            def before_timing():
+                self._spare_ready(spare)
+                reference.set_up()  # nothing still starting on this node once timing begins
+
             run = JobRun(job, problem, judges, candidates, parcels=parcels, settings=self.settings,
                          deadline=time.monotonic() + self.settings.job_timeout,
-                         before_timing=lambda: self._spare_ready(spare),
-                         reference_side=lambda: self.start_reference_side(job, f"{run_id}-ref"))
+                         before_timing=before_timing, reference_side=reference.group)
             outcome = run.run()
             outcome.phases = {"ready": ready_s, **outcome.phases}
         except JobEnded as ended:
@@ -531,8 +549,8 @@ class Launch:
         finally:
             self._contained_outcome(candidates, outcome, run_id)
             stopping = time.time()
-            if run is not None and run.reference_group is not None:
-                self.stop_group(run.reference_group)
+            if reference is not None:
+                reference.stop()
             healthy = outcome.verdict not in (Verdict.TIMEOUT, Verdict.CRASH, Verdict.ERROR, Verdict.CANCELLED)
             self._stop(candidates, stacks=outcome.verdict == Verdict.TIMEOUT,
                        deadline=time.monotonic() + JUDGE_GRACE_S if healthy else None)
@@ -590,3 +608,48 @@ class Launch:
             append_record(self.run_dir, record)
         self.records.append(record)
         self.reporter.job(record)
+
+
+class EarlyReferenceSide:
+    """Window mode's reference group of one job (:meth:`Launch.start_reference_side`), forked as
+    the job begins so that its processes start while the candidate is set up and tried, and set
+    up just before timing begins (nothing is still starting on the node once a batch is timed).
+    On 2xH200 a window-mode job was 10-16 s at the default ``--iters``, the group's start inside
+    its timing. A job that times no window mode forks none; one that ends before timing stops
+    the group it forked."""
+
+    def __init__(self, launch: Launch, job, run_id: str, candidates):
+        self.launch, self.job, self.run_id = launch, job, run_id
+        self.forked = self.ready = self.failed = None
+        timed = job.mode == "eval" and job.measure_perf and "window" in job.timing_modes
+        if timed and getattr(candidates, "remote", None) is None:
+            try:
+                self.forked = launch.fork_reference_side(job, run_id)
+            except Exception as exc:  # noqa: BLE001 - said where window mode asks for the group
+                self.failed = exc
+
+    def set_up(self) -> None:
+        """Wait for the forked group and set it up (a failure is kept for :meth:`group`)."""
+        if self.forked is None or self.ready is not None or self.failed is not None:
+            return
+        try:
+            self.ready = self.launch.set_up_reference_side(self.forked, self.job, self.run_id)
+        except Exception as exc:  # noqa: BLE001 - said where window mode asks for the group
+            self.failed = exc
+
+    def group(self):
+        """The group, ready and set up (started now where none was forked); raises what its
+        start raised."""
+        if self.failed is not None:
+            raise self.failed
+        if self.forked is None:
+            self.forked = self.ready = self.launch.start_reference_side(self.job, self.run_id)
+        self.set_up()
+        if self.failed is not None:
+            raise self.failed
+        return self.ready
+
+    def stop(self) -> None:
+        """Stop the group, however far it got."""
+        if self.forked is not None:
+            self.launch.stop_group(self.forked)
