@@ -32,8 +32,9 @@ reference group calling the problem's reference as its solution
 (:meth:`pkb_core.launch.launcher.Launch.start_reference_side`), so the two sides of a speedup
 differ only in the code they call.
 
-A batch's value is the median over its windows of the slowest rank's window (the first
-window is a lead-in: checked, not timed). A side's per-call time in a round is its value less
+A batch's value is the median over its timed windows of the slowest rank's window (the first
+window is a lead-in, and where a batch's snapshots are drawn a drawn window is checked, not timed:
+:func:`timed_windows`). A side's per-call time in a round is its value less
 the round's ``kernel`` value (or, below it, less the ``null`` value: :func:`per_call_us`). The
 speedup is the median of the rounds' paired ratios with its interval
 (:mod:`pkb_core.conduct.intervals`), as in every mode, widened by what two groups of the same code
