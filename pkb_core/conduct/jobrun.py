@@ -172,9 +172,9 @@ class JobRun:
         try:
             return start()
         finally:
-            self._count("reference group start", started)
+            self.tally("reference group start", started)
 
-    def _count(self, name: str, started: float) -> None:
+    def tally(self, name: str, started: float) -> None:
         """Add the seconds since ``started`` to the record's per-command tally."""
         ops = self.outcome.phases.setdefault("commands", {})
         ops[name] = round(ops.get(name, 0.0) + time.monotonic() - started, 4)
@@ -199,7 +199,7 @@ class JobRun:
             started = time.monotonic()
             answers = self.judges.command(request, deadline=self.deadline, watch=watch)
             self.answered_at = time.monotonic()
-            self._count(f"judge {op}", started)
+            self.tally(f"judge {op}", started)
             return answers, (self.answered_at - started) * 1e3
         except JobEnded as ended:
             raise JudgeFailed(ended) from None
@@ -215,11 +215,11 @@ class JobRun:
             answers = self.candidates.command(request, deadline=self.deadline)
             self.answered_at = time.monotonic()
             wall_ms = (self.answered_at - started) * 1e3
-            self._count(f"candidate {op}", started)
+            self.tally(f"candidate {op}", started)
             if op in (candidate.Trial.OP, candidate.TimeCandidate.OP, candidate.WarmCandidate.OP):
                 started = time.monotonic()
                 busy = self.candidates.busy_after_answer(QUIET_S)
-                self._count("host probe", started)
+                self.tally("host probe", started)
                 if busy:
                     rank, used = busy[0]
                     raise JobEnded(Verdict.FLAGGED, f"rank {rank}: its processes used {used:.0f} ms of CPU right "
@@ -259,7 +259,7 @@ class JobRun:
                 raise JobEnded(Verdict.ERROR, f"window mode's reference group (pkb's own) failed: {ended.reason}") \
                     from None
             self.answered_at = time.monotonic()
-            self._count(f"{'candidate' if group is self.candidates else 'reference group'} windows", started)
+            self.tally(f"{'candidate' if group is self.candidates else 'reference group'} windows", started)
             busy = self.candidates.busy_after_answer(QUIET_S) if group is self.candidates else None
             if busy:
                 rank, used = busy[0]
@@ -282,9 +282,7 @@ class JobRun:
                     self.outcome.trials = trial + 1
             if self.job.mode == "eval" and self.job.measure_perf:
                 if self.before_timing:
-                    started = time.monotonic()
                     self.before_timing()  # nothing else starting up on this node while it times
-                    self._count("groups starting", started)
                 self.stage = "timing (--measure-perf: batches of calls on fresh inputs)"
                 with self._phase("timing"):
                     self._timing()

@@ -523,8 +523,13 @@ class Launch:
             reference = EarlyReferenceSide(self, job, f"{run_id}-ref", candidates)
 
             def before_timing():
+                # Nothing still starting on this node once timing begins; each wait in the record's tally.
+                started = time.monotonic()
                 self._spare_ready(spare)
-                reference.set_up()  # nothing still starting on this node once timing begins
+                run.tally("next job's group starting", started)
+                started = time.monotonic()
+                reference.set_up()
+                run.tally("reference group set-up", started)
 
             run = JobRun(job, problem, judges, candidates, parcels=parcels, settings=self.settings,
                          deadline=time.monotonic() + self.settings.job_timeout,
