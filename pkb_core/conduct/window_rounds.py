@@ -29,7 +29,7 @@ and the two compared, ``reference`` and ``candidate``, in a random order balance
 rounds (after the judge's two, before the harness): two groups made the same way (forked by
 zygotes, locked down, set up, frozen between batches, timed through the same code), the
 reference group calling the problem's reference as its solution
-(:meth:`pkb_core.launch.launcher.Launch.start_reference_side`), so the two sides of a speedup
+(:meth:`pkb_core.launch.launcher.Launch.fork_reference_side`), so the two sides of a speedup
 differ only in the code they call.
 
 A batch's value is the median over its timed windows of the slowest rank's window (the first
@@ -311,7 +311,7 @@ def timed_windows(per_window: list[float], snapshots: list | None) -> list[float
     A drawn window holds the timekeeper's copy of the side's outputs into its snapshot, which
     grows with them (at 8 MiB, 3-4 ms of host copy in a window of 0.45 ms, on 2xH200), and how
     many are drawn varies from batch to batch: with them, a batch's median was a call or a
-    snapshot as the draw fell (2xH200, 2026-11-30: the reference's windows at 8 MiB had a median of
+    snapshot as the draw fell (2xH200, 2026-11-29: the reference's windows at 8 MiB had a median of
     1.9 ms, the candidate's 0.46 ms, and speedups read [0.03, 8.7]). Every side's timed windows are
     then alike, and the drawn ones are what the judge checks. A side cannot tell a drawn window
     from another before it ends (the draw is told to the timekeeper alone), so what it skips in a

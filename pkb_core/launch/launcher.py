@@ -290,17 +290,13 @@ class Launch:
         if wanted > cgroup.limits.get("memory_bytes", 0):
             group.containment.gaps += cgroup.set_limits(memory_bytes=wanted, pids=None)
 
-    def start_reference_side(self, job, run_id: str):
+    def fork_reference_side(self, job, run_id: str):
         """A group that runs the problem's reference as a solution, for window mode
         (:mod:`pkb_core.conduct.window_rounds`): forked by zygotes of the reference backend,
         locked down, set up and timed exactly as a candidate group is, so the two sides of a
-        speedup differ only in the code they call. Ready and set up; the caller stops it
-        (:meth:`stop_group`)."""
-        return self.set_up_reference_side(self.fork_reference_side(job, run_id), job, run_id)
-
-    def fork_reference_side(self, job, run_id: str):
-        """:meth:`start_reference_side`'s first half: the group forked, its processes starting
-        (not waited for). :meth:`set_up_reference_side` is the second."""
+        speedup differ only in the code they call. Returned forked, its processes starting (not
+        waited for); :meth:`set_up_reference_side` makes it ready; the caller stops it
+        (:meth:`stop_group`), however far it got (:class:`EarlyReferenceSide`)."""
         import attrs
 
         from pkb_core.launch.ranks import RankGroup
@@ -616,7 +612,7 @@ class Launch:
 
 
 class EarlyReferenceSide:
-    """Window mode's reference group of one job (:meth:`Launch.start_reference_side`), forked as
+    """Window mode's reference group of one job (:meth:`Launch.fork_reference_side`), forked as
     the job begins so that its processes start while the candidate is set up and tried, and set
     up just before timing begins (nothing is still starting on the node once a batch is timed).
     On 2xH200 a window-mode job was 10-16 s at the default ``--iters``, the group's start inside
@@ -643,12 +639,12 @@ class EarlyReferenceSide:
             self.failed = exc
 
     def group(self):
-        """The group, ready and set up (started now where none was forked); raises what its
-        start raised."""
+        """The group, ready and set up (forked now where it was not as the job began); raises
+        what its start raised."""
         if self.failed is not None:
             raise self.failed
         if self.forked is None:
-            self.forked = self.ready = self.launch.start_reference_side(self.job, self.run_id)
+            self.forked = self.launch.fork_reference_side(self.job, self.run_id)  # kept for stop()
         self.set_up()
         if self.failed is not None:
             raise self.failed
