@@ -228,6 +228,30 @@ def test_window_mode_judges_honest_and_hostile_solutions(pkb_invoke, tmp_path):
     assert rebound["stats"]["modes"]["window"]["windows_us"]["kernel"] > 0
 
 
+def test_an_export_left_running_past_done_is_read_wrong_from_a_snapshot_in_drawn_pieces(pkb_invoke, tmp_path):
+    """At the default size (4 MiB a set: a batch's snapshots are drawn, and only the windows not
+    drawn are timed), a side that exports its answers only after saying ``done`` has every timed
+    window close before its export, and its drawn windows' snapshots hold parts of an earlier
+    answer: a ``fail``, where an honest file in the same run passes (tests/fixtures/windows_race;
+    the order of the snapshot's pieces, which a GPU kernel's export would race, is
+    test_a_snapshot_is_copied_in_pieces_in_an_order_drawn_for_each_window's)."""
+    import shutil
+    from pathlib import Path
+
+    folder = tmp_path / "solutions"
+    folder.mkdir()
+    fixtures = Path(__file__).parent / "fixtures"
+    shutil.copy(fixtures / "windows_race" / "1_allreduce_exports_after_done.py", folder)
+    shutil.copy(fixtures / "windows_hostile" / "1_allreduce_honest.py", folder / "1_allreduce_z_honest.py")
+    result = pkb_invoke("run", "--solutions", folder, "--problem", "1", "--size", "default", "--trials", "1",
+                        "--measure-perf", "--timing-mode", "window", "--warmup", "2", "--iters", "30",
+                        "--timeout", "120", "--out", tmp_path / "run", "--json")
+    records = {r["solution"].rsplit("/", 1)[-1]: r for r in json.loads(result.stdout)["results"]}
+    late = records["1_allreduce_exports_after_done.py"]
+    assert late["verdict"] == "fail" and "timed call" in late["reason"], late
+    assert records["1_allreduce_z_honest.py"]["verdict"] == "pass", records["1_allreduce_z_honest.py"]
+
+
 def test_a_side_that_truncates_its_region_ends_its_own_job_not_the_next(pkb_invoke, tmp_path):
     """A side owns its gate region's file and can truncate it: the timekeeper's next copy into it
     dies of SIGBUS. That job ends as the side's own (``crash`` where its rank died of its own
