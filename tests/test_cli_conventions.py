@@ -411,6 +411,21 @@ def test_nothing_selected_exits_5(pkb_invoke, tmp_path, args, message):
     assert not (tmp_path / "o").exists()
 
 
+def test_a_folder_of_misnamed_files_says_what_it_holds_and_the_names_pkb_looks_for(pkb_invoke, tmp_path):
+    """A newcomer's file named a little off (skipped without a word before) is named in the error,
+    with the naming rule and the selected problem's file name."""
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    (folder / "1_allredce.py").write_text("def solution(t):\n    return t\n")
+    (folder / "allreduce_mine.py").write_text("def solution(t):\n    return t\n")
+    result = pkb_invoke("run", "--problem", "1", "--solutions", folder, "--out", tmp_path / "o")
+    assert result.exit_code == 5, result.output
+    line = result.output.strip().splitlines()[-1]
+    assert line.startswith(f"Error: no solution files for the selected problems in {folder}: it holds "
+                           "1_allredce.py, allreduce_mine.py, but a solution is named after its problem"), line
+    assert "(1_allreduce.py;" in line and "<id>_<name>.py" in line
+
+
 def test_exitfirst_stops_after_the_first_failing_job(pkb_invoke, tmp_path):
     folder = tmp_path / "solutions"
     folder.mkdir()
@@ -561,6 +576,8 @@ def test_bench_output_is_nccl_tests_like(pkb_invoke, tmp_path):
     assert not re.search(r"\d[eE][+-]\d", result.stdout)  # fixed point only
     assert re.fullmatch(r"# Avg bus bandwidth : \d+\.\d+ GB/s", result.stdout.strip().splitlines()[-1])
     assert re.search(r"^# Avg bus bandwidth of gloo : \d+\.\d+ GB/s$", result.stdout, re.M)
+    # The speedup column is said under the table: a median of paired ratios, its interval on each job's line.
+    assert "note: `x <mode>` is the mode's speedup, the median of the rounds' paired ratios" in result.stdout
     progress = [line for line in result.stderr.splitlines() if line.startswith("[")]
     assert [line.split("]")[0] + "]" for line in progress] == ["[1/2]", "[2/2]"]
     assert "1_allreduce  4K  reference  pass" in progress[0]

@@ -173,6 +173,7 @@ def bench(pm, problems, backend, solutions, sizes, nproc, dtype, trials, warmup,
     else:
         click.echo(sweep_table(records, modes, library))
         click.echo(f"\n(records in {run_dir}/records.jsonl)")
+        click.echo(SWEEP_SPEEDUP_NOTE)
         if device == "cpu":
             click.echo(CPU_TIMING_NOTE)
         not_passed = sum(r.verdict != Verdict.PASS for r in records)
@@ -182,6 +183,12 @@ def bench(pm, problems, backend, solutions, sizes, nproc, dtype, trials, warmup,
         click.echo("# Avg bus bandwidth : " + _gbps(average))
     if any(r.verdict in FAILING for r in records):
         raise SystemExit(1)
+
+
+#: Printed under the sweep's table: what its speedup columns are, and where their intervals are.
+SWEEP_SPEEDUP_NOTE = ("note: `x <mode>` is the mode's speedup, the median of the rounds' paired ratios (each round "
+                      "times both sides), so it need not be the ratio of the two medians beside it; each job's line "
+                      "above gives its 95 % interval and whether the difference is measurable (docs/timing.md)")
 
 
 def reference_library(device: str) -> str:

@@ -94,8 +94,20 @@ def pair_solutions(request: RunRequest, registry, info, dropped: list | None = N
             dropped.append(spec)
     if not pairs:
         where = f"in {folder}" if request.solutions else f"among backend {info.name}'s samples ({folder})"
-        raise NothingSelected(f"no solution files for the selected problems {where}")
+        raise NothingSelected(f"no solution files for the selected problems {where}{_naming_hint(folder, specs)}")
     return pairs
+
+
+def _naming_hint(folder: Path, specs) -> str:
+    """What a folder that matched nothing holds, and the names pkb looks for: a file named a little
+    off (``allreduce_mine.py``, ``1_allredce.py``) is otherwise skipped without a word."""
+    others = sorted(path.name for path in folder.glob("*.py")) if folder.is_dir() else []
+    if not others:
+        return ""
+    shown = ", ".join(others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
+    wanted = ", ".join(f"{spec.key}.py" for spec in specs[:3]) + (", ..." if len(specs) > 3 else "")
+    return (f": it holds {shown}, but a solution is named after its problem, <id>_<name>.py or "
+            f"<id>_<name>_<anything>.py ({wanted}; `pkb problems` lists them)")
 
 
 def check_solution_paths(solution: str | None, solutions: str | None) -> None:
