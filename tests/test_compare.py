@@ -54,6 +54,21 @@ def test_a_cancelled_job_is_no_regression(runs):
     assert [r["solution"] for r in failures(list(rows.values()), ("median", 0.05))] == ["1_allreduce_a.py"]
 
 
+def test_a_row_of_two_backends_says_so(runs):
+    """Rows are matched by file name, which two backends' samples share: a pair that ran different
+    backends keeps its status and says which ran where."""
+    import attrs
+
+    after = [attrs.evolve(r, backend="reference") for r in load_run(runs[1])]
+    rows = {r["solution"]: r for r in compare_runs(load_run(runs[0]), after)}
+    before = load_run(runs[0])[0].backend
+    assert before != "reference"
+    assert rows["1_allreduce_a.py"]["status"] == "regressed"
+    assert rows["1_allreduce_a.py"]["why"].endswith(f"(A ran backend {before}, B backend reference)")
+    same = {r["solution"]: r for r in compare_runs(load_run(runs[0]), load_run(runs[1]))}
+    assert "ran backend" not in same["1_allreduce_a.py"]["why"]
+
+
 def test_a_larger_threshold_hides_the_slowdown(runs):
     rows = compare_runs(load_run(runs[0]), load_run(runs[1]), threshold=0.25)
     assert _statuses(rows)["1_allreduce_a.py"] == "unchanged"

@@ -1,6 +1,8 @@
 """Comparing two run directories row by row, with the same intervals and rule as ``pkb run``.
 
-Rows are matched on (problem, solution file name, world size, size, dtype).
+Rows are matched on (problem, solution file name, world size, size, dtype); a row whose two
+records ran different backends says so in its reason (a backend's samples share their file names
+with other backends').
 Each matched row gets a status:
 
 * ``regressed``: the verdict went from ``pass`` to anything else, or the
@@ -138,7 +140,10 @@ def compare_runs(records_a, records_b, threshold: float = DEFAULT_THRESHOLD) -> 
         a, b = by_a.get(key), by_b.get(key)
         ident = dict(zip(("problem", "solution", "world_size", "size", "dtype"), key))
         if a and b:
-            rows.append(dict(ident, **compare_row(a, b, threshold)))
+            row = compare_row(a, b, threshold)
+            if a.backend != b.backend:  # matched by file name: say so, the two may be different code
+                row["why"] += f" (A ran backend {a.backend}, B backend {b.backend})"
+            rows.append(dict(ident, **row))
         else:
             present = a or b
             rows.append(dict(ident, **_side(a, "a"), **_side(b, "b"), change=None,
