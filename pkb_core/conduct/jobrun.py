@@ -139,9 +139,8 @@ class JobRun:
     def __init__(self, job: Job, problem, judges, candidates, *, parcels: Parcels,
                  deadline: float, settings, before_timing=None, reference_side=None):
         self.job = job
-        #: Starts window mode's reference group (the launcher's; None: window mode unavailable),
-        #: its seconds in the record's tally (``reference group start``).
-        self.reference_side = None if reference_side is None else lambda: self._start_counted(reference_side)
+        #: Starts window mode's reference group (the launcher's; None: window mode unavailable).
+        self.reference_side = reference_side
         #: That group, once started (the launcher stops it with the job).
         self.reference_group = None
         self.before_timing = before_timing
@@ -166,13 +165,6 @@ class JobRun:
         called before each side's timed batch, so every batch follows the same
         quiet stretch, whichever side went before it."""
         time.sleep(max(0.0, QUIET_S - (time.monotonic() - self.answered_at)))
-
-    def _start_counted(self, start):
-        started = time.monotonic()
-        try:
-            return start()
-        finally:
-            self.tally("reference group start", started)
 
     def tally(self, name: str, started: float) -> None:
         """Add the seconds since ``started`` to the record's per-command tally."""
