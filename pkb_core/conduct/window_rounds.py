@@ -171,6 +171,8 @@ class Batches:
         #: the layouts it answered (pkb's own code: the ``harness`` batch exports what the
         #: reference's calls do). A candidate's layouts are read by the judge alone, under its limits.
         self.exported: dict = {}
+        #: Per side: each checked batch's cost of its window check, per window (:meth:`_tally_check`).
+        self.checks: dict = {}
 
     def _timeout(self) -> float:
         return max(1.0, self.run.deadline - time.monotonic() - 1.0)
@@ -237,10 +239,12 @@ class Batches:
             raise ended
         if check:
             indices = list(range(k)) if snapshots is None else snapshots
-            found = combine(run.ask_judge([judge.CheckWindows(indices=indices, skeletons=a.skeletons)
-                                        for a in answers]), "rank")
+            checking = time.monotonic()
+            findings = run.ask_judge([judge.CheckWindows(indices=indices, skeletons=a.skeletons) for a in answers])
+            found = combine(findings, "rank")
             if found:
                 raise JobEnded(*found)
+            self._tally_check(side, len(indices), (time.monotonic() - checking) * 1e3, findings)
         late = [t.not_queued_ahead for t in times if isinstance(t.not_queued_ahead, int)]
         if late and "/warm" not in label:
             seen = self.unqueued.setdefault(side, {"batches": 0, "first_call": min(late)})
@@ -267,6 +271,17 @@ class Batches:
             self.collections[side] = self.collections.get(side, 0) + sum(collected)
         return per_window
 
+    def _tally_check(self, side: str, windows: int, wall_ms: float, findings: list) -> None:
+        """Keep what checking ``windows`` windows of a batch cost per window (ms): on the
+        conductor, and per part on the judge's slowest rank (the reference's calls and bounds, the
+        snapshots' unpacking, the comparisons)."""
+        per_window = {"wall": wall_ms / max(1, windows)}
+        parts = [f.spent_ms for f in findings]
+        if parts and all(isinstance(p, dict) for p in parts):
+            for part in parts[0]:
+                per_window[part] = max(float(p.get(part, 0.0)) for p in parts) / max(1, windows)
+        self.checks.setdefault(side, []).append(per_window)
+
     def diagnostics(self) -> dict:
         """Per side: the median over batches of the windows' p10 and p90, and of the host time per call (us)."""
         found = {}
@@ -292,6 +307,11 @@ class Batches:
                 # engine), the slowest rank's, as a median over batches and the least of any.
                 found[side]["queued_ahead_share"] = [round(statistics.median(self.ahead[side]), 3),
                                                      round(min(self.ahead[side]), 3)]
+            if self.checks.get(side):
+                # ms a checked window (the conductor's wall, and the judge's parts), median over batches
+                checks = self.checks[side]
+                found[side]["check_ms_per_window"] = {part: round(statistics.median(c.get(part, 0.0) for c in checks), 3)
+                                                      for part in checks[0]}
             for name, values in self.copies.get(side, {}).items():
                 found[side][name] = round(statistics.median(values), 3)
             if self.cost.get(side):

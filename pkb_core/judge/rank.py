@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import signal
+import time
 
 import torch
 
@@ -342,7 +343,7 @@ class JudgeRank:
                 return Finding(verdict=Verdict.FAIL, reason=f"timed call {index} of a batch, on fresh inputs: {problem} "
                                                             "(the timed calls must compute what the checked ones do)",
                                **_finding(problem, call=f"timed call {index} of a batch"))
-        return Finding()
+        return Finding(spent_ms={part: round(seconds * 1e3, 3) for part, seconds in spent.items()})
 
     def _timed_tolerance(self, index):
         """``(tolerance, bound)`` for timed call ``index``: as for trials, the
@@ -512,14 +513,18 @@ class JudgeRank:
         copied = armed.get("copied") or []
         self.pristine = sets
         indices = [i for i in request.indices if 0 <= i < len(sets)]
+        began = time.perf_counter()
+        spent = {"reference": 0.0, "unpack": 0.0, "compare": 0.0}
         # Collective: every rank runs the reference on every index before any rank compares.
         expected = {}
         for index in indices:
             ref_args = clone(sets[index])
             expected[index] = (self.problem.reference(*ref_args), ref_args, self._timed_tolerance(index))
         self._sync()
+        spent["reference"] = time.perf_counter() - began
         skeletons = request.skeletons if isinstance(request.skeletons, list) else []
         for index in indices:
+            began = time.perf_counter()
             ref_out, ref_args, (tolerance, bound) = expected[index]
             at = index * armed["snap_stride"]
             # What the snapshot holds: the bytes the timekeeper copied (on the host engine what the
@@ -540,13 +545,17 @@ class JudgeRank:
                                                             f"back ({exc})")
             if not (isinstance(received, dict) and set(received) == {"out", "args"}):
                 return Finding(verdict=Verdict.FAIL, reason=f"timed call {index}: its outputs could not be read back")
+            self._sync()
+            compared = time.perf_counter()
+            spent["unpack"] += compared - began
             problem = compare(received["out"], ref_out, tolerance, bound and bound[0]) or \
                 self._arguments_after(received["args"], sets[index], ref_args, tolerance, bound and bound[1])
+            spent["compare"] += time.perf_counter() - compared
             if problem:
                 return Finding(verdict=Verdict.FAIL, reason=f"timed call {index} of a batch, on fresh inputs: {problem} "
                                                             "(the timed calls must compute what the checked ones do)",
                                **_finding(problem, call=f"timed call {index} of a batch"))
-        return Finding()
+        return Finding(spent_ms={part: round(seconds * 1e3, 3) for part, seconds in spent.items()})
 
     def on_clocks(self, request: ReadClocks) -> Clocks:
         from pkb_core.machine.clocks import read_clocks
