@@ -194,6 +194,13 @@ def test_window_mode_judges_honest_and_hostile_solutions(pkb_invoke, tmp_path):
     diagnostics = window["window_diagnostics"]
     assert diagnostics["harness"]["exported_bytes"] == diagnostics["reference"]["exported_bytes"] > 0, diagnostics
     assert "exported_bytes" not in diagnostics["candidate"]  # a candidate's layouts are the judge's to read
+    # What checking a window cost, the candidate's alone (the one side whose windows are checked):
+    # the conductor's wall per window holds the judge's parts.
+    checks = {side: d["check_ms_per_window"] for side, d in diagnostics.items() if "check_ms_per_window" in d}
+    assert set(checks) == {"candidate"}, checks
+    parts = checks["candidate"]
+    assert set(parts) == {"wall", "reference", "unpack", "to_device", "compare"}, parts
+    assert all(v >= 0 for v in parts.values()) and parts["wall"] >= parts["reference"] + parts["compare"] > 0, parts
     # No garbage collection of either side (or of the null side) lands inside a window.
     assert all(d["gc_collections_in_windows"] == 0 for d in window["window_diagnostics"].values())
     # What of each window is the host engine's own copies: the release of the set, the snapshot.

@@ -274,7 +274,7 @@ class Batches:
     def _tally_check(self, side: str, windows: int, wall_ms: float, findings: list) -> None:
         """Keep what checking ``windows`` windows of a batch cost per window (ms): on the
         conductor, and per part on the judge's slowest rank (the reference's calls and bounds, the
-        snapshots' unpacking, the comparisons)."""
+        snapshots' unpacking and copy to the device, the comparisons)."""
         per_window = {"wall": wall_ms / max(1, windows)}
         parts = [f.spent_ms for f in findings]
         if parts and all(isinstance(p, dict) for p in parts):

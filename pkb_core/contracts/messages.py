@@ -139,7 +139,8 @@ class Finding(Answer):
     #: Where a wrong answer differs (:class:`pkb_core.judge.check.Finding`'s detail), for the record's feedback.
     finding: dict | None = optional()
     #: A window check's cost on this rank (ms per part: the reference's calls and bounds, the
-    #: snapshots' unpacking, the comparisons), where nothing was found: a diagnostic of the record.
+    #: snapshots' unpacking, their copy to the device, the comparisons), where nothing was found: a
+    #: diagnostic of the record.
     spent_ms: dict | None = optional()
 
 

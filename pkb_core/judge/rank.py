@@ -514,7 +514,7 @@ class JudgeRank:
         self.pristine = sets
         indices = [i for i in request.indices if 0 <= i < len(sets)]
         began = time.perf_counter()
-        spent = {"reference": 0.0, "unpack": 0.0, "compare": 0.0}
+        spent = {"reference": 0.0, "unpack": 0.0, "to_device": 0.0, "compare": 0.0}
         # Collective: every rank runs the reference on every index before any rank compares.
         expected = {}
         for index in indices:
@@ -538,16 +538,18 @@ class JudgeRank:
                     raise ParcelError(f"its layout reaches byte {skeleton_end(skeletons[index])} of its slot, past "
                                       f"the {kept} bytes it said it filled before its done (the `used` word), "
                                       "which is all its snapshot holds")
-                received = _to_device(unpack_from(skeletons[index], keeper.snap[at:at + kept],
-                                                  limits=budget), self.device)  # a host engine's snapshot
+                received = unpack_from(skeletons[index], keeper.snap[at:at + kept], limits=budget)
             except ParcelError as exc:
                 return Finding(verdict=Verdict.FAIL, reason=f"timed call {index}: its outputs could not be read "
                                                             f"back ({exc})")
             if not (isinstance(received, dict) and set(received) == {"out", "args"}):
                 return Finding(verdict=Verdict.FAIL, reason=f"timed call {index}: its outputs could not be read back")
+            unpacked = time.perf_counter()
+            spent["unpack"] += unpacked - began
+            received = _to_device(received, self.device)  # a host engine's snapshot
             self._sync()
             compared = time.perf_counter()
-            spent["unpack"] += compared - began
+            spent["to_device"] += compared - unpacked
             problem = compare(received["out"], ref_out, tolerance, bound and bound[0]) or \
                 self._arguments_after(received["args"], sets[index], ref_args, tolerance, bound and bound[1])
             spent["compare"] += time.perf_counter() - compared
