@@ -131,3 +131,18 @@ def pkb_backend_launch(state, program, inputs):
                                   "--json", "--trials", "2"))
     assert [(r["backend"], r["verdict"]) for r in records] == [("marker", "pass"), ("marker", "pass")]
     assert sorted(marks.read_text().split("\n")[:-1]) == ["rank 0"] * 4 + ["rank 1"] * 4
+
+
+def test_a_timeout_too_short_for_the_judge_is_the_jobs_timeout(pkb_invoke, tmp_path):
+    """A job whose time runs out while the judge is still at work for it (here: a `--timeout` of
+    half a second, shorter than timing takes) reads `timeout` with where its time went, not an
+    `error` blaming the judge's processes (which is what it read before)."""
+    result = pkb_invoke("run", "--problem", "1", "--out", tmp_path, "--measure-perf", "--timeout", "0.5", "--json")
+    record, = _records(result)
+    assert record["verdict"] == "timeout", record
+    assert record["reason"].startswith("no result after 0.5 s"), record
+    assert "failed" not in record["reason"], record
+    # The next job of the same launch gets a judge of its own (the old one was cut off mid-command).
+    result = pkb_invoke("run", "--problem", "1,2", "--out", tmp_path / "two", "--measure-perf", "--timeout", "0.5",
+                        "--json")
+    assert [r["verdict"] for r in _records(result)] == ["timeout", "timeout"], result.stdout

@@ -194,7 +194,12 @@ class JobRun:
             self.tally(f"judge {op}", started)
             return answers, (self.answered_at - started) * 1e3
         except JobEnded as ended:
-            raise JudgeFailed(ended) from None
+            raise JudgeFailed(ended, out_of_time=self._out_of_time(ended)) from None
+
+    def _out_of_time(self, ended: JobEnded) -> bool:
+        """Whether ``ended`` is the job's own time running out (a wait that reached the job's
+        deadline), not a failure of whoever was being waited for."""
+        return ended.verdict == Verdict.TIMEOUT and time.monotonic() >= self.deadline
 
     def time_candidate(self, request) -> tuple[list, float]:
         """:meth:`ask_candidate`, and the launcher's clock around it: ``(answers, milliseconds
@@ -248,6 +253,9 @@ class JobRun:
             except JobEnded as ended:
                 if group is self.candidates:
                     raise
+                if self._out_of_time(ended):
+                    raise JobEnded(Verdict.TIMEOUT, f"window mode's reference group was in its windows: "
+                                                    f"{ended.reason}") from None
                 raise JobEnded(Verdict.ERROR, f"window mode's reference group (pkb's own) failed: {ended.reason}") \
                     from None
             self.answered_at = time.monotonic()
@@ -284,7 +292,7 @@ class JobRun:
             if ended.verdict in (Verdict.TIMEOUT, Verdict.CRASH, Verdict.ERROR):
                 self.outcome.running = f"{self.stage}, command {self.command or '(none yet)'}"
             if ended.verdict == Verdict.TIMEOUT:
-                self.outcome.reason = f"no result after {self.settings.job_timeout:.0f} s ({ended.reason})"
+                self.outcome.reason = f"no result after {self.settings.job_timeout:g} s ({ended.reason})"
             if self.outcome.trials < self.job.trials and ended.verdict in (Verdict.FAIL, Verdict.FLAGGED, Verdict.ERROR):
                 trial = self.outcome.trials
                 self.outcome.reason = f"trial {trial}: {ended.reason}" if self._in_trials else ended.reason
@@ -387,9 +395,12 @@ class JobRun:
 
 
 class JudgeFailed(Exception):
-    """The judge's own ranks failed (not the candidate's fault): the launch's
-    judge group must be restarted; the job gets ``error``."""
+    """The judge's own ranks failed or were still busy: the launch's judge group must be
+    restarted. The job gets ``error`` (not the candidate's fault), or ``timeout`` where
+    ``out_of_time``: the job's own time ran out while the judge worked for it (a ``--timeout``
+    too short for the job, or a candidate whose windows the judge's timekeeper waited on)."""
 
-    def __init__(self, ended: JobEnded):
+    def __init__(self, ended: JobEnded, out_of_time: bool = False):
         super().__init__(ended.reason)
         self.ended = ended
+        self.out_of_time = out_of_time

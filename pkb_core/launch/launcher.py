@@ -535,8 +535,13 @@ class Launch:
         except JobEnded as ended:
             outcome.verdict, outcome.reason = ended.verdict, ended.reason
         except JudgeFailed as failed:
-            outcome.verdict = Verdict.ERROR
-            outcome.reason = f"the judge's processes failed ({failed.ended.reason}); launch log {self.log_path}"
+            if failed.out_of_time:
+                outcome.verdict = Verdict.TIMEOUT
+                outcome.reason = f"no result after {self.settings.job_timeout:g} s (the judge was still at work for " \
+                                 f"it: {failed.ended.reason})"
+            else:
+                outcome.verdict = Verdict.ERROR
+                outcome.reason = f"the judge's processes failed ({failed.ended.reason}); launch log {self.log_path}"
             self._stop(judges, stacks=True)
             judges = None
         except Exception as exc:  # noqa: BLE001 - whatever went wrong, it is this job's verdict, not the run's end
