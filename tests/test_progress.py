@@ -23,6 +23,19 @@ def test_plain_lines_when_not_a_terminal(capsys):
                                                     "[4/4] 2_allgather  b.py  fail"]
 
 
+def test_a_job_that_did_not_pass_says_why_on_its_line(capsys):
+    """`pkb bench`'s table has no reason column: a new user saw only `error` for a failed job of a
+    sweep and had to read records.jsonl for why. Its line carries the reason, on one line and cut."""
+    progress = JobProgress(3)
+    progress(_record("1_allreduce", "a.py", "error", reason="the judge's processes failed\n(judge rank 0: open)"))
+    progress(_record("1_allreduce", "b.py", "fail", reason="x" * 1000))
+    progress(_record("1_allreduce", "c.py", "pass", reason="ignored"))
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0] == "[1/3] 1_allreduce  a.py  error  the judge's processes failed (judge rank 0: open)"
+    assert lines[1].startswith("[2/3] 1_allreduce  b.py  fail  xxx") and lines[1].endswith("...") and len(lines[1]) < 300
+    assert lines[2] == "[3/3] 1_allreduce  c.py  pass"
+
+
 def test_quiet_prints_nothing(capsys):
     progress = JobProgress(1, quiet=True)
     progress.start()

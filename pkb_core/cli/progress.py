@@ -1,6 +1,7 @@
 """Progress of ``pkb run``: one line per finished job, and a rich progress bar on a terminal.
 
-The lines (``[i/n] problem  solution  verdict  speedup``) go to stderr as
+The lines (``[i/n] problem  solution  verdict  speedup``, or the reason of a job that did not
+pass) go to stderr as
 before; when stderr is a terminal and ``rich`` is installed (and ``PKB_PLAIN``
 is unset) they scroll above a live bar with the count and the elapsed time,
 with every other line printed meanwhile (:meth:`JobProgress.echo`).
@@ -13,6 +14,7 @@ import sys
 
 import click
 
+from pkb_core.contracts.verdict import Verdict
 from pkb_core.plugin.hookspecs import hookimpl
 
 
@@ -34,7 +36,7 @@ class JobProgress:
         self.done += 1
         if self.quiet:
             return
-        extra = speedup_text(record)
+        extra = speedup_text(record) or reason_text(record)
         self.echo(f"[{self.done}/{self.total}] {self.label(record)}  {record.verdict}{'  ' + extra if extra else ''}")
         if self._bar is not None:
             self._bar.update(self._task, completed=self.done)
@@ -80,6 +82,19 @@ def speedup_text(record) -> str:
     if record.difference:
         parts.append(record.difference + (" (host timing)" if record.clock == "host" else ""))
     return "  ".join(parts)
+
+
+#: How much of a reason a job line shows (the record keeps all of it).
+REASON_CHARS = 240
+
+
+def reason_text(record) -> str:
+    """Why a job did not pass, as its line shows it (``pkb bench``'s table has no reason column,
+    so this line is where a sweep says it); ``""`` for a passed job or one without a reason."""
+    if record.verdict == Verdict.PASS or not record.reason:
+        return ""
+    reason = " ".join(str(record.reason).split())
+    return reason if len(reason) <= REASON_CHARS else reason[:REASON_CHARS - 3] + "..."
 
 
 def _rich_on_stderr() -> bool:
