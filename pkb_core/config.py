@@ -68,6 +68,7 @@ def load_config(directory: Path | None = None) -> Config:
     directory = Path(directory or Path.cwd())
     own = directory / "pkb.toml"
     pyproject = directory / "pyproject.toml"
+    reading = own if own.is_file() else pyproject
     try:
         if own.is_file():
             return Config(tomllib.loads(own.read_text()), _shown(own))
@@ -75,7 +76,7 @@ def load_config(directory: Path | None = None) -> Config:
             data = tomllib.loads(pyproject.read_text()).get("tool", {}).get("pkb", {})
             return Config(data, _shown(pyproject), "tool.pkb.") if data else Config()
     except tomllib.TOMLDecodeError as exc:
-        raise CannotStart(f"cannot read pkb configuration in {directory}: {exc}") from None
+        raise CannotStart(f"cannot read pkb configuration {_shown(reading)}: {exc}") from None
     return Config()
 
 

@@ -87,6 +87,8 @@ def pkb_backend_info():
     (["--backend", "nope"], "Error: unknown backend 'nope' (choose one of:"),
     (["--solution", "missing.py"], "Error: solution file missing.py does not exist"),
     (["--solutions", "missing_dir"], "Error: solutions directory missing_dir does not exist"),
+    # a file where a folder goes (a new user's): not "does not exist", since it does
+    (["--solutions", __file__], f"Error: solutions directory {__file__} is a file (give --solution FILE"),
 ])
 def test_bad_input_is_one_line(pkb_invoke, tmp_path, args, message):
     assert _error_line(pkb_invoke("run", *args, "--out", tmp_path)).startswith(message)

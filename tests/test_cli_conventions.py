@@ -230,6 +230,8 @@ def test_unknown_tables_and_keys_in_pkb_toml_are_refused(pkb_invoke, tmp_path, m
 @pytest.mark.parametrize("text, message", [
     ("measure_perf = 1", "1 is an integer, not true or false"),
     ("measure_perf = [true]", "[true] is a list, not true or false"),
+    ('measure_perf = "banana"', '"banana" is a string that says neither yes nor no; it takes true or false (or '
+                                'one of 0, 1, f, false, n, no, off, on, t, true, y, yes)'),
     ("timeout = [5]", "[5] is a list, not a number"),
     ("nproc = 2.5", "2.5 is a float, not an integer"),
     ("nproc = true", "true is a boolean, not an integer"),

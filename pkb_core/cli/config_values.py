@@ -7,7 +7,8 @@ integer 1 (``trials = true`` ran one trial), a list reaches the command as its `
 traceback. So each value's TOML type is checked here first, against what the option takes:
 
 - a string is read as the command line reads text (click converts it and names the key if it
-  cannot: ``timeout = "soon"``);
+  cannot: ``timeout = "soon"``; a flag's string must be one of click's words for yes and no,
+  :data:`BOOLEAN_WORDS`);
 - a flag takes ``true`` or ``false``, an integer option an integer, a float option a number;
 - a text option also takes an integer (``problem = 7``), as if it had been typed;
 - a :class:`ListOption` (comma-separated on the command line: ``--problem 1,7``) takes a list of
@@ -21,6 +22,11 @@ import datetime as _dt
 import json
 
 import click
+
+
+#: The words a flag's value may be as text (an environment variable's, or a pkb.toml string), as
+#: click reads them.
+BOOLEAN_WORDS = frozenset({"1", "0", "true", "false", "t", "f", "yes", "no", "y", "n", "on", "off"})
 
 
 class ListOption(click.Option):
@@ -41,10 +47,15 @@ def toml_default(param: click.Option, value):
         if isinstance(value, list) and all(isinstance(v, str) for v in value):
             return value
         raise ValueError(_refusal(value, "a list of strings"))
+    kind = param.type
+    boolean = param.is_bool_flag or isinstance(kind, click.types.BoolParamType)
+    if boolean and isinstance(value, str) and value.strip().lower() not in BOOLEAN_WORDS:
+        # click's own refusal lists its words with an empty one first ("Recognized values: , 0, 1")
+        raise ValueError(f"{_shown(value)} is a string that says neither yes nor no; it takes true or false "
+                         f"(or one of {', '.join(sorted(BOOLEAN_WORDS))})")
     if isinstance(value, str) or param.nargs != 1:
         return value
-    kind = param.type
-    if param.is_bool_flag or isinstance(kind, click.types.BoolParamType):
+    if boolean:
         wanted, fits = "true or false", isinstance(value, bool)
     elif isinstance(kind, click.types.IntParamType):
         wanted, fits = "an integer", _integer(value)

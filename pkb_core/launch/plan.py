@@ -122,6 +122,8 @@ def check_solution_paths(solution: str | None, solutions: str | None) -> None:
             raise PkbError(f"solution file {path} is a directory (give --solutions DIR for a folder of solutions)")
         if not path.is_file():
             raise PkbError(f"solution file {path} does not exist")
+    if solutions and Path(solutions).is_file():
+        raise PkbError(f"solutions directory {solutions} is a file (give --solution FILE for one solution)")
     if solutions and not Path(solutions).is_dir():
         raise PkbError(f"solutions directory {solutions} does not exist")
 
