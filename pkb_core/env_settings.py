@@ -1,5 +1,5 @@
 """Settings pkb reads from its environment (``PKB_TIMEKEEPER``, ``PKB_HARNESS_COPIES``,
-``PKB_MASKED_SETS``, ``PKB_IPC_NAMESPACES``, ``PKB_CALL_EVENTS``): each one value of a fixed list, checked by the command line before any job
+``PKB_MASKED_SETS``, ``PKB_IPC_NAMESPACES``, ``PKB_CALL_EVENTS``, ``PKB_GROUP_OFFSETS``): each one value of a fixed list, checked by the command line before any job
 starts (a wrong value would otherwise surface as every window-mode job's ``error``)."""
 from __future__ import annotations
 

@@ -191,6 +191,15 @@ def test_a_harness_copy_that_does_not_exist_is_refused_before_any_job(pkb_invoke
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.parametrize("name, choices", [("PKB_CALL_EVENTS", "off, on"), ("PKB_GROUP_OFFSETS", "off, on")])
+def test_a_window_diagnostic_setting_that_does_not_exist_is_refused_before_any_job(pkb_invoke, tmp_path, monkeypatch,
+                                                                                    name, choices):
+    monkeypatch.setenv(name, "maybe")
+    line = one_error_line(pkb_invoke("run", "--problem", "1", "--out", tmp_path / "o"), 4)
+    assert line.startswith(f"Error: {name}='maybe' is not one of {choices}"), line
+    assert not (tmp_path / "o").exists()
+
+
 def test_an_ipc_namespace_setting_that_does_not_exist_is_refused_before_any_job(pkb_invoke, tmp_path, monkeypatch):
     monkeypatch.setenv("PKB_IPC_NAMESPACES", "maybe")
     line = one_error_line(pkb_invoke("run", "--problem", "1", "--out", tmp_path / "o"), 4)

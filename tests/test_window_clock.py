@@ -528,3 +528,47 @@ def test_call_events_are_each_groups_own_account_only_when_asked(pkb_invoke, tmp
             assert all(isinstance(events[s], float) and events[s] > 0 for s in ("reference", "candidate", "harness")), \
                 events
             assert events["null"] is None and events["kernel"] is None, events
+
+
+def test_group_offsets_run_the_candidate_groups_harness_only_when_asked(pkb_invoke, tmp_path, monkeypatch):
+    """``PKB_GROUP_OFFSETS=on``: the candidate's group runs the harness batch too in every round
+    (``candidate_harness`` among the windows), and the record has the two groups' offset and the
+    speedup with it taken out, a diagnostic beside the headline. Unset, neither is there."""
+    from pathlib import Path
+
+    from pkb_core.conduct.group_offsets import GROUP_OFFSETS_ENV
+
+    folder = tmp_path / "solutions"
+    folder.mkdir()
+    shutil.copy(Path(__file__).parent / "fixtures" / "windows" / "1_allreduce_honest.py", folder)
+    for choice in ("on", "off"):
+        monkeypatch.setenv(GROUP_OFFSETS_ENV, choice)
+        record = window_records(pkb_invoke, folder, tmp_path / f"run-{choice}", "--iters", "12", "--min-iters", "12")
+        honest = record["1_allreduce_honest.py"]
+        assert honest["verdict"] == "pass", honest["reason"]
+        window = honest["stats"]["modes"]["window"]
+        if choice == "off":
+            assert "candidate_harness" not in window["windows_us"] and "group_offsets" not in window, window
+            continue
+        assert window["windows_us"]["candidate_harness"] > 0, window["windows_us"]
+        offsets = window["group_offsets"]
+        assert isinstance(offsets["offset_us"], float), offsets
+        corrected = offsets["corrected_speedup"]
+        assert corrected["low"] <= corrected["value"] <= corrected["high"], corrected
+        assert window["window_diagnostics"]["candidate_harness"]["window_p90_us"] > 0  # timed like any side
+
+
+def test_the_offset_correction_pairs_each_rounds_offset_with_its_calls():
+    """Each round's candidate time a call less that round's offset (the candidate group's harness
+    window less the reference group's), not the median offset: a round's conditions move both."""
+    from pkb_core.conduct.group_offsets import offset_reading
+
+    rounds = 8
+    raw = {"harness": [10.0] * rounds, "candidate_harness": [11.0 + (r % 2) for r in range(rounds)]}
+    # The candidate's calls (ms) carry exactly its round's offset (1 or 2 us) over the reference's 20 us.
+    per_call = {"reference": [0.020] * rounds,
+                "candidate": [0.020 + (1.0 + r % 2) / 1e3 for r in range(rounds)]}
+    reading = offset_reading(raw, per_call)
+    assert reading["offset_us"] == 1.5
+    assert abs(reading["corrected_speedup"]["value"] - 1.0) < 1e-9
+    assert abs(reading["corrected_speedup"]["low"] - 1.0) < 1e-9 and abs(reading["corrected_speedup"]["high"] - 1.0) < 1e-9

@@ -123,6 +123,7 @@ INTERRUPTED, INTERNAL_ERROR, USAGE_ERROR, NOTHING_SELECTED = 2, 3, 4, 5
 def _check_environment() -> None:
     """Settings pkb reads from the environment, checked before any job starts (a wrong value
     would otherwise surface as every window-mode job's ``error``)."""
+    from pkb_core.conduct.group_offsets import group_offsets_choice
     from pkb_core.harness.call_events import call_events_choice
     from pkb_core.harness.copies import copies_choice
     from pkb_core.harness.gates import engine_choice, mask_choice
@@ -132,6 +133,7 @@ def _check_environment() -> None:
         engine_choice()
         copies_choice()
         call_events_choice()
+        group_offsets_choice()
         mask_choice()
         ipc_choice()
     except ValueError as exc:

@@ -158,6 +158,14 @@ def speedup(pairs, level: float = LEVEL) -> Speedup:
                    level=level, rounds=len(pairs), difference=difference(interval))
 
 
+def ratio_reading(pairs: list) -> dict:
+    """A diagnostic ratio of a record (window mode's raw windows', its beyond-harness one, the
+    groups' offset taken out): the :func:`speedup` of ``pairs`` (per round, reference and
+    candidate) as ``value``, ``low`` and ``high``."""
+    ratio = speedup(pairs)
+    return {"value": ratio.value, "low": ratio.low, "high": ratio.high}
+
+
 def _median(ordered) -> float:
     n = len(ordered)
     return ordered[n // 2] if n % 2 else (ordered[n // 2 - 1] + ordered[n // 2]) / 2

@@ -56,11 +56,12 @@ import statistics
 import time
 
 from pkb_core.conduct.answers import combine, slot_sizes
-from pkb_core.conduct.intervals import median_interval, speedup, summarize, with_group_share
+from pkb_core.conduct.intervals import median_interval, ratio_reading, speedup, summarize, with_group_share
 from pkb_core.conduct.stopping import StoppingRule
 from pkb_core.contracts import commands_candidate as candidate
 from pkb_core.contracts import commands_judge as judge
-from pkb_core.contracts.commands_judge import JUDGE_SIDES, REFERENCE_GROUP_SIDES
+from pkb_core.conduct.group_offsets import CANDIDATE_HARNESS, group_offsets_on, offset_reading
+from pkb_core.contracts.commands_judge import CANDIDATE_GROUP_SIDES, HARNESS_SIDES, JUDGE_SIDES, REFERENCE_GROUP_SIDES
 from pkb_core.contracts.outcome import JobEnded
 from pkb_core.contracts.timing import ModeTiming
 from pkb_core.contracts.verdict import Verdict
@@ -184,7 +185,7 @@ class Batches:
         run = self.run
         k = self.calls + 1
         group = run.reference_group if side in REFERENCE_GROUP_SIDES else \
-            run.candidates if side == "candidate" else None
+            run.candidates if side in CANDIDATE_GROUP_SIDES else None
         folder = run.folder_of(group) if group is not None else ""
         began = time.monotonic()
         armed = run.ask_judge(judge.ArmWindows(side=side, round=label, k=k, folder=folder))
@@ -207,7 +208,7 @@ class Batches:
         if group is not None:
             slots = slot_sizes([s for a in armed for s in a.skeletons])
             requests = [candidate.RunWindows(epoch=epoch, skeletons=a.skeletons, slots=slots, region=a.region,
-                                             timeout_s=self._timeout(), harness_only=side == "harness",
+                                             timeout_s=self._timeout(), harness_only=side in HARNESS_SIDES,
                                              fill=a.fill) for a in armed]
             times, answers = run.side_windows(group, requests, opening)
         else:
@@ -361,15 +362,17 @@ def time_windows(run, mode: str, budget_s: float, calls: int, least: int, cap: i
         except JobEnded as ended:
             raise JobEnded(Verdict.ERROR, f"window mode's reference group did not start: {ended.reason}") from None
     batches = Batches(run, calls)
+    # The batches after the pair: the harness, and the candidate group's (PKB_GROUP_OFFSETS=on, a diagnostic).
+    trailing = ("harness", CANDIDATE_HARNESS) if group_offsets_on() else ("harness",)
     warm = min(WARM_BATCHES, max(1, -(-job.warmup // calls))) if job.warmup else 0
     for i in range(warm):
-        for side in (*JUDGE_SIDES, "reference", "candidate", "harness"):
+        for side in (*JUDGE_SIDES, "reference", "candidate", *trailing):
             batches.batch(side, f"{mode}/warm{i}", check=side == "candidate")
     rule = StoppingRule(min_samples=max(1, least), max_samples=cap)
     per_call = {"reference": [], "candidate": []}
-    raw = {"reference": [], "candidate": [], **{side: [] for side in FLOOR_SIDES}}
+    raw = {"reference": [], "candidate": [], **{side: [] for side in (*FLOOR_SIDES, *trailing)}}
     started = time.monotonic()
-    round_, stopped, order = 0, None, ("reference", "candidate")
+    round_, stopped, order, tail = 0, None, ("reference", "candidate"), trailing
     while stopped is None:
         # A random order for each pair of rounds, the other order in its second round.
         order = tuple(batches.rng.sample(order, 2)) if round_ % 2 == 0 else order[::-1]
@@ -383,7 +386,12 @@ def time_windows(run, mode: str, budget_s: float, calls: int, least: int, cap: i
         # After the pair, never just before one of them: a batch of the reference group right
         # before the reference's own read 0.4-1 us a call shorter at 4 KiB on one H200 (the
         # reference then follows its own group in half the rounds, the candidate in none).
-        raw["harness"].append(statistics.median(batches.batch("harness", f"{mode}/{round_}/harness")))
+        # The two groups' harness batches (PKB_GROUP_OFFSETS=on) in a random order balanced over
+        # pairs of rounds, as the compared pair's: neither always follows the other's group.
+        tail = trailing if len(trailing) == 1 else \
+            tuple(batches.rng.sample(trailing, 2)) if round_ % 2 == 0 else tail[::-1]
+        for side in tail:
+            raw[side].append(statistics.median(batches.batch(side, f"{mode}/{round_}/{side}")))
         round_ += 1
         samples = round_ * calls
         stopped = rule.decide_within(samples, *_positive(per_call), time.monotonic() - started, budget_s)
@@ -407,6 +415,8 @@ def time_windows(run, mode: str, budget_s: float, calls: int, least: int, cap: i
              # where the regions' nodes (window_diagnostics.<side>.region_nodes) are read
              "numa_nodes": len(online_nodes()),
              "window_diagnostics": batches.diagnostics()}
+    if CANDIDATE_HARNESS in raw:
+        extra["group_offsets"] = offset_reading(raw, per_call)
     return ModeTiming(reference=summarize(per_call["reference"], per_call["reference"], calls=total),
                       candidate=summarize(per_call["candidate"], per_call["candidate"], calls=total),
                       speedup=with_group_share(speedup(pairs),
@@ -433,13 +443,6 @@ def beyond_harness_speedup(raw: dict) -> dict | None:
     if not pairs or min(min(pair) for pair in pairs) <= 0:
         return None
     return ratio_reading(pairs)
-
-
-def ratio_reading(pairs: list) -> dict:
-    """A diagnostic ratio of the record (the raw windows', the beyond-harness one): the speedup of
-    ``pairs`` (per round, reference and candidate) as ``value``, ``low`` and ``high``."""
-    ratio = speedup(pairs)
-    return {"value": ratio.value, "low": ratio.low, "high": ratio.high}
 
 
 def per_call_us(value: float, null: float, kernel: float) -> float:

@@ -127,6 +127,13 @@ JUDGE_SIDES = ("null", "kernel")
 #: (placing each set, the device barrier and the export: what an honest side's window holds
 #: besides its call, in a group's process like the candidate's), and ``reference``, the calls.
 REFERENCE_GROUP_SIDES = ("harness", "reference")
+#: Window mode's sides run by the candidate's group: ``candidate``, the calls, and (where
+#: ``PKB_GROUP_OFFSETS=on``: :mod:`pkb_core.conduct.group_offsets`) ``candidate_harness``, the
+#: same harness batch as ``harness`` in the candidate's processes, a diagnostic of what the two
+#: groups differ by.
+CANDIDATE_GROUP_SIDES = ("candidate", "candidate_harness")
+#: The sides whose batches run pkb's harness with no call.
+HARNESS_SIDES = ("harness", "candidate_harness")
 
 
 @attrs.frozen(kw_only=True)
