@@ -34,6 +34,13 @@ class NothingSelected(PkbError):
     exit_code = 5
 
 
+class BadOption(PkbError):
+    """An option's value that makes no sense, refused before anything ran, as click refuses one
+    of the wrong type (``--k 0``, ``--fail-on median5``): exit status 4 (a usage error)."""
+
+    exit_code = 4
+
+
 class CannotStart(PkbError):
     """A command that cannot start as it was given, refused before it did anything: an optional
     extra that is not installed, a port another process listens on, a data directory another

@@ -85,6 +85,7 @@ def pkb_backend_info():
 @pytest.mark.parametrize("args, message", [
     (["--problem", "nope"], "Error: unknown problem 'nope' (see `pkb problems`)"),
     (["--backend", "nope"], "Error: unknown backend 'nope' (choose one of:"),
+    (["--backend", "tritn"], "Error: unknown backend 'tritn' (did you mean 'triton'? choose one of:"),
     (["--solution", "missing.py"], "Error: solution file missing.py does not exist"),
     (["--solutions", "missing_dir"], "Error: solutions directory missing_dir does not exist"),
     # a file where a folder goes (a new user's): not "does not exist", since it does

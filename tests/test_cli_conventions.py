@@ -368,7 +368,7 @@ def test_a_rerun_says_what_it_skips_and_force_reruns(pkb_invoke, tmp_path):
     (before,) = _records(out)
     again = pkb_invoke("run", "--problem", "3", "--trials", "1", "--out", out, "--save-outputs")
     assert f"skipping 1 recorded job(s) in {out} (use --force to rerun them)" in again.stderr
-    assert "1 pass, 1 recorded earlier" in again.stdout
+    assert "1 pass (1 of them recorded earlier, not run again)" in again.stdout
     assert not (out / "outputs").exists()  # skipped: --save-outputs saved nothing
     hint = one_error_line(pkb_invoke("inspect", out, "--problem", "3"), 1)
     assert "--save-outputs --force --out" in hint  # inspect's own hint now works
@@ -752,3 +752,19 @@ def test_a_file_named_for_another_problem_says_so(pkb_invoke, tmp_path):
     result = pkb_invoke("run", "--backend", "triton", "--solution", samples / "3_broadcast.py", "--problem", "4",
                         "--trials", "1", "--out", tmp_path / "run")
     assert "note: 3_broadcast.py is named for problem 3; it runs as 4_reduce, as --problem says" in result.stderr
+
+
+def test_the_speedup_note_names_the_mode_the_table_is_read_in():
+    """A new user could not tell which timing mode a `pkb run` table's times were (window on CPU,
+    latency on GPUs by default): the note under it names it, and none where no record says."""
+    from pkb_core.cli.run import speedup_note
+    from pkb_core.contracts.record import Record
+
+    def record(mode):
+        return Record(key="k", problem_id=1, problem="1_allreduce", category="collective", backend="reference",
+                      solution="reference", world_size=2, size="tiny", dtype="fp32", mode="eval", verdict="pass",
+                      timing_mode=mode)
+
+    assert "median time a call in window mode (the first --timing-mode);" in speedup_note([record("window")])
+    assert "in latency and window mode" in speedup_note([record("window"), record("latency")])
+    assert speedup_note([record(None)]).startswith("note: ref ms and sol ms are each side's median time a call; ")

@@ -150,7 +150,7 @@ def test_report_bad_input_is_one_line(pkb_invoke, tmp_path):
     result = pkb_invoke("report", tmp_path / "empty")
     assert result.exit_code == 1 and "Error: no records in" in result.output
     result = pkb_invoke("report", tmp_path / "empty", "--k", "0")
-    assert result.exit_code == 1 and "Error: --k" in result.output
+    assert result.exit_code == 4 and "Error: --k" in result.output  # an option refused: a usage error
 
 
 def test_plots_are_written(pkb_invoke, fixtures, tmp_path):

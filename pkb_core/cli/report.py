@@ -8,7 +8,7 @@ import click
 
 from pkb_core.cli.console import Section, show
 from pkb_core.cli.config_values import ListOption
-from pkb_core.errors import PkbError
+from pkb_core.errors import BadOption
 from pkb_core.results.report import FAST_P, load_run
 from pkb_core.results.rounds import summarize_run
 
@@ -71,9 +71,9 @@ def _parse_ks(text):
     try:
         ks = sorted({int(k) for k in text.split(",") if k.strip()})
     except ValueError:
-        raise PkbError(f"--k wants comma-separated positive integers, got {text!r}") from None
+        raise BadOption(f"--k wants comma-separated positive integers, got {text!r}") from None
     if not ks or ks[0] < 1:
-        raise PkbError(f"--k wants comma-separated positive integers, got {text!r}")
+        raise BadOption(f"--k wants comma-separated positive integers, got {text!r}")
     return ks
 
 

@@ -185,10 +185,11 @@ def run(pm, problems, backend, solution, solutions, nproc, nnodes, node_rank, rd
         click.echo(f"no job finished  (run directory {run_dir})")
     else:
         click.echo(summary_table(records))
-        earlier = f", {len(recorded)} recorded earlier" if recorded else ""
+        # Among the counts, not beside them: "1 pass, 1 recorded earlier" read as two jobs.
+        earlier = f" ({len(recorded)} of them recorded earlier, not run again)" if recorded else ""
         click.echo(f"\n{_counts(records)}{earlier}  (records in {run_dir}/records.jsonl)")
         if any(r.speedup_ci for r in records):
-            click.echo(SPEEDUP_NOTE)
+            click.echo(speedup_note(records))
         if device == "cpu" and any(r.reference_ms is not None for r in records):
             click.echo(CPU_TIMING_NOTE)
         elif not measure_perf and records and not any(r.reference_ms is not None for r in records):
@@ -204,9 +205,17 @@ def run(pm, problems, backend, solution, solutions, nproc, nnodes, node_rank, rd
 
 
 #: Printed under a table with a speedup: why it need not be the ratio of the two times beside it.
-SPEEDUP_NOTE = ("note: ref ms and sol ms are each side's median time a call; the speedup is the median of "
+SPEEDUP_NOTE = ("note: ref ms and sol ms are each side's median time a call{mode}; the speedup is the median of "
                 "the rounds' paired ratios (each round times both sides), with its 95 % interval, so it need "
                 "not be the ratio of the two medians (docs/timing.md)")
+
+
+def speedup_note(records) -> str:
+    """:data:`SPEEDUP_NOTE`, naming the timing mode the table's times and speedups are (the
+    headline: the first ``--timing-mode``; a new user could not tell which it was)."""
+    modes = sorted({r.timing_mode for r in records if r.timing_mode})
+    mode = f" in {' and '.join(modes)} mode (the first --timing-mode)" if modes else ""
+    return SPEEDUP_NOTE.format(mode=mode)
 #: Printed under the table of a timed CPU-mode run.
 CPU_TIMING_NOTE = ("note: CPU mode: times are host timings (gloo over shared memory, Triton's interpreter), "
                    "not GPU performance; these speedups say nothing about a GPU.")

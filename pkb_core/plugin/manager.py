@@ -142,8 +142,12 @@ def get_backend_info(pm, name: str, device: str | None = None):
         a one-line error saying what it lacks. None: no such check (jobs that run elsewhere)."""
     infos = backend_infos(pm)
     if name not in infos:
+        import difflib
+
         choices = ", ".join(sorted(infos)) or "none installed"
-        raise PkbError(f"unknown backend {name!r} (choose one of: {choices})", about=("backend",))
+        close = difflib.get_close_matches(name, list(infos), n=1, cutoff=0.75)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise PkbError(f"unknown backend {name!r} ({hint}choose one of: {choices})", about=("backend",))
     missing = infos[name].unavailable_reason(device) if device is not None else None
     if missing:
         raise PkbError(missing)

@@ -37,7 +37,7 @@ import re
 
 from pkb_core.contracts.record import Record
 from pkb_core.contracts.verdict import Verdict
-from pkb_core.errors import PkbError
+from pkb_core.errors import BadOption
 from pkb_core.results.report import host_timed, solution_name
 
 #: Relative change below which a timing difference is never a change.
@@ -59,7 +59,7 @@ def parse_percent(text: str, what: str) -> float:
     """``"5%"`` or ``"5"`` -> 0.05."""
     match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*%?\s*", text or "")
     if not match:
-        raise PkbError(f"{what} wants a percentage like 5%, got {text!r}")
+        raise BadOption(f"{what} wants a percentage like 5%, got {text!r}")
     return float(match.group(1)) / 100
 
 
@@ -67,9 +67,9 @@ def parse_fail_on(text: str) -> tuple[str, float]:
     """``"median:5%"`` -> ``("median", 0.05)``."""
     metric, sep, percent = (text or "").partition(":")
     if not sep:
-        raise PkbError(f"--fail-on wants METRIC:PERCENT like median:5%, got {text!r}")
+        raise BadOption(f"--fail-on wants METRIC:PERCENT like median:5%, got {text!r}")
     if metric.strip() not in METRICS:
-        raise PkbError(f"--fail-on metric {metric.strip()!r} is not supported (use: {', '.join(METRICS)})")
+        raise BadOption(f"--fail-on metric {metric.strip()!r} is not supported (use: {', '.join(METRICS)})")
     return metric.strip(), parse_percent(percent, "--fail-on")
 
 
