@@ -768,3 +768,14 @@ def test_the_speedup_note_names_the_mode_the_table_is_read_in():
     assert "median time a call in window mode (the first --timing-mode);" in speedup_note([record("window")])
     assert "in latency and window mode" in speedup_note([record("window"), record("latency")])
     assert speedup_note([record(None)]).startswith("note: ref ms and sol ms are each side's median time a call; ")
+
+
+def test_timing_options_without_measure_perf_are_said_to_be_ignored(pkb_invoke, tmp_path):
+    """A new user's `--timing-mode window --warmup 3` without --measure-perf ran untimed, silently."""
+    untimed = pkb_invoke("run", "--problem", "3", "--trials", "1", "--timing-mode", "window", "--warmup", "3",
+                         "--out", tmp_path / "a")
+    assert untimed.exit_code == 0, untimed.output
+    assert "note: --timing-mode, --warmup shape the timing, and nothing is timed without --measure-perf: ignored" \
+        in untimed.stderr
+    plain = pkb_invoke("run", "--problem", "3", "--trials", "1", "--out", tmp_path / "b")
+    assert "nothing is timed without" not in plain.stderr

@@ -94,6 +94,10 @@ def run(pm, problems, backend, solution, solutions, nproc, nnodes, node_rank, rd
 
     if profile and not measure_perf:
         raise click.UsageError("--profile needs --measure-perf (it profiles timed calls)")
+    ignored = [] if measure_perf else typed_timing_options(click.get_current_context())
+    if ignored and not json_:
+        click.echo(f"note: {', '.join(ignored)} shape the timing, and nothing is timed without --measure-perf: "
+                   "ignored", err=True)
     if node_rank >= nnodes:
         raise click.UsageError(f"--node-rank {node_rank} needs --nnodes > {node_rank} (ranks count from 0)")
     if exitfirst and executor.name != "local":
@@ -208,6 +212,20 @@ def run(pm, problems, backend, solution, solutions, nproc, nnodes, node_rank, rd
 SPEEDUP_NOTE = ("note: ref ms and sol ms are each side's median time a call{mode}; the speedup is the median of "
                 "the rounds' paired ratios (each round times both sides), with its 95 % interval, so it need "
                 "not be the ratio of the two medians (docs/timing.md)")
+
+
+#: The options that shape only the timing (their parameter names and flags).
+TIMING_OPTIONS = {"timing_modes": "--timing-mode", "warmup": "--warmup", "iters": "--iters", "min_iters": "--min-iters"}
+
+
+def typed_timing_options(ctx) -> list[str]:
+    """The timing options typed on the command line (a new user's ``--timing-mode window`` without
+    ``--measure-perf`` was silently ignored); pkb.toml's and the environment's are defaults that
+    may serve other runs."""
+    from click.core import ParameterSource
+
+    return [flag for name, flag in TIMING_OPTIONS.items()
+            if ctx.get_parameter_source(name) == ParameterSource.COMMANDLINE]
 
 
 def speedup_note(records) -> str:
