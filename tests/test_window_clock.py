@@ -505,22 +505,28 @@ def test_a_side_that_dies_raises_or_shrinks_its_region_mid_batch_ends_its_own_jo
     assert elapsed < 250, elapsed  # not one batch deadline (300 s) spent waiting for a dead rank
 
 
-def test_call_events_are_each_groups_own_account_only_when_asked(pkb_invoke, tmp_path, monkeypatch):
-    """``PKB_CALL_EVENTS=on``: the groups' sides (reference, candidate, the harness batch) report
-    the span of their own stamps around each call (``call_event_us``, their own account beside the
-    judge's windows; CUDA events on a GPU, the host's clock here); the judge's own sides, which
-    call nothing of a group's, report none. Unset, no side reports any."""
+def _honest_runs_with(env: str, pkb_invoke, tmp_path, monkeypatch):
+    """``(choice, record)`` of the honest window fixture run with ``env`` set ``on``, then ``off``."""
     from pathlib import Path
-
-    from pkb_core.harness.call_events import CALL_EVENTS_ENV
 
     folder = tmp_path / "solutions"
     folder.mkdir()
     shutil.copy(Path(__file__).parent / "fixtures" / "windows" / "1_allreduce_honest.py", folder)
     for choice in ("on", "off"):
-        monkeypatch.setenv(CALL_EVENTS_ENV, choice)
+        monkeypatch.setenv(env, choice)
         record = window_records(pkb_invoke, folder, tmp_path / f"run-{choice}", "--iters", "12", "--min-iters", "12")
-        diagnostics = record["1_allreduce_honest.py"]["stats"]["modes"]["window"]["window_diagnostics"]
+        yield choice, record["1_allreduce_honest.py"]
+
+
+def test_call_events_are_each_groups_own_account_only_when_asked(pkb_invoke, tmp_path, monkeypatch):
+    """``PKB_CALL_EVENTS=on``: the groups' sides (reference, candidate, the harness batch) report
+    the span of their own stamps around each call (``call_event_us``, their own account beside the
+    judge's windows; CUDA events on a GPU, the host's clock here); the judge's own sides, which
+    call nothing of a group's, report none. Unset, no side reports any."""
+    from pkb_core.harness.call_events import CALL_EVENTS_ENV
+
+    for choice, honest in _honest_runs_with(CALL_EVENTS_ENV, pkb_invoke, tmp_path, monkeypatch):
+        diagnostics = honest["stats"]["modes"]["window"]["window_diagnostics"]
         events = {side: d.get("call_event_us") for side, d in diagnostics.items()}
         if choice == "off":
             assert set(events.values()) == {None}, events
@@ -534,17 +540,9 @@ def test_group_offsets_run_the_candidate_groups_harness_only_when_asked(pkb_invo
     """``PKB_GROUP_OFFSETS=on``: the candidate's group runs the harness batch too in every round
     (``candidate_harness`` among the windows), and the record has the two groups' offset and the
     speedup with it taken out, a diagnostic beside the headline. Unset, neither is there."""
-    from pathlib import Path
-
     from pkb_core.conduct.group_offsets import GROUP_OFFSETS_ENV
 
-    folder = tmp_path / "solutions"
-    folder.mkdir()
-    shutil.copy(Path(__file__).parent / "fixtures" / "windows" / "1_allreduce_honest.py", folder)
-    for choice in ("on", "off"):
-        monkeypatch.setenv(GROUP_OFFSETS_ENV, choice)
-        record = window_records(pkb_invoke, folder, tmp_path / f"run-{choice}", "--iters", "12", "--min-iters", "12")
-        honest = record["1_allreduce_honest.py"]
+    for choice, honest in _honest_runs_with(GROUP_OFFSETS_ENV, pkb_invoke, tmp_path, monkeypatch):
         assert honest["verdict"] == "pass", honest["reason"]
         window = honest["stats"]["modes"]["window"]
         if choice == "off":
