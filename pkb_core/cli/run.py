@@ -234,6 +234,8 @@ def speedup_note(records) -> str:
     modes = sorted({r.timing_mode for r in records if r.timing_mode})
     mode = f" in {' and '.join(modes)} mode (the first --timing-mode)" if modes else ""
     return SPEEDUP_NOTE.format(mode=mode)
+
+
 #: Printed under the table of a timed CPU-mode run.
 CPU_TIMING_NOTE = ("note: CPU mode: times are host timings (gloo over shared memory, Triton's interpreter), "
                    "not GPU performance; these speedups say nothing about a GPU.")

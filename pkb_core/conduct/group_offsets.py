@@ -1,6 +1,6 @@
 """``PKB_GROUP_OFFSETS``: what the candidate's group and the reference group differ by on pkb's own
 harness, measured in every round of window mode (a diagnostic; docs/timing.md, "Two groups of the
-same code").
+same code, measured").
 
 Two groups of processes running the same code read apart by a steady offset on 2xH200: at 4 KiB
 the reference against itself read 0.949-1.051 with each job's rounds' interval (before the
@@ -8,8 +8,9 @@ widening by :data:`pkb_core.conduct.window_rounds.GROUP_US`) often excluding 1.0
 ruler's delays, run in the candidate's group, read up to 1.8 us off
 (docs/benchmarks/2026-11-30-h200x2-clock-targets-d.md). The reference group's ``harness`` batch
 reads one side of that offset. ``on`` has the candidate's group run the same batch too
-(``candidate_harness``: placing, barrier and export, no call), right after it in every round, and
-the record keeps:
+(``candidate_harness``: placing, barrier and export, no call) after the compared pair in every
+round, the two harness batches in a random order balanced over pairs of rounds, and the record
+keeps:
 
 * ``group_offsets.offset_us``: the median over rounds of the candidate group's harness window less
   the reference group's (us);

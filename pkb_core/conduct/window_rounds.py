@@ -23,7 +23,9 @@ against (:data:`FLOOR_SIDES`); two of them are the judge's own (its rank is the 
   such groups differ by skipped part of pkb's harness in its own process: ``flagged``
   (:func:`_judge_against_harness`). Nothing is subtracted for it (what the candidate's process
   runs it could skip; the record keeps it as ``harness_us``). It runs last in each round, so that
-  the reference never follows its own group's batch;
+  the reference never follows its own group's batch (where ``PKB_GROUP_OFFSETS=on``, beside
+  ``candidate_harness``, the same batch in the candidate's group: a diagnostic of what the two
+  groups differ by, :mod:`pkb_core.conduct.group_offsets`);
 
 and the two compared, ``reference`` and ``candidate``, in a random order balanced over pairs of
 rounds (after the judge's two, before the harness): two groups made the same way (forked by
@@ -56,11 +58,11 @@ import statistics
 import time
 
 from pkb_core.conduct.answers import combine, slot_sizes
+from pkb_core.conduct.group_offsets import CANDIDATE_HARNESS, group_offsets_on, offset_reading
 from pkb_core.conduct.intervals import median_interval, ratio_reading, speedup, summarize, with_group_share
 from pkb_core.conduct.stopping import StoppingRule
 from pkb_core.contracts import commands_candidate as candidate
 from pkb_core.contracts import commands_judge as judge
-from pkb_core.conduct.group_offsets import CANDIDATE_HARNESS, group_offsets_on, offset_reading
 from pkb_core.contracts.commands_judge import CANDIDATE_GROUP_SIDES, HARNESS_SIDES, JUDGE_SIDES, REFERENCE_GROUP_SIDES
 from pkb_core.contracts.outcome import JobEnded
 from pkb_core.contracts.timing import ModeTiming
