@@ -302,3 +302,23 @@ def test_cli_imports_no_plotting_or_rich():
             "heavy = [m for m in ('matplotlib', 'rich') if m in sys.modules]\n"
             "assert not heavy, heavy")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_a_medians_interval_is_shown_as_its_reach_under_and_over_it(pkb_invoke, fixtures):
+    """A median's interval is often lopsided: `±422 %` (its farther side alone) read to a new user
+    as an interval reaching below zero. The table shows both sides; the JSON keeps both and the
+    larger."""
+    import json
+
+    run = fixtures / "runs" / "cpu_twice_a"
+    rows = json.loads(pkb_invoke("report", run, "--json").stdout)["rows"]
+    for row in rows:
+        below, above = row["reference_ci_reach_pct"]
+        assert below >= 0 and above >= 0 and max(below, above) == pytest.approx(row["reference_ci_pct"])
+        low, high = row["reference_ms"] * (1 - below / 100), row["reference_ms"] * (1 + above / 100)
+        assert low < row["reference_ms"] < high
+    text = pkb_invoke("report", run).stdout
+    header = next(line for line in text.splitlines() if line.startswith("problem"))
+    assert "ref -/+%" in header and "sol -/+%" in header and "±" not in header
+    first = rows[0]["reference_ci_reach_pct"]
+    assert f"-{first[0]:.0f}/+{first[1]:.0f}" in text or f"-{first[0]:.1f}/" in text

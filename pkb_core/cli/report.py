@@ -107,8 +107,8 @@ def _by_round_section(rounds) -> Section:
 #: (header, row field) of the per-problem table; empty columns are dropped.
 RESULT_COLUMNS = [
     ("problem", "problem"), ("category", "category"), ("solution", "solution"), ("W", "world_size"),
-    ("size", "size"), ("verdict", "verdict"), ("ref ms", "reference_ms"), ("ref ±%", "reference_ci_pct"),
-    ("sol ms", "solution_ms"), ("sol ±%", "solution_ci_pct"), ("speedup", "speedup"),
+    ("size", "size"), ("verdict", "verdict"), ("ref ms", "reference_ms"), ("ref -/+%", "reference_reach"),
+    ("sol ms", "solution_ms"), ("sol -/+%", "solution_reach"), ("speedup", "speedup"),
     ("95% interval", "speedup_interval"), ("vs reference", "difference"), ("ref %SOL", "reference_sol_pct"), ("sol %SOL", "solution_sol_pct"),
     ("bound", "bound"), ("algbw GB/s", "algbw_gbps"), ("busbw GB/s", "busbw_gbps"), ("notes", "notes"),
 ]
@@ -119,16 +119,30 @@ def _results_section(rows) -> Section:
     for r in rows:
         # The whole reason: a table that must fit a terminal wraps it (docs/cli.md, "Tables").
         notes = "; ".join([n for n in [r["reason"]] + r["flags"] if n])
-        cells = dict(r, notes=notes, speedup_interval=interval_text(r.get("speedup_ci")))
+        cells = dict(r, notes=notes, speedup_interval=interval_text(r.get("speedup_ci")),
+                     reference_reach=reach_text(r.get("reference_ci_reach_pct")),
+                     solution_reach=reach_text(r.get("solution_ci_reach_pct")))
         table.append([cells.get(field) for _, field in RESULT_COLUMNS])
     keep = [i for i, (header, _) in enumerate(RESULT_COLUMNS)
             if header in ("problem", "solution", "verdict") or any(row[i] not in (None, "") for row in table)]
     notes = []
     if any(r.get("speedup_ci") for r in rows):
-        notes.append("±%: how far the median's 95 % interval reaches from it; 95% interval: the speedup's "
+        notes.append("-/+%: how far the median's 95 % interval reaches under and over it, in % of it (often "
+                     "lopsided); 95% interval: the speedup's "
                      "(distribution-free, docs/timing.md); an interval containing 1.0 reads no measurable difference")
     return Section("Results", [RESULT_COLUMNS[i][0] for i in keep], [[row[i] for i in keep] for row in table],
                    notes=notes)
+
+
+def reach_text(reach) -> str:
+    """``-11/+422`` for a median's interval reaching 11 % under it and 422 % over, empty for None."""
+    if not reach:
+        return ""
+    return f"-{reach[0]:.{_reach_digits(reach[0])}f}/+{reach[1]:.{_reach_digits(reach[1])}f}"
+
+
+def _reach_digits(pct: float) -> int:
+    return 1 if abs(pct) < 10 else 0
 
 
 def interval_text(interval) -> str:

@@ -257,9 +257,16 @@ def flags(record: Record) -> list[str]:
 
 def _half_width_pct(median, interval):
     """How far an interval reaches from its median, in % of it (the larger side)."""
+    reach = _reach_pct(median, interval)
+    return max(reach) if reach else None
+
+
+def _reach_pct(median, interval):
+    """``[below, above]``: how far an interval reaches under and over its median, in % of it (a
+    median's interval is often lopsided: [0.67, 3.92] around 0.75 is 11 % under and 422 % over)."""
     if not median or not interval or interval[0] is None:
         return None
-    return 100.0 * max(median - interval[0], interval[1] - median) / median
+    return [100.0 * (median - interval[0]) / median, 100.0 * (interval[1] - median) / median]
 
 
 def row(record: Record) -> dict:
@@ -281,6 +288,8 @@ def row(record: Record) -> dict:
         "solution_ms": record.solution_ms,
         "reference_ci_pct": _half_width_pct(record.reference_ms, record.reference_ci_ms),
         "solution_ci_pct": _half_width_pct(record.solution_ms, record.solution_ci_ms),
+        "reference_ci_reach_pct": _reach_pct(record.reference_ms, record.reference_ci_ms),
+        "solution_ci_reach_pct": _reach_pct(record.solution_ms, record.solution_ci_ms),
         "speedup": record.speedup,
         "speedup_ci": record.speedup_ci,
         "difference": difference(record),
