@@ -2,10 +2,11 @@
 
 The CLI turns :class:`PkbError` into ``Error: <message>`` and exit status 1
 (:class:`NothingSelected`: status 5, like pytest's "no tests ran";
-:class:`CannotStart`: status 4, a usage error); anything
+:class:`CannotStart` and :class:`BadOption`: status 4, a usage error); anything
 else keeps its traceback, because it is a bug in pkb or a plugin (exit status 3,
 pytest's internal error). docs/cli.md lists the exit statuses.
 """
+import re
 
 
 class PkbError(Exception):
@@ -91,6 +92,10 @@ class PluginError(PkbError):
     """A plugin misbehaved (two backends, a firstresult hook returned None, ...)."""
 
 
+#: A call whose arguments do not fit the function's parameters (Python's own words).
+_SIGNATURE = re.compile(r"^[\w.]+\(\) (missing \d+ required|takes \d+|takes from|got an unexpected|got multiple)")
+
+
 def describe(exc: BaseException, solution=None) -> str:
     """``Type: first line of the message (file:line)``, one line.
 
@@ -120,6 +125,10 @@ def where(exc: BaseException, solution=None, inner: bool = True) -> str:
     if solution is not None:
         target = str(Path(solution).resolve())
         own = next((f for f in reversed(frames) if _same_file(f.filename, target)), None)
+        if own is None and isinstance(exc, TypeError) and _SIGNATURE.match(str(exc)):
+            # The call never entered the file: the place is pkb's call site, which is no news.
+            return " (where pkb called it: its parameters do not take the problem's inputs, which " \
+                   "`pkb problems show PROBLEM` lists)"
     if own is None or own is innermost:
         return f" ({Path(innermost.filename).name}:{innermost.lineno})"
     if not inner:

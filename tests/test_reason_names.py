@@ -71,3 +71,29 @@ def test_pkb_submit_shows_the_reason_in_full_naming_the_file_it_was_given():
     assert len(lines) == REASON_LINES + 1 and lines[-1] == \
         f"    ({12 - REASON_LINES} more line(s): pkb submit --wait --json has them)"
     assert _job_line(_view("", "pass"), given) == "j7  done       1_allreduce  work/mine.py  pass"
+
+
+def test_a_solution_whose_parameters_do_not_fit_is_told_so_not_pointed_at_pkbs_call(tmp_path):
+    """A call that never entered the solution's file (its parameters do not take the problem's
+    inputs) named pkb's call site (`defaults.py:33`) as its place; it says what is wrong instead.
+    An error inside the solution still names the solution's line."""
+    import importlib.util
+
+    from pkb_core.errors import describe
+
+    path = tmp_path / "1_allreduce.py"
+    path.write_text("def solution(tensor, extra):\n    return tensor\n\n\ndef broken(tensor):\n    return tensor + 'x'\n")
+    spec = importlib.util.spec_from_file_location("sol_under_test", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    try:
+        module.solution(1)
+    except TypeError as exc:
+        text = describe(exc, str(path))
+    assert text.startswith("TypeError: solution() missing 1 required positional argument: 'extra' (where pkb called "
+                           "it: its parameters do not take the problem's inputs"), text
+    try:
+        module.broken(1)
+    except TypeError as exc:
+        text = describe(exc, str(path))
+    assert text.endswith("(1_allreduce.py:6)"), text
