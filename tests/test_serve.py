@@ -257,6 +257,20 @@ def test_pkb_submit_takes_each_files_declared_backend_and_leaves_out_only_the_ba
         f"Error: {plain}: the service refused it: timeout 5000.0 is out of range (above 0, at most 3600 s) (422)"]
 
 
+def test_a_file_that_does_not_parse_still_declares_its_backend_by_its_own_line():
+    """A service user's batch of `pkb submit` stopped whole ("no backend for ...") at a model's file
+    with a syntax error that did declare `BACKEND = "reference"`: it goes to its backend now, to be
+    answered `compile-error` there. Only a line of its own from the first column counts."""
+    from pkb_core.problem.solution_backend import declared_backend
+
+    assert declared_backend('BACKEND = "reference"\ndef solution(x:\n    return x\n') == "reference"
+    assert declared_backend('BACKEND: str = "triton"  # mine\nif (:\n') == "triton"
+    assert declared_backend('def f(:\n    BACKEND = "triton"\n') is None  # indented: not the module's
+    assert declared_backend('x = BACKEND = "triton" + (\n') is None
+    # A file that parses is read by its syntax alone (the last top-level assignment).
+    assert declared_backend('BACKEND = "cuda"\nBACKEND = "triton"\n') == "triton"
+
+
 def test_one_call_cancels_every_unfinished_job_of_a_client(server):
     with Client(server.url) as client:
         bulk = [client.submit(1, HANG + f"# bulk {i}\n", backend="triton", client="bulk") for i in range(4)]
@@ -296,15 +310,17 @@ def test_a_busy_port_and_a_missing_serve_extra_are_one_line_and_exit_4(server, t
 
 @pytest.mark.parametrize("body, status, words", [
     ("{not json", 400, "not JSON"),
-    ({"problem": "1"}, 422, "missing field 'source'"),
-    ({"problem": "1", "source": "x", "colour": "red"}, 422, "unknown field 'colour'"),
-    ({"problem": "1", "source": "x", "trials": "five"}, 422, "Submission.trials: expected int"),
-    ({"problem": "9999", "source": "x"}, 404, "9999"),
+    ({"problem": "1", "backend": "triton"}, 422, "missing field 'source'"),
+    # no backend is judged by none: it was `reference`'s rules, under which an NCCL call passes
+    ({"problem": "1", "source": "x"}, 422, "missing field 'backend'"),
+    ({"problem": "1", "source": "x", "backend": "triton", "colour": "red"}, 422, "unknown field 'colour'"),
+    ({"problem": "1", "source": "x", "backend": "triton", "trials": "five"}, 422, "Submission.trials: expected int"),
+    ({"problem": "9999", "source": "x", "backend": "triton"}, 404, "9999"),
     ({"problem": "1", "source": "x", "backend": "nope"}, 404, "unknown backend 'nope'"),
-    ({"problem": "1", "source": "x", "trials": 0}, 422, "trials 0 is out of range"),
-    ({"problem": "1", "source": "x", "world_size": 64}, 422, "world size 64"),
-    ({"problem": "1", "source": "x", "timing_modes": ["fast"]}, 422, "timing mode fast"),
-    ({"problem": "1", "source": "x" * (9 << 20)}, 413, "at most"),
+    ({"problem": "1", "source": "x", "backend": "triton", "trials": 0}, 422, "trials 0 is out of range"),
+    ({"problem": "1", "source": "x", "backend": "triton", "world_size": 64}, 422, "world size 64"),
+    ({"problem": "1", "source": "x", "backend": "triton", "timing_modes": ["fast"]}, 422, "timing mode fast"),
+    ({"problem": "1", "source": "x" * (9 << 20), "backend": "triton"}, 413, "at most"),
 ])
 def test_a_bad_request_is_one_line_of_4xx(server, body, status, words):
     if isinstance(body, str):
@@ -511,3 +527,19 @@ def test_a_lane_that_dies_runs_its_job_once_more_then_records_an_error(server):
         assert "ran 2 times" in done.record.reason
         # The service goes on: a new group runs the next job.
         assert client.evaluate(1, ALLREDUCE + "\n# after the lanes died\n", backend="triton").verdict.value == "pass"
+
+
+def test_a_wait_for_a_full_queue_is_told_to_the_caller():
+    """`pkb submit` waited silently on a full queue until a service user killed it: each wait (the
+    service's Retry-After, at most 60 s) goes to the client's `on_full` with the service's line."""
+    from pkb_core.client.http import _waiting_for_room
+
+    told = []
+    full = httpx.Response(429, headers={"Retry-After": "7"},
+                          json={"error": "the queue is full (4 jobs waiting, at most 4)"})
+    assert _waiting_for_room(full, lambda seconds, line: told.append((seconds, line))) == 7.0
+    assert told == [(7.0, "the queue is full (4 jobs waiting, at most 4)")]
+    long = httpx.Response(429, headers={"Retry-After": "600"}, text="not json")
+    assert _waiting_for_room(long, lambda seconds, line: told.append((seconds, line))) == 60.0
+    assert told[-1] == (60.0, "")
+    assert _waiting_for_room(full, None) == 7.0  # no hook: the wait alone

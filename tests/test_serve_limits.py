@@ -298,14 +298,23 @@ def test_a_client_sees_and_cancels_only_its_own_jobs_and_the_admin_all(tokens_se
         assert root.cancel(theirs.id).id == theirs.id
         assert bob.wait(theirs.id, timeout=30).state.value == "cancelled"
         # The quota is the token's client's, whatever tags its jobs carry: alice keeps 1 job, 4 more fit.
+        hers = []
         for index in range(4):
             view = alice.submit(1, f"x = {index}\n", backend="triton", world_size=1, client=f"tag-{index}")
             assert view.record.verdict.value == "unsupported" and alice.get(view.id).client == f"tag-{index}"
+            hers.append(view.id)
         with pytest.raises(ServiceError) as over:
             alice.submit(1, "x = 5\n", backend="triton", world_size=1, client="tag-5")
         assert over.value.status == 429 and "client 'alice' keeps 5 jobs" in over.value.message
         honest = bob.submit(1, "x = 'bob'\n", backend="triton", world_size=1)
         assert bob.get(honest.id).record.verdict.value == "unsupported"
+        # Deduplication stays within a client: bob's copy of alice's source is his own job, not
+        # "the same as" hers (her job's id, and her record naming the solution by it, leaked); his
+        # own repeat is answered from his first.
+        copied = bob.submit(1, "x = 0\n", backend="triton", world_size=1, client="tag-0")
+        assert copied.same_as is None and hers[0] not in copied.record.solution, copied
+        repeat = bob.submit(1, "x = 'bob'\n", backend="triton", world_size=1)
+        assert repeat.same_as == honest.id, repeat
     finally:
         for client in (alice, bob, root, legacy):
             client.close()

@@ -9,7 +9,7 @@ from pkb_core.serve.store import STOPPED_WHILE_RUNNING, JobStore
 def test_waiting_jobs_keep_their_submissions_parsed_once_and_track_the_table(tmp_path):
     store = JobStore(tmp_path / "jobs.db")
     for n in range(3):
-        store.add(f"j{n}", Submission(problem="1", source=f"# file {n}\n", client=f"c{n}"),
+        store.add(f"j{n}", Submission(problem="1", backend="reference", source=f"# file {n}\n", client=f"c{n}"),
                   problem="1_allreduce", world_size=2, dedup_key=str(n))
     first = store.waiting()
     assert [(w["id"], w["state"], w["submission"].source) for w in first] == \
@@ -19,7 +19,7 @@ def test_waiting_jobs_keep_their_submissions_parsed_once_and_track_the_table(tmp
     store.set_state("j0", JobState.READY)
     store.set_job("j0", {"planned": True})
     store.set_state("j1", JobState.RUNNING)
-    store.add("j3", Submission(problem="1", source="# file 3\n"), problem="1_allreduce", world_size=2,
+    store.add("j3", Submission(problem="1", backend="reference", source="# file 3\n"), problem="1_allreduce", world_size=2,
               dedup_key="3")
     again = {w["id"]: w for w in store.waiting()}
     assert set(again) == {"j0", "j2", "j3"}
@@ -47,7 +47,7 @@ def test_a_job_run_again_after_its_group_was_lost_says_why_in_its_view_and_its_r
     which its view shows meanwhile and its next run's record (job_record) keeps."""
     store = JobStore(tmp_path / "jobs.db")
     for name in ("lost", "waiting"):
-        store.add(name, Submission(problem="1", source=f"# {name}\n"), problem="1_allreduce", world_size=2,
+        store.add(name, Submission(problem="1", backend="reference", source=f"# {name}\n"), problem="1_allreduce", world_size=2,
                   dedup_key=name)
         store.set_job(name, _job(f"{name}.py").to_json())
         store.set_state(name, JobState.READY)
@@ -70,3 +70,29 @@ def test_a_job_run_again_after_its_group_was_lost_says_why_in_its_view_and_its_r
     assert record.reruns == (died, STOPPED_WHILE_RUNNING) and Record.from_json(record.to_json()) == record
     assert {v.id: v.reruns for v in store.views()}["lost"] == view.reruns  # the list shows them too
     store.close()
+
+
+def test_a_full_queues_retry_after_is_the_time_one_job_takes_to_leave_it(tmp_path, monkeypatch):
+    """A service user was told `Retry-After: 600` for a queue that emptied in 1.4 s: the whole
+    queue at the last hour's rate, for a service up a minute. It is the jobs over the bound (and
+    one) at the rate jobs left the queue for a group since the service started (within the hour)."""
+    import time
+    from types import SimpleNamespace
+
+    from pkb_core.contracts.serve import JobState
+    from pkb_core.serve.service import Service
+
+    store = JobStore(tmp_path / "jobs.db")
+    for n in range(6):  # six jobs started in the last minute; one answered at submission never queued
+        store.add(f"j{n}", Submission(problem="1", backend="reference", source=f"# {n}\n"), problem="1_allreduce",
+                  world_size=2, dedup_key=str(n))
+        store.set_state(f"j{n}", JobState.RUNNING)
+    store.add("now", Submission(problem="1", backend="reference", source="x"), problem="1_allreduce", world_size=2,
+              dedup_key="now", state=JobState.DONE)
+    assert store.started_since(time.time() - 60) == 6
+    service = SimpleNamespace(store=store, started=time.time() - 60, config=SimpleNamespace(max_queued=4))
+    # 6 starts in 60 s: one every 10 s; the queue at its bound (4 waiting) needs one to leave.
+    assert Service._retry_after(service, 4) == 10
+    assert Service._retry_after(service, 6) == 30  # three over: three starts
+    assert Service._retry_after(SimpleNamespace(store=JobStore(tmp_path / "empty.db"), started=time.time(),
+                                                config=service.config), 4) == 30  # nothing started yet

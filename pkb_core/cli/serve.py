@@ -245,8 +245,13 @@ def submit(ctx, files, url, token, problem, backend, world_size, trials, measure
                    priority=priority, client=client or os.environ.get("USER", "anonymous"), fresh=fresh)
     progress_to_stderr = wait or json_  # stdout is then the verdicts, or JSON
     queued = []
+
+    def waiting_for_room(seconds: float, line: str) -> None:
+        # A full queue is retried (Client): said, rather than a silent wait a service user killed.
+        click.echo(f"{line or 'the queue is full'}: submitting again in {seconds:g} s", err=True)
+
     try:
-        with Client(url, token=token) as service:
+        with Client(url, token=token, on_full=waiting_for_room) as service:
             for path, problem_id, text, chosen in items:
                 try:
                     view = service.submit(problem_id, text, backend=chosen, label=f"{path.stem}-{{job}}{path.suffix}",

@@ -91,6 +91,18 @@ def _retry(response: httpx.Response) -> bool:
     return response.status_code == 429 and "retry-after" in response.headers
 
 
+def _waiting_for_room(response: httpx.Response, on_full) -> float:
+    """The seconds to wait before submitting again to a full queue, told to ``on_full`` first."""
+    seconds = _retry_after(response)
+    if on_full is not None:
+        try:
+            line = response.json().get("error", "")
+        except ValueError:
+            line = ""
+        on_full(seconds, line)
+    return seconds
+
+
 def _retry_after(response: httpx.Response) -> float:
     try:
         return max(0.5, min(60.0, float(response.headers.get("retry-after", "5"))))
@@ -104,11 +116,15 @@ class Client:
     :param url: the service's base URL (default ``$PKB_SERVER``, else :data:`DEFAULT_URL`).
     :param token: its bearer token (default ``$PKB_SERVE_TOKEN``).
     :param timeout: seconds per HTTP request (long polls add theirs).
+    :param on_full: called as ``on_full(seconds, line)`` before each wait for a full queue's room
+        (429 with ``Retry-After``), so a caller can say why it waits (``pkb submit`` does).
     """
 
-    def __init__(self, url: str | None = None, *, token: str | None = None, timeout: float = 30.0):
+    def __init__(self, url: str | None = None, *, token: str | None = None, timeout: float = 30.0,
+                 on_full=None):
         self.url = _base_url(url)
         self._http = httpx.Client(base_url=self.url, headers=_headers(token), timeout=timeout)
+        self.on_full = on_full
 
     def close(self) -> None:
         self._http.close()
@@ -134,7 +150,7 @@ class Client:
             response = self._call("POST", "/v1/jobs", **body)
             if not _retry(response):
                 return JobView.from_json(_answer(response))
-            time.sleep(_retry_after(response))
+            time.sleep(_waiting_for_room(response, self.on_full))
         return JobView.from_json(_answer(response))
 
     def get(self, job_id: str) -> JobView:
@@ -185,9 +201,11 @@ class Client:
 class AsyncClient:
     """The asyncio twin of :class:`Client` (same methods, awaited)."""
 
-    def __init__(self, url: str | None = None, *, token: str | None = None, timeout: float = 30.0):
+    def __init__(self, url: str | None = None, *, token: str | None = None, timeout: float = 30.0,
+                 on_full=None):
         self.url = _base_url(url)
         self._http = httpx.AsyncClient(base_url=self.url, headers=_headers(token), timeout=timeout)
+        self.on_full = on_full
 
     async def aclose(self) -> None:
         await self._http.aclose()
@@ -211,7 +229,7 @@ class AsyncClient:
             response = await self._call("POST", "/v1/jobs", **body)
             if not _retry(response):
                 return JobView.from_json(_answer(response))
-            await asyncio.sleep(_retry_after(response))
+            await asyncio.sleep(_waiting_for_room(response, self.on_full))
         return JobView.from_json(_answer(response))
 
     async def get(self, job_id: str) -> JobView:

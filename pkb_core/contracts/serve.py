@@ -34,7 +34,10 @@ class Submission(Contract):
     problem: str
     #: The solution file's text (defines ``solution(...)``).
     source: str
-    backend: str = "reference"
+    #: The backend whose rules judge it (``triton``, ``cuda``, ...; ``reference`` lets a solution
+    #: call torch.distributed's collectives). Required: a submission that forgot it was judged by
+    #: ``reference``'s rules, so an NCCL call passed where ``triton`` flags it.
+    backend: str
     #: Ranks of the job (one GPU each); None: 2 (the smallest group every problem allows, or its minimum).
     world_size: int | None = None
     trials: int = 5

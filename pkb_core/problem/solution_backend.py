@@ -8,16 +8,24 @@ a string literal::
     BACKEND = "triton"
 
 It is read with :mod:`ast`, never by importing the file (nothing of it runs
-here), so a file that does not parse declares nothing and is judged by its
-build. ``pkb submit`` takes each file's backend from it (docs/serve.md); the
-constant is an ordinary module global when the solution runs.
+here). A file that does not parse (a model's most common slip) declares what a
+line of its own at the top level says, ``BACKEND = "name"`` from its first
+column, so that it goes to its backend and is answered ``compile-error`` there;
+``pkb submit`` refused a whole batch for want of its backend
+(:data:`DECLARATION_LINE`). ``pkb submit`` takes each file's backend from it
+(docs/serve.md); the constant is an ordinary module global when the solution runs.
 """
 from __future__ import annotations
 
 import ast
+import re
 
 #: The module constant that names a solution's backend.
 DECLARATION = "BACKEND"
+
+
+#: A declaration on a line of its own from the first column (what a file that does not parse is read by).
+DECLARATION_LINE = re.compile(r"""^BACKEND\s*(?::\s*str\s*)?=\s*(["'])([\w.-]+)\1\s*(?:#.*)?$""", re.M)
 
 
 def declared_backend(source: str) -> str | None:
@@ -25,7 +33,8 @@ def declared_backend(source: str) -> str | None:
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError):  # ValueError: a NUL byte in the text
-        return None
+        lines = DECLARATION_LINE.findall(source.replace("\0", ""))
+        return lines[-1][1] if lines else None
     found = None
     for node in tree.body:
         if isinstance(node, ast.Assign):

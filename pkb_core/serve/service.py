@@ -6,8 +6,9 @@ store (:mod:`pkb_core.serve.store`) and the scheduler
 is a thin layer over it; tests and embedders may call it directly.
 
 Deduplication: a submission whose source, problem and options equal a finished
-job's is answered at once with that job's record (a new job id, ``same_as``
-naming the original), unless it asks for a ``fresh`` run. Overload: more than
+job's of the same owner is answered at once with that job's record (a new job id, ``same_as``
+naming the original), unless it asks for a ``fresh`` run; another token's job is never one (its
+id would leak). Overload: more than
 ``max_queued`` jobs waiting refuses new ones (HTTP 429 with a Retry-After).
 One service per data directory: it holds the folder's lock
 (:mod:`pkb_core.serve.data_lock`) from its construction to :meth:`Service.stop`.
@@ -47,6 +48,8 @@ from pkb_core.serve.retention import Pruned, Retention, SourcesGuard
 from pkb_core.serve.scheduler import Scheduler
 from pkb_core.serve.store import WAITING, JobStore, StoreObserver
 
+#: The longest span (s) over which the rate of finished jobs sets a full queue's ``Retry-After``.
+RATE_SPAN_S = 3600.0
 #: The client tag of a submission that names none (:class:`Submission`'s default); a token's
 #: client submitting one gets its own name as the tag.
 UNTAGGED = attrs.fields(Submission).client.default
@@ -235,7 +238,7 @@ class Service:
                       job_json=planned.job.to_json(), owner=owner, source_bytes=planned.kept_bytes,
                       source_path=planned.source_path, admit=admit)
         if not submission.fresh:
-            earlier = self.store.done_with(planned.dedup_key)
+            earlier = self.store.done_with(planned.dedup_key, owner)
             if earlier is not None and earlier.record is not None:
                 self.store.add(job_id, submission, state=JobState.DONE, record=earlier.record, same_as=earlier.id,
                                note=f"the same source and options as {earlier.id}: its record", **common)
@@ -253,9 +256,15 @@ class Service:
         return self.store.view(job_id)
 
     def _retry_after(self, waiting: int) -> int:
-        """Seconds until the queue has likely room: its length over the last hour's rate (1 to 600)."""
-        per_second = self.store.done_since(time.time() - 3600) / 3600
-        return int(min(600, max(1, waiting / per_second))) if per_second > 0 else 30
+        """Seconds until the queue likely has room for one more (1 to 600): the jobs over its bound
+        (and one) at the rate jobs left it for a group lately, over the last hour or since the
+        service started, if later (the whole queue at an hour's rate, a service up for a minute told
+        a service user 600 s for a queue that emptied in 1.4 s); 30 before any job started."""
+        now = time.time()
+        span = max(1.0, min(RATE_SPAN_S, now - self.started))
+        per_second = self.store.started_since(now - span) / span
+        over = max(1, waiting - self.config.max_queued + 1)
+        return int(min(600, max(1, round(over / per_second)))) if per_second > 0 else 30
 
     def view(self, job_id: str, caller: Caller = ADMIN) -> JobView:
         """The job; 404 for an unknown one and for another client's alike (ids do not leak)."""

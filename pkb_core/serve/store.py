@@ -299,10 +299,12 @@ class JobStore:
         """Whether a job still names the source file ``path``."""
         return bool(self._run("SELECT 1 FROM jobs WHERE source_path = ? LIMIT 1", (path,)))
 
-    def done_with(self, dedup_key: str) -> JobView | None:
-        """The newest finished job with this content and options (for deduplication)."""
+    def done_with(self, dedup_key: str, owner: str | None) -> JobView | None:
+        """The newest finished job of ``owner`` with this content and options (for deduplication).
+        Another owner's is never one: its id (``same_as``) and its record (which names the solution
+        by that job) would tell one tenant of another's job, which the service keeps from it."""
         rows = self._run(f"SELECT {_VIEW_COLUMNS} FROM jobs WHERE dedup_key = ? AND state = ? AND same_as IS NULL "
-                         "ORDER BY seq DESC LIMIT 1", (dedup_key, JobState.DONE.value))
+                         "AND owner IS ? ORDER BY seq DESC LIMIT 1", (dedup_key, JobState.DONE.value, owner))
         return _view(rows[0]) if rows else None
 
     def waiting(self) -> list[dict]:
@@ -334,6 +336,11 @@ class JobStore:
         where, args = _filter(owner=owner)
         return dict(self._run(f"SELECT client, COUNT(*) FROM jobs WHERE state NOT IN (?, ?) AND {where} "
                               "GROUP BY client", (JobState.DONE.value, JobState.CANCELLED.value, *args)))
+
+    def started_since(self, since: float) -> int:
+        """Jobs that left the queue for a group since ``since`` (their last start): the rate at which
+        a full queue makes room (a job answered at submission never queued, and is not counted)."""
+        return self._run("SELECT COUNT(*) FROM jobs WHERE started_at >= ?", (since,))[0][0]
 
     def done_since(self, since: float) -> int:
         return self._run("SELECT COUNT(*) FROM jobs WHERE state = ? AND finished_at >= ?",
