@@ -334,6 +334,11 @@ def test_a_bad_request_is_one_line_of_4xx(server, body, status, words):
 
 def test_unknown_jobs_and_bad_queries_are_4xx(server):
     assert httpx.get(server.url + "/v1/jobs/nope").status_code == 404
+    # An unknown route or method answers in the API's shape, one line (it was FastAPI's {"detail": ...}).
+    route = httpx.get(server.url + "/v1/nope")
+    assert route.status_code == 404 and route.json() == {"error": "no route /v1/nope"}
+    method = httpx.delete(server.url + "/v1/jobs")
+    assert method.status_code == 405 and method.json() == {"error": "DELETE is not a method of /v1/jobs"}
     assert httpx.get(server.url + "/v1/jobs", params={"state": "lost"}).status_code == 422
     assert httpx.get(server.url + "/v1/jobs", params={"limit": "many"}).status_code == 422
     assert httpx.get(server.url + "/v1/jobs/nope/wait", params={"timeout": 999}).status_code in (404, 422)

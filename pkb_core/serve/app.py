@@ -36,6 +36,7 @@ import asyncio
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from pkb_core.contracts.serial import ContractError
 from pkb_core.contracts.serve import CancelRequest, Submission
@@ -106,6 +107,12 @@ def create_app(service: Service, *, token: str | None = None, access: Access | N
     @app.exception_handler(Refused)
     async def refused(request: Request, exc: Refused):
         return _refusal(exc)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def not_served(request: Request, exc: StarletteHTTPException):
+        # An unknown route or method answers in the API's own shape ({"error": ...}), not FastAPI's.
+        why = {404: f"no route {request.url.path}", 405: f"{request.method} is not a method of {request.url.path}"}
+        return _error(exc.status_code, why.get(exc.status_code, str(exc.detail)), getattr(exc, "headers", None))
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError):
