@@ -9,10 +9,10 @@ a string literal::
 
 It is read with :mod:`ast`, never by importing the file (nothing of it runs
 here). A file that does not parse (a model's most common slip) declares what a
-line of its own at the top level says, ``BACKEND = "name"`` from its first
-column, so that it goes to its backend and is answered ``compile-error`` there;
-``pkb submit`` refused a whole batch for want of its backend
-(:data:`DECLARATION_LINE`). ``pkb submit`` takes each file's backend from it
+line of its own says, ``BACKEND = "name"`` from its first column
+(:data:`DECLARATION_LINE`), so that it goes to its backend and is answered
+``compile-error`` there (read as declaring nothing, it made ``pkb submit`` refuse
+its whole batch). ``pkb submit`` takes each file's backend from it
 (docs/serve.md); the constant is an ordinary module global when the solution runs.
 """
 from __future__ import annotations
