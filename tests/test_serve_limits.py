@@ -320,6 +320,28 @@ def test_a_client_sees_and_cancels_only_its_own_jobs_and_the_admin_all(tokens_se
             client.close()
 
 
+def test_a_tenant_does_not_learn_from_the_shared_build_cache(tokens_server):
+    """The build cache is shared by content: a record's `compile.cached` told alice that bob had
+    submitted her guessed source before her (a hostile review's probe). A client's records come
+    without `compile`; the admin's keep it."""
+    url = tokens_server.url
+    alice, bob = (Client(url, token=f"{name}-token-0123456789") for name in ("alice", "bob"))
+    root = Client(url, token="root-token-0123456789")
+    try:
+        source = ("import torch.distributed as dist\n\n\ndef solution(tensor):\n    out = tensor.clone()\n"
+                  "    dist.all_reduce(out)\n    return out\n# a guessed source\n")
+        first = bob.wait(bob.submit(1, source, backend="reference", trials=1).id, timeout=120)
+        second = alice.wait(alice.submit(1, source, backend="reference", trials=1).id, timeout=120)
+        for view in (first, second):
+            assert view.record.verdict.value == "pass", view.record.reason
+            assert view.record.compile is None, view.record
+            assert alice.jobs() and all(v.record is None or v.record.compile is None for v in alice.jobs())
+        assert root.get(second.id).record.compile is not None  # the admin sees the machinery
+    finally:
+        for client in (alice, bob, root):
+            client.close()
+
+
 def _bearer(name: str) -> dict:
     return {"Authorization": f"Bearer {name}-token-0123456789"}
 

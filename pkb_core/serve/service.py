@@ -221,7 +221,7 @@ class Service:
         self.quota.admit(account, jobs=jobs, source_bytes=kept,
                          adding_bytes=size if size <= self.config.max_source_bytes else 0)
         with self.sources_guard.shared():  # its source file is not pruned before its row names it
-            return self._submit(submission, caller.owner, account)
+            return as_seen_by(self._submit(submission, caller.owner, account), caller)
 
     def _submit(self, submission: Submission, owner: str | None, account: str) -> JobView:
         from pkb_core.results.records import job_record
@@ -271,7 +271,7 @@ class Service:
         view = self.store.view(job_id, owner=caller.owner)
         if view is None:
             raise Refused(f"no job {job_id!r}", 404)
-        return view
+        return as_seen_by(view, caller)
 
     def cancel(self, job_id: str, caller: Caller = ADMIN) -> JobView:
         view = self.view(job_id, caller)
@@ -301,7 +301,8 @@ class Service:
             raise Refused(f"state {state!r} is not one of {', '.join(s.value for s in JobState)}")
         if not 1 <= limit <= 10_000:
             raise Refused(f"limit {limit} is out of range (1 to 10000)")
-        return self.store.views(state=state, client=client, owner=caller.owner, limit=limit)
+        return [as_seen_by(view, caller) for view in
+                self.store.views(state=state, client=client, owner=caller.owner, limit=limit)]
 
     def stats(self, caller: Caller = ADMIN) -> QueueStats:
         """The queue at a glance. A client sees every state's count and every group, but the client
@@ -323,3 +324,13 @@ class Service:
 
         return Health(ok=True, version=__version__, device=self.config.device, devices=self.config.devices,
                       uptime_s=round(time.time() - self.started, 3))
+
+
+def as_seen_by(view: JobView, caller: Caller) -> JobView:
+    """``view`` as ``caller`` may see it: a token's client gets its record without ``compile`` (the
+    build's seconds and whether the build cache had it), since that cache is shared by content
+    across clients and ``cached`` told one tenant that another had submitted the same source (a
+    hostile review's probe of a guessed source). The admin, and the run folders, keep all of it."""
+    if caller.owner is None or view.record is None or view.record.compile is None:
+        return view
+    return attrs.evolve(view, record=attrs.evolve(view.record, compile=None))
