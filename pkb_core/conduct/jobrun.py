@@ -292,7 +292,7 @@ class JobRun:
             if ended.verdict in (Verdict.TIMEOUT, Verdict.CRASH, Verdict.ERROR):
                 self.outcome.running = f"{self.stage}, command {self.command or '(none yet)'}"
             if ended.verdict == Verdict.TIMEOUT:
-                self.outcome.reason = f"no result after {self.settings.job_timeout:g} s ({ended.reason})"
+                self.outcome.reason = timeout_reason(self.settings.job_timeout, ended.reason)
             if self.outcome.trials < self.job.trials and ended.verdict in (Verdict.FAIL, Verdict.FLAGGED, Verdict.ERROR):
                 trial = self.outcome.trials
                 self.outcome.reason = f"trial {trial}: {ended.reason}" if self._in_trials else ended.reason
@@ -392,6 +392,11 @@ class JobRun:
                              for r in range(self.nproc)])
             summary[side] = [a.summary for a in answers]
         return summary
+
+
+def timeout_reason(job_timeout: float, detail: str) -> str:
+    """A ``timeout`` verdict's reason: the job's limit, and where its time went."""
+    return f"no result after {job_timeout:g} s ({detail})"
 
 
 class JudgeFailed(Exception):

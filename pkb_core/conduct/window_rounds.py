@@ -376,8 +376,7 @@ def time_windows(run, mode: str, budget_s: float, calls: int, least: int, cap: i
     started = time.monotonic()
     round_, stopped, order, tail = 0, None, ("reference", "candidate"), trailing
     while stopped is None:
-        # A random order for each pair of rounds, the other order in its second round.
-        order = tuple(batches.rng.sample(order, 2)) if round_ % 2 == 0 else order[::-1]
+        order = balanced_order(order, round_, batches.rng)
         for side in JUDGE_SIDES:
             raw[side].append(statistics.median(batches.batch(side, f"{mode}/{round_}/{side}")))
         for side in order:
@@ -388,10 +387,9 @@ def time_windows(run, mode: str, budget_s: float, calls: int, least: int, cap: i
         # After the pair, never just before one of them: a batch of the reference group right
         # before the reference's own read 0.4-1 us a call shorter at 4 KiB on one H200 (the
         # reference then follows its own group in half the rounds, the candidate in none).
-        # The two groups' harness batches (PKB_GROUP_OFFSETS=on) in a random order balanced over
-        # pairs of rounds, as the compared pair's: neither always follows the other's group.
-        tail = trailing if len(trailing) == 1 else \
-            tuple(batches.rng.sample(trailing, 2)) if round_ % 2 == 0 else tail[::-1]
+        # The two groups' harness batches (PKB_GROUP_OFFSETS=on) balanced as the compared pair:
+        # neither always follows the other's group.
+        tail = balanced_order(tail, round_, batches.rng)
         for side in tail:
             raw[side].append(statistics.median(batches.batch(side, f"{mode}/{round_}/{side}")))
         round_ += 1
@@ -424,6 +422,12 @@ def time_windows(run, mode: str, budget_s: float, calls: int, least: int, cap: i
                       speedup=with_group_share(speedup(pairs),
                                                group_share(per_call)), stopped=stopped,
                       batches=round_, alignment=alignment, calls_per_batch=calls, extra=extra)
+
+
+def balanced_order(sides: tuple, round_: int, rng) -> tuple:
+    """The order of ``sides`` in round ``round_``: drawn at random for each pair of rounds, the
+    other way round in its second round (``sides``: the order of the round before)."""
+    return tuple(rng.sample(sides, len(sides))) if round_ % 2 == 0 else sides[::-1]
 
 
 def group_share(per_call: dict) -> float:

@@ -498,7 +498,7 @@ class Launch:
 
     def _run_one(self, job, index, run_id, judges, candidates, spare):
         """One job; returns the judge group to go on with (a new one if it failed)."""
-        from pkb_core.conduct.jobrun import JobRun, JudgeFailed, Parcels
+        from pkb_core.conduct.jobrun import JobRun, JudgeFailed, Parcels, timeout_reason
         from pkb_core.contracts.outcome import JobEnded, Outcome
         from pkb_core.plugin.multicast import multicast_claim_believable
         from pkb_core.problem.contract import read_spec
@@ -537,8 +537,8 @@ class Launch:
         except JudgeFailed as failed:
             if failed.out_of_time:
                 outcome.verdict = Verdict.TIMEOUT
-                outcome.reason = f"no result after {self.settings.job_timeout:g} s (the judge was still at work for " \
-                                 f"it: {failed.ended.reason})"
+                outcome.reason = timeout_reason(self.settings.job_timeout,
+                                                f"the judge was still at work for it: {failed.ended.reason}")
             else:
                 outcome.verdict = Verdict.ERROR
                 outcome.reason = f"the judge's processes failed ({failed.ended.reason}); launch log {self.log_path}"

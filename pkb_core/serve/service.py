@@ -48,7 +48,7 @@ from pkb_core.serve.retention import Pruned, Retention, SourcesGuard
 from pkb_core.serve.scheduler import Scheduler
 from pkb_core.serve.store import WAITING, JobStore, StoreObserver
 
-#: The longest span (s) over which the rate of finished jobs sets a full queue's ``Retry-After``.
+#: The longest span (s) over which the rate of jobs leaving the queue for a group sets a full queue's ``Retry-After``.
 RATE_SPAN_S = 3600.0
 #: The client tag of a submission that names none (:class:`Submission`'s default); a token's
 #: client submitting one gets its own name as the tag.
