@@ -1,17 +1,26 @@
-"""All-reduce (sum) in CUDA: one-shot, every rank pulls every peer's input.
+"""All-reduce (sum) in CUDA: a one-way push for small messages, a one-shot pull for large ones.
 
-Each rank launches the same grid. A block first meets block ``blockIdx.x`` of
-every peer at a pairwise CAS barrier (so every peer's input is in place), then
-sums its grid-stride share of the W inputs, reading them straight from the
-peers' memory over NVLink with 16-byte loads (a scalar tail covers what is
-left), writes a new output tensor, and meets the peers again (so nobody
-returns, and has its input overwritten, while a peer still reads it).
+**Small messages** (up to ``PUSH_MAX_BYTES``, 16-byte aligned): each rank writes its input
+straight into every rank's receive slot in a symmetric scratch buffer of its own (one slot per
+sender), then waits on its own slots and sums them. The data is its own flag: the slots hold a
+sentinel (negative zero's bits in every element, which no sent element carries: a sent -0.0 is
+sent as +0.0, the same in a sum) until the sender's write lands, so a call costs one one-way trip
+across NVLink and no barrier. The scratch has three epochs of slots, used in turn: in call ``e`` a
+rank resets the slots of call ``e - 1`` (what it read then). A peer writes into them again only in
+call ``e + 2``, which it cannot reach before it has read this rank's data of call ``e + 1``, sent
+after this kernel ended. The epoch (and how much the last call wrote) lives on the device, so
+CUDA graph replays advance it too.
 
-Summation runs in fp32 (fp64 for double) in rank order, so every rank gets
-bit-identical results.
+**Large messages**: each rank launches the same grid. A block first meets block ``blockIdx.x``
+of every peer at a pairwise CAS barrier (so every peer's input is in place), then sums its
+grid-stride share of the W inputs, reading them straight from the peers' memory over NVLink with
+16-byte loads (a scalar tail covers what is left), writes a new output tensor, and meets the
+peers again (so nobody returns, and has its input overwritten, while a peer still reads it).
+
+Summation runs in fp32 (fp64 for double) in rank order, so every rank gets bit-identical results.
 
 The build is split the way that costs least: the CUDA source holds the
-kernel and a launcher on raw pointers and names nothing of torch's (pkb then
+kernels and launchers on raw pointers and names nothing of torch's (pkb then
 adds no torch header: it compiles in seconds), and CPP_SOURCE holds the torch
 side (checks, the output, the dtype, the stream), compiled at the same time
 and bound through torch's dispatcher (bind="ops": torch/library.h and a few
@@ -100,6 +109,111 @@ allreduce_kernel(const uint64_t* __restrict__ buffers, uint32_t* const* pads, in
   pkb::barrier_block(pads, rank, world, blockIdx.x);
 }
 
+// --- the push path ---------------------------------------------------------
+
+// Bits of one element, and the sentinel an empty receive slot holds: negative zero.
+template <int Size> struct Bits;
+template <> struct Bits<2> { using type = uint16_t; static constexpr uint16_t kSentinel = 0x8000u; };
+template <> struct Bits<4> { using type = uint32_t; static constexpr uint32_t kSentinel = 0x80000000u; };
+template <> struct Bits<8> { using type = uint64_t; static constexpr uint64_t kSentinel = 0x8000000000000000ull; };
+
+// The vector with every -0.0 element made +0.0, so no sent element reads as empty.
+template <typename T> __device__ __forceinline__ uint4 without_sentinel(uint4 v) {
+  using B = Bits<sizeof(T)>;
+  typename B::type* e = reinterpret_cast<typename B::type*>(&v);
+#pragma unroll
+  for (int k = 0; k < 16 / int(sizeof(T)); ++k)
+    if (e[k] == B::kSentinel) e[k] = 0;
+  return v;
+}
+
+template <typename T> __device__ __forceinline__ bool holds_sentinel(uint4 v) {
+  using B = Bits<sizeof(T)>;
+  const typename B::type* e = reinterpret_cast<const typename B::type*>(&v);
+  bool any = false;
+#pragma unroll
+  for (int k = 0; k < 16 / int(sizeof(T)); ++k) any |= e[k] == B::kSentinel;
+  return any;
+}
+
+template <typename T> __device__ __forceinline__ uint4 sentinel_vector() {
+  using B = Bits<sizeof(T)>;
+  uint4 v;
+  typename B::type* e = reinterpret_cast<typename B::type*>(&v);
+#pragma unroll
+  for (int k = 0; k < 16 / int(sizeof(T)); ++k) e[k] = B::kSentinel;
+  return v;
+}
+
+// A load that goes to memory every time (a peer's write lands there, not in this SM's L1).
+__device__ __forceinline__ uint4 load_volatile(const uint4* p) {
+  uint4 v;
+  asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p) : "memory");
+  return v;
+}
+
+// Rank p's receive slot for `sender` in `epoch`: the scratch's copy on p (pkb::peer_ptr) and
+// (epoch * world + sender) * slot_bytes into it.
+__device__ __forceinline__ uint4* slot(const uint64_t* scratch, int64_t offset, int p, int epoch, int sender,
+                                       int world, int64_t slot_bytes) {
+  return pkb::peer_ptr<uint4>(scratch, p, offset + (static_cast<int64_t>(epoch) * world + sender) * slot_bytes);
+}
+
+// counters (this rank's, device memory): [0] the epoch (0, 1, 2), [1] blocks done in this call,
+// [2] vectors the last call wrote (what this call resets).
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+push_allreduce_kernel(const uint4* __restrict__ in, const uint64_t* __restrict__ scratch, int64_t offset,
+                      int64_t slot_bytes, uint32_t* counters, uint4* __restrict__ out, int64_t nvec, int rank, int world) {
+  using A = typename Acc<T>::type;
+  constexpr int V = 16 / sizeof(T);
+  const int epoch = static_cast<int>(*reinterpret_cast<volatile uint32_t*>(&counters[0]));
+  const int64_t last_nvec = *reinterpret_cast<volatile uint32_t*>(&counters[2]);
+  const int64_t threads = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+
+  // Send first, every vector of this thread to every rank, so no wait below holds back a send.
+  for (int64_t i = tid; i < nvec; i += threads) {
+    const uint4 v = without_sentinel<T>(in[i]);
+    for (int p = 0; p < world; ++p) slot(scratch, offset, p, epoch, rank, world, slot_bytes)[i] = v;
+  }
+  // Receive: each sender's vector once it is no longer the sentinel, summed in rank order.
+  for (int64_t i = tid; i < nvec; i += threads) {
+    A acc[V];
+#pragma unroll
+    for (int k = 0; k < V; ++k) acc[k] = A(0);
+    for (int p = 0; p < world; ++p) {
+      const uint4* src = slot(scratch, offset, rank, epoch, p, world, slot_bytes) + i;
+      uint4 v = load_volatile(src);
+      while (holds_sentinel<T>(v)) v = load_volatile(src);
+      const T* e = reinterpret_cast<const T*>(&v);
+#pragma unroll
+      for (int k = 0; k < V; ++k) acc[k] += to_acc(e[k]);
+    }
+    uint4 o;
+    T* e = reinterpret_cast<T*>(&o);
+#pragma unroll
+    for (int k = 0; k < V; ++k) e[k] = from_acc<T>(acc[k]);
+    out[i] = o;
+  }
+  // Reset what the last call received (its epoch is the one before this call's).
+  const int previous = (epoch + 2) % 3;
+  const uint4 empty = sentinel_vector<T>();
+  for (int64_t i = tid; i < last_nvec; i += threads)
+    for (int p = 0; p < world; ++p) slot(scratch, offset, rank, previous, p, world, slot_bytes)[i] = empty;
+  // The last block to finish advances the epoch for the next call on this stream.
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence();
+    if (atomicAdd(&counters[1], 1u) == gridDim.x - 1) {
+      counters[1] = 0;
+      counters[2] = static_cast<uint32_t>(nvec);
+      counters[0] = static_cast<uint32_t>((epoch + 1) % 3);
+    }
+  }
+}
+
 int sm_count() {  // 0 when the device cannot be asked
   static const int count = [] {
     int device = 0, value = 0;
@@ -129,6 +243,22 @@ cudaError_t launch(void* out, int64_t n, int64_t buffers, int64_t pads, int64_t 
   return cudaGetLastError();
 }
 
+template <typename T>
+cudaError_t launch_push(const void* in, void* out, int64_t n, int64_t scratch, int64_t offset, int64_t slot_bytes,
+                        int64_t counters, int64_t rank, int64_t world, cudaStream_t stream) {
+  const int sms = sm_count();
+  if (sms == 0) return cudaErrorInvalidDevice;
+  const int64_t nvec = n * static_cast<int64_t>(sizeof(T)) / 16;
+  // Every block must be resident at once (a waiting block must not keep a peer's sender from
+  // running): at most one vector a thread and a grid of at most one block an SM.
+  const int blocks = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>((nvec + kThreads - 1) / kThreads, sms)));
+  push_allreduce_kernel<T><<<blocks, kThreads, 0, stream>>>(
+      static_cast<const uint4*>(in), reinterpret_cast<const uint64_t*>(scratch), offset, slot_bytes,
+      reinterpret_cast<uint32_t*>(counters), static_cast<uint4*>(out), nvec, static_cast<int>(rank),
+      static_cast<int>(world));
+  return cudaGetLastError();
+}
+
 }  // namespace
 
 // dtype: 0 float, 1 bfloat16, 2 half, 3 double (CPP_SOURCE maps torch's dtypes).
@@ -142,6 +272,18 @@ cudaError_t allreduce_launch(int dtype, void* out, int64_t n, int64_t buffers, i
     default: return cudaErrorInvalidValue;
   }
 }
+
+cudaError_t allreduce_push_launch(int dtype, const void* in, void* out, int64_t n, int64_t scratch, int64_t offset,
+                                  int64_t slot_bytes, int64_t counters, int64_t rank, int64_t world,
+                                  cudaStream_t stream) {
+  switch (dtype) {
+    case 0: return launch_push<float>(in, out, n, scratch, offset, slot_bytes, counters, rank, world, stream);
+    case 1: return launch_push<__nv_bfloat16>(in, out, n, scratch, offset, slot_bytes, counters, rank, world, stream);
+    case 2: return launch_push<__half>(in, out, n, scratch, offset, slot_bytes, counters, rank, world, stream);
+    case 3: return launch_push<double>(in, out, n, scratch, offset, slot_bytes, counters, rank, world, stream);
+    default: return cudaErrorInvalidValue;
+  }
+}
 """
 
 CPP_SOURCE = """
@@ -152,6 +294,19 @@ CPP_SOURCE = """
 
 cudaError_t allreduce_launch(int dtype, void* out, int64_t n, int64_t buffers, int64_t pads, int64_t offset,
                              int64_t rank, int64_t world, int64_t max_blocks, int64_t align, cudaStream_t stream);
+cudaError_t allreduce_push_launch(int dtype, const void* in, void* out, int64_t n, int64_t scratch, int64_t offset,
+                                  int64_t slot_bytes, int64_t counters, int64_t rank, int64_t world,
+                                  cudaStream_t stream);
+
+int dtype_code(const at::Tensor& x) {  // what the launchers switch on
+  switch (x.scalar_type()) {
+    case at::kFloat: return 0;
+    case at::kBFloat16: return 1;
+    case at::kHalf: return 2;
+    case at::kDouble: return 3;
+    default: TORCH_CHECK(false, "allreduce: unsupported dtype ", x.scalar_type());
+  }
+}
 
 at::Tensor allreduce(at::Tensor x, int64_t buffers, int64_t pads, int64_t offset, int64_t rank,
                         int64_t world, int64_t max_blocks, int64_t align) {
@@ -160,22 +315,64 @@ at::Tensor allreduce(at::Tensor x, int64_t buffers, int64_t pads, int64_t offset
   c10::cuda::CUDAGuard guard(x.device());
   auto out = at::empty_like(x, at::MemoryFormat::Contiguous);
   if (x.numel() == 0) return out;
-  int dtype = -1;
-  switch (x.scalar_type()) {
-    case at::kFloat: dtype = 0; break;
-    case at::kBFloat16: dtype = 1; break;
-    case at::kHalf: dtype = 2; break;
-    case at::kDouble: dtype = 3; break;
-    default: TORCH_CHECK(false, "allreduce: unsupported dtype ", x.scalar_type());
-  }
-  C10_CUDA_CHECK(allreduce_launch(dtype, out.data_ptr(), x.numel(), buffers, pads, offset, rank, world, max_blocks,
-                                  align, c10::cuda::getCurrentCUDAStream()));
+  C10_CUDA_CHECK(allreduce_launch(dtype_code(x), out.data_ptr(), x.numel(), buffers, pads, offset, rank, world,
+                                  max_blocks, align, c10::cuda::getCurrentCUDAStream()));
+  return out;
+}
+
+// The push path: x's bytes a multiple of 16 and at most slot_bytes, x and the output 16-byte aligned.
+at::Tensor allreduce_push(at::Tensor x, int64_t scratch, int64_t offset, int64_t slot_bytes, at::Tensor counters,
+                          int64_t rank, int64_t world) {
+  TORCH_CHECK(x.is_cuda() && x.is_contiguous(), "allreduce_push: expected a contiguous CUDA tensor");
+  TORCH_CHECK(x.numel() * x.element_size() % 16 == 0 && x.numel() * x.element_size() <= slot_bytes,
+              "allreduce_push: ", x.numel() * x.element_size(), " bytes do not fit the push path");
+  TORCH_CHECK(reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 == 0, "allreduce_push: input not 16-byte aligned");
+  c10::cuda::CUDAGuard guard(x.device());
+  auto out = at::empty_like(x, at::MemoryFormat::Contiguous);
+  if (x.numel() == 0) return out;
+  C10_CUDA_CHECK(allreduce_push_launch(dtype_code(x), x.data_ptr(), out.data_ptr(), x.numel(), scratch, offset,
+                                       slot_bytes, reinterpret_cast<int64_t>(counters.data_ptr()), rank, world,
+                                       c10::cuda::getCurrentCUDAStream()));
   return out;
 }
 """
 
-_ext = pkb_cuda.compile("allreduce", CUDA_SOURCE, CPP_SOURCE, functions=["allreduce"], bind="ops")
+_ext = pkb_cuda.compile("allreduce", CUDA_SOURCE, CPP_SOURCE, functions=["allreduce", "allreduce_push"], bind="ops")
+
+#: The largest message the push path takes: its scratch holds 3 epochs x W slots of this size.
+PUSH_MAX_BYTES = 512 * 1024
+
+#: Per dtype (the sentinel is per element size): the scratch, its peers' table, this rank's counters.
+_PUSH_STATE: dict = {}
+
+
+def _push_state(tensor):
+    """The push path's scratch for ``tensor``'s dtype, made on the first call (collective: every
+    rank makes its first call with the same dtype in the same order, as every rank calls alike)."""
+    state = _PUSH_STATE.get(tensor.dtype)
+    if state is None:
+        import torch
+        import torch.distributed as dist
+
+        from pkb_core import TorchSymmetricHeap, handle_of
+
+        world = dist.get_world_size()
+        heap = TorchSymmetricHeap(tensor.device)
+        scratch = heap.empty((3 * world * PUSH_MAX_BYTES,), torch.uint8)
+        bits = {2: torch.int16, 4: torch.int32, 8: torch.int64}[tensor.element_size()]
+        scratch.view(bits).fill_(torch.iinfo(bits).min)  # negative zero's bits: every slot empty
+        counters = torch.zeros(3, dtype=torch.int32, device=tensor.device)
+        handle = handle_of(scratch)
+        handle.barrier(channel=0)  # no peer writes into this scratch before it is empty
+        state = _PUSH_STATE[tensor.dtype] = (heap, scratch, pkb_cuda.peers(scratch), counters)
+    return state
 
 
 def solution(tensor):
-    return _ext.allreduce(tensor, *pkb_cuda.peers(tensor))
+    peers = pkb_cuda.peers(tensor)
+    nbytes = tensor.numel() * tensor.element_size()
+    if nbytes % 16 == 0 and 0 < nbytes <= PUSH_MAX_BYTES and peers.align >= 16:
+        _heap, _scratch, scratch_peers, counters = _push_state(tensor)
+        return _ext.allreduce_push(tensor, scratch_peers.buffer_table, scratch_peers.offset, PUSH_MAX_BYTES,
+                                   counters, peers.rank, peers.world_size)
+    return _ext.allreduce(tensor, *peers)
