@@ -35,6 +35,11 @@ The helper API (see each docstring):
     ``pkb::barrier_block(pads, rank, world, slot)`` (the pairwise
     compare-and-swap barrier), ``pkb::peer_ptr<T>(buffers, peer, offset)``,
     ``pkb::cas_release_sys`` / ``pkb::cas_acquire_sys``.
+:data:`PUSH_CUH`, :func:`push_scratch`, :class:`PushScratch`
+    small messages pushed one way with the data as its own flag (no
+    barrier): the device helpers (``pkb::PushScratch``, ``pkb::push_clean``,
+    ``pkb::push_receive``), which a source that uses them starts with, and
+    the symmetric scratch and counters they run on.
 :mod:`pkb_cuda.nvrtc`
     kernel-only CUDA C++ compiled with NVRTC through CuPy (about a second
     cold, no host C++, no torch headers): ``nvrtc.kernel(source,
@@ -50,7 +55,7 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from pkb_cuda.spec import BARRIER_CUH, DEFAULT_CFLAGS, DEFAULT_CUDA_CFLAGS  # noqa: E402
+from pkb_cuda.spec import BARRIER_CUH, DEFAULT_CFLAGS, DEFAULT_CUDA_CFLAGS, PUSH_CUH  # noqa: E402
 from pkb_cuda.build import (  # noqa: E402
     cache_dir,
     cache_key,
@@ -58,9 +63,10 @@ from pkb_cuda.build import (  # noqa: E402
     compile_only,
 )
 from pkb_cuda.peers import Peers, peer_ptrs, peers  # noqa: E402
+from pkb_cuda.push import PushScratch, push_scratch  # noqa: E402
 from pkb_cuda.toolchain import find_nvcc, missing  # noqa: E402
 
 __all__ = [
-    "BARRIER_CUH", "DEFAULT_CFLAGS", "DEFAULT_CUDA_CFLAGS", "Peers", "cache_dir", "cache_key", "compile",
-    "compile_only", "find_nvcc", "missing", "peer_ptrs", "peers",
+    "BARRIER_CUH", "DEFAULT_CFLAGS", "DEFAULT_CUDA_CFLAGS", "PUSH_CUH", "Peers", "PushScratch", "cache_dir",
+    "cache_key", "compile", "compile_only", "find_nvcc", "missing", "peer_ptrs", "peers", "push_scratch",
 ]

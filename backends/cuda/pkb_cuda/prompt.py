@@ -71,6 +71,14 @@ In every form:
    not `<ATen/cuda/CUDAContext.h>` (heavy). torch compiles `.cu` files with `-D__CUDA_NO_BFLOAT16_CONVERSIONS__`:
    convert with `__bfloat162float` / `__float2bfloat16`. Accumulate in fp32; use 16-byte vector loads only when
    `align >= 16`.
+5. The push model, for small floating-point messages (the samples use it up to 1 MiB; one one-way trip across
+   NVLink, no barrier): start the CUDA source with `pkb_cuda.PUSH_CUH` (below), pass
+   `*pkb_cuda.push_scratch(x, slot_bytes, tag=...)`, six ints declared `int64_t table, int64_t offset, int64_t
+   slot_bytes, int64_t counters, int64_t rank, int64_t world`, into a `pkb::PushScratch` by value; send with
+   `scratch.slot(peer, epoch, rank)[i] = pkb::push_clean<T>(v)`, receive with
+   `pkb::push_receive<T>(scratch.slot(rank, epoch, peer) + i)`, then `scratch.reset_last<T>(epoch, tid, threads)`
+   and `scratch.finish(epoch, vectors)` last in every thread; every send before any receive; a grid of at most
+   one block an SM.
 """
 
 
@@ -83,6 +91,8 @@ def backend_prompt() -> BackendPrompt:
         f"`pkb_cuda.Peers`:\n\n```python\n{peers_doc}\n```",
         "The device header `compile` puts in front of every CUDA source (`pkb_cuda.BARRIER_CUH`):\n\n"
         f"```cuda\n{pkb_cuda.BARRIER_CUH.strip()}\n```",
+        "The push helpers (`pkb_cuda.PUSH_CUH`; a source that uses them starts with this text):\n\n"
+        f"```cuda\n{pkb_cuda.PUSH_CUH.strip()}\n```",
     ])
     examples = tuple(PromptExample(problem=stem.removesuffix("_nvrtc"), solution=(SAMPLES / f"{stem}.py").read_text())
                      for stem in EXAMPLE_SAMPLES if (SAMPLES / f"{stem}.py").is_file())

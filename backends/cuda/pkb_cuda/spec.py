@@ -25,6 +25,8 @@ MAX_MESSAGE_LINES = 40
 
 _HEADER_PATH = Path(__file__).with_name("pkb_cuda.cuh")
 BARRIER_CUH = _HEADER_PATH.read_text()
+#: The push helpers (pkb_push.cuh): not a prelude; a source that uses them starts with this text.
+PUSH_CUH = Path(__file__).with_name("pkb_push.cuh").read_text()
 
 
 @dataclass(frozen=True)

@@ -354,6 +354,42 @@ def test_barrier_header_compiles_for_sm90a(tmp_path):
 
 
 @needs_nvcc
+def test_push_header_compiles_for_sm90a_with_volatile_loads(tmp_path):
+    from pkb_cuda.check import nvcc_object
+
+    source = tmp_path / "push_test.cu"
+    source.write_text(pkb_cuda.BARRIER_CUH + pkb_cuda.PUSH_CUH + textwrap.dedent("""
+        __global__ void echo(const uint4* in, pkb::PushScratch scratch, uint4* out, int64_t nvec) {
+          const int epoch = scratch.epoch();
+          const int64_t tid = threadIdx.x, threads = blockDim.x;
+          for (int64_t i = tid; i < nvec; i += threads)
+            for (int p = 0; p < scratch.world; ++p) scratch.slot(p, epoch, scratch.rank)[i] = pkb::push_clean<float>(in[i]);
+          for (int64_t i = tid; i < nvec; i += threads)
+            out[i] = pkb::push_receive<float>(scratch.slot(scratch.rank, epoch, (scratch.rank + 1) % scratch.world) + i);
+          scratch.reset_last<float>(epoch, tid, threads);
+          scratch.finish(epoch, nvec);
+        }
+    """))
+    nvcc_object(str(source), str(tmp_path / "push_test.o"), SM90A)
+    subprocess.run([pkb_cuda.find_nvcc(), "-ptx", str(source), "-o", str(tmp_path / "p.ptx"), "-arch=sm_90a"],
+                   check=True)
+    # A receiver's poll goes to memory each time (a peer's write lands there, not in L1).
+    assert "ld.volatile.global.v4.u32" in (tmp_path / "p.ptx").read_text()
+
+
+@pytest.mark.parametrize("dtype, slot_bytes, words", [
+    ("uint8", 4096, "elements of 1 bytes have no sentinel"),
+    ("float32", 4008, "slot_bytes 4008 is not a positive multiple of 16"),
+    ("float32", 0, "slot_bytes 0 is not a positive multiple of 16"),
+])
+def test_push_scratch_refuses_what_the_protocol_cannot_carry_before_allocating(dtype, slot_bytes, words):
+    import torch
+
+    with pytest.raises(ValueError, match=words):
+        pkb_cuda.push_scratch(torch.zeros(4, dtype=getattr(torch, dtype)), slot_bytes)
+
+
+@needs_nvcc
 def test_nvcc_error_becomes_compile_error_with_its_message(tmp_path):
     from pkb_cuda.check import nvcc_object
 

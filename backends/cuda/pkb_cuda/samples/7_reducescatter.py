@@ -1,6 +1,11 @@
-"""Reduce-scatter (sum) in CUDA: rank r pulls row block r of every peer's input.
+"""Reduce-scatter (sum) in CUDA: a one-way push for small messages, a pull for large ones.
 
-Each rank's input is (W*M, N): W row blocks of (M, N). Rank r sums block r of
+**Small messages** (row blocks up to ``PUSH_MAX_BYTES``, 16-byte aligned): rank r writes its row
+block p straight into rank p's slot for r in a symmetric scratch (:func:`pkb_cuda.push_scratch`),
+then sums its own slots in rank order as they land; the data is its own flag (``pkb_push.cuh``):
+one one-way trip across NVLink, no barrier.
+
+**Large messages**: each rank's input is (W*M, N): W row blocks of (M, N). Rank r sums block r of
 all W inputs, reading them directly from the peers' memory over NVLink (16-byte
 loads when block r's address allows, a scalar tail), in fp32 (fp64 for
 double) and rank order, into a new (M, N) tensor. Pairwise CAS barriers per
@@ -14,7 +19,7 @@ CPP_SOURCE.
 """
 import pkb_cuda
 
-CUDA_SOURCE = r"""
+CUDA_SOURCE = pkb_cuda.PUSH_CUH + r"""
 #include <algorithm>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -91,6 +96,43 @@ reducescatter_kernel(const uint64_t* __restrict__ buffers, uint32_t* const* pads
   pkb::barrier_block(pads, rank, world, blockIdx.x);
 }
 
+// The push path (pkb_push.cuh): row block p of this rank's input to rank p's slot for this rank,
+// then this rank's slots summed in rank order as they land. nvec: vectors of one row block.
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+push_reducescatter_kernel(const uint4* __restrict__ in, pkb::PushScratch scratch, uint4* __restrict__ out,
+                          int64_t nvec) {
+  using A = typename Acc<T>::type;
+  constexpr int V = 16 / sizeof(T);
+  const int epoch = scratch.epoch();
+  const int rank = scratch.rank, world = scratch.world;
+  const int64_t threads = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  for (int64_t i = tid; i < nvec; i += threads)
+    for (int jj = 0; jj < world; ++jj) {
+      const int p = (rank + jj) % world;  // stagger: ranks start on different peers
+      scratch.slot(p, epoch, rank)[i] = pkb::push_clean<T>(in[p * nvec + i]);
+    }
+  for (int64_t i = tid; i < nvec; i += threads) {
+    A acc[V];
+#pragma unroll
+    for (int k = 0; k < V; ++k) acc[k] = A(0);
+    for (int p = 0; p < world; ++p) {
+      const uint4 v = pkb::push_receive<T>(scratch.slot(rank, epoch, p) + i);
+      const T* e = reinterpret_cast<const T*>(&v);
+#pragma unroll
+      for (int k = 0; k < V; ++k) acc[k] += to_acc(e[k]);
+    }
+    uint4 o;
+    T* e = reinterpret_cast<T*>(&o);
+#pragma unroll
+    for (int k = 0; k < V; ++k) e[k] = from_acc<T>(acc[k]);
+    out[i] = o;
+  }
+  scratch.reset_last<T>(epoch, tid, threads);
+  scratch.finish(epoch, nvec);
+}
+
 int sm_count() {  // 0 when the device cannot be asked
   static const int count = [] {
     int device = 0, value = 0;
@@ -121,7 +163,33 @@ cudaError_t launch(void* out, int64_t n, int64_t buffers, int64_t pads, int64_t 
   return cudaGetLastError();
 }
 
+template <typename T>
+cudaError_t launch_push(const void* in, void* out, int64_t n, pkb::PushScratch scratch, cudaStream_t stream) {
+  const int sms = sm_count();
+  if (sms == 0) return cudaErrorInvalidDevice;
+  const int64_t nvec = n * static_cast<int64_t>(sizeof(T)) / 16;  // one row block
+  // Every block resident at once (a waiting block must not keep a peer's sender from running).
+  const int blocks = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>((nvec + kThreads - 1) / kThreads, sms)));
+  push_reducescatter_kernel<T><<<blocks, kThreads, 0, stream>>>(static_cast<const uint4*>(in), scratch,
+                                                                static_cast<uint4*>(out), nvec);
+  return cudaGetLastError();
+}
+
 }  // namespace
+
+cudaError_t reducescatter_push_launch(int dtype, const void* in, void* out, int64_t n, int64_t table, int64_t offset,
+                                      int64_t slot_bytes, int64_t counters, int64_t rank, int64_t world,
+                                      cudaStream_t stream) {
+  const pkb::PushScratch scratch{reinterpret_cast<const uint64_t*>(table), offset, slot_bytes,
+                                 reinterpret_cast<uint32_t*>(counters), static_cast<int>(rank), static_cast<int>(world)};
+  switch (dtype) {
+    case 0: return launch_push<float>(in, out, n, scratch, stream);
+    case 1: return launch_push<__nv_bfloat16>(in, out, n, scratch, stream);
+    case 2: return launch_push<__half>(in, out, n, scratch, stream);
+    case 3: return launch_push<double>(in, out, n, scratch, stream);
+    default: return cudaErrorInvalidValue;
+  }
+}
 
 // dtype: 0 float, 1 bfloat16, 2 half, 3 double (CPP_SOURCE maps torch's dtypes).
 cudaError_t reducescatter_launch(int dtype, void* out, int64_t n, int64_t buffers, int64_t pads, int64_t offset,
@@ -144,33 +212,65 @@ CPP_SOURCE = """
 
 cudaError_t reducescatter_launch(int dtype, void* out, int64_t n, int64_t buffers, int64_t pads, int64_t offset,
                                  int64_t rank, int64_t world, int64_t max_blocks, int64_t align, cudaStream_t stream);
+cudaError_t reducescatter_push_launch(int dtype, const void* in, void* out, int64_t n, int64_t table, int64_t offset,
+                                      int64_t slot_bytes, int64_t counters, int64_t rank, int64_t world,
+                                      cudaStream_t stream);
+
+int dtype_code(const at::Tensor& x) {  // what the launchers switch on
+  switch (x.scalar_type()) {
+    case at::kFloat: return 0;
+    case at::kBFloat16: return 1;
+    case at::kHalf: return 2;
+    case at::kDouble: return 3;
+    default: TORCH_CHECK(false, "reducescatter: unsupported dtype ", x.scalar_type());
+  }
+}
+
+at::Tensor output_for(const at::Tensor& x, int64_t world) {  // one row block of x
+  TORCH_CHECK(x.is_cuda() && x.is_contiguous(), "reducescatter: expected a contiguous CUDA tensor");
+  TORCH_CHECK(x.dim() >= 1 && x.size(0) % world == 0, "reducescatter: dim 0 must be a multiple of ", world);
+  std::vector<int64_t> shape = x.sizes().vec();
+  shape[0] /= world;
+  return at::empty(shape, x.options());
+}
 
 at::Tensor reducescatter(at::Tensor x, int64_t buffers, int64_t pads, int64_t offset, int64_t rank,
                             int64_t world, int64_t max_blocks, int64_t align) {
-  TORCH_CHECK(x.is_cuda() && x.is_contiguous(), "reducescatter: expected a contiguous CUDA tensor");
-  TORCH_CHECK(x.dim() >= 1 && x.size(0) % world == 0, "reducescatter: dim 0 must be a multiple of ", world);
   TORCH_CHECK(max_blocks >= 1, "reducescatter: the signal pad has no room for ", world, " ranks");
   c10::cuda::CUDAGuard guard(x.device());
-  std::vector<int64_t> shape = x.sizes().vec();
-  shape[0] /= world;
-  auto out = at::empty(shape, x.options());
+  auto out = output_for(x, world);
   if (out.numel() == 0) return out;
-  int dtype = -1;
-  switch (x.scalar_type()) {
-    case at::kFloat: dtype = 0; break;
-    case at::kBFloat16: dtype = 1; break;
-    case at::kHalf: dtype = 2; break;
-    case at::kDouble: dtype = 3; break;
-    default: TORCH_CHECK(false, "reducescatter: unsupported dtype ", x.scalar_type());
-  }
-  C10_CUDA_CHECK(reducescatter_launch(dtype, out.data_ptr(), out.numel(), buffers, pads, offset, rank, world,
+  C10_CUDA_CHECK(reducescatter_launch(dtype_code(x), out.data_ptr(), out.numel(), buffers, pads, offset, rank, world,
                                       max_blocks, align, c10::cuda::getCurrentCUDAStream()));
+  return out;
+}
+
+// The push path (pkb_push.cuh): a row block's bytes a multiple of 16 and at most a slot, x 16-byte
+// aligned; the arguments after x are pkb_cuda.push_scratch(x, slot_bytes)'s fields.
+at::Tensor reducescatter_push(at::Tensor x, int64_t table, int64_t offset, int64_t slot_bytes, int64_t counters,
+                              int64_t rank, int64_t world) {
+  c10::cuda::CUDAGuard guard(x.device());
+  auto out = output_for(x, world);
+  const int64_t bytes = out.numel() * out.element_size();
+  TORCH_CHECK(bytes % 16 == 0 && bytes <= slot_bytes, "reducescatter_push: ", bytes, " bytes do not fit a slot");
+  TORCH_CHECK(reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 == 0, "reducescatter_push: input not 16-byte aligned");
+  if (out.numel() == 0) return out;
+  C10_CUDA_CHECK(reducescatter_push_launch(dtype_code(x), x.data_ptr(), out.data_ptr(), out.numel(), table, offset,
+                                           slot_bytes, counters, rank, world, c10::cuda::getCurrentCUDAStream()));
   return out;
 }
 """
 
-_ext = pkb_cuda.compile("reducescatter", CUDA_SOURCE, CPP_SOURCE, functions=["reducescatter"], bind="ops")
+_ext = pkb_cuda.compile("reducescatter", CUDA_SOURCE, CPP_SOURCE, functions=["reducescatter", "reducescatter_push"], bind="ops")
+
+
+#: The largest row block the push path takes (its scratch holds 3 epochs x W slots of this size).
+PUSH_MAX_BYTES = 1024 * 1024
 
 
 def solution(tensor):
-    return _ext.reducescatter(tensor, *pkb_cuda.peers(tensor))
+    peers = pkb_cuda.peers(tensor)
+    block = tensor.numel() * tensor.element_size() // peers.world_size
+    if block % 16 == 0 and 0 < block <= PUSH_MAX_BYTES and peers.align >= 16 and tensor.shape[0] % peers.world_size == 0:
+        return _ext.reducescatter_push(tensor, *pkb_cuda.push_scratch(tensor, PUSH_MAX_BYTES, tag="reducescatter"))
+    return _ext.reducescatter(tensor, *peers)
