@@ -18,6 +18,14 @@
 // read this rank's data of call e + 1, sent after this call's kernel ended.
 // The epoch, and how many vectors the last call received, live in device
 // memory (counters), so CUDA graph replays advance them as calls do.
+//
+// That argument needs every rank to receive from every other rank in every
+// call (all-reduce, all-gather, reduce-scatter, all-to-all): then no rank
+// can be more than a call ahead of another. In a rooted collective (reduce,
+// gather: one receiver; broadcast, scatter: one sender) a rank that only
+// sends waits for nobody and could run calls ahead into slots still being
+// read: it needs credits (the receiver telling each sender which call it has
+// read) before it reuses a slot, which these helpers do not provide.
 #ifndef PKB_PUSH_CUH_
 #define PKB_PUSH_CUH_
 

@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -47,6 +48,18 @@ def test_exchange_samples_pass_at_two_ranks(pkb_invoke, tmp_path):
         result.output
     bad = [(r["problem"], r["verdict"], r["reason"]) for r in records if r["verdict"] != "pass"]
     assert not bad, bad
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_the_push_all_reduce_passes_call_after_call(pkb_invoke, tmp_path, world_size):
+    """benchmarks/push/1_allreduce_push.py (the all-reduce pushed one way, its data its own flag,
+    three epochs of slots: a candidate for the triton sample) at W=2 and W=3: five trials are more
+    calls than the three epochs, so each epoch's slots are reset and used again."""
+    solution = Path(__file__).resolve().parents[3] / "benchmarks" / "push" / "1_allreduce_push.py"
+    result = pkb_invoke("run", "--backend", "triton", "--device", "cpu", "--problem", "1", "--nproc", world_size,
+                        "--solution", solution, "--trials", 5, "--json", "--out", tmp_path / "push")
+    records = json.loads(result.stdout)["results"]
+    assert [(r["problem"], r["verdict"]) for r in records] == [("1_allreduce", "pass")], result.output
 
 
 def test_plugin_and_package_import_light():
