@@ -62,6 +62,62 @@ def test_the_push_all_reduce_passes_call_after_call(pkb_invoke, tmp_path, world_
     assert [(r["problem"], r["verdict"]) for r in records] == [("1_allreduce", "pass")], result.output
 
 
+# The push all-reduce called directly on two ranks under the interpreter: messages of changing
+# sizes one after another (a smaller call after a larger one must still find its slots empty, so
+# the reset follows what the last call wrote), a rank that comes late to some calls (the other
+# waits for its data rather than read a stale slot), and inputs holding -0.0 (the sentinel's bits).
+_PUSH_SEQUENCE = textwrap.dedent('''
+    import os, runpy, sys, time
+    import torch, torch.distributed as dist, torch.multiprocessing as mp
+
+    SIZES = [2048, 64, 4096, 8, 1000, 4096, 16, 3]
+
+    def run(rank, world, port, result_dir, candidate):
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        dist.init_process_group("gloo", rank=rank, world_size=world)
+        from types import SimpleNamespace
+        from pkb_core.symmetric.shm import SharedMemoryHeap
+        from pkb_triton import _runtime
+        state = _runtime.start(SimpleNamespace(device=torch.device("cpu"), rank=rank, world_size=world,
+                                               barrier=lambda: dist.barrier()), f"tritonpush{port}")
+        heap = SharedMemoryHeap(rank, world, lambda: dist.barrier(), f"tritonpushin{port}")
+        solution = runpy.run_path(candidate)["solution"]
+        wrong = []
+        for call, n in enumerate(SIZES):
+            inputs = [torch.Generator().manual_seed(1000 * call + r) for r in range(world)]
+            values = [torch.randint(-8, 8, (n,), generator=g).to(torch.bfloat16) for g in inputs]
+            for v in values:
+                v[::5] = -0.0
+            x = heap.empty((n,), torch.bfloat16)
+            x.copy_(values[rank])
+            if call % 3 == rank:
+                time.sleep(0.5)
+            out = solution(x)
+            expected = sum(v.float() for v in values).to(torch.bfloat16)
+            if not torch.equal(out, expected):
+                wrong.append(n)
+        with open(os.path.join(result_dir, f"rank{rank}.txt"), "w") as f:
+            f.write(f"wrong={wrong}\\n")
+        dist.barrier()
+        _runtime.stop(state)
+        dist.destroy_process_group()
+
+    if __name__ == "__main__":
+        mp.spawn(run, args=(2, int(sys.argv[1]), sys.argv[2], sys.argv[3]), nprocs=2)
+''')
+
+
+def test_the_push_all_reduce_is_right_as_sizes_change_and_ranks_come_late(tmp_path):
+    script = tmp_path / "push.py"
+    script.write_text(_PUSH_SEQUENCE)
+    candidate = Path(__file__).resolve().parents[3] / "benchmarks" / "push" / "1_allreduce_push.py"
+    env = dict(os.environ, TRITON_INTERPRET="1", OMP_NUM_THREADS="1")
+    proc = subprocess.run([sys.executable, str(script), str(_free_port()), str(tmp_path), str(candidate)], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert [(tmp_path / f"rank{r}.txt").read_text().strip() for r in (0, 1)] == ["wrong=[]", "wrong=[]"]
+
+
 def test_plugin_and_package_import_light():
     code = ("import sys, pkb_triton, pkb_triton.plugin\n"
             "pkb_triton.plugin.pkb_backend_info()\n"
