@@ -37,6 +37,11 @@ Device side (``@triton.jit`` functions, ``pkb_triton.lang``):
     Rank ``peer``'s address from a pointer table, as a pointer with the
     element type of the pointer ``like`` (usually the output).
 
+Push (``pkb_triton.push``): :func:`push_workspace` ``(like, slot, tag="")`` and the device helpers
+``push_bits``, ``push_slot``, ``push_receive``, ``push_reset_last``, ``push_finish``: small messages
+sent one way with the data as its own flag, no barrier (the module's docstring says how, and what
+a collective must be for it: every rank receiving from every rank in every call).
+
 On CPU (``pkb run --device cpu``) the launcher sets ``TRITON_INTERPRET=1`` and
 the very same kernels run in Triton's interpreter against the shared-memory
 heap. Importing this package is cheap: triton and torch load on the first use
@@ -46,11 +51,14 @@ from __future__ import annotations
 
 import importlib
 
-__all__ = ["Peers", "peers", "workspace", "max_programs", "barrier", "peer_ptr"]
+__all__ = ["Peers", "peers", "workspace", "max_programs", "barrier", "peer_ptr", "PushWorkspace", "push_workspace",
+           "push_bits", "push_slot", "push_receive", "push_reset_last", "push_finish"]
 
 _WHERE = {
     "Peers": "host", "peers": "host", "workspace": "host", "max_programs": "host",
     "barrier": "lang", "peer_ptr": "lang",
+    "PushWorkspace": "push", "push_workspace": "push", "push_bits": "push", "push_slot": "push",
+    "push_receive": "push", "push_reset_last": "push", "push_finish": "push",
 }
 
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import functools
+import sys
 from dataclasses import dataclass
 
 import torch
@@ -137,6 +138,9 @@ def workspace(numel: int, dtype: torch.dtype, tag: str = "") -> torch.Tensor:
 
 
 def _reset() -> None:
-    """Forget the tables and workspaces (the launch is ending)."""
+    """Forget the tables and workspaces (the launch is ending), the push workspaces too."""
     _TABLES.clear()
     _WORKSPACES.clear()
+    push = sys.modules.get("pkb_triton.push")  # loaded only if a solution pushed
+    if push is not None:
+        push._reset()

@@ -50,16 +50,19 @@ def test_exchange_samples_pass_at_two_ranks(pkb_invoke, tmp_path):
     assert not bad, bad
 
 
+PUSH_CANDIDATES = Path(__file__).resolve().parents[3] / "benchmarks" / "push"
+
+
 @pytest.mark.parametrize("world_size", [2, 3])
-def test_the_push_all_reduce_passes_call_after_call(pkb_invoke, tmp_path, world_size):
-    """benchmarks/push/1_allreduce_push.py (the all-reduce pushed one way, its data its own flag,
-    three epochs of slots: a candidate for the triton sample) at W=2 and W=3: five trials are more
-    calls than the three epochs, so each epoch's slots are reset and used again."""
-    solution = Path(__file__).resolve().parents[3] / "benchmarks" / "push" / "1_allreduce_push.py"
-    result = pkb_invoke("run", "--backend", "triton", "--device", "cpu", "--problem", "1", "--nproc", world_size,
-                        "--solution", solution, "--trials", 5, "--json", "--out", tmp_path / "push")
+def test_the_push_candidates_pass_call_after_call(pkb_invoke, tmp_path, world_size):
+    """benchmarks/push's triton all-reduce, all-gather and reduce-scatter (pushed one way, the data
+    its own flag, three epochs of slots: candidates for the triton samples) at W=2 and W=3: five
+    trials are more calls than the three epochs, so each epoch's slots are reset and used again."""
+    result = pkb_invoke("run", "--backend", "triton", "--device", "cpu", "--problem", "1,2,7", "--nproc", world_size,
+                        "--solutions", PUSH_CANDIDATES, "--trials", 5, "--json", "--out", tmp_path / "push")
     records = json.loads(result.stdout)["results"]
-    assert [(r["problem"], r["verdict"]) for r in records] == [("1_allreduce", "pass")], result.output
+    assert sorted((r["problem"], r["verdict"]) for r in records) == [
+        ("1_allreduce", "pass"), ("2_allgather", "pass"), ("7_reducescatter", "pass")], result.output
 
 
 # The push all-reduce called directly on two ranks under the interpreter: messages of changing
@@ -110,12 +113,25 @@ _PUSH_SEQUENCE = textwrap.dedent('''
 def test_the_push_all_reduce_is_right_as_sizes_change_and_ranks_come_late(tmp_path):
     script = tmp_path / "push.py"
     script.write_text(_PUSH_SEQUENCE)
-    candidate = Path(__file__).resolve().parents[3] / "benchmarks" / "push" / "1_allreduce_push.py"
+    candidate = PUSH_CANDIDATES / "1_allreduce_push.py"
     env = dict(os.environ, TRITON_INTERPRET="1", OMP_NUM_THREADS="1")
     proc = subprocess.run([sys.executable, str(script), str(_free_port()), str(tmp_path), str(candidate)], env=env,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert [(tmp_path / f"rank{r}.txt").read_text().strip() for r in (0, 1)] == ["wrong=[]", "wrong=[]"]
+
+
+@pytest.mark.parametrize("dtype, slot, words", [
+    ("int16", 64, "torch.int16 has no sentinel"),
+    ("float32", 0, "slot 0 holds no element"),
+])
+def test_push_workspace_refuses_what_the_protocol_cannot_carry_before_allocating(dtype, slot, words):
+    import torch
+
+    from pkb_triton import push_workspace
+
+    with pytest.raises(ValueError, match=words):
+        push_workspace(torch.zeros(4, dtype=getattr(torch, dtype)), slot)
 
 
 def test_plugin_and_package_import_light():

@@ -1,0 +1,148 @@
+"""Small messages pushed one way, the data its own flag: the Triton side of pkb's push protocol.
+
+A sender writes its data straight into the receiver's slot for it in a symmetric workspace; an
+empty slot holds the sentinel (negative zero's bits in every element) and a sender sends every
+-0.0 as +0.0 (equal to it in every comparison and sum), so a receiver knows an element has landed
+once it is no longer the sentinel: one one-way trip and no barrier. Slots come in three epochs,
+used in turn; in call ``e`` a receiver resets its slots of call ``e - 1``, which a peer writes
+again only in call ``e + 2``, after it has read this rank's data of call ``e + 1``. So **every rank
+must receive from every rank in every call** (all-reduce, all-gather, reduce-scatter, all-to-all):
+in a rooted collective a rank that only sends could run calls ahead into slots still being read.
+Every rank takes the push path or not alike (decide on what all ranks share: shape, dtype, size).
+The epoch and the last call's element count live in a counters tensor on the device, so graph
+replays advance them as calls do. The cuda backend's ``pkb_cuda.PUSH_CUH`` is the same protocol.
+
+Host: :func:`push_workspace`. Device (``@triton.jit``): :func:`push_bits`, :func:`push_slot`,
+:func:`push_receive`, :func:`push_reset_last`, :func:`push_finish`. A kernel::
+
+    epoch = tl.load(counters, volatile=True)
+    # send (every block of this program first), to every rank p:
+    tl.store(push_slot(slots, ptrs, p, epoch, rank, WORLD, SLOT) + offs, push_bits(v, SIZE, EMPTY), mask=mask)
+    # then receive, from every rank p:
+    bits = push_receive(push_slot(slots, ptrs, rank, epoch, p, WORLD, SLOT) + offs, mask, EMPTY)
+    value = bits.to(x.dtype.element_ty, bitcast=True)
+    # last, in every program:
+    push_reset_last(slots, ptrs, counters, rank, epoch, WORLD, SLOT, EMPTY, BLOCK)
+    push_finish(counters, epoch, n)
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from pkb_triton.lang import peer_ptr
+
+#: Epochs of slots the protocol cycles through.
+EPOCHS = 3
+#: Per element size: the integer type of its bits and the sentinel (negative zero's bits).
+SENTINELS = {2: (torch.int16, -(1 << 15)), 4: (torch.int32, -(1 << 31)), 8: (torch.int64, -(1 << 63))}
+
+_WORKSPACES: dict = {}  # (tag, element size, slot) -> PushWorkspace, for the launch
+
+
+@dataclass(frozen=True)
+class PushWorkspace:
+    """One rank's push workspace: pass ``slots`` (the tensor, for its element type), ``ptrs`` and
+    ``counters`` to the kernel, ``slot`` and ``empty`` as constexprs."""
+
+    #: the slots, ``EPOCHS * world * slot`` integers of the element's size (symmetric).
+    slots: torch.Tensor
+    #: ``peers(slots).ptrs``: the address of every rank's copy.
+    ptrs: int
+    #: this rank's three int32 counters on the device.
+    counters: torch.Tensor
+    #: elements of one slot: the most one sender sends one receiver in a call.
+    slot: int
+    #: the sentinel, as the slots' integer.
+    empty: int
+
+
+def push_workspace(like: torch.Tensor, slot: int, tag: str = "") -> PushWorkspace:
+    """The push workspace for tensors like ``like`` (its element size: 2, 4 or 8 bytes of floating
+    point), with slots of ``slot`` elements. The first request for a ``(tag, element size, slot)``
+    is collective: a :func:`pkb_triton.workspace`, filled with the sentinel, then a barrier among
+    the ranks so that no peer writes into a slot before it is empty.
+
+    :raises ValueError: an element size the protocol has no sentinel for, or ``slot`` < 1.
+    """
+    import torch.distributed as dist
+
+    from pkb_core import handle_of
+    from pkb_triton.host import peers, workspace
+
+    size = like.element_size()
+    if size not in SENTINELS or not like.is_floating_point():
+        raise ValueError(f"push_workspace: {like.dtype} has no sentinel (floating point of 2, 4 or 8 bytes)")
+    if slot < 1:
+        raise ValueError(f"push_workspace: slot {slot} holds no element")
+    key = (tag, size, int(slot))
+    found = _WORKSPACES.get(key)
+    if found is None:
+        bits, empty = SENTINELS[size]
+        slots = workspace(EPOCHS * dist.get_world_size() * slot, bits, tag=f"push:{tag}")
+        slots.fill_(empty)
+        counters = torch.zeros(3, dtype=torch.int32, device=like.device)
+        handle_of(slots).barrier(channel=0)
+        found = _WORKSPACES[key] = PushWorkspace(slots, peers(slots).ptrs, counters, int(slot), empty)
+    return found
+
+
+def _reset() -> None:
+    """Forget the workspaces (the launch is ending; pkb_triton.host forgets the memory)."""
+    _WORKSPACES.clear()
+
+
+@triton.jit
+def push_bits(v, SIZE: tl.constexpr, EMPTY: tl.constexpr):
+    """``v``'s bits as the slots' integers, every -0.0 made +0.0 (no element sent reads as empty)."""
+    if SIZE == 2:
+        bits = v.to(tl.int16, bitcast=True)
+    elif SIZE == 4:
+        bits = v.to(tl.int32, bitcast=True)
+    else:
+        bits = v.to(tl.int64, bitcast=True)
+    return tl.where(bits == EMPTY, 0, bits).to(bits.dtype)
+
+
+@triton.jit
+def push_slot(slots, ptrs, p, epoch, sender, WORLD: tl.constexpr, SLOT: tl.constexpr):
+    """Rank ``p``'s slot for ``sender`` in ``epoch`` (``slots``: the workspace tensor, for its type)."""
+    return peer_ptr(ptrs, p, slots) + (epoch * WORLD + sender) * SLOT
+
+
+@triton.jit
+def push_receive(src, mask, EMPTY: tl.constexpr):
+    """The elements at ``src`` once every one of them (under ``mask``) has landed."""
+    bits = tl.load(src, mask=mask, other=0, volatile=True)
+    while tl.sum((bits == EMPTY).to(tl.int32), axis=0) > 0:
+        bits = tl.load(src, mask=mask, other=0, volatile=True)
+    return bits
+
+
+@triton.jit
+def push_reset_last(slots, ptrs, counters, rank, epoch, WORLD: tl.constexpr, SLOT: tl.constexpr,
+                    EMPTY: tl.constexpr, BLOCK: tl.constexpr):
+    """Reset this program's share of this rank's slots of the last call (before :func:`push_finish`)."""
+    last = tl.load(counters + 2, volatile=True)
+    previous = (epoch + 2) % 3
+    empty = tl.full([BLOCK], EMPTY, slots.dtype.element_ty)
+    start = tl.program_id(0) * BLOCK
+    while start < last:
+        offs = start + tl.arange(0, BLOCK)
+        for p in tl.static_range(WORLD):
+            tl.store(push_slot(slots, ptrs, rank, previous, p, WORLD, SLOT) + offs, empty, mask=offs < last)
+        start += tl.num_programs(0) * BLOCK
+
+
+@triton.jit
+def push_finish(counters, epoch, n):
+    """The last program to get here advances the epoch and records ``n``, the elements each slot
+    received in this call (call last, from every program)."""
+    tl.debug_barrier()
+    if tl.atomic_add(counters + 1, 1, sem="acq_rel", scope="gpu") == tl.num_programs(0) - 1:
+        tl.store(counters + 1, 0)
+        tl.store(counters + 2, n)
+        tl.store(counters, (epoch + 1) % 3)
