@@ -19,7 +19,8 @@ import torch
 import triton
 import triton.language as tl
 
-from pkb_triton import peers, push_bits, push_finish, push_receive, push_reset_last, push_slot, push_workspace
+from pkb_triton import (peers, push_bits, push_finish, push_receive, push_reset_last, push_slot, push_wait_credit,
+                        push_workspace)
 
 BLOCK = 2048
 #: The largest message pushed; the workspace holds 3 epochs x W slots of this size.
@@ -27,9 +28,11 @@ PUSH_MAX_BYTES = 1024 * 1024
 
 
 @triton.jit
-def _push_allreduce(x, out, slots, ptrs, counters, rank, n, SLOT: tl.constexpr, WORLD: tl.constexpr,
-                    SIZE: tl.constexpr, EMPTY: tl.constexpr, BLOCK: tl.constexpr):
+def _push_allreduce(x, out, slots, ptrs, counters, progress, progress_ptrs, rank, n, SLOT: tl.constexpr,
+                    WORLD: tl.constexpr, SIZE: tl.constexpr, EMPTY: tl.constexpr, BLOCK: tl.constexpr):
     epoch = tl.load(counters, volatile=True)
+    for p in tl.static_range(WORLD):  # every rank has reset the slots this call writes
+        push_wait_credit(progress, p, counters)
     step = tl.num_programs(0) * BLOCK
     # Send first, every block of this program, so no wait below holds back a send.
     start = tl.program_id(0) * BLOCK
@@ -49,7 +52,7 @@ def _push_allreduce(x, out, slots, ptrs, counters, rank, n, SLOT: tl.constexpr, 
         tl.store(out + offs, acc.to(out.dtype.element_ty), mask=offs < n)
         start += step
     push_reset_last(slots, ptrs, counters, rank, epoch, WORLD, SLOT, EMPTY, BLOCK)
-    push_finish(counters, epoch, n)
+    push_finish(counters, progress, progress_ptrs, rank, epoch, n, WORLD)
 
 
 @functools.cache
@@ -67,6 +70,7 @@ def solution(tensor):
     sym = peers(tensor)
     out = torch.empty_like(tensor)
     ws = push_workspace(tensor, PUSH_MAX_BYTES // size, tag="allreduce")
-    _push_allreduce[(sym.grid(n, BLOCK),)](tensor, out, ws.slots, ws.ptrs, ws.counters, sym.rank, n, SLOT=ws.slot,
+    _push_allreduce[(sym.grid(n, BLOCK),)](tensor, out, ws.slots, ws.ptrs, ws.counters, ws.progress, ws.progress_ptrs,
+                                           sym.rank, n, SLOT=ws.slot,
                                            WORLD=sym.world_size, SIZE=size, EMPTY=ws.empty, BLOCK=BLOCK, num_warps=8)
     return out

@@ -16,7 +16,8 @@ import torch
 import triton
 import triton.language as tl
 
-from pkb_triton import peers, push_bits, push_finish, push_receive, push_reset_last, push_slot, push_workspace
+from pkb_triton import (peers, push_bits, push_finish, push_receive, push_reset_last, push_slot, push_wait_credit,
+                        push_workspace)
 
 BLOCK = 2048
 #: The largest input pushed; the workspace holds 3 epochs x W slots of this size.
@@ -24,9 +25,11 @@ PUSH_MAX_BYTES = 1024 * 1024
 
 
 @triton.jit
-def _push_allgather(x, out, slots, ptrs, counters, rank, n, SLOT: tl.constexpr, WORLD: tl.constexpr,
-                    SIZE: tl.constexpr, EMPTY: tl.constexpr, BLOCK: tl.constexpr):
+def _push_allgather(x, out, slots, ptrs, counters, progress, progress_ptrs, rank, n, SLOT: tl.constexpr,
+                    WORLD: tl.constexpr, SIZE: tl.constexpr, EMPTY: tl.constexpr, BLOCK: tl.constexpr):
     epoch = tl.load(counters, volatile=True)
+    for p in tl.static_range(WORLD):  # every rank has reset the slots this call writes
+        push_wait_credit(progress, p, counters)
     step = tl.num_programs(0) * BLOCK
     start = tl.program_id(0) * BLOCK
     while start < n:
@@ -47,7 +50,7 @@ def _push_allgather(x, out, slots, ptrs, counters, rank, n, SLOT: tl.constexpr, 
             tl.store(out + p * n + offs, bits.to(x.dtype.element_ty, bitcast=True), mask=offs < n)
         start += step
     push_reset_last(slots, ptrs, counters, rank, epoch, WORLD, SLOT, EMPTY, BLOCK)
-    push_finish(counters, epoch, n)
+    push_finish(counters, progress, progress_ptrs, rank, epoch, n, WORLD)
 
 
 @functools.cache
@@ -65,6 +68,7 @@ def solution(tensor):
     sym = peers(tensor)
     out = torch.empty((sym.world_size, *tensor.shape), dtype=tensor.dtype, device=tensor.device)
     ws = push_workspace(tensor, PUSH_MAX_BYTES // size, tag="allgather")
-    _push_allgather[(sym.grid(n, BLOCK),)](tensor, out, ws.slots, ws.ptrs, ws.counters, sym.rank, n, SLOT=ws.slot,
+    _push_allgather[(sym.grid(n, BLOCK),)](tensor, out, ws.slots, ws.ptrs, ws.counters, ws.progress, ws.progress_ptrs,
+                                           sym.rank, n, SLOT=ws.slot,
                                            WORLD=sym.world_size, SIZE=size, EMPTY=ws.empty, BLOCK=BLOCK, num_warps=8)
     return out

@@ -38,9 +38,9 @@ Device side (``@triton.jit`` functions, ``pkb_triton.lang``):
     element type of the pointer ``like`` (usually the output).
 
 Push (``pkb_triton.push``): :func:`push_workspace` ``(like, slot, tag="")`` and the device helpers
-``push_bits``, ``push_slot``, ``push_receive``, ``push_reset_last``, ``push_finish``: small messages
-sent one way with the data as its own flag, no barrier (the module's docstring says how, and what
-a collective must be for it: every rank receiving from every rank in every call).
+``push_bits``, ``push_slot``, ``push_wait_credit``, ``push_receive``, ``push_reset_last``,
+``push_finish``: small messages sent one way with the data as its own flag, no barrier, credits
+keeping a rank that only sends from overrunning its receiver (the module's docstring says how).
 
 On CPU (``pkb run --device cpu``) the launcher sets ``TRITON_INTERPRET=1`` and
 the very same kernels run in Triton's interpreter against the shared-memory
@@ -52,13 +52,13 @@ from __future__ import annotations
 import importlib
 
 __all__ = ["Peers", "peers", "workspace", "max_programs", "barrier", "peer_ptr", "PushWorkspace", "push_workspace",
-           "push_bits", "push_slot", "push_receive", "push_reset_last", "push_finish"]
+           "push_bits", "push_slot", "push_wait_credit", "push_receive", "push_reset_last", "push_finish"]
 
 _WHERE = {
     "Peers": "host", "peers": "host", "workspace": "host", "max_programs": "host",
     "barrier": "lang", "peer_ptr": "lang",
     "PushWorkspace": "push", "push_workspace": "push", "push_bits": "push", "push_slot": "push",
-    "push_receive": "push", "push_reset_last": "push", "push_finish": "push",
+    "push_wait_credit": "push", "push_receive": "push", "push_reset_last": "push", "push_finish": "push",
 }
 
 

@@ -4,26 +4,33 @@ A sender writes its data straight into the receiver's slot for it in a symmetric
 empty slot holds the sentinel (negative zero's bits in every element) and a sender sends every
 -0.0 as +0.0 (equal to it in every comparison and sum), so a receiver knows an element has landed
 once it is no longer the sentinel: one one-way trip and no barrier. Slots come in three epochs,
-used in turn; in call ``e`` a receiver resets its slots of call ``e - 1``, which a peer writes
-again only in call ``e + 2``, after it has read this rank's data of call ``e + 1``. So **every rank
-must receive from every rank in every call** (all-reduce, all-gather, reduce-scatter, all-to-all):
-in a rooted collective a rank that only sends could run calls ahead into slots still being read.
-Every rank takes the push path or not alike (decide on what all ranks share: shape, dtype, size).
-The epoch and the last call's element count live in a counters tensor on the device, so graph
-replays advance them as calls do. The cuda backend's ``pkb_cuda.PUSH_CUH`` is the same protocol.
+used in turn; in call ``e`` a receiver resets its slots of call ``e - 1``, so a sender may write
+into them again (in call ``e + 2``) only once the receiver has finished call ``e``. In a collective
+where every rank receives from every rank each call that holds by itself (no rank gets a call
+ahead of another); in a rooted one (reduce, gather: one receiver; broadcast, scatter: one sender)
+a rank that only sends waits for nobody. So each rank publishes how many calls it has finished into
+every rank's ``progress`` word for it, and a sender waits, before writing to rank ``p``, until ``p``
+has finished every call but the sender's last (:func:`push_wait_credit`: one local load when, as
+almost always, it has). Every rank takes the push path or not alike (decide on what all ranks
+share: shape, dtype, size, root). The epoch, the last call's element count and the calls finished
+live in a counters tensor on the device, so graph replays advance them as calls do. The cuda
+backend's ``pkb_cuda.PUSH_CUH`` is the same protocol without the credits (its samples are
+collectives in which every rank receives from every rank).
 
 Host: :func:`push_workspace`. Device (``@triton.jit``): :func:`push_bits`, :func:`push_slot`,
-:func:`push_receive`, :func:`push_reset_last`, :func:`push_finish`. A kernel::
+:func:`push_wait_credit`, :func:`push_receive`, :func:`push_reset_last`, :func:`push_finish`. A
+kernel::
 
     epoch = tl.load(counters, volatile=True)
     # send (every block of this program first), to every rank p:
+    push_wait_credit(progress, p, counters)
     tl.store(push_slot(slots, ptrs, p, epoch, rank, WORLD, SLOT) + offs, push_bits(v, SIZE, EMPTY), mask=mask)
     # then receive, from every rank p:
     bits = push_receive(push_slot(slots, ptrs, rank, epoch, p, WORLD, SLOT) + offs, mask, EMPTY)
     value = bits.to(x.dtype.element_ty, bitcast=True)
     # last, in every program:
     push_reset_last(slots, ptrs, counters, rank, epoch, WORLD, SLOT, EMPTY, BLOCK)
-    push_finish(counters, epoch, n)
+    push_finish(counters, progress, progress_ptrs, rank, epoch, n, WORLD)
 """
 from __future__ import annotations
 
@@ -45,19 +52,25 @@ _WORKSPACES: dict = {}  # (tag, element size, slot) -> PushWorkspace, for the la
 
 @dataclass(frozen=True)
 class PushWorkspace:
-    """One rank's push workspace: pass ``slots`` (the tensor, for its element type), ``ptrs`` and
-    ``counters`` to the kernel, ``slot`` and ``empty`` as constexprs."""
+    """One rank's push workspace: pass ``slots`` (the tensor, for its element type), ``ptrs``,
+    ``counters``, ``progress`` and ``progress_ptrs`` to the kernel, ``slot`` and ``empty`` as
+    constexprs."""
 
     #: the slots, ``EPOCHS * world * slot`` integers of the element's size (symmetric).
     slots: torch.Tensor
     #: ``peers(slots).ptrs``: the address of every rank's copy.
     ptrs: int
-    #: this rank's three int32 counters on the device.
+    #: this rank's four int32 counters on the device: the epoch, programs done in this call,
+    #: elements each slot received in the last call, calls finished.
     counters: torch.Tensor
     #: elements of one slot: the most one sender sends one receiver in a call.
     slot: int
     #: the sentinel, as the slots' integer.
     empty: int
+    #: ``progress[p]``: how many calls rank p has finished (p writes it; symmetric int32).
+    progress: torch.Tensor
+    #: ``peers(progress).ptrs``.
+    progress_ptrs: int
 
 
 def push_workspace(like: torch.Tensor, slot: int, tag: str = "") -> PushWorkspace:
@@ -82,11 +95,15 @@ def push_workspace(like: torch.Tensor, slot: int, tag: str = "") -> PushWorkspac
     found = _WORKSPACES.get(key)
     if found is None:
         bits, empty = SENTINELS[size]
-        slots = workspace(EPOCHS * dist.get_world_size() * slot, bits, tag=f"push:{tag}")
+        world = dist.get_world_size()
+        slots = workspace(EPOCHS * world * slot, bits, tag=f"push:{tag}")
         slots.fill_(empty)
-        counters = torch.zeros(3, dtype=torch.int32, device=like.device)
-        handle_of(slots).barrier(channel=0)
-        found = _WORKSPACES[key] = PushWorkspace(slots, peers(slots).ptrs, counters, int(slot), empty)
+        progress = workspace(world, torch.int32, tag=f"push-progress:{tag}")
+        progress.zero_()
+        counters = torch.zeros(4, dtype=torch.int32, device=like.device)
+        handle_of(slots).barrier(channel=0)  # every slot empty, every progress 0, before any peer writes
+        found = _WORKSPACES[key] = PushWorkspace(slots, peers(slots).ptrs, counters, int(slot), empty, progress,
+                                                 peers(progress).ptrs)
     return found
 
 
@@ -114,6 +131,15 @@ def push_slot(slots, ptrs, p, epoch, sender, WORLD: tl.constexpr, SLOT: tl.const
 
 
 @triton.jit
+def push_wait_credit(progress, p, counters):
+    """Before this call's first write to rank ``p``: wait until ``p`` has finished every call but
+    this rank's last one, so it has reset the slots this call writes (``progress``: the tensor)."""
+    calls = tl.load(counters + 3, volatile=True)
+    while tl.load(progress + p, volatile=True) < calls - 1:
+        pass
+
+
+@triton.jit
 def push_receive(src, mask, EMPTY: tl.constexpr):
     """The elements at ``src`` once every one of them (under ``mask``) has landed."""
     bits = tl.load(src, mask=mask, other=0, volatile=True)
@@ -138,11 +164,17 @@ def push_reset_last(slots, ptrs, counters, rank, epoch, WORLD: tl.constexpr, SLO
 
 
 @triton.jit
-def push_finish(counters, epoch, n):
-    """The last program to get here advances the epoch and records ``n``, the elements each slot
-    received in this call (call last, from every program)."""
+def push_finish(counters, progress, progress_ptrs, rank, epoch, n, WORLD: tl.constexpr):
+    """The last program to get here advances the epoch, records ``n`` (the elements each slot
+    received in this call) and tells every rank that this rank has finished one more call (call
+    last, from every program)."""
     tl.debug_barrier()
     if tl.atomic_add(counters + 1, 1, sem="acq_rel", scope="gpu") == tl.num_programs(0) - 1:
+        calls = tl.load(counters + 3) + 1
         tl.store(counters + 1, 0)
         tl.store(counters + 2, n)
+        tl.store(counters + 3, calls)
         tl.store(counters, (epoch + 1) % 3)
+        for p in tl.static_range(WORLD):
+            # Release: this rank's resets are visible before a peer that reads the count writes again.
+            tl.atomic_xchg(peer_ptr(progress_ptrs, p, progress) + rank, calls, sem="release", scope="sys")

@@ -58,11 +58,12 @@ def test_the_push_candidates_pass_call_after_call(pkb_invoke, tmp_path, world_si
     """benchmarks/push's triton all-reduce, all-gather and reduce-scatter (pushed one way, the data
     its own flag, three epochs of slots: candidates for the triton samples) at W=2 and W=3: five
     trials are more calls than the three epochs, so each epoch's slots are reset and used again."""
-    result = pkb_invoke("run", "--backend", "triton", "--device", "cpu", "--problem", "1,2,7", "--nproc", world_size,
+    result = pkb_invoke("run", "--backend", "triton", "--device", "cpu", "--problem", "1,2,4,6,7", "--nproc", world_size,
                         "--solutions", PUSH_CANDIDATES, "--trials", 5, "--json", "--out", tmp_path / "push")
     records = json.loads(result.stdout)["results"]
     assert sorted((r["problem"], r["verdict"]) for r in records) == [
-        ("1_allreduce", "pass"), ("2_allgather", "pass"), ("7_reducescatter", "pass")], result.output
+        ("1_allreduce", "pass"), ("2_allgather", "pass"), ("4_reduce", "pass"), ("6_gather", "pass"),
+        ("7_reducescatter", "pass")], result.output
 
 
 # The push all-reduce called directly on two ranks under the interpreter: messages of changing
@@ -132,6 +133,62 @@ def test_push_workspace_refuses_what_the_protocol_cannot_carry_before_allocating
 
     with pytest.raises(ValueError, match=words):
         push_workspace(torch.zeros(4, dtype=getattr(torch, dtype)), slot)
+
+
+# The push reduce called directly on two ranks: dst (rank 0) comes late to every call while rank 1,
+# which only sends, is free to run calls ahead; its credit from dst must hold it back, or it would
+# write a later call's data into slots dst has not read (or reset) yet.
+_PUSH_REDUCE_RACE = textwrap.dedent('''
+    import os, runpy, sys, time
+    import torch, torch.distributed as dist, torch.multiprocessing as mp
+
+    SIZES = [2048, 2048, 64, 2048, 16, 2048, 2048, 1000]
+
+    def run(rank, world, port, result_dir, candidate):
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        dist.init_process_group("gloo", rank=rank, world_size=world)
+        from types import SimpleNamespace
+        from pkb_core.symmetric.shm import SharedMemoryHeap
+        from pkb_triton import _runtime
+        state = _runtime.start(SimpleNamespace(device=torch.device("cpu"), rank=rank, world_size=world,
+                                               barrier=lambda: dist.barrier()), f"tritonreduce{port}")
+        heap = SharedMemoryHeap(rank, world, lambda: dist.barrier(), f"tritonreducein{port}")
+        solution = runpy.run_path(candidate)["solution"]
+        inputs = []
+        for call, n in enumerate(SIZES):  # every input allocated first: allocation is collective
+            values = [torch.randint(-8, 8, (n,), generator=torch.Generator().manual_seed(100 * call + r))
+                      .to(torch.bfloat16) for r in range(world)]
+            x = heap.empty((n,), torch.bfloat16)
+            x.copy_(values[rank])
+            inputs.append((x, values))
+        wrong = []
+        for x, values in inputs:
+            if rank == 0:
+                time.sleep(0.3)
+            out = solution(x, 0)
+            expected = sum(v.float() for v in values).to(torch.bfloat16) if rank == 0 else values[rank]
+            if not torch.equal(out, expected):
+                wrong.append(x.numel())
+        with open(os.path.join(result_dir, f"rank{rank}.txt"), "w") as f:
+            f.write(f"wrong={wrong}\\n")
+        dist.barrier()
+        _runtime.stop(state)
+        dist.destroy_process_group()
+
+    if __name__ == "__main__":
+        mp.spawn(run, args=(2, int(sys.argv[1]), sys.argv[2], sys.argv[3]), nprocs=2)
+''')
+
+
+def test_the_push_reduce_holds_a_sender_back_until_dst_has_read(tmp_path):
+    script = tmp_path / "reduce.py"
+    script.write_text(_PUSH_REDUCE_RACE)
+    env = dict(os.environ, TRITON_INTERPRET="1", OMP_NUM_THREADS="1")
+    proc = subprocess.run([sys.executable, str(script), str(_free_port()), str(tmp_path),
+                           str(PUSH_CANDIDATES / "4_reduce_push.py")], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert [(tmp_path / f"rank{r}.txt").read_text().strip() for r in (0, 1)] == ["wrong=[]", "wrong=[]"]
 
 
 def test_plugin_and_package_import_light():
