@@ -55,9 +55,10 @@ PUSH_CANDIDATES = Path(__file__).resolve().parents[3] / "benchmarks" / "push"
 
 @pytest.mark.parametrize("world_size", [2, 3])
 def test_the_push_candidates_pass_call_after_call(pkb_invoke, tmp_path, world_size):
-    """benchmarks/push's triton all-reduce, all-gather and reduce-scatter (pushed one way, the data
-    its own flag, three epochs of slots: candidates for the triton samples) at W=2 and W=3: five
-    trials are more calls than the three epochs, so each epoch's slots are reset and used again."""
+    """benchmarks/push's triton all-reduce, all-gather, reduce, gather and reduce-scatter (pushed one
+    way, the data its own flag, three epochs of slots, credits: candidates for the triton samples) at
+    W=2 and W=3: five trials are more calls than the three epochs, so each epoch's slots are reset
+    and used again."""
     result = pkb_invoke("run", "--backend", "triton", "--device", "cpu", "--problem", "1,2,4,6,7", "--nproc", world_size,
                         "--solutions", PUSH_CANDIDATES, "--trials", 5, "--json", "--out", tmp_path / "push")
     records = json.loads(result.stdout)["results"]
