@@ -67,15 +67,12 @@ def test_the_push_candidates_pass_call_after_call(pkb_invoke, tmp_path, world_si
         ("7_reducescatter", "pass")], result.output
 
 
-# The push all-reduce called directly on two ranks under the interpreter: messages of changing
-# sizes one after another (a smaller call after a larger one must still find its slots empty, so
-# the reset follows what the last call wrote), a rank that comes late to some calls (the other
-# waits for its data rather than read a stale slot), and inputs holding -0.0 (the sentinel's bits).
-_PUSH_SEQUENCE = textwrap.dedent('''
+# A push candidate called directly on two ranks under the interpreter, on the CPU heap. A test
+# gives ``calls(rank, world, heap, solution)``: it makes the calls and returns the sizes whose
+# output was wrong; each rank writes that list, and the test reads both.
+_TWO_RANKS = textwrap.dedent('''
     import os, runpy, sys, time
     import torch, torch.distributed as dist, torch.multiprocessing as mp
-
-    SIZES = [2048, 64, 4096, 8, 1000, 4096, 16, 3]
 
     def run(rank, world, port, result_dir, candidate):
         os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
@@ -86,21 +83,7 @@ _PUSH_SEQUENCE = textwrap.dedent('''
         state = _runtime.start(SimpleNamespace(device=torch.device("cpu"), rank=rank, world_size=world,
                                                barrier=lambda: dist.barrier()), f"tritonpush{port}")
         heap = SharedMemoryHeap(rank, world, lambda: dist.barrier(), f"tritonpushin{port}")
-        solution = runpy.run_path(candidate)["solution"]
-        wrong = []
-        for call, n in enumerate(SIZES):
-            inputs = [torch.Generator().manual_seed(1000 * call + r) for r in range(world)]
-            values = [torch.randint(-8, 8, (n,), generator=g).to(torch.bfloat16) for g in inputs]
-            for v in values:
-                v[::5] = -0.0
-            x = heap.empty((n,), torch.bfloat16)
-            x.copy_(values[rank])
-            if call % 3 == rank:
-                time.sleep(0.5)
-            out = solution(x)
-            expected = sum(v.float() for v in values).to(torch.bfloat16)
-            if not torch.equal(out, expected):
-                wrong.append(n)
+        wrong = calls(rank, world, heap, runpy.run_path(candidate)["solution"])
         with open(os.path.join(result_dir, f"rank{rank}.txt"), "w") as f:
             f.write(f"wrong={wrong}\\n")
         dist.barrier()
@@ -112,15 +95,68 @@ _PUSH_SEQUENCE = textwrap.dedent('''
 ''')
 
 
-def test_the_push_all_reduce_is_right_as_sizes_change_and_ranks_come_late(tmp_path):
-    script = tmp_path / "push.py"
-    script.write_text(_PUSH_SEQUENCE)
-    candidate = PUSH_CANDIDATES / "1_allreduce_push.py"
+def _wrong_on_two_ranks(tmp_path, calls: str, candidate: str) -> list[str]:
+    """Run ``calls`` (the source of a ``calls`` function) with ``candidate`` on two ranks; each
+    rank's ``wrong=[...]`` line."""
+    script = tmp_path / "two_ranks.py"
+    script.write_text(textwrap.dedent(calls) + _TWO_RANKS)
     env = dict(os.environ, TRITON_INTERPRET="1", OMP_NUM_THREADS="1")
-    proc = subprocess.run([sys.executable, str(script), str(_free_port()), str(tmp_path), str(candidate)], env=env,
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run([sys.executable, str(script), str(_free_port()), str(tmp_path),
+                           str(PUSH_CANDIDATES / candidate)], env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert [(tmp_path / f"rank{r}.txt").read_text().strip() for r in (0, 1)] == ["wrong=[]", "wrong=[]"]
+    return [(tmp_path / f"rank{r}.txt").read_text().strip() for r in (0, 1)]
+
+
+def test_the_push_all_reduce_is_right_as_sizes_change_and_ranks_come_late(tmp_path):
+    """Messages of changing sizes one after another (a smaller call after a larger one must still
+    find its slots empty, so the reset follows what the last call wrote), a rank that comes late to
+    some calls (the other waits for its data rather than read a stale slot), and inputs holding
+    -0.0 (the sentinel's bits)."""
+    calls = '''
+        def calls(rank, world, heap, solution):
+            wrong = []
+            for call, n in enumerate([2048, 64, 4096, 8, 1000, 4096, 16, 3]):
+                inputs = [torch.Generator().manual_seed(1000 * call + r) for r in range(world)]
+                values = [torch.randint(-8, 8, (n,), generator=g).to(torch.bfloat16) for g in inputs]
+                for v in values:
+                    v[::5] = -0.0
+                x = heap.empty((n,), torch.bfloat16)
+                x.copy_(values[rank])
+                if call % 3 == rank:
+                    time.sleep(0.5)
+                out = solution(x)
+                if not torch.equal(out, sum(v.float() for v in values).to(torch.bfloat16)):
+                    wrong.append(n)
+            return wrong
+    '''
+    assert _wrong_on_two_ranks(tmp_path, calls, "1_allreduce_push.py") == ["wrong=[]", "wrong=[]"]
+
+
+def test_the_push_reduce_holds_a_sender_back_until_dst_has_read(tmp_path):
+    """dst (rank 0) comes late to every call while rank 1, which only sends, is free to run calls
+    ahead; its credit from dst must hold it back, or it would write a later call's data into slots
+    dst has not read (or reset) yet."""
+    calls = '''
+        def calls(rank, world, heap, solution):
+            inputs = []
+            for call, n in enumerate([2048, 2048, 64, 2048, 16, 2048, 2048, 1000]):
+                # every input allocated first: allocation is collective
+                values = [torch.randint(-8, 8, (n,), generator=torch.Generator().manual_seed(100 * call + r))
+                          .to(torch.bfloat16) for r in range(world)]
+                x = heap.empty((n,), torch.bfloat16)
+                x.copy_(values[rank])
+                inputs.append((x, values))
+            wrong = []
+            for x, values in inputs:
+                if rank == 0:
+                    time.sleep(0.3)
+                out = solution(x, 0)
+                expected = sum(v.float() for v in values).to(torch.bfloat16) if rank == 0 else values[rank]
+                if not torch.equal(out, expected):
+                    wrong.append(x.numel())
+            return wrong
+    '''
+    assert _wrong_on_two_ranks(tmp_path, calls, "4_reduce_push.py") == ["wrong=[]", "wrong=[]"]
 
 
 @pytest.mark.parametrize("dtype, slot, words", [
