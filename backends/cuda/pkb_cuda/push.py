@@ -38,11 +38,6 @@ def push_scratch(like, slot_bytes: int, tag: str = "") -> PushScratch:
     the same first requests in the same order (as it does when each rank's solution asks on its
     first call, with a size all ranks share). Floating-point element sizes only (2, 4, 8 bytes).
     """
-    import torch
-
-    from pkb_core import TorchSymmetricHeap, handle_of
-    from pkb_cuda.peers import peers
-
     size = like.element_size()
     if size not in (2, 4, 8):
         raise ValueError(f"push_scratch: elements of {size} bytes have no sentinel (2, 4 or 8)")
@@ -50,8 +45,12 @@ def push_scratch(like, slot_bytes: int, tag: str = "") -> PushScratch:
         raise ValueError(f"push_scratch: slot_bytes {slot_bytes} is not a positive multiple of 16")
     key = (tag, str(like.device), size, int(slot_bytes))
     entry = _SCRATCH.get(key)
-    if entry is None:
+    if entry is None:  # the first request: everything below runs once a (tag, device, size, slot)
+        import torch
         import torch.distributed as dist
+
+        from pkb_core import TorchSymmetricHeap, handle_of
+        from pkb_cuda.peers import peers
 
         world = dist.get_world_size()
         heap = TorchSymmetricHeap(like.device)

@@ -81,11 +81,6 @@ def push_workspace(like: torch.Tensor, slot: int, tag: str = "") -> PushWorkspac
 
     :raises ValueError: an element size the protocol has no sentinel for, or ``slot`` < 1.
     """
-    import torch.distributed as dist
-
-    from pkb_core import handle_of
-    from pkb_triton.host import peers, workspace
-
     size = like.element_size()
     if size not in SENTINELS or not like.is_floating_point():
         raise ValueError(f"push_workspace: {like.dtype} has no sentinel (floating point of 2, 4 or 8 bytes)")
@@ -93,7 +88,12 @@ def push_workspace(like: torch.Tensor, slot: int, tag: str = "") -> PushWorkspac
         raise ValueError(f"push_workspace: slot {slot} holds no element")
     key = (tag, size, int(slot))
     found = _WORKSPACES.get(key)
-    if found is None:
+    if found is None:  # the first request: everything below runs once a (tag, size, slot)
+        import torch.distributed as dist
+
+        from pkb_core import handle_of
+        from pkb_triton.host import peers, workspace
+
         bits, empty = SENTINELS[size]
         world = dist.get_world_size()
         slots = workspace(EPOCHS * world * slot, bits, tag=f"push:{tag}")
