@@ -103,9 +103,13 @@ def describe(exc: BaseException, solution=None) -> str:
     solution file whose code was running (``solution``), the innermost frame in
     that file first and the innermost one after it: ``(1_allreduce.py:12; raised
     in ahead.py:125)``. An error of the solution's own call then names the
-    solution's line, not the line of pkb's or a library's code it reached."""
-    text = str(exc).strip()
-    message = text.splitlines()[0] if text else ""
+    solution's line, not the line of pkb's or a library's code it reached. A first line that only
+    introduces what follows (it ends with ``:``, as a compiler's ``at 8:4:`` before the source it
+    quotes) is followed by the message's last line, which says what is wrong."""
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    message = lines[0] if lines else ""
+    if len(lines) > 1 and message.endswith(":"):
+        message = f"{message} {lines[-1]}"
     return f"{type(exc).__name__}: {message}{where(exc, solution)}"
 
 

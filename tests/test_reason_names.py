@@ -97,3 +97,20 @@ def test_a_solution_whose_parameters_do_not_fit_is_told_so_not_pointed_at_pkbs_c
     except TypeError as exc:
         text = describe(exc, str(path))
     assert text.endswith("(1_allreduce.py:6)"), text
+
+
+def test_a_message_whose_first_line_only_introduces_the_rest_keeps_its_last_line_too():
+    """Triton's CompilationError opens with ``at 8:4:`` and quotes the kernel's source before what
+    is wrong: the reason said ``CompilationError: at 8:4:`` alone on 2xH200, for every job of two
+    candidates."""
+    from pkb_core.errors import describe
+
+    class CompilationError(Exception):
+        pass
+
+    quoted = ("at 8:4:\ndef kernel(x):\n    while start < n:\n    ^\n"
+              "AssertionError('Loop carried variable p changed type')")
+    assert describe(CompilationError(quoted)) == \
+        "CompilationError: at 8:4: AssertionError('Loop carried variable p changed type')"
+    # A first line that says it all stays alone.
+    assert describe(RuntimeError("boom\nmore detail")) == "RuntimeError: boom"

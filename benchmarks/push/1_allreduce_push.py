@@ -19,7 +19,7 @@ import torch
 import triton
 import triton.language as tl
 
-from pkb_triton import (peers, push_bits, push_finish, push_receive, push_reset_last, push_slot, push_wait_credit,
+from pkb_triton import (peers, push_bits, push_finish, push_receive, push_reset_last, push_slot,
                         push_workspace)
 
 BLOCK = 2048
@@ -31,8 +31,6 @@ PUSH_MAX_BYTES = 1024 * 1024
 def _push_allreduce(x, out, slots, ptrs, counters, progress, progress_ptrs, rank, n, SLOT: tl.constexpr,
                     WORLD: tl.constexpr, SIZE: tl.constexpr, EMPTY: tl.constexpr, BLOCK: tl.constexpr):
     epoch = tl.load(counters, volatile=True)
-    for p in tl.static_range(WORLD):  # every rank has reset the slots this call writes
-        push_wait_credit(progress, p, counters)
     step = tl.num_programs(0) * BLOCK
     # Send first, every block of this program, so no wait below holds back a send.
     start = tl.program_id(0) * BLOCK
@@ -52,7 +50,7 @@ def _push_allreduce(x, out, slots, ptrs, counters, progress, progress_ptrs, rank
         tl.store(out + offs, acc.to(out.dtype.element_ty), mask=offs < n)
         start += step
     push_reset_last(slots, ptrs, counters, rank, epoch, WORLD, SLOT, EMPTY, BLOCK)
-    push_finish(counters, progress, progress_ptrs, rank, epoch, n, WORLD)
+    push_finish(counters, progress, progress_ptrs, rank, epoch, n, WORLD, CREDITS=False)
 
 
 @functools.cache

@@ -55,7 +55,7 @@ def _push_reduce(x, out, slots, ptrs, counters, progress, progress_ptrs, rank, d
             tl.store(out + offs, acc.to(out.dtype.element_ty), mask=offs < n)
             start += step
     push_reset_last(slots, ptrs, counters, rank, epoch, WORLD, SLOT, EMPTY, BLOCK)
-    push_finish(counters, progress, progress_ptrs, rank, epoch, n, WORLD)
+    push_finish(counters, progress, progress_ptrs, rank, epoch, n, WORLD, CREDITS=True)
 
 
 @functools.cache

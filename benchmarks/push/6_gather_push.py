@@ -54,7 +54,7 @@ def _push_gather(x, out, slots, ptrs, counters, progress, progress_ptrs, rank, d
             tl.store(out + offs, v, mask=offs < n)
             start += step
     push_reset_last(slots, ptrs, counters, rank, epoch, WORLD, SLOT, EMPTY, BLOCK)
-    push_finish(counters, progress, progress_ptrs, rank, epoch, n, WORLD)
+    push_finish(counters, progress, progress_ptrs, rank, epoch, n, WORLD, CREDITS=True)
 
 
 @functools.cache

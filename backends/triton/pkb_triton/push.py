@@ -8,10 +8,14 @@ used in turn; in call ``e`` a receiver resets its slots of call ``e - 1``, so a 
 into them again (in call ``e + 2``) only once the receiver has finished call ``e``. In a collective
 where every rank receives from every rank each call that holds by itself (no rank gets a call
 ahead of another); in a rooted one (reduce, gather: one receiver; broadcast, scatter: one sender)
-a rank that only sends waits for nobody. So each rank publishes how many calls it has finished into
-every rank's ``progress`` word for it, and a sender waits, before writing to rank ``p``, until ``p``
-has finished every call but the sender's last (:func:`push_wait_credit`: one local load when, as
-almost always, it has). Every rank takes the push path or not alike (decide on what all ranks
+a rank that only sends waits for nobody. So there each rank publishes how many calls it has finished
+into every rank's ``progress`` word for it (:func:`push_finish` with ``CREDITS``), and a sender
+waits, before writing to rank ``p``, until ``p`` has finished every call but the sender's last
+(:func:`push_wait_credit`: one local load when, as almost always, it has). Credits cost a
+system-scope release and a write across the link per peer at the end of every call, so a
+collective in which every rank receives from every rank each call goes without them
+(``CREDITS=False``, no :func:`push_wait_credit`): a sender in call ``e + 2`` has received the
+receiver's data of call ``e + 1``, sent after the receiver's call ``e``, resets included, ended. Every rank takes the push path or not alike (decide on what all ranks
 share: shape, dtype, size, root). The epoch, the last call's element count and the calls finished
 live in a counters tensor on the device, so graph replays advance them as calls do. The cuda
 backend's ``pkb_cuda.PUSH_CUH`` is the same protocol without the credits (its samples are
@@ -23,14 +27,14 @@ kernel::
 
     epoch = tl.load(counters, volatile=True)
     # send (every block of this program first), to every rank p:
-    push_wait_credit(progress, p, counters)
+    push_wait_credit(progress, p, counters)  # with CREDITS only
     tl.store(push_slot(slots, ptrs, p, epoch, rank, WORLD, SLOT) + offs, push_bits(v, SIZE, EMPTY), mask=mask)
     # then receive, from every rank p:
     bits = push_receive(push_slot(slots, ptrs, rank, epoch, p, WORLD, SLOT) + offs, mask, EMPTY)
     value = bits.to(x.dtype.element_ty, bitcast=True)
     # last, in every program:
     push_reset_last(slots, ptrs, counters, rank, epoch, WORLD, SLOT, EMPTY, BLOCK)
-    push_finish(counters, progress, progress_ptrs, rank, epoch, n, WORLD)
+    push_finish(counters, progress, progress_ptrs, rank, epoch, n, WORLD, CREDITS)
 """
 from __future__ import annotations
 
@@ -164,10 +168,10 @@ def push_reset_last(slots, ptrs, counters, rank, epoch, WORLD: tl.constexpr, SLO
 
 
 @triton.jit
-def push_finish(counters, progress, progress_ptrs, rank, epoch, n, WORLD: tl.constexpr):
+def push_finish(counters, progress, progress_ptrs, rank, epoch, n, WORLD: tl.constexpr, CREDITS: tl.constexpr):
     """The last program to get here advances the epoch, records ``n`` (the elements each slot
-    received in this call) and tells every rank that this rank has finished one more call (call
-    last, from every program)."""
+    received in this call) and, with ``CREDITS``, tells every rank that this rank has finished one
+    more call (call last, from every program; ``CREDITS`` alike in every call of a workspace)."""
     tl.debug_barrier()
     if tl.atomic_add(counters + 1, 1, sem="acq_rel", scope="gpu") == tl.num_programs(0) - 1:
         calls = tl.load(counters + 3) + 1
@@ -175,6 +179,7 @@ def push_finish(counters, progress, progress_ptrs, rank, epoch, n, WORLD: tl.con
         tl.store(counters + 2, n)
         tl.store(counters + 3, calls)
         tl.store(counters, (epoch + 1) % 3)
-        for p in tl.static_range(WORLD):
-            # Release: this rank's resets are visible before a peer that reads the count writes again.
-            tl.atomic_xchg(peer_ptr(progress_ptrs, p, progress) + rank, calls, sem="release", scope="sys")
+        if CREDITS:
+            for p in tl.static_range(WORLD):
+                # Release: this rank's resets are visible before a peer that reads the count writes again.
+                tl.atomic_xchg(peer_ptr(progress_ptrs, p, progress) + rank, calls, sem="release", scope="sys")
