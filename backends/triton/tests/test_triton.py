@@ -50,31 +50,31 @@ def test_exchange_samples_pass_at_two_ranks(pkb_invoke, tmp_path):
     assert not bad, bad
 
 
-PUSH_CANDIDATES = Path(__file__).resolve().parents[3] / "benchmarks" / "push"
+SAMPLES = Path(__file__).resolve().parents[1] / "pkb_triton" / "samples"
 
 
 @pytest.mark.parametrize("world_size", [2, 3])
-def test_the_push_candidates_pass_call_after_call(pkb_invoke, tmp_path, world_size):
-    """benchmarks/push's triton all-reduce, all-gather, reduce, gather and reduce-scatter (pushed one
-    way, the data its own flag, three epochs of slots, credits: candidates for the triton samples) at
+def test_the_pushing_samples_pass_call_after_call(pkb_invoke, tmp_path, world_size):
+    """The all-reduce, all-gather, reduce, gather and reduce-scatter samples push small floating-point
+    messages (one way, the data its own flag, three epochs of slots; credits for the rooted two) at
     W=2 and W=3: five trials are more calls than the three epochs, so each epoch's slots are reset
     and used again."""
     result = pkb_invoke("run", "--backend", "triton", "--device", "cpu", "--problem", "1,2,4,6,7", "--nproc", world_size,
-                        "--solutions", PUSH_CANDIDATES, "--trials", 5, "--json", "--out", tmp_path / "push")
+                        "--trials", 5, "--json", "--out", tmp_path / "push")
     records = json.loads(result.stdout)["results"]
     assert sorted((r["problem"], r["verdict"]) for r in records) == [
         ("1_allreduce", "pass"), ("2_allgather", "pass"), ("4_reduce", "pass"), ("6_gather", "pass"),
         ("7_reducescatter", "pass")], result.output
 
 
-# A push candidate called directly on two ranks under the interpreter, on the CPU heap. A test
+# A sample called directly on two ranks under the interpreter, on the CPU heap. A test
 # gives ``calls(rank, world, heap, solution)``: it makes the calls and returns the sizes whose
 # output was wrong; each rank writes that list, and the test reads both.
 _TWO_RANKS = textwrap.dedent('''
     import os, runpy, sys, time
     import torch, torch.distributed as dist, torch.multiprocessing as mp
 
-    def run(rank, world, port, result_dir, candidate):
+    def run(rank, world, port, result_dir, sample):
         os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
         dist.init_process_group("gloo", rank=rank, world_size=world)
         from types import SimpleNamespace
@@ -83,7 +83,7 @@ _TWO_RANKS = textwrap.dedent('''
         state = _runtime.start(SimpleNamespace(device=torch.device("cpu"), rank=rank, world_size=world,
                                                barrier=lambda: dist.barrier()), f"tritonpush{port}")
         heap = SharedMemoryHeap(rank, world, lambda: dist.barrier(), f"tritonpushin{port}")
-        wrong = calls(rank, world, heap, runpy.run_path(candidate)["solution"])
+        wrong = calls(rank, world, heap, runpy.run_path(sample)["solution"])
         with open(os.path.join(result_dir, f"rank{rank}.txt"), "w") as f:
             f.write(f"wrong={wrong}\\n")
         dist.barrier()
@@ -95,14 +95,14 @@ _TWO_RANKS = textwrap.dedent('''
 ''')
 
 
-def _wrong_on_two_ranks(tmp_path, calls: str, candidate: str) -> list[str]:
-    """Run ``calls`` (the source of a ``calls`` function) with ``candidate`` on two ranks; each
+def _wrong_on_two_ranks(tmp_path, calls: str, sample: str) -> list[str]:
+    """Run ``calls`` (the source of a ``calls`` function) with ``sample`` on two ranks; each
     rank's ``wrong=[...]`` line."""
     script = tmp_path / "two_ranks.py"
     script.write_text(textwrap.dedent(calls) + _TWO_RANKS)
     env = dict(os.environ, TRITON_INTERPRET="1", OMP_NUM_THREADS="1")
     proc = subprocess.run([sys.executable, str(script), str(_free_port()), str(tmp_path),
-                           str(PUSH_CANDIDATES / candidate)], env=env, capture_output=True, text=True, timeout=300)
+                           str(SAMPLES / sample)], env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return [(tmp_path / f"rank{r}.txt").read_text().strip() for r in (0, 1)]
 
@@ -129,7 +129,7 @@ def test_the_push_all_reduce_is_right_as_sizes_change_and_ranks_come_late(tmp_pa
                     wrong.append(n)
             return wrong
     '''
-    assert _wrong_on_two_ranks(tmp_path, calls, "1_allreduce_push.py") == ["wrong=[]", "wrong=[]"]
+    assert _wrong_on_two_ranks(tmp_path, calls, "1_allreduce.py") == ["wrong=[]", "wrong=[]"]
 
 
 def test_the_push_reduce_holds_a_sender_back_until_dst_has_read(tmp_path):
@@ -156,7 +156,39 @@ def test_the_push_reduce_holds_a_sender_back_until_dst_has_read(tmp_path):
                     wrong.append(x.numel())
             return wrong
     '''
-    assert _wrong_on_two_ranks(tmp_path, calls, "4_reduce_push.py") == ["wrong=[]", "wrong=[]"]
+    assert _wrong_on_two_ranks(tmp_path, calls, "4_reduce.py") == ["wrong=[]", "wrong=[]"]
+
+
+# What each pushing sample returns on ``rank`` for the ranks' inputs ``values`` (dst 0).
+_EXPECTED = {
+    "1_allreduce.py": "sum(v.double() for v in values).to(values[0].dtype)",
+    "2_allgather.py": "torch.stack(values)",
+    "4_reduce.py": "sum(v.double() for v in values).to(values[0].dtype) if rank == 0 else values[rank]",
+    "6_gather.py": "torch.stack(values) if rank == 0 else values[rank]",
+    "7_reducescatter.py": "sum(v.view(world, -1)[rank].double() for v in values).to(values[0].dtype)",
+}
+
+
+@pytest.mark.parametrize("sample", sorted(_EXPECTED))
+def test_the_pushing_samples_pull_what_the_push_does_not_take(tmp_path, sample):
+    """Above 1 MiB a message (a row block, for the reduce-scatter), and integers at any size, go by
+    the pull, which pkb's CPU runs (tiny sizes, floating point) no longer reach: a push call between
+    them, so the paths follow each other."""
+    calls = f'''
+        def calls(rank, world, heap, solution):
+            wrong = []
+            for n, dtype in [(2 * 640 * 1024, torch.bfloat16), (4096, torch.int32), (2048, torch.bfloat16),
+                             (2 * 640 * 1024, torch.bfloat16)]:
+                values = [torch.randint(-8, 8, (n,), generator=torch.Generator().manual_seed(7 * n + r)).to(dtype)
+                          for r in range(world)]
+                x = heap.empty((n,), dtype)
+                x.copy_(values[rank])
+                args = (x, 0) if "dst" in solution.__code__.co_varnames[:solution.__code__.co_argcount] else (x,)
+                if not torch.equal(solution(*args), {_EXPECTED[sample]}):
+                    wrong.append((n, str(dtype)))
+            return wrong
+    '''
+    assert _wrong_on_two_ranks(tmp_path, calls, sample) == ["wrong=[]", "wrong=[]"]
 
 
 # The push kernels' arguments by name, as their launchers pass them for a bf16 input.
@@ -165,20 +197,20 @@ _PUSH_SIGNATURE = {"x": "*bf16", "out": "*bf16", "slots": "*i16", "ptrs": "i64",
 _PUSH_CONSTANTS = {"SLOT": 512 * 1024, "SIZE": 2, "EMPTY": -(1 << 15), "BLOCK": 2048}
 
 
-@pytest.mark.parametrize("candidate", ["1_allreduce_push.py", "2_allgather_push.py", "4_reduce_push.py",
-                                       "6_gather_push.py", "7_reducescatter_push.py"])
+@pytest.mark.parametrize("sample", ["1_allreduce.py", "2_allgather.py", "4_reduce.py", "6_gather.py",
+                                    "7_reducescatter.py"])
 @pytest.mark.parametrize("world_size", [2, 3])
-def test_the_push_kernels_compile_for_hopper(candidate, world_size):
-    """Each candidate's kernel through Triton's whole compiler for sm_90 (no GPU needed): the
+def test_the_push_kernels_compile_for_hopper(sample, world_size):
+    """Each pushing sample's push kernel through Triton's whole compiler for sm_90 (no GPU needed): the
     interpreter runs what the compiler refuses (a name that is a constexpr in one loop and a tensor
-    in the next passed every CPU test, and failed every GPU job of two candidates on 2xH200)."""
+    in the next passed every CPU test, and failed every GPU job of two candidates on 2xH200, 2026-11-30)."""
     import runpy
 
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    found = runpy.run_path(str(PUSH_CANDIDATES / candidate))
+    found = runpy.run_path(str(SAMPLES / sample))
     (kernel,) = [v for k, v in found.items() if k.startswith("_push_") and isinstance(v, triton.JITFunction)]
     constants = dict(_PUSH_CONSTANTS, WORLD=world_size, ROOT=True)
     for root in ([True, False] if "ROOT" in kernel.arg_names else [True]):

@@ -1,19 +1,25 @@
-"""All-to-all in CUDA: rank r copies slot r of every peer's (W, M, N) input.
+"""All-to-all in CUDA: slot p of rank r's (W, ...) input goes to slot r of rank p's output.
 
-Output slot s on rank r is x_s[r], read directly from rank s's memory over
-NVLink. The copy works on bytes (any dtype; the element size only matters
-for the tail): 16-byte vectors when every address and the slot size allow it,
-element-sized words otherwise. Each rank starts with a different peer so the
-links are busy at once. Pairwise CAS barriers per block before (inputs in
-place) and after (nobody returns while a peer still reads its input).
+Floating-point slots up to 1 MiB are pushed one way (``pkb_push.cuh``, the data its own flag):
+rank r writes its slot p straight into rank p's push slot for r, keeps its own slot r, and copies
+each peer's push slot into its output as it lands: one one-way trip, no barrier. Every rank
+receives from every rank in every call, which is what the protocol's three epochs need. A peer's
+-0.0 arrives as +0.0 (the protocol's sentinel is negative zero), equal to it in every comparison.
 
-Built as 1_allreduce.py is: a torch-free CUDA source (the kernel, and a
-launcher on raw pointers that picks the grid) and the torch side in
-CPP_SOURCE.
+Larger slots, and integers, are pulled: output slot s on rank r is x_s[r], read directly from rank
+s's memory over NVLink. The copy works on bytes (any dtype; the element size only matters for the
+tail): 16-byte vectors when every address and the slot size allow it, element-sized words
+otherwise. Each rank starts with a different peer so the links are busy at once. Pairwise CAS
+barriers per block before (inputs in place) and after (nobody returns while a peer still reads its
+input).
+
+Built as 1_allreduce.py is: a torch-free CUDA source (the kernels, and launchers on raw pointers
+that pick the grid) and the torch side in CPP_SOURCE. Every rank takes the same path, decided on
+what all ranks share.
 """
 import pkb_cuda
 
-CUDA_SOURCE = r"""
+CUDA_SOURCE = pkb_cuda.PUSH_CUH + r"""
 #include <algorithm>
 
 namespace {
@@ -60,6 +66,30 @@ alltoall_kernel(const uint64_t* __restrict__ buffers, uint32_t* const* pads, int
   pkb::barrier_block(pads, rank, world, blockIdx.x);
 }
 
+// nvec: 16-byte vectors of one slot; E: an unsigned type of the element's size.
+template <typename E>
+__global__ void __launch_bounds__(kThreads)
+push_alltoall_kernel(const uint4* __restrict__ in, pkb::PushScratch scratch, uint4* __restrict__ out, int64_t nvec) {
+  const int epoch = scratch.epoch();
+  const int rank = scratch.rank, world = scratch.world;
+  const int64_t threads = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  for (int64_t i = tid; i < nvec; i += threads) {
+    for (int jj = 1; jj < world; ++jj) {
+      const int p = (rank + jj) % world;  // stagger: ranks start on different peers
+      scratch.slot(p, epoch, rank)[i] = pkb::push_clean<E>(in[p * nvec + i]);
+    }
+    out[rank * nvec + i] = in[rank * nvec + i];
+  }
+  for (int64_t i = tid; i < nvec; i += threads)
+    for (int jj = 1; jj < world; ++jj) {
+      const int p = (rank + jj) % world;
+      out[p * nvec + i] = pkb::push_receive<E>(scratch.slot(rank, epoch, p) + i);
+    }
+  scratch.reset_last<E>(epoch, tid, threads);
+  scratch.finish(epoch, nvec);
+}
+
 int sm_count() {  // 0 when the device cannot be asked
   static const int count = [] {
     int device = 0, value = 0;
@@ -95,6 +125,27 @@ cudaError_t alltoall_launch(int64_t element_size, void* out, int64_t chunk, int6
   }
   return cudaGetLastError();
 }
+
+cudaError_t alltoall_push_launch(int64_t element_size, const void* in, void* out, int64_t chunk, int64_t table,
+                                 int64_t offset, int64_t slot_bytes, int64_t counters, int64_t rank, int64_t world,
+                                 cudaStream_t stream) {
+  const int sms = sm_count();
+  if (sms == 0) return cudaErrorInvalidDevice;
+  const pkb::PushScratch scratch{reinterpret_cast<const uint64_t*>(table), offset, slot_bytes,
+                                 reinterpret_cast<uint32_t*>(counters), static_cast<int>(rank), static_cast<int>(world)};
+  const int64_t nvec = chunk / 16;
+  // Every block resident at once (a waiting block must not keep a peer's sender from running).
+  const int blocks = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>((nvec + kThreads - 1) / kThreads, sms)));
+  auto src = static_cast<const uint4*>(in);
+  auto dst = static_cast<uint4*>(out);
+  switch (element_size) {
+    case 2: push_alltoall_kernel<uint16_t><<<blocks, kThreads, 0, stream>>>(src, scratch, dst, nvec); break;
+    case 4: push_alltoall_kernel<uint32_t><<<blocks, kThreads, 0, stream>>>(src, scratch, dst, nvec); break;
+    case 8: push_alltoall_kernel<uint64_t><<<blocks, kThreads, 0, stream>>>(src, scratch, dst, nvec); break;
+    default: return cudaErrorInvalidValue;
+  }
+  return cudaGetLastError();
+}
 """
 
 CPP_SOURCE = """
@@ -124,10 +175,43 @@ at::Tensor alltoall(at::Tensor x, int64_t buffers, int64_t pads, int64_t offset,
                                  vec, c10::cuda::getCurrentCUDAStream()));
   return out;
 }
+
+cudaError_t alltoall_push_launch(int64_t element_size, const void* in, void* out, int64_t chunk, int64_t table,
+                                 int64_t offset, int64_t slot_bytes, int64_t counters, int64_t rank, int64_t world,
+                                 cudaStream_t stream);
+
+// A floating-point (W, ...) x whose slots' bytes are a multiple of 16 and at most a push slot,
+// 16-byte aligned; the arguments after x are pkb_cuda.push_scratch(x, slot_bytes)'s fields.
+at::Tensor alltoall_push(at::Tensor x, int64_t table, int64_t offset, int64_t slot_bytes, int64_t counters,
+                         int64_t rank, int64_t world) {
+  TORCH_CHECK(x.is_cuda() && x.is_contiguous() && x.is_floating_point(),
+              "alltoall_push: expected a contiguous floating-point CUDA tensor");
+  TORCH_CHECK(x.dim() >= 1 && x.size(0) == world, "alltoall_push: expected a (W, ...) tensor with W = ", world);
+  const int64_t chunk = x.numel() / world * x.element_size();  // one slot
+  TORCH_CHECK(chunk % 16 == 0 && chunk <= slot_bytes, "alltoall_push: ", chunk, " bytes do not fit a slot");
+  TORCH_CHECK(reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 == 0, "alltoall_push: input not 16-byte aligned");
+  c10::cuda::CUDAGuard guard(x.device());
+  auto out = at::empty_like(x, at::MemoryFormat::Contiguous);
+  if (chunk == 0) return out;
+  C10_CUDA_CHECK(alltoall_push_launch(x.element_size(), x.data_ptr(), out.data_ptr(), chunk, table, offset,
+                                      slot_bytes, counters, rank, world, c10::cuda::getCurrentCUDAStream()));
+  return out;
+}
 """
 
-_ext = pkb_cuda.compile("alltoall", CUDA_SOURCE, CPP_SOURCE, functions=["alltoall"], bind="ops")
+_ext = pkb_cuda.compile("alltoall", CUDA_SOURCE, CPP_SOURCE, functions=["alltoall", "alltoall_push"], bind="ops")
+
+#: The largest slot the push path takes (the scratch holds 3 epochs x W slots of this size).
+PUSH_MAX_BYTES = 1024 * 1024
 
 
 def solution(tensor):
-    return _ext.alltoall(tensor, *pkb_cuda.peers(tensor))
+    # Every rank must take the same path (a pushing rank waits for its peers' pushes): decide on
+    # what all ranks share (the shape, and the alignment of every rank's copy).
+    peers = pkb_cuda.peers(tensor)
+    chunk = tensor.numel() // peers.world_size * tensor.element_size()
+    pushable = (tensor.is_floating_point() and tensor.element_size() in (2, 4, 8)
+                and tensor.shape[0] == peers.world_size)
+    if pushable and chunk % 16 == 0 and 0 < chunk <= PUSH_MAX_BYTES and peers.align >= 16:
+        return _ext.alltoall_push(tensor, *pkb_cuda.push_scratch(tensor, PUSH_MAX_BYTES, tag="alltoall"))
+    return _ext.alltoall(tensor, *peers)

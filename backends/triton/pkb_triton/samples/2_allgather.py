@@ -1,16 +1,52 @@
-"""All-gather: every rank copies each rank's input into slot s of its output.
+"""All-gather: pushed one way up to 1 MiB of floating point, pulled above.
 
-Pull model: block by block, each program loads the block from every rank's
-input (its own rank first, then the next ones, to spread the link traffic)
-and stores it into the matching slot of the (W, M, N) output.
+Push (:mod:`pkb_triton.push`): each rank writes its input straight into every peer's slot for it,
+puts its own input in its output's block, and copies each peer's slot into the peer's block as it
+lands, the data its own flag (a peer's -0.0 arrives as +0.0, equal to it in every comparison): one
+one-way trip, no barrier, no credits (every rank receives from every rank each call).
+
+Pull, for larger messages and integers: block by block, each program loads the block from every
+rank's input (its own rank first, then the next ones, to spread the link traffic) and stores it
+into the matching slot of the (W, M, N) output, between two barriers.
 """
 import torch
 import triton
 import triton.language as tl
 
-from pkb_triton import barrier, peer_ptr, peers
+from pkb_triton import (barrier, peer_ptr, peers, push_bits, push_finish, push_receive, push_reset_last, push_slot,
+                        push_workspace)
 
-BLOCK = 4096
+#: The largest message pushed; the push workspace holds 3 epochs x W slots of this size.
+PUSH_MAX_BYTES = 1024 * 1024
+PUSH_BLOCK = 2048
+PULL_BLOCK = 4096
+
+
+@triton.jit
+def _push_allgather(x, out, slots, ptrs, counters, progress, progress_ptrs, rank, n, SLOT: tl.constexpr,
+                    WORLD: tl.constexpr, SIZE: tl.constexpr, EMPTY: tl.constexpr, BLOCK: tl.constexpr):
+    epoch = tl.load(counters, volatile=True)
+    step = tl.num_programs(0) * BLOCK
+    start = tl.program_id(0) * BLOCK
+    while start < n:
+        offs = start + tl.arange(0, BLOCK)
+        v = tl.load(x + offs, mask=offs < n)
+        bits = push_bits(v, SIZE, EMPTY)
+        for i in tl.static_range(1, WORLD):
+            p = (rank + i) % WORLD  # stagger: ranks start on different peers
+            tl.store(push_slot(slots, ptrs, p, epoch, rank, WORLD, SLOT) + offs, bits, mask=offs < n)
+        tl.store(out + rank * n + offs, v, mask=offs < n)
+        start += step
+    start = tl.program_id(0) * BLOCK
+    while start < n:
+        offs = start + tl.arange(0, BLOCK)
+        for i in tl.static_range(1, WORLD):
+            p = (rank + i) % WORLD
+            bits = push_receive(push_slot(slots, ptrs, rank, epoch, p, WORLD, SLOT) + offs, offs < n, EMPTY)
+            tl.store(out + p * n + offs, bits.to(x.dtype.element_ty, bitcast=True), mask=offs < n)
+        start += step
+    push_reset_last(slots, ptrs, counters, rank, epoch, WORLD, SLOT, EMPTY, BLOCK)
+    push_finish(counters, progress, progress_ptrs, rank, epoch, n, WORLD, CREDITS=False)
 
 
 @triton.jit
@@ -29,10 +65,24 @@ def _allgather(out, ptrs, pads, rank, n, WORLD: tl.constexpr, BLOCK: tl.constexp
     barrier(pads, rank, WORLD, 0)
 
 
-def solution(tensor):
+def _pull(tensor):
+    """The pull, for what the push does not take."""
     sym = peers(tensor)
     out = torch.empty((sym.world_size, *tensor.shape), dtype=tensor.dtype, device=tensor.device)
     n = tensor.numel()
-    grid = sym.grid(n, BLOCK)
-    _allgather[(grid,)](out, sym.ptrs, sym.pads, sym.rank, n, WORLD=sym.world_size, BLOCK=BLOCK, num_warps=8)
+    grid = sym.grid(n, PULL_BLOCK)
+    _allgather[(grid,)](out, sym.ptrs, sym.pads, sym.rank, n, WORLD=sym.world_size, BLOCK=PULL_BLOCK, num_warps=8)
+    return out
+
+
+def solution(tensor):
+    n, size = tensor.numel(), tensor.element_size()
+    if not (tensor.is_floating_point() and size in (2, 4, 8) and 0 < n * size <= PUSH_MAX_BYTES):
+        return _pull(tensor)
+    sym = peers(tensor)
+    out = torch.empty((sym.world_size, *tensor.shape), dtype=tensor.dtype, device=tensor.device)
+    ws = push_workspace(tensor, PUSH_MAX_BYTES // size, tag="allgather")
+    _push_allgather[(sym.grid(n, PUSH_BLOCK),)](tensor, out, ws.slots, ws.ptrs, ws.counters, ws.progress,
+                                                ws.progress_ptrs, sym.rank, n, SLOT=ws.slot, WORLD=sym.world_size,
+                                                SIZE=size, EMPTY=ws.empty, BLOCK=PUSH_BLOCK, num_warps=8)
     return out

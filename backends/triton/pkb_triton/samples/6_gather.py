@@ -1,12 +1,54 @@
-"""Gather onto rank ``dst``: slot s of dst's (W, M, N) output is rank s's input;
-every other rank returns a copy of its own input."""
+"""Gather onto ``dst``: pushed one way up to 1 MiB of floating point, pulled above.
+
+Push (:mod:`pkb_triton.push`): every other rank writes its input straight into ``dst``'s slot for it
+and returns its own input; ``dst`` puts its own input in its output's block and copies each peer's
+slot into the peer's block as it lands (a peer's -0.0 arrives as +0.0, equal to it in every
+comparison). Only ``dst`` receives, so a sender waits for ``dst``'s credit before writing
+(``push_wait_credit``; ``CREDITS=True``).
+
+Pull, for larger messages and integers: between two barriers, ``dst`` loads each block from every
+rank's input into the matching slot of its (W, ...) output; the other ranks copy their input.
+"""
 import torch
 import triton
 import triton.language as tl
 
-from pkb_triton import barrier, peer_ptr, peers
+from pkb_triton import (barrier, peer_ptr, peers, push_bits, push_finish, push_receive, push_reset_last, push_slot,
+                        push_wait_credit, push_workspace)
 
-BLOCK = 4096
+#: The largest message pushed; the push workspace holds 3 epochs x W slots of this size.
+PUSH_MAX_BYTES = 1024 * 1024
+PUSH_BLOCK = 2048
+PULL_BLOCK = 4096
+
+
+@triton.jit
+def _push_gather(x, out, slots, ptrs, counters, progress, progress_ptrs, rank, dst, n, SLOT: tl.constexpr,
+                 WORLD: tl.constexpr, SIZE: tl.constexpr, EMPTY: tl.constexpr, ROOT: tl.constexpr,
+                 BLOCK: tl.constexpr):
+    epoch = tl.load(counters, volatile=True)
+    step = tl.num_programs(0) * BLOCK
+    start = tl.program_id(0) * BLOCK
+    if ROOT:
+        while start < n:
+            offs = start + tl.arange(0, BLOCK)
+            tl.store(out + rank * n + offs, tl.load(x + offs, mask=offs < n), mask=offs < n)
+            for i in tl.static_range(1, WORLD):
+                p = (rank + i) % WORLD
+                bits = push_receive(push_slot(slots, ptrs, rank, epoch, p, WORLD, SLOT) + offs, offs < n, EMPTY)
+                tl.store(out + p * n + offs, bits.to(x.dtype.element_ty, bitcast=True), mask=offs < n)
+            start += step
+    else:
+        push_wait_credit(progress, dst, counters)
+        while start < n:
+            offs = start + tl.arange(0, BLOCK)
+            v = tl.load(x + offs, mask=offs < n)
+            tl.store(push_slot(slots, ptrs, dst, epoch, rank, WORLD, SLOT) + offs, push_bits(v, SIZE, EMPTY),
+                     mask=offs < n)
+            tl.store(out + offs, v, mask=offs < n)
+            start += step
+    push_reset_last(slots, ptrs, counters, rank, epoch, WORLD, SLOT, EMPTY, BLOCK)
+    push_finish(counters, progress, progress_ptrs, rank, epoch, n, WORLD, CREDITS=True)
 
 
 @triton.jit
@@ -29,13 +71,29 @@ def _gather(out, ptrs, pads, rank, n, ROOT: tl.constexpr, WORLD: tl.constexpr, B
     barrier(pads, rank, WORLD, 0)
 
 
-def solution(tensor, dst=0):
+def _pull(tensor, dst=0):
+    """The pull, for what the push does not take."""
     sym = peers(tensor)
     root = sym.rank == int(dst)
     shape = (sym.world_size, *tensor.shape) if root else tensor.shape
     out = torch.empty(shape, dtype=tensor.dtype, device=tensor.device)
     n = tensor.numel()
-    grid = sym.grid(n, BLOCK)
-    _gather[(grid,)](out, sym.ptrs, sym.pads, sym.rank, n, ROOT=root, WORLD=sym.world_size, BLOCK=BLOCK,
+    grid = sym.grid(n, PULL_BLOCK)
+    _gather[(grid,)](out, sym.ptrs, sym.pads, sym.rank, n, ROOT=root, WORLD=sym.world_size, BLOCK=PULL_BLOCK,
                      num_warps=8)
+    return out
+
+
+def solution(tensor, dst=0):
+    n, size = tensor.numel(), tensor.element_size()
+    if not (tensor.is_floating_point() and size in (2, 4, 8) and 0 < n * size <= PUSH_MAX_BYTES):
+        return _pull(tensor, dst)
+    sym = peers(tensor)
+    root = sym.rank == int(dst)
+    out = torch.empty((sym.world_size, *tensor.shape) if root else tensor.shape, dtype=tensor.dtype,
+                      device=tensor.device)
+    ws = push_workspace(tensor, PUSH_MAX_BYTES // size, tag="gather")
+    _push_gather[(sym.grid(n, PUSH_BLOCK),)](tensor, out, ws.slots, ws.ptrs, ws.counters, ws.progress, ws.progress_ptrs,
+                                             sym.rank, int(dst), n, SLOT=ws.slot, WORLD=sym.world_size, SIZE=size,
+                                             EMPTY=ws.empty, ROOT=root, BLOCK=PUSH_BLOCK, num_warps=8)
     return out

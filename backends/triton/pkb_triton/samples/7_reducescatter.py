@@ -1,15 +1,51 @@
-"""Reduce-scatter (sum): rank r sums row block r of every rank's (W*M, N) input.
+"""Reduce-scatter (sum): pushed one way up to 1 MiB a row block of floating point, pulled above.
 
-Each rank reads only its own block from each peer (1/W of every input) and
-accumulates in fp32 (exact for the problem's integer inputs).
+Each rank's input is (W*M, ...): W row blocks; rank r's output is the sum of every rank's block r.
+
+Push (:mod:`pkb_triton.push`): rank r writes its block p straight into rank p's slot for r, then sums
+its own slots in rank order as they land, in fp32: one one-way trip, no barrier, no credits (every
+rank receives from every rank each call).
+
+Pull, for larger blocks and integers: between two barriers, each rank loads its block from every
+rank's input and sums in fp32.
 """
 import torch
 import triton
 import triton.language as tl
 
-from pkb_triton import barrier, peer_ptr, peers
+from pkb_triton import (barrier, peer_ptr, peers, push_bits, push_finish, push_receive, push_reset_last, push_slot,
+                        push_workspace)
 
-BLOCK = 4096
+#: The largest row block pushed; the push workspace holds 3 epochs x W slots of this size.
+PUSH_MAX_BYTES = 1024 * 1024
+PUSH_BLOCK = 2048
+PULL_BLOCK = 4096
+
+
+@triton.jit
+def _push_reducescatter(x, out, slots, ptrs, counters, progress, progress_ptrs, rank, n, SLOT: tl.constexpr,
+                        WORLD: tl.constexpr, SIZE: tl.constexpr, EMPTY: tl.constexpr, BLOCK: tl.constexpr):
+    epoch = tl.load(counters, volatile=True)
+    step = tl.num_programs(0) * BLOCK
+    start = tl.program_id(0) * BLOCK
+    while start < n:  # n: elements of one row block
+        offs = start + tl.arange(0, BLOCK)
+        for i in tl.static_range(WORLD):
+            p = (rank + i) % WORLD  # stagger: ranks start on different peers
+            bits = push_bits(tl.load(x + p * n + offs, mask=offs < n), SIZE, EMPTY)
+            tl.store(push_slot(slots, ptrs, p, epoch, rank, WORLD, SLOT) + offs, bits, mask=offs < n)
+        start += step
+    start = tl.program_id(0) * BLOCK
+    while start < n:
+        offs = start + tl.arange(0, BLOCK)
+        acc = tl.zeros([BLOCK], dtype=tl.float32)
+        for p in tl.static_range(WORLD):
+            bits = push_receive(push_slot(slots, ptrs, rank, epoch, p, WORLD, SLOT) + offs, offs < n, EMPTY)
+            acc += bits.to(x.dtype.element_ty, bitcast=True).to(tl.float32)
+        tl.store(out + offs, acc.to(out.dtype.element_ty), mask=offs < n)
+        start += step
+    push_reset_last(slots, ptrs, counters, rank, epoch, WORLD, SLOT, EMPTY, BLOCK)
+    push_finish(counters, progress, progress_ptrs, rank, epoch, n, WORLD, CREDITS=False)
 
 
 @triton.jit
@@ -29,12 +65,29 @@ def _reducescatter(out, ptrs, pads, rank, n, WORLD: tl.constexpr, BLOCK: tl.cons
     barrier(pads, rank, WORLD, 0)
 
 
-def solution(tensor):
+def _pull(tensor):
+    """The pull, for what the push does not take."""
     sym = peers(tensor)
     out = torch.empty((tensor.shape[0] // sym.world_size, *tensor.shape[1:]), dtype=tensor.dtype,
                       device=tensor.device)
     n = out.numel()
-    grid = sym.grid(n, BLOCK)
-    _reducescatter[(grid,)](out, sym.ptrs, sym.pads, sym.rank, n, WORLD=sym.world_size, BLOCK=BLOCK,
+    grid = sym.grid(n, PULL_BLOCK)
+    _reducescatter[(grid,)](out, sym.ptrs, sym.pads, sym.rank, n, WORLD=sym.world_size, BLOCK=PULL_BLOCK,
                             num_warps=8)
+    return out
+
+
+def solution(tensor):
+    sym = peers(tensor)
+    size = tensor.element_size()
+    n = tensor.numel() // sym.world_size
+    fits = tensor.shape[0] % sym.world_size == 0 and 0 < n * size <= PUSH_MAX_BYTES
+    if not (tensor.is_floating_point() and size in (2, 4, 8) and fits):
+        return _pull(tensor)
+    out = torch.empty((tensor.shape[0] // sym.world_size, *tensor.shape[1:]), dtype=tensor.dtype,
+                      device=tensor.device)
+    ws = push_workspace(tensor, PUSH_MAX_BYTES // size, tag="reducescatter")
+    _push_reducescatter[(sym.grid(n, PUSH_BLOCK),)](tensor, out, ws.slots, ws.ptrs, ws.counters, ws.progress,
+                                                    ws.progress_ptrs, sym.rank, n, SLOT=ws.slot, WORLD=sym.world_size,
+                                                    SIZE=size, EMPTY=ws.empty, BLOCK=PUSH_BLOCK, num_warps=8)
     return out
