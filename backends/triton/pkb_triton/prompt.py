@@ -42,8 +42,16 @@ How a solution is written:
 7. Use `tl.cast(rank, tl.int64)`, not `rank.to(...)`: an int argument equal to 1 is specialised to a constexpr.
 8. Scratch memory that peers must read from you (e.g. a two-shot all-reduce) comes from
    `pkb_triton.workspace(numel, dtype, tag)`: allocating is collective, so every rank asks for the same sizes in
-   the same order; guard reuse with the barrier. Import the helpers with `from pkb_triton import barrier,
-   peer_ptr, peers` (and `workspace`, `max_programs` as needed).
+   the same order; guard reuse with the barrier. Import the helpers with
+   `from pkb_triton import barrier, peer_ptr, peers` (and `workspace`, `max_programs`, the `push_*` as needed).
+9. Small messages can be pushed instead (the samples push floating point up to 1 MiB): `push_workspace(like,
+   slot, tag)` on the host; in the kernel every send first (`tl.store(push_slot(...) + offs, push_bits(...))`),
+   then `push_receive`, and every program ends with `push_reset_last` and `push_finish(..., CREDITS)`.
+   `CREDITS=False` where every rank receives from every rank each call (all-reduce, all-gather,
+   reduce-scatter, all-to-all); `CREDITS=True`, with `push_wait_credit` before sending, where a rank only
+   sends (reduce, gather). Every rank takes the push path or not alike (decide on shared sizes and dtype).
+10. Keep each name one type in a kernel: a `tl.static_range` loop variable (a constexpr) reassigned later to a
+   tensor (`p = (rank + i) % WORLD`) is refused by Triton's compiler on GPUs, though the interpreter runs it.
 
 The helper API (the docstring of the `pkb_triton` package):
 """
