@@ -44,8 +44,10 @@ keeping a rank that only sends from overrunning its receiver (the module's docst
 
 On CPU (``pkb run --device cpu``) the launcher sets ``TRITON_INTERPRET=1`` and
 the very same kernels run in Triton's interpreter against the shared-memory
-heap. Importing this package is cheap: triton and torch load on the first use
-of a helper.
+heap; each kernel also goes through Triton's compiler front end for sm_90 at its
+first launch (``pkb_triton.gpu_check``), so what the GPU's compiler refuses fails
+on the CPU too. Importing this package is cheap: triton and torch load on the
+first use of a helper.
 """
 from __future__ import annotations
 

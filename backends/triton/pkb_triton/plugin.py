@@ -96,6 +96,10 @@ def pkb_backend_init(ctx):
         raise BackendUnavailable("TRITON_INTERPRET is set: unset it to run Triton kernels on the GPU")
     from pkb_triton import _runtime
 
+    if _interpreting():
+        from pkb_triton import gpu_check
+
+        gpu_check.install()  # a kernel the interpreter runs and the GPU's compiler refuses fails here too
     # The job's name keeps the CPU workspace heap's shared-memory files apart
     # from the harness's (and the launcher sweeps them with the job's).
     return _runtime.start(ctx, f"{ctx.run_id}-ws")

@@ -67,6 +67,92 @@ def test_the_pushing_samples_pass_call_after_call(pkb_invoke, tmp_path, world_si
         ("7_reducescatter", "pass")], result.output
 
 
+# The all-reduce sample's pull, with a name that is a loop's constexpr first and a tensor after:
+# the interpreter runs it right; Triton's compiler refuses it.
+_REFUSED_ON_GPU = textwrap.dedent('''
+    import torch
+    import triton
+    import triton.language as tl
+
+    from pkb_triton import barrier, peer_ptr, peers
+
+
+    @triton.jit
+    def _allreduce(out, ptrs, pads, rank, n, WORLD: tl.constexpr, BLOCK: tl.constexpr):
+        for p in tl.static_range(WORLD):
+            barrier(pads, rank, WORLD, p % 1)
+        start = tl.program_id(0) * BLOCK
+        while start < n:
+            offs = start + tl.arange(0, BLOCK)
+            acc = tl.zeros([BLOCK], dtype=tl.float32)
+            for i in tl.static_range(WORLD):
+                p = (rank + i) % WORLD
+                acc += tl.load(peer_ptr(ptrs, p, out) + offs, mask=offs < n).to(tl.float32)
+            tl.store(out + offs, acc.to(out.dtype.element_ty), mask=offs < n)
+            start += tl.num_programs(0) * BLOCK
+        barrier(pads, rank, WORLD, 0)
+
+
+    def solution(tensor):
+        sym = peers(tensor)
+        out = torch.empty_like(tensor)
+        _allreduce[(sym.grid(tensor.numel(), 1024),)](out, sym.ptrs, sym.pads, sym.rank, tensor.numel(),
+                                                     WORLD=sym.world_size, BLOCK=1024)
+        return out
+''')
+
+
+def test_a_kernel_the_gpu_compiler_refuses_fails_on_the_cpu_too(pkb_invoke, tmp_path):
+    """A kernel that Triton's interpreter runs and its compiler refuses (a name that is a
+    ``tl.static_range`` constexpr in one loop and a tensor in the next: it failed every GPU job of
+    two push kernels whose CPU tests all passed) is the solution's error in CPU mode, in one line
+    naming the kernel, the file's line and what the compiler said."""
+    solution = tmp_path / "1_allreduce.py"
+    solution.write_text(_REFUSED_ON_GPU)
+    result = pkb_invoke("run", "--backend", "triton", "--device", "cpu", "--solution", solution, "--nproc", 2,
+                        "--json", "--out", tmp_path / "run")
+    (record,) = json.loads(result.stdout)["results"]
+    assert record["verdict"] == "error", record
+    line = _REFUSED_ON_GPU.splitlines().index("    while start < n:") + 1
+    assert ("Triton's compiler refuses kernel `_allreduce` for the GPU (sm_90), which the interpreter ran "
+            f"(1_allreduce.py:{line}): AssertionError(\"Loop carried variable p changed type") in record["reason"], \
+        record["reason"]
+
+
+def test_the_check_binds_a_launch_as_a_gpu_launch_does(tmp_path):
+    """An int argument equal to 1 is a constexpr in a GPU launch, so ``rank.to(...)`` compiles
+    for rank 0 and not for rank 1: the check refuses the launch with rank 1 alone, as the GPU would."""
+    (tmp_path / "kernel.py").write_text(textwrap.dedent('''
+        import triton
+        import triton.language as tl
+
+
+        @triton.jit
+        def _k(out, rank, n, BLOCK: tl.constexpr):
+            offs = tl.arange(0, BLOCK) + rank.to(tl.int64) * 0
+            tl.store(out + offs, tl.zeros([BLOCK], dtype=tl.float32), mask=offs < n)
+    '''))
+    (tmp_path / "launch.py").write_text(textwrap.dedent('''
+        import runpy, sys
+        import torch
+        from pkb_triton import gpu_check
+
+        gpu_check.install()
+        kernel = runpy.run_path(sys.argv[1])["_k"]
+        for rank in (0, 1):
+            try:
+                kernel[(1,)](torch.zeros(64), rank, 64, BLOCK=64)
+                print(rank, "ran")
+            except gpu_check.RefusedOnGpu as refused:
+                print(rank, refused)
+    '''))
+    proc = subprocess.run([sys.executable, str(tmp_path / "launch.py"), str(tmp_path / "kernel.py")],
+                          env=dict(os.environ, TRITON_INTERPRET="1"), capture_output=True, text=True, timeout=120)
+    assert proc.stdout.splitlines() == [
+        "0 ran", "1 Triton's compiler refuses kernel `_k` for the GPU (sm_90), which the interpreter ran "
+                 "(kernel.py:8): AttributeError(\"'int' object has no attribute 'to'\")"], proc.stdout + proc.stderr
+
+
 # A sample called directly on two ranks under the interpreter, on the CPU heap. A test
 # gives ``calls(rank, world, heap, solution)``: it makes the calls and returns the sizes whose
 # output was wrong; each rank writes that list, and the test reads both.

@@ -1,0 +1,164 @@
+"""Under Triton's interpreter (pkb's CPU mode), every kernel also goes through Triton's compiler
+front end for the GPU at its first launch with each specialization, so a kernel the interpreter
+runs and the compiler refuses fails on the CPU too, with the compiler's words and the file's line.
+
+The interpreter runs a kernel as Python over NumPy: it accepts code that the compiler does not
+(a name that is a ``tl.static_range`` constexpr in one loop and a tensor in the next; on 2xH200
+that failed every GPU job of two push kernels whose CPU tests all passed). :func:`install`
+wraps the interpreter's launch: the launch's arguments are bound as a GPU launch binds them
+(types, the specialisations of ints equal to 1 and of 16-byte alignment, constexprs, options)
+for :data:`TARGET`, and the kernel, with every ``@triton.jit`` function it calls, is lowered to
+Triton's IR (the front end: no PTX, no ``ptxas``; about 0.1-0.4 s a kernel on a 2-core machine,
+once per process and specialisation). A :class:`~triton.compiler.errors.CompilationError` there
+raises :class:`RefusedOnGpu` from the launch, the solution's error; anything else the check
+meets (a later stage's complaint, an argument the CPU passes as the GPU would not) is left to
+the GPU run, so the check never fails a kernel for what it cannot judge. It is a help to the
+author, not one of the judge's checks: it runs in the candidate's process.
+"""
+from __future__ import annotations
+
+import functools
+
+#: The GPU the kernels are checked for: Hopper (H100, H200), the machines pkb's numbers come from.
+TARGET_ARCH = 90
+
+_CHECKED: set = set()  # (function, specialisation, options) already lowered
+_AS_JIT: dict = {}  # interpreted function's Python function -> its JIT function for the check
+_INSTALLED = False
+
+
+class RefusedOnGpu(Exception):
+    """A kernel that Triton's interpreter ran and its compiler refuses for the GPU."""
+
+
+def install() -> None:
+    """Wrap the interpreter's launch with the check (once a process; interpreter mode only).
+
+    Triton 3.6's interpreter leaves ``triton.language`` patched for itself after a ``@triton.jit``
+    function called from a kernel returns (a launch restores what it patched, a call inside it
+    does not), and the front end cannot run on a language so patched: a kernel launched after one
+    that called a helper read as refused. So the call restores what it patched too, which leaves
+    the interpreter as it was inside the kernel and the language as it was outside. Where the
+    interpreter is not the one this was written against, no check is installed."""
+    global _INSTALLED
+    if _INSTALLED:
+        return
+    try:
+        from triton.runtime.interpreter import InterpretedFunction, InterpreterError, _patch_lang
+    except ImportError:
+        return
+    launch = InterpretedFunction.run
+
+    def run(self, *args, grid, warmup, **kwargs):
+        check(self, args, kwargs)
+        return launch(self, *args, grid=grid, warmup=warmup, **kwargs)
+
+    def call(self, *args, **kwargs):
+        patched = _patch_lang(self.fn)
+        try:
+            return self.rewrite()(*args, **kwargs)
+        except Exception as exc:  # as the interpreter's own call reports it
+            raise InterpreterError(repr(exc)) from exc
+        finally:
+            patched.restore()
+
+    InterpretedFunction.run = run
+    InterpretedFunction.__call__ = call
+    _INSTALLED = True
+
+
+def check(kernel, args: tuple, kwargs: dict) -> None:
+    """Lower ``kernel`` (an interpreted function) for :data:`TARGET_ARCH` with these launch
+    arguments, unless done already in this process.
+
+    :raises RefusedOnGpu: the compiler's front end refuses it.
+    """
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource, make_backend
+    from triton.compiler.errors import CompilationError
+    from triton.runtime.jit import create_function_from_signature
+
+    target = GPUTarget("cuda", TARGET_ARCH, 32)
+    try:
+        backend = make_backend(target)
+        jit = _as_jit(kernel)
+        binder = create_function_from_signature(jit.signature, jit.params, backend)
+        bound, specialization, options = binder(*args, **kwargs)
+        key = (kernel.fn, repr(specialization), repr(options))
+        if key in _CHECKED:
+            return
+        _CHECKED.add(key)
+        options, signature, constexprs, attrs = jit._pack_args(backend, kwargs, bound, specialization, options)
+        _lower(ASTSource(jit, signature, constexprs, attrs), target, backend, options)
+    except CompilationError as refused:
+        raise RefusedOnGpu(_describe(kernel.fn, refused)) from None
+    except Exception:  # noqa: BLE001 - what the front end cannot judge is the GPU run's to say
+        return
+
+
+def _lower(source, target, backend, options) -> None:
+    """Triton's front end alone (``compile``'s first step), with every interpreted function the
+    kernel reaches through a module (``tl.sum``) taken as its JIT function."""
+    import triton.compiler.code_generator as codegen
+    from triton._C.libtriton import ir
+    from triton.runtime.interpreter import InterpretedFunction
+
+    call = codegen.CodeGenerator.call_Function
+
+    def call_function(self, node, fn, args, kws):
+        return call(self, node, _as_jit(fn) if isinstance(fn, InterpretedFunction) else fn, args, kws)
+
+    context = ir.context()
+    ir.load_dialects(context)
+    backend.load_dialects(context)
+    codegen.CodeGenerator.call_Function = call_function
+    try:
+        source.make_ir(target, options, backend.get_codegen_implementation(options), backend.get_module_map(),
+                       context)
+    finally:
+        codegen.CodeGenerator.call_Function = call
+
+
+def _as_jit(kernel):
+    """The JIT function of an interpreted one, whose globals' interpreted functions are JIT
+    functions too (the front end takes no other)."""
+    found = _AS_JIT.get(kernel.fn)
+    if found is None:
+        found = _AS_JIT[kernel.fn] = _for_the_check()(kernel.fn, **kernel.kwargs)
+    return found
+
+
+@functools.cache
+def _for_the_check():
+    """:class:`~triton.runtime.jit.JITFunction` as the check needs it (made on first use: triton
+    is imported only where a kernel runs)."""
+    from triton.runtime.interpreter import InterpretedFunction
+    from triton.runtime.jit import JITFunction
+
+    class ForTheCheck(JITFunction):
+        def get_capture_scope(self):
+            return {name: _as_jit(value) if isinstance(value, InterpretedFunction) else value
+                    for name, value in super().get_capture_scope().items()}
+
+        @property
+        def cache_key(self) -> str:  # names the function in the IR; the real key hashes its callees' sources
+            return f"pkb-check-{id(self.fn)}"
+
+    return ForTheCheck
+
+
+def _describe(fn, refused) -> str:
+    """One line: the kernel, where in its file, and what the compiler said (its last line)."""
+    import os
+
+    from triton.runtime.jit import get_jit_fn_file_line
+
+    lines = [line.strip() for line in str(refused).splitlines() if line.strip()]
+    said = lines[-1] if lines else type(refused).__name__
+    path, first = get_jit_fn_file_line(_AS_JIT[fn])  # the line of its `def`
+    place = os.path.basename(path)
+    node = getattr(refused, "node", None)
+    if getattr(node, "lineno", None):
+        place += f":{first + node.lineno - 1}"
+    return (f"Triton's compiler refuses kernel `{fn.__name__}` for the GPU (sm_{TARGET_ARCH}), which the "
+            f"interpreter ran ({place}): {said}")
