@@ -105,12 +105,14 @@ def describe(exc: BaseException, solution=None) -> str:
     in ahead.py:125)``. An error of the solution's own call then names the
     solution's line, not the line of pkb's or a library's code it reached. A first line that only
     introduces what follows (it ends with ``:``, as a compiler's ``at 8:4:`` before the source it
-    quotes) is followed by the message's last line, which says what is wrong."""
+    quotes) is followed by the message's last line, which says what is wrong. An exception whose
+    class sets ``pkb_refusal = True`` (a backend's refusal that names its own place) is placed at
+    the solution's line alone, without where in pkb it was raised."""
     lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
     message = lines[0] if lines else ""
     if len(lines) > 1 and message.endswith(":"):
         message = f"{message} {lines[-1]}"
-    return f"{type(exc).__name__}: {message}{where(exc, solution)}"
+    return f"{type(exc).__name__}: {message}{where(exc, solution, inner=not getattr(exc, 'pkb_refusal', False))}"
 
 
 def where(exc: BaseException, solution=None, inner: bool = True) -> str:

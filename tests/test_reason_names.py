@@ -114,3 +114,33 @@ def test_a_message_whose_first_line_only_introduces_the_rest_keeps_its_last_line
         "CompilationError: at 8:4: AssertionError('Loop carried variable p changed type')"
     # A first line that says it all stays alone.
     assert describe(RuntimeError("boom\nmore detail")) == "RuntimeError: boom"
+
+
+def test_a_backends_refusal_that_names_its_own_place_is_placed_at_the_solutions_line_alone(tmp_path):
+    """A refusal raised in a backend's code under the solution's call (``pkb_refusal = True``, as
+    pkb_triton's GPU compile check sets) gives the solution's line without pkb's; any other
+    exception keeps where it was raised."""
+    import runpy
+
+    from pkb_core.errors import describe
+
+    class Refused(Exception):
+        pkb_refusal = True
+
+    def refuse():
+        raise Refused("the kernel's own line is in the message")
+
+    def fail():
+        raise RuntimeError("boom")
+
+    solution = tmp_path / "1_allreduce.py"
+    solution.write_text("def solution(launch):\n    return launch()\n")
+    call = runpy.run_path(str(solution))["solution"]
+    described = {}
+    for launch in (refuse, fail):
+        try:
+            call(launch)
+        except Exception as exc:  # noqa: BLE001 - what the test describes
+            described[launch.__name__] = describe(exc, solution)
+    assert described["refuse"] == "Refused: the kernel's own line is in the message (1_allreduce.py:2)"
+    assert described["fail"].startswith("RuntimeError: boom (1_allreduce.py:2; raised in test_reason_names.py:")

@@ -10,7 +10,10 @@ wraps the interpreter's launch: the launch's arguments are bound as a GPU launch
 for :data:`TARGET`, and the kernel, with every ``@triton.jit`` function it calls, is lowered to
 Triton's IR (the front end: no PTX, no ``ptxas``; about 0.1-0.4 s a kernel on a 2-core machine,
 once per process and specialisation). A :class:`~triton.compiler.errors.CompilationError` there
-raises :class:`RefusedOnGpu` from the launch, the solution's error; anything else the check
+raises :class:`RefusedOnGpu` from the launch, the solution's error, in one line: the kernel, the
+line where the compiler stopped (in a function the kernel calls, that function's line and name)
+and the compiler's words, with a hint where the launch made an int argument equal to 1 a
+constexpr (the GPU does; the interpreter does not); anything else the check
 meets (a later stage's complaint, an argument the CPU passes as the GPU would not) is left to
 the GPU run, so the check never fails a kernel for what it cannot judge. It is a help to the
 author, not one of the judge's checks: it runs in the candidate's process.
@@ -29,6 +32,9 @@ _INSTALLED = False
 
 class RefusedOnGpu(Exception):
     """A kernel that Triton's interpreter ran and its compiler refuses for the GPU."""
+
+    #: The message names the kernel's own line: where in pkb it was raised is no news.
+    pkb_refusal = True
 
 
 def install() -> None:
@@ -91,7 +97,10 @@ def check(kernel, args: tuple, kwargs: dict) -> None:
         options, signature, constexprs, attrs = jit._pack_args(backend, kwargs, bound, specialization, options)
         _lower(ASTSource(jit, signature, constexprs, attrs), target, backend, options)
     except CompilationError as refused:
-        raise RefusedOnGpu(_describe(kernel.fn, refused)) from None
+        # Ints the GPU launch made constexprs though the kernel does not declare them so (equal to 1).
+        made = [param.name for param, (kind, _) in zip(jit.params, specialization)
+                if kind == "constexpr" and not param.is_constexpr and isinstance(bound.get(param.name), int)]
+        raise RefusedOnGpu(_describe(kernel.fn, refused, made)) from None
     except Exception:  # noqa: BLE001 - what the front end cannot judge is the GPU run's to say
         return
 
@@ -147,18 +156,31 @@ def _for_the_check():
     return ForTheCheck
 
 
-def _describe(fn, refused) -> str:
-    """One line: the kernel, where in its file, and what the compiler said (its last line)."""
+def _describe(fn, refused, made_constexpr: list[str]) -> str:
+    """One line: the kernel, the line of its file (or of the function it calls) where the
+    compiler stopped, and what it said there (the innermost error of a call's chain)."""
     import os
 
+    from triton.compiler.errors import CompilationError
     from triton.runtime.jit import get_jit_fn_file_line
 
-    lines = [line.strip() for line in str(refused).splitlines() if line.strip()]
-    said = lines[-1] if lines else type(refused).__name__
-    path, first = get_jit_fn_file_line(_AS_JIT[fn])  # the line of its `def`
+    where = refused
+    while isinstance(where.__cause__, CompilationError):  # an error inside a called @triton.jit function
+        where = where.__cause__
+    lines = [line.strip() for line in (where.error_message or str(where)).splitlines() if line.strip()]
+    said = lines[-1] if lines else type(where).__name__
+    # The function whose source the error quotes: the kernel, or one it calls.
+    function = next((jit for jit in _AS_JIT.values() if jit.src == where.src), _AS_JIT[fn])
+    path, first = get_jit_fn_file_line(function)  # the line of its `def`
     place = os.path.basename(path)
-    node = getattr(refused, "node", None)
-    if getattr(node, "lineno", None):
-        place += f":{first + node.lineno - 1}"
+    if getattr(where.node, "lineno", None):
+        place += f":{first + where.node.lineno - 1}"
+    if function.fn is not fn:
+        place += f", in `{function.fn.__name__}`"
+    hint = ""
+    if made_constexpr:
+        names = ", ".join(f"`{name}`" for name in made_constexpr)
+        hint = (f"; a GPU launch makes an int argument equal to 1 a constexpr ({names} here): "
+                "`tl.cast(x, tl.int64)` takes both")
     return (f"Triton's compiler refuses kernel `{fn.__name__}` for the GPU (sm_{TARGET_ARCH}), which the "
-            f"interpreter ran ({place}): {said}")
+            f"interpreter ran ({place}): {said}{hint}")

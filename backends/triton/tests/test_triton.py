@@ -119,9 +119,11 @@ def test_a_kernel_the_gpu_compiler_refuses_fails_on_the_cpu_too(pkb_invoke, tmp_
         record["reason"]
 
 
-def test_the_check_binds_a_launch_as_a_gpu_launch_does(tmp_path):
+def test_the_check_binds_a_launch_as_a_gpu_launch_does_and_names_the_line_that_fails(tmp_path):
     """An int argument equal to 1 is a constexpr in a GPU launch, so ``rank.to(...)`` compiles
-    for rank 0 and not for rank 1: the check refuses the launch with rank 1 alone, as the GPU would."""
+    for rank 0 and not for rank 1: the check refuses the launch with rank 1 alone, as the GPU would,
+    and says why. An error inside a called ``@triton.jit`` function is named at its own line and
+    with the compiler's words (the outer error's last line is only a caret under the call)."""
     (tmp_path / "kernel.py").write_text(textwrap.dedent('''
         import triton
         import triton.language as tl
@@ -131,6 +133,17 @@ def test_the_check_binds_a_launch_as_a_gpu_launch_does(tmp_path):
         def _k(out, rank, n, BLOCK: tl.constexpr):
             offs = tl.arange(0, BLOCK) + rank.to(tl.int64) * 0
             tl.store(out + offs, tl.zeros([BLOCK], dtype=tl.float32), mask=offs < n)
+
+
+        @triton.jit
+        def _helper(x):
+            return x + tl.sum(tl.arange(0, 12), axis=0)
+
+
+        @triton.jit
+        def _calls_it(out, n, BLOCK: tl.constexpr):
+            offs = tl.arange(0, BLOCK)
+            tl.store(out + offs, _helper(tl.zeros([BLOCK], dtype=tl.float32)), mask=offs < n)
     '''))
     (tmp_path / "launch.py").write_text(textwrap.dedent('''
         import runpy, sys
@@ -138,19 +151,27 @@ def test_the_check_binds_a_launch_as_a_gpu_launch_does(tmp_path):
         from pkb_triton import gpu_check
 
         gpu_check.install()
-        kernel = runpy.run_path(sys.argv[1])["_k"]
+        kernels = runpy.run_path(sys.argv[1])
         for rank in (0, 1):
             try:
-                kernel[(1,)](torch.zeros(64), rank, 64, BLOCK=64)
+                kernels["_k"][(1,)](torch.zeros(64), rank, 64, BLOCK=64)
                 print(rank, "ran")
             except gpu_check.RefusedOnGpu as refused:
                 print(rank, refused)
+        try:
+            kernels["_calls_it"][(1,)](torch.zeros(64), 64, BLOCK=64)
+        except gpu_check.RefusedOnGpu as refused:
+            print(refused)
     '''))
     proc = subprocess.run([sys.executable, str(tmp_path / "launch.py"), str(tmp_path / "kernel.py")],
                           env=dict(os.environ, TRITON_INTERPRET="1"), capture_output=True, text=True, timeout=120)
     assert proc.stdout.splitlines() == [
-        "0 ran", "1 Triton's compiler refuses kernel `_k` for the GPU (sm_90), which the interpreter ran "
-                 "(kernel.py:8): AttributeError(\"'int' object has no attribute 'to'\")"], proc.stdout + proc.stderr
+        "0 ran",
+        "1 Triton's compiler refuses kernel `_k` for the GPU (sm_90), which the interpreter ran (kernel.py:8): "
+        "AttributeError(\"'int' object has no attribute 'to'\"); a GPU launch makes an int argument equal to 1 a "
+        "constexpr (`rank` here): `tl.cast(x, tl.int64)` takes both",
+        "Triton's compiler refuses kernel `_calls_it` for the GPU (sm_90), which the interpreter ran (kernel.py:14, "
+        "in `_helper`): arange's range must be a power of 2"], proc.stdout + proc.stderr
 
 
 # A sample called directly on two ranks under the interpreter, on the CPU heap. A test
