@@ -25,7 +25,7 @@ import functools
 #: The GPU the kernels are checked for: Hopper (H100, H200), the machines pkb's numbers come from.
 TARGET_ARCH = 90
 
-_CHECKED: set = set()  # (function, specialisation, options) already lowered
+_CHECKED: dict = {}  # (function, specialisation, options) -> the refusal, or None: lowered already
 _AS_JIT: dict = {}  # interpreted function's Python function -> its JIT function for the check
 _INSTALLED = False
 
@@ -91,18 +91,38 @@ def check(kernel, args: tuple, kwargs: dict) -> None:
         binder = create_function_from_signature(jit.signature, jit.params, backend)
         bound, specialization, options = binder(*args, **kwargs)
         key = (kernel.fn, repr(specialization), repr(options))
-        if key in _CHECKED:
-            return
-        _CHECKED.add(key)
-        options, signature, constexprs, attrs = jit._pack_args(backend, kwargs, bound, specialization, options)
-        _lower(ASTSource(jit, signature, constexprs, attrs), target, backend, options)
+        if key not in _CHECKED:
+            _CHECKED[key] = None
+            options, signature, constexprs, attrs = jit._pack_args(backend, kwargs, bound, specialization, options)
+            _lower(ASTSource(jit, signature, constexprs, attrs), target, backend, options)
     except CompilationError as refused:
-        # Ints the GPU launch made constexprs though the kernel does not declare them so (equal to 1).
-        made = [param.name for param, (kind, _) in zip(jit.params, specialization)
-                if kind == "constexpr" and not param.is_constexpr and isinstance(bound.get(param.name), int)]
-        raise RefusedOnGpu(_describe(kernel.fn, refused, made)) from None
+        made = _refused_for_constexprs(jit, bound, specialization, signature, constexprs, attrs, target, backend,
+                                       options)
+        _CHECKED[key] = _describe(kernel.fn, refused, made)
     except Exception:  # noqa: BLE001 - what the front end cannot judge is the GPU run's to say
         return
+    if _CHECKED[key] is not None:  # every launch of a refused kernel fails, not its first alone
+        raise RefusedOnGpu(_CHECKED[key])
+
+
+def _refused_for_constexprs(jit, bound, specialization, signature, constexprs, attrs, target, backend,
+                            options) -> list[str]:
+    """The int arguments equal to 1 that the launch made constexprs (the kernel does not declare
+    them so) where the kernel compiles with them as plain ints, as the interpreter sees them:
+    then they are why it is refused; else none."""
+    from triton.compiler import ASTSource
+
+    made = [(index, param.name) for index, (param, (kind, _)) in enumerate(zip(jit.params, specialization))
+            if kind == "constexpr" and not param.is_constexpr and type(bound.get(param.name)) is int]
+    if not made:
+        return []
+    plain = {**signature, **{name: "i32" for _, name in made}}
+    kept = {path: value for path, value in constexprs.items() if path not in {(index,) for index, _ in made}}
+    try:
+        _lower(ASTSource(jit, plain, kept, attrs), target, backend, options)
+    except Exception:  # noqa: BLE001 - refused either way: the constexprs are not why
+        return []
+    return [name for _, name in made]
 
 
 def _lower(source, target, backend, options) -> None:
