@@ -7,7 +7,7 @@ The interpreter runs a kernel as Python over NumPy: it accepts code that the com
 that failed every GPU job of two push kernels whose CPU tests all passed). :func:`install`
 wraps the interpreter's launch: the launch's arguments are bound as a GPU launch binds them
 (types, the specialisations of ints equal to 1 and of 16-byte alignment, constexprs, options)
-for :data:`TARGET`, and the kernel, with every ``@triton.jit`` function it calls, is lowered to
+for :data:`TARGET_ARCH`, and the kernel, with every ``@triton.jit`` function it calls, is lowered to
 Triton's IR (the front end: no PTX, no ``ptxas``; about 0.1-0.4 s a kernel on a 2-core machine,
 once per process and specialisation). A :class:`~triton.compiler.errors.CompilationError` there
 raises :class:`RefusedOnGpu` from the launch, the solution's error, in one line: the kernel, the

@@ -15,8 +15,9 @@ waits, before writing to rank ``p``, until ``p`` has finished every call but the
 system-scope release and a write across the link per peer at the end of every call, so a
 collective in which every rank receives from every rank each call goes without them
 (``CREDITS=False``, no :func:`push_wait_credit`): a sender in call ``e + 2`` has received the
-receiver's data of call ``e + 1``, sent after the receiver's call ``e``, resets included, ended. Every rank takes the push path or not alike (decide on what all ranks
-share: shape, dtype, size, root). The epoch, the last call's element count and the calls finished
+receiver's data of call ``e + 1``, sent after the receiver's call ``e``, resets included, ended.
+Every rank takes the push path or not alike (decide on what all ranks share: shape, dtype, size,
+root). The epoch, the last call's element count and the calls finished
 live in a counters tensor on the device, so graph replays advance them as calls do. The cuda
 backend's ``pkb_cuda.PUSH_CUH`` is the same protocol without the credits (its samples are
 collectives in which every rank receives from every rank).
