@@ -50,8 +50,9 @@ How a solution is written:
    `CREDITS=False` where every rank receives from every rank each call (all-reduce, all-gather,
    reduce-scatter, all-to-all); `CREDITS=True`, with `push_wait_credit` before sending, where a rank only
    sends (reduce, gather). Every rank takes the push path or not alike (decide on shared sizes and dtype).
-10. Keep each name one type in a kernel: a `tl.static_range` loop variable (a constexpr) reassigned later to a
-   tensor (`p = (rank + i) % WORLD`) is refused by Triton's compiler on GPUs, though the interpreter runs it.
+10. Keep each name one type in a kernel: a `tl.static_range` loop variable (a constexpr) that a later `while`
+   loop reassigns to a tensor (`p = (rank + i) % WORLD`) is refused by Triton's compiler on GPUs, though the
+   interpreter runs it (pkb's CPU mode puts every kernel through the compiler's front end at its first launch).
 
 The helper API (the docstring of the `pkb_triton` package):
 """
