@@ -29,6 +29,7 @@
 #ifndef PKB_PUSH_CUH_
 #define PKB_PUSH_CUH_
 
+#include <algorithm>
 #include <cstdint>
 
 namespace pkb {
@@ -93,6 +94,13 @@ struct PushScratch {
   int rank;
   int world;
 
+  // From pkb_cuda.push_scratch(...)'s six ints, as a binding receives them.
+  static PushScratch from_fields(int64_t table, int64_t offset, int64_t slot_bytes, int64_t counters, int64_t rank,
+                                 int64_t world) {
+    return PushScratch{reinterpret_cast<const uint64_t*>(table), offset, slot_bytes,
+                       reinterpret_cast<uint32_t*>(counters), static_cast<int>(rank), static_cast<int>(world)};
+  }
+
   // Rank p's slot for `sender` in `epoch`.
   __device__ __forceinline__ uint4* slot(int p, int epoch, int sender) const {
     return pkb::peer_ptr<uint4>(table, p, offset + (static_cast<int64_t>(epoch) * world + sender) * slot_bytes);
@@ -124,6 +132,13 @@ struct PushScratch {
     }
   }
 };
+
+// The grid a push kernel launches with: one block per `threads` of the `vectors` each thread
+// takes one of, but every block resident at once (a waiting block must not keep a peer's sender
+// from running), so at most one block an SM; at least one.
+inline int push_blocks(int64_t vectors, int threads, int sms) {
+  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>((vectors + threads - 1) / threads, sms)));
+}
 
 }  // namespace pkb
 

@@ -74,11 +74,11 @@ In every form:
 5. The push model, for small floating-point messages (the samples use it up to 1 MiB; one one-way trip across
    NVLink, no barrier): start the CUDA source with `pkb_cuda.PUSH_CUH` (below), pass
    `*pkb_cuda.push_scratch(x, slot_bytes, tag=...)`, six ints declared `int64_t table, int64_t offset, int64_t
-   slot_bytes, int64_t counters, int64_t rank, int64_t world`, into a `pkb::PushScratch` by value; send with
+   slot_bytes, int64_t counters, int64_t rank, int64_t world`, into `pkb::PushScratch::from_fields(...)`; send with
    `scratch.slot(peer, epoch, rank)[i] = pkb::push_clean<T>(v)`, receive with
    `pkb::push_receive<T>(scratch.slot(rank, epoch, peer) + i)`, then `scratch.reset_last<T>(epoch, tid, threads)`
    and `scratch.finish(epoch, vectors)` last in every thread; every send before any receive; a grid of at most
-   one block an SM.
+   one block an SM (`pkb::push_blocks(vectors, threads, sms)`).
 """
 
 

@@ -174,9 +174,7 @@ cudaError_t launch_push(const void* in, void* out, int64_t n, pkb::PushScratch s
   const int sms = sm_count();
   if (sms == 0) return cudaErrorInvalidDevice;
   const int64_t nvec = n * static_cast<int64_t>(sizeof(T)) / 16;
-  // Every block must be resident at once (a waiting block must not keep a peer's sender from
-  // running): at most one block an SM.
-  const int blocks = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>((nvec + kThreads - 1) / kThreads, sms)));
+  const int blocks = pkb::push_blocks(nvec, kThreads, sms);
   push_allreduce_kernel<T><<<blocks, kThreads, 0, stream>>>(static_cast<const uint4*>(in), scratch,
                                                             static_cast<uint4*>(out), nvec);
   return cudaGetLastError();
@@ -199,8 +197,7 @@ cudaError_t allreduce_launch(int dtype, void* out, int64_t n, int64_t buffers, i
 cudaError_t allreduce_push_launch(int dtype, const void* in, void* out, int64_t n, int64_t table, int64_t offset,
                                   int64_t slot_bytes, int64_t counters, int64_t rank, int64_t world,
                                   cudaStream_t stream) {
-  const pkb::PushScratch scratch{reinterpret_cast<const uint64_t*>(table), offset, slot_bytes,
-                                 reinterpret_cast<uint32_t*>(counters), static_cast<int>(rank), static_cast<int>(world)};
+  const auto scratch = pkb::PushScratch::from_fields(table, offset, slot_bytes, counters, rank, world);
   switch (dtype) {
     case 0: return launch_push<float>(in, out, n, scratch, stream);
     case 1: return launch_push<__nv_bfloat16>(in, out, n, scratch, stream);

@@ -168,8 +168,7 @@ cudaError_t launch_push(const void* in, void* out, int64_t n, pkb::PushScratch s
   const int sms = sm_count();
   if (sms == 0) return cudaErrorInvalidDevice;
   const int64_t nvec = n * static_cast<int64_t>(sizeof(T)) / 16;  // one row block
-  // Every block resident at once (a waiting block must not keep a peer's sender from running).
-  const int blocks = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>((nvec + kThreads - 1) / kThreads, sms)));
+  const int blocks = pkb::push_blocks(nvec, kThreads, sms);
   push_reducescatter_kernel<T><<<blocks, kThreads, 0, stream>>>(static_cast<const uint4*>(in), scratch,
                                                                 static_cast<uint4*>(out), nvec);
   return cudaGetLastError();
@@ -180,8 +179,7 @@ cudaError_t launch_push(const void* in, void* out, int64_t n, pkb::PushScratch s
 cudaError_t reducescatter_push_launch(int dtype, const void* in, void* out, int64_t n, int64_t table, int64_t offset,
                                       int64_t slot_bytes, int64_t counters, int64_t rank, int64_t world,
                                       cudaStream_t stream) {
-  const pkb::PushScratch scratch{reinterpret_cast<const uint64_t*>(table), offset, slot_bytes,
-                                 reinterpret_cast<uint32_t*>(counters), static_cast<int>(rank), static_cast<int>(world)};
+  const auto scratch = pkb::PushScratch::from_fields(table, offset, slot_bytes, counters, rank, world);
   switch (dtype) {
     case 0: return launch_push<float>(in, out, n, scratch, stream);
     case 1: return launch_push<__nv_bfloat16>(in, out, n, scratch, stream);
@@ -261,7 +259,8 @@ at::Tensor reducescatter_push(at::Tensor x, int64_t table, int64_t offset, int64
 }
 """
 
-_ext = pkb_cuda.compile("reducescatter", CUDA_SOURCE, CPP_SOURCE, functions=["reducescatter", "reducescatter_push"], bind="ops")
+_ext = pkb_cuda.compile("reducescatter", CUDA_SOURCE, CPP_SOURCE, functions=["reducescatter", "reducescatter_push"],
+                        bind="ops")
 
 
 #: The largest row block the push path takes (its scratch holds 3 epochs x W slots of this size).
@@ -271,6 +270,7 @@ PUSH_MAX_BYTES = 1024 * 1024
 def solution(tensor):
     peers = pkb_cuda.peers(tensor)
     block = tensor.numel() * tensor.element_size() // peers.world_size
-    if block % 16 == 0 and 0 < block <= PUSH_MAX_BYTES and peers.align >= 16 and tensor.shape[0] % peers.world_size == 0:
+    fits = block % 16 == 0 and 0 < block <= PUSH_MAX_BYTES and tensor.shape[0] % peers.world_size == 0
+    if fits and peers.align >= 16:
         return _ext.reducescatter_push(tensor, *pkb_cuda.push_scratch(tensor, PUSH_MAX_BYTES, tag="reducescatter"))
     return _ext.reducescatter(tensor, *peers)

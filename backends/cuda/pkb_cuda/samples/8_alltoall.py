@@ -131,11 +131,9 @@ cudaError_t alltoall_push_launch(int64_t element_size, const void* in, void* out
                                  cudaStream_t stream) {
   const int sms = sm_count();
   if (sms == 0) return cudaErrorInvalidDevice;
-  const pkb::PushScratch scratch{reinterpret_cast<const uint64_t*>(table), offset, slot_bytes,
-                                 reinterpret_cast<uint32_t*>(counters), static_cast<int>(rank), static_cast<int>(world)};
+  const auto scratch = pkb::PushScratch::from_fields(table, offset, slot_bytes, counters, rank, world);
   const int64_t nvec = chunk / 16;
-  // Every block resident at once (a waiting block must not keep a peer's sender from running).
-  const int blocks = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>((nvec + kThreads - 1) / kThreads, sms)));
+  const int blocks = pkb::push_blocks(nvec, kThreads, sms);
   auto src = static_cast<const uint4*>(in);
   auto dst = static_cast<uint4*>(out);
   switch (element_size) {
