@@ -23,9 +23,18 @@ from pkb_core import ALLOW_MULTICAST_ENV, MULTICAST_PATTERNS, multicast_use, ref
 #: * ``NVSHMEM_DISABLE_NVLS=1``: no NVLink SHARP (multicast) teams. Multicast
 #:   can take shared GPUs out of service, and NVLS team creation fails on
 #:   some H100 hosts (pytorch#169879). Set it to 0 yourself where it is safe.
+#: * ``NVSHMEM_DISABLE_LOCAL_ONLY_PROXY=1``: where every peer is reached over
+#:   NVLink (no remote transport), NVSHMEM starts no proxy thread. That thread
+#:   polls on a core for as long as the process lives, so pkb's watch for work
+#:   a solution leaves running on the host (it reads the rank's CPU time right
+#:   after each timed answer) flagged every NVSHMEM sample on 2xH200
+#:   (2026-11-30). Without it NVSHMEM has no device-side global exit and no
+#:   device-side wait timeouts; pkb's own deadlines end a hung job. It changes
+#:   nothing where a remote transport is in use.
 ENV_DEFAULTS = {
     "NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME": "lo",
     "NVSHMEM_DISABLE_NVLS": "1",
+    "NVSHMEM_DISABLE_LOCAL_ONLY_PROXY": "1",
 }
 
 
