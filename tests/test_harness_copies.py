@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from pkb_core.harness.copies import COPIES_ENV, copies_choice, copy_into
+from pkb_core.harness.copies import COPIES_ENV, copies_choice, copy_all, copy_into
 from pkb_core.harness.windows import WindowSide
 from pkb_core.judge.clock import Timekeeper
 from test_window_clock import CPU, _arm, _snapshot, window_records
@@ -34,6 +34,32 @@ def test_a_strided_tensor_is_copied_by_copy_(monkeypatch):
     assert torch.equal(into, value) and not used
 
 
+def test_many_copies_with_kernels_are_one_launch_of_the_widest_words(monkeypatch):
+    """``copy_all`` copies every pair's bytes: the contiguous ones of any dtype in one
+    ``_foreach_copy_`` of the widest integer their lengths and addresses allow (int16 here: a
+    bool tensor of 6 bytes, its address even), the strided one by ``copy_``; with the copy
+    engine, or a single pair, one by one."""
+    calls = []
+    real = torch._foreach_copy_
+    monkeypatch.setattr(torch, "_foreach_copy_", lambda a, b: (calls.append([t.dtype for t in a]), real(a, b))[1])
+    values = [v for v in VALUES if v.numel()] + [torch.arange(12.0).reshape(3, 4).t()]
+    into = [torch.zeros_like(v) for v in values]
+    copy_all(zip(into, values), "kernels")
+    for got, value in zip(into, values):
+        assert torch.equal(torch.view_as_real(got) if got.is_complex() else got,
+                           torch.view_as_real(value) if value.is_complex() else value)
+    assert len(calls) == 1 and len(calls[0]) == len(values) - 1 and set(calls[0]) == {torch.int16}, calls
+    wide = [torch.randn(8), torch.randn(4, 2)]
+    into = [torch.zeros_like(v) for v in wide]
+    copy_all(zip(into, wide), "kernels")
+    assert calls[-1] == [torch.int64, torch.int64] and all(torch.equal(a, b) for a, b in zip(into, wide))
+    calls.clear()
+    into = [torch.zeros_like(v) for v in wide]
+    copy_all(zip(into, wide), "engine")
+    copy_all([(into[0], wide[0])], "kernels")
+    assert not calls and all(torch.equal(a, b) for a, b in zip(into, wide))
+
+
 def test_a_choice_that_does_not_exist_is_one_line(monkeypatch):
     monkeypatch.setenv(COPIES_ENV, "dma")
     with pytest.raises(ValueError, match=r"^PKB_HARNESS_COPIES='dma' is not one of engine, kernels \("):
@@ -48,13 +74,14 @@ def test_a_choice_that_does_not_exist_is_one_line(monkeypatch):
 
 def test_the_judges_choice_reaches_the_side_with_its_region(tmp_path, monkeypatch):
     """The timekeeper's regions say how to copy; a side that attaches one exports its calls that
-    way (a kernel a tensor here), and the judge reads the same outputs back."""
+    way (with kernels: one multi-tensor copy a call for its output and its argument), and the
+    judge reads the same outputs back."""
     monkeypatch.setenv(COPIES_ENV, "kernels")
     keeper = Timekeeper(CPU, str(tmp_path), 0, "host")
     side = WindowSide(CPU)
     used = []
-    real = torch.bitwise_or
-    monkeypatch.setattr(torch, "bitwise_or", lambda *a, **k: (used.append(1), real(*a, **k))[1])
+    real = torch._foreach_copy_
+    monkeypatch.setattr(torch, "_foreach_copy_", lambda a, b: (used.append(len(a)), real(a, b))[1])
     try:
         sets = [(torch.arange(16, dtype=torch.float32) + 100 * w,) for w in range(4)]
         skeletons, region, layout = _arm(keeper, sets)
@@ -67,7 +94,7 @@ def test_the_judges_choice_reaches_the_side_with_its_region(tmp_path, monkeypatc
         for w in range(4):
             got = _snapshot(keeper, written[w], w)
             assert torch.equal(got["out"], sets[w][0] * 2) and torch.equal(got["args"][0], sets[w][0])
-        assert len(used) == 8  # each call's output and its argument, by a kernel each
+        assert used == [2] * 4  # each call's output and its argument, by one launch a call
     finally:
         side.close()
         keeper.close()

@@ -36,7 +36,7 @@ from pkb_core.contracts.job import Job
 from pkb_core.contracts.messages import Done, Packed, Profiled, ProfileRequest, Warmed
 from pkb_core.contracts.verdict import Verdict
 from pkb_core.harness.barrier import StoreBarrier
-from pkb_core.harness.copies import copy_into
+from pkb_core.harness.copies import copy_all
 from pkb_core.errors import BackendUnavailable, CompileError, SolutionFailed, SolutionUnsupported, describe
 from pkb_core.harness.parcel import TRUSTED, pack, packed_size, stand_in_outputs, unpack
 from pkb_core.problem.contract import read_spec
@@ -452,9 +452,9 @@ class _Slots:
         return self._map(args, pending), pending
 
     def fill(self, pending) -> None:
-        """Make the copies :meth:`prepare` left, the way :attr:`copies` says."""
-        for view, value in pending:
-            copy_into(view, value, self.copies)
+        """Make the copies :meth:`prepare` left, the way :attr:`copies` says (with kernels, one
+        launch for them all: :func:`pkb_core.harness.copies.copy_all`)."""
+        copy_all(pending, self.copies)
 
     def rebuild(self, args):
         """A new tree shaped like ``args`` whose tensors are views of the

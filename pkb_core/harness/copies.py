@@ -47,6 +47,50 @@ def copy_into(dst, src, copies: str = "engine", *, non_blocking: bool = False) -
     dst.copy_(src, non_blocking=non_blocking)
 
 
+def copy_all(pairs, copies: str = "engine", *, non_blocking: bool = False) -> None:
+    """Copy each ``(dst, src)`` of ``pairs`` as :func:`copy_into` would, but with ``kernels`` in as
+    few launches as there can be: the contiguous pairs as one ``torch._foreach_copy_`` over their
+    bytes (one multi-tensor kernel on a GPU for up to about a hundred tensors), viewed as the
+    widest integer every pair's length and addresses divide, the others one by one.
+
+    Why (docs/timing.md, "How the harness copies"): each kernel in a window is a launch the device
+    waits through, inside the window of every side alike; a call's export (its outputs and its
+    arguments after it) was one kernel a tensor."""
+    pairs = list(pairs)
+    if copies != "kernels" or len(pairs) < 2:
+        for dst, src in pairs:
+            copy_into(dst, src, copies, non_blocking=non_blocking)
+        return
+    import torch  # here, not at the top: the command line checks the setting before any torch
+
+    together, alone = [], []
+    for dst, src in pairs:
+        fits = dst.is_contiguous() and src.is_contiguous() and dst.dtype == src.dtype and \
+            dst.device == src.device and _bytes(torch, dst).shape == _bytes(torch, src).shape
+        (together if fits else alone).append((dst, src))
+    if len(together) == 1:
+        alone += together
+    elif together:
+        into = [_bytes(torch, dst) for dst, _ in together]
+        out_of = [_bytes(torch, src) for _, src in together]
+        width = _common_width(torch, into + out_of)
+        if width is not None:
+            into = [t.view(width) for t in into]
+            out_of = [t.view(width) for t in out_of]
+        torch._foreach_copy_(into, out_of)
+    for dst, src in alone:
+        copy_into(dst, src, copies, non_blocking=non_blocking)
+
+
+def _common_width(torch, flats):
+    """The widest integer dtype whose size divides every byte tensor's length and address (fewer,
+    wider elements for the same copy), or None for bytes."""
+    for dtype, size in ((torch.int64, 8), (torch.int32, 4), (torch.int16, 2)):
+        if all(t.numel() % size == 0 and t.data_ptr() % size == 0 for t in flats):
+            return dtype
+    return None
+
+
 def _bytes(torch, tensor):
     flat = tensor.reshape(-1)
     if flat.dtype.is_complex:

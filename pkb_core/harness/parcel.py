@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import torch
 
-from pkb_core.harness.copies import copy_into
+from pkb_core.harness.copies import copy_all
 
 _DTYPES = {str(d).replace("torch.", ""): d for d in (
     torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.int32, torch.int16,
@@ -169,22 +169,25 @@ class _Writer:
 
 
 class _BufferWriter(_Writer):
-    """Writes a tree's tensors into a byte buffer on their own device: one device copy a
-    tensor, queued on the current stream (no synchronisation: :func:`pack_into`), made as
-    ``copies`` says (:mod:`pkb_core.harness.copies`)."""
+    """Writes a tree's tensors into a byte buffer on their own device: the copies are queued on
+    the current stream once the whole tree is laid out (no synchronisation: :func:`pack_into`),
+    made as ``copies`` says (:func:`pkb_core.harness.copies.copy_all`: with kernels, one launch
+    for the whole tree)."""
 
     def __init__(self, buffer: torch.Tensor, copies: str = "engine"):
         self.buffer = buffer
         self.offset = 0
         self.copies = copies
+        self.pending: list = []
 
     def close(self):
-        pass
+        copy_all(self.pending, self.copies, non_blocking=True)
+        self.pending = []
 
     def put(self, raw: torch.Tensor, at: int) -> None:
         if at + raw.numel() > self.buffer.numel():
             raise ParcelError(f"{at + raw.numel()} bytes do not fit the {self.buffer.numel()}-byte slot")
-        copy_into(self.buffer[at:at + raw.numel()], raw, self.copies, non_blocking=True)
+        self.pending.append((self.buffer[at:at + raw.numel()], raw))
 
 
 def _is_world(value) -> bool:
@@ -369,7 +372,10 @@ def pack_into(tree, buffer: torch.Tensor, *, group_blocks=None, copies: str = "e
 
     :raises ParcelError: the tensors do not fit ``buffer``.
     """
-    return _BufferWriter(buffer, copies).node(tree, group_blocks)
+    writer = _BufferWriter(buffer, copies)
+    skeleton = writer.node(tree, group_blocks)
+    writer.close()  # the copies, once every tensor fitted (a tree that does not fit copies nothing)
+    return skeleton
 
 
 def skeleton_end(skeleton) -> int:
