@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from pkb_core.harness.copies import COPIES_ENV, copies_choice, copy_all, copy_into
+from pkb_core.harness.copies import COPIES_ENV, TOGETHER_MAX_BYTES, copies_choice, copy_all, copy_into
 from pkb_core.harness.windows import WindowSide
 from pkb_core.judge.clock import Timekeeper
 from test_window_clock import CPU, _arm, _snapshot, window_records
@@ -53,6 +53,11 @@ def test_many_copies_with_kernels_are_one_launch_of_the_widest_words(monkeypatch
     into = [torch.zeros_like(v) for v in wide]
     copy_all(zip(into, wide), "kernels")
     assert calls[-1] == [torch.int64, torch.int64] and all(torch.equal(a, b) for a, b in zip(into, wide))
+    # A tensor over the bound is copied on its own (the multi-tensor kernel crawls on large ones).
+    large = [torch.randn(8), torch.randn(TOGETHER_MAX_BYTES // 4 + 1), torch.randn(3, 2)]
+    into = [torch.zeros_like(v) for v in large]
+    copy_all(zip(into, large), "kernels")
+    assert calls[-1] == [torch.int64, torch.int64] and all(torch.equal(a, b) for a, b in zip(into, large))
     calls.clear()
     into = [torch.zeros_like(v) for v in wide]
     copy_all(zip(into, wide), "engine")

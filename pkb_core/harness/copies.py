@@ -47,15 +47,24 @@ def copy_into(dst, src, copies: str = "engine", *, non_blocking: bool = False) -
     dst.copy_(src, non_blocking=non_blocking)
 
 
+#: Tensors up to this many bytes are copied together by :func:`copy_all` (with kernels); larger
+#: ones each by a kernel of their own.
+TOGETHER_MAX_BYTES = 32 * 1024
+
+
 def copy_all(pairs, copies: str = "engine", *, non_blocking: bool = False) -> None:
-    """Copy each ``(dst, src)`` of ``pairs`` as :func:`copy_into` would, but with ``kernels`` in as
-    few launches as there can be: the contiguous pairs as one ``torch._foreach_copy_`` over their
-    bytes (one multi-tensor kernel on a GPU for up to about a hundred tensors), viewed as the
-    widest integer every pair's length and addresses divide, the others one by one.
+    """Copy each ``(dst, src)`` of ``pairs`` as :func:`copy_into` would, but with ``kernels`` the
+    small contiguous pairs (up to :data:`TOGETHER_MAX_BYTES` each) in one launch: one
+    ``torch._foreach_copy_`` over their bytes (a multi-tensor kernel on a GPU), viewed as the
+    widest integer every such pair's length and addresses divide; the others one by one.
 
     Why (docs/timing.md, "How the harness copies"): each kernel in a window is a launch the device
     waits through, inside the window of every side alike; a call's export (its outputs and its
-    arguments after it) was one kernel a tensor."""
+    arguments after it) was one kernel a tensor. Measured on 2xH200 (2026-11-30,
+    docs/benchmarks/2026-11-30-h200x2-harness-launches.md): with every pair together, pkb's harness
+    at 4 KiB was 2-4 us shorter, but 10-25 us longer at 256 KiB and 2 MiB, where the multi-tensor
+    kernel gives a tensor one block for each 64 Ki elements and its writes into the host's memory
+    crawl; hence the bound."""
     pairs = list(pairs)
     if copies != "kernels" or len(pairs) < 2:
         for dst, src in pairs:
@@ -66,7 +75,8 @@ def copy_all(pairs, copies: str = "engine", *, non_blocking: bool = False) -> No
     together, alone = [], []
     for dst, src in pairs:
         fits = dst.is_contiguous() and src.is_contiguous() and dst.dtype == src.dtype and \
-            dst.device == src.device and _bytes(torch, dst).shape == _bytes(torch, src).shape
+            dst.device == src.device and _bytes(torch, dst).shape == _bytes(torch, src).shape and \
+            dst.numel() * dst.element_size() <= TOGETHER_MAX_BYTES
         (together if fits else alone).append((dst, src))
     if len(together) == 1:
         alone += together
