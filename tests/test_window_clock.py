@@ -70,6 +70,30 @@ def test_each_call_sees_only_its_own_set_and_its_output_is_what_the_judge_reads(
         assert torch.equal(got["out"], sets[w][0] * 2) and torch.equal(got["args"][0], sets[w][0])
 
 
+def test_a_snapshot_never_runs_past_its_windows_stride_in_a_region_made_for_larger_outputs(clock):
+    """A pool made for an earlier batch's larger outputs is kept for a batch whose outputs are
+    smaller (the judge's own sides keep theirs from job to job): a side that says it filled its
+    whole slot has each window's snapshot cut at the batch's stride, never written into the next
+    window's (or, on the device engine, past the last: the triton all-to-all after the scatter at
+    256 MiB failed so on 2xH200), and every window's outputs read back right."""
+    large = [(torch.arange(16, dtype=torch.float32),)]
+    _arm(clock, large, out_bytes=65536)
+    sets = [(torch.arange(16, dtype=torch.float32) + 100 * w,) for w in range(5)]
+    skeletons, region, layout = _arm(clock, sets)
+    assert region["out_bytes"] == 65536 and layout["snap_stride"] == stride(4096)  # the larger pool, kept
+    side = WindowSide(CPU)
+    side.attach(region)
+    clock.send("open", epoch=11, timeout_s=20, **layout)
+    written = side.run(epoch=11, skeletons=skeletons, call=lambda args: (args[0] * 2, args), timeout_s=20,
+                       fill=65536)
+    answer = clock.receive()
+    assert answer["status"] == "ok" and answer["copied"] == [stride(4096)] * 5, answer["copied"]
+    for w in range(5):
+        got = _snapshot(clock, written[w], w)
+        assert torch.equal(got["out"], sets[w][0] * 2) and torch.equal(got["args"][0], sets[w][0])
+    side.close()
+
+
 def test_a_large_batch_copies_out_only_the_windows_chosen_before_it(clock):
     """The launcher draws which windows of a large batch are copied out and checked before the
     batch and tells the timekeeper alone: those are in the snapshots, the others copy nothing."""

@@ -85,6 +85,16 @@ def snapshot_pieces(nbytes: int, pieces: int = SNAPSHOT_PIECES) -> list[tuple[in
     return found
 
 
+def snapshot_bytes(out_bytes: int, snap_stride: int) -> int:
+    """The most bytes of a window's ``out_slot`` (``out_bytes`` long) its snapshot holds: no more
+    than the batch's snapshot stride. A region of a pool made for an earlier job's larger outputs
+    is longer than this job's stride (the judge's own sides keep their pool from job to job), and a
+    whole slot copied into each window's snapshot would run into the next window's, past the end
+    of the last: on the device engine the copy failed (``CUDA_ERROR_INVALID_VALUE``, the triton
+    all-to-all at 256 MiB after the scatter at 256 MiB, 2xH200, 2026-11-30); on the host engine
+    a side that said it filled its whole slot would have written into them."""
+    return max(0, min(out_bytes, snap_stride))
+
 class HostClock:
     """The host engine: shared-memory files, polls, ``time.perf_counter_ns``. It times CPU sides,
     and GPU sides whose device maps the region's file (``PKB_TIMEKEEPER=host``: no context of the
@@ -140,6 +150,7 @@ class HostClock:
         never free."""
         region, in_bytes, out_bytes = self.regions[side]
         in_at, out_at, _ = slot_layout(in_bytes, out_bytes)
+        out_bytes = snapshot_bytes(out_bytes, snap_stride)
         times, copied, stalled_at, status = [], [], None, "ok"
         released, snapped = [], []  # ns inside each window: the release's copy, the snapshot's
         takes = []  # masked sets: ns from each release to the side's taken
@@ -344,6 +355,7 @@ class DeviceClock:
         cu = driver()
         ptr, in_bytes, out_bytes = self.regions[side]
         in_at, out_at, _ = slot_layout(in_bytes, out_bytes)
+        out_bytes = snapshot_bytes(out_bytes, snap_stride)
         stream, n, began = self.stream, len(sizes), time.perf_counter_ns()
         handle = int(stream)
         queued = finished = 0
