@@ -248,12 +248,16 @@ def test_nvshmem4py_init_failure_is_one_line(monkeypatch):
 # ---------------------------------------------------------------------------
 
 def test_env_defaults_never_override_the_user():
-    env = {"NVSHMEM_DISABLE_NVLS": "0"}
+    env = {"NVSHMEM_DISABLE_NVLS": "0", "NVSHMEM_DISABLE_LOCAL_ONLY_PROXY": "0"}
     added = common.apply_env_defaults(env)
     assert added == {"NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME": "lo"}
-    assert env == {"NVSHMEM_DISABLE_NVLS": "0", "NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME": "lo"}
+    assert env == {"NVSHMEM_DISABLE_NVLS": "0", "NVSHMEM_DISABLE_LOCAL_ONLY_PROXY": "0",
+                   "NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME": "lo"}
     assert common.apply_env_defaults(env) == {}
-    assert common.apply_env_defaults({}) == {"NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME": "lo", "NVSHMEM_DISABLE_NVLS": "1"}
+    # Unset: no multicast teams, and no proxy thread polling a core where every peer is over NVLink
+    # (pkb's watch for host work left running flagged every sample for it on 2xH200).
+    assert common.apply_env_defaults({}) == {"NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME": "lo", "NVSHMEM_DISABLE_NVLS": "1",
+                                             "NVSHMEM_DISABLE_LOCAL_ONLY_PROXY": "1"}
 
 
 def test_library_search_honours_nvshmem_lib_dir(monkeypatch, tmp_path):
