@@ -94,6 +94,37 @@ def test_a_snapshot_never_runs_past_its_windows_stride_in_a_region_made_for_larg
     side.close()
 
 
+def test_the_judges_kernel_side_exports_what_the_references_calls_export(clock):
+    """What is subtracted from every side's window (the ``kernel`` side's) holds the export any
+    honest call makes: its outputs' and arguments' bytes, as many as the reference's calls fill,
+    written into ``out_slot`` by one copy before ``done``; below one alignment of them, one
+    kernel and nothing exported."""
+    from types import SimpleNamespace
+
+    from pkb_core.harness.parcel import skeleton_end
+    from pkb_core.judge.rank import JudgeRank
+
+    judge = SimpleNamespace(device=CPU)
+    assert JudgeRank._side_call(judge, "null", 4096) is None
+    tiny = JudgeRank._side_call(judge, "kernel", 40)
+    assert tiny([]) == (None, None)
+    sets = [(torch.arange(16, dtype=torch.float32) + 100 * w,) for w in range(3)]
+    skeletons, region, layout = _arm(clock, sets)
+    side = WindowSide(CPU)
+    side.attach(region)
+    # The slot holds something else first, so the export is what the snapshot then reads.
+    side.region.out_slot.fill_(7)
+    clock.send("open", epoch=21, timeout_s=20, **layout)
+    written = side.run(epoch=21, skeletons=skeletons, call=JudgeRank._side_call(judge, "kernel", 1000),
+                       timeout_s=20, fill=1000)
+    assert clock.receive()["status"] == "ok"
+    for w in range(3):
+        assert 1000 - 64 < skeleton_end(written[w]) <= 1000, written[w]
+        got = _snapshot(clock, written[w], w)
+        assert got["args"] is None and got["out"].dtype == torch.uint8 and not got["out"].any(), got
+    side.close()
+
+
 def test_a_large_batch_copies_out_only_the_windows_chosen_before_it(clock):
     """The launcher draws which windows of a large batch are copied out and checked before the
     batch and tells the timekeeper alone: those are in the snapshots, the others copy nothing."""
@@ -575,8 +606,11 @@ def test_group_offsets_run_the_candidate_groups_harness_only_when_asked(pkb_invo
         assert window["windows_us"]["candidate_harness"] > 0, window["windows_us"]
         offsets = window["group_offsets"]
         assert isinstance(offsets["offset_us"], float), offsets
+        # Defined unless a round's offset reached the candidate's time a call (on two busy cores a
+        # call of hundreds of us and offsets as wide can), and then the record says in how many.
         corrected = offsets["corrected_speedup"]
-        assert corrected["low"] <= corrected["value"] <= corrected["high"], corrected
+        assert (corrected is None) == (offsets["rounds_below_zero"] > 0), offsets
+        assert corrected is None or corrected["low"] <= corrected["value"] <= corrected["high"], corrected
         assert window["window_diagnostics"]["candidate_harness"]["window_p90_us"] > 0  # timed like any side
 
 
@@ -591,6 +625,10 @@ def test_the_offset_correction_pairs_each_rounds_offset_with_its_calls():
     per_call = {"reference": [0.020] * rounds,
                 "candidate": [0.020 + (1.0 + r % 2) / 1e3 for r in range(rounds)]}
     reading = offset_reading(raw, per_call)
-    assert reading["offset_us"] == 1.5
+    assert reading["offset_us"] == 1.5 and reading["rounds_below_zero"] == 0
     assert abs(reading["corrected_speedup"]["value"] - 1.0) < 1e-9
     assert abs(reading["corrected_speedup"]["low"] - 1.0) < 1e-9 and abs(reading["corrected_speedup"]["high"] - 1.0) < 1e-9
+    # An offset of 25 us in one round, longer than the candidate's 21 us: no corrected speedup, and why.
+    raw["candidate_harness"][3] = 35.0
+    reading = offset_reading(raw, per_call)
+    assert reading["corrected_speedup"] is None and reading["rounds_below_zero"] == 1

@@ -16,7 +16,8 @@ keeps:
   the reference group's (us);
 * ``group_offsets.corrected_speedup``: the speedup with each round's offset taken from the
   candidate's time a call (value, low, high): what the speedup would read were the offset
-  corrected.
+  corrected; None where that leaves a round's time at or below zero (an offset as long as the
+  candidate's call), and ``group_offsets.rounds_below_zero`` says in how many rounds.
 
 It is the candidate's process that runs ``candidate_harness``, after its solution was imported: a
 file can slow those batches to make the correction favour it. So it is a diagnostic, used for
@@ -48,13 +49,12 @@ def group_offsets_on() -> bool:
 
 
 def offset_reading(raw: dict, per_call: dict) -> dict:
-    """``{"offset_us", "corrected_speedup"}`` from window mode's rounds: ``raw`` (per side, each
+    """``{"offset_us", "rounds_below_zero", "corrected_speedup"}`` from window mode's rounds: ``raw`` (per side, each
     round's median window in us, ``harness`` and :data:`CANDIDATE_HARNESS` among them) and
     ``per_call`` (the two compared sides' time a call per round, in ms)."""
     offsets = [c - h for c, h in zip(raw[CANDIDATE_HARNESS], raw["harness"])]
     pairs = [(ref, cand - offset / 1e3) for ref, cand, offset in
              zip(per_call["reference"], per_call["candidate"], offsets)]
-    reading = {"offset_us": round(statistics.median(offsets), 3)}
-    if pairs and min(min(pair) for pair in pairs) > 0:
-        reading["corrected_speedup"] = ratio_reading(pairs)
-    return reading
+    below = sum(1 for pair in pairs if min(pair) <= 0)
+    return {"offset_us": round(statistics.median(offsets), 3), "rounds_below_zero": below,
+            "corrected_speedup": ratio_reading(pairs) if pairs and not below else None}

@@ -9,7 +9,10 @@ against (:data:`FLOOR_SIDES`); two of them are the judge's own (its rank is the 
   between the timekeeper's context and a side's (with the release of the inputs and the
   snapshot of the same bytes). Every side does at least this: a side whose windows are
   measurably shorter is ``flagged``, never read as fast;
-* ``kernel``: the same hand-off to a side that runs one kernel. On a GPU without MPS the
+* ``kernel``: the same hand-off to a side that runs one kernel, which writes as many bytes as
+  the reference's calls export (their outputs and arguments after them) into ``out_slot`` with
+  pkb's own copy: the least any honest call's window holds (every side hands over those bytes
+  before its ``done``), so the export is not in what a speedup divides by. On a GPU without MPS the
   contexts are time-sliced, and a window whose side uses the compute engine costs a switch of
   that engine to the side's context and back (about 270 us on 2xH200, stable to a few us,
   docs/benchmarks/2026-11-28-h200x2-device-clock.md), whatever the kernel does. It is what is

@@ -120,8 +120,8 @@ class Clocks(Answer):
 
 #: The judge's own sides in window mode, this rank as the side (:mod:`pkb_core.conduct.window_rounds`):
 #: ``null``, the empty hand-off (each window a wait for ``go`` and ``done``); ``kernel``, the
-#: hand-off to a side that runs one kernel (on a GPU, what switching the compute engine to a
-#: side's context costs).
+#: hand-off to a side that runs one kernel, the export of as many bytes as the reference's calls
+#: export (on a GPU, also what switching the compute engine to a side's context costs).
 JUDGE_SIDES = ("null", "kernel")
 #: Window mode's sides run by pkb's reference group: ``harness``, pkb's harness with no call
 #: (placing each set, the device barrier and the export: what an honest side's window holds

@@ -47,7 +47,7 @@ from pkb_core.judge.clock import TimekeeperFailed
 from pkb_core.harness import mask
 from pkb_core.harness.trees import leaves
 from pkb_core.harness.parcel import TRUSTED, UNTRUSTED, Limits, ParcelError, pack, pack_into, packed_size, \
-    skeleton_end, unpack, unpack_from
+    skeleton_end, stand_in_outputs, unpack, unpack_from
 from pkb_core.problem.contract import RunContext, read_spec
 from pkb_core.harness.timing import BatchTimer
 from pkb_core.harness.trees import clone, identical, restore
@@ -418,7 +418,8 @@ class JudgeRank:
         keeper = clock.of(request.side)
         own = request.side in JUDGE_SIDES  # the reference and the candidate are groups
         window_side = self._window_side(request.side, armed) if own else None
-        call = self._side_call(request.side) if own else None  # before the timekeeper waits for it
+        # Before the timekeeper waits for it.
+        call = self._side_call(request.side, min(self.ref_out_bytes, armed["out_bytes"])) if own else None
         meeting = clock.board(request.board, request.side) if keeper.host_engine else {}
         masked = {"keys": armed["keys"], "take_allowance_ns": request.take_allowance_ns} if armed["keys"] else {}
         keeper.send("open", side=armed["region"]["key"], epoch=request.epoch, sizes=armed["sizes"],
@@ -492,11 +493,29 @@ class JudgeRank:
         sides[side].call_events = False  # the groups' account (PKB_CALL_EVENTS), not the judge's own sides'
         return sides[side]
 
-    def _side_call(self, side: str):
+    def _side_call(self, side: str, fill: int):
         """This rank as one of the judge's own sides: what it does in each window (None:
-        nothing but the hand-off; ``kernel``: one kernel)."""
+        nothing but the hand-off; ``kernel``: the least any honest call's window holds besides
+        the hand-off, one kernel that writes ``fill`` bytes, what the reference's calls export
+        (their outputs and their arguments after them), into ``out_slot``).
+
+        Every side's window must hand its outputs' bytes to the judge's memory before its
+        ``done``, so the ``kernel`` window that is subtracted from each side's holds that export,
+        made in one launch by pkb's copy: a side can write those bytes no sooner than this
+        (only save the launch, by writing them from its own kernel), and what is left of a
+        window after it is the call and the rest of pkb's harness (docs/timing.md)."""
         if side == "null":
             return None
+        # fill's bytes (less than one alignment short), made once per size: a job's batches share it.
+        floors = self.__dict__.setdefault("export_floors", {})
+        if fill not in floors:
+            floors.clear()
+            floors[fill] = stand_in_outputs([], fill, self.device)
+            if floors[fill] is not None:
+                floors[fill].zero_()
+        floor = floors[fill]
+        if floor is not None:
+            return lambda views: (floor, None)
         tick = torch.zeros(1, dtype=torch.int32, device=self.device)
 
         def one_kernel(views):
