@@ -501,9 +501,10 @@ class JudgeRank:
 
         Every side's window must hand its outputs' bytes to the judge's memory before its
         ``done``, so the ``kernel`` window that is subtracted from each side's holds that export,
-        made in one launch by pkb's copy: a side can write those bytes no sooner than this
-        (only save the launch, by writing them from its own kernel), and what is left of a
-        window after it is the call and the rest of pkb's harness (docs/timing.md)."""
+        made in one launch by pkb's copy, as an honest side's export is made: what is left of a
+        window after it is the call and the rest of pkb's harness, and a side gains only what its
+        own writing of those bytes saves on pkb's copy (the launch, writing them from its own
+        kernel; docs/trust.md)."""
         if side == "null":
             return None
         # fill's bytes (less than one alignment short), made once per size: a job's batches share it.

@@ -91,9 +91,11 @@ def snapshot_bytes(out_bytes: int, snap_stride: int) -> int:
     is longer than this job's stride (the judge's own sides keep their pool from job to job), and a
     whole slot copied into each window's snapshot would run into the next window's, past the end
     of the last: on the device engine the copy failed (``CUDA_ERROR_INVALID_VALUE``, the triton
-    all-to-all at 256 MiB after the scatter at 256 MiB, 2xH200, 2026-11-30); on the host engine
-    a side that said it filled its whole slot would have written into them."""
+    all-to-all at 256 MiB after the scatter at 256 MiB, 2xH200, 2026-11-30); on the host engine,
+    for a side that said it filled its whole slot, the copy ran into the next window's snapshot and
+    past the last one's raised."""
     return max(0, min(out_bytes, snap_stride))
+
 
 class HostClock:
     """The host engine: shared-memory files, polls, ``time.perf_counter_ns``. It times CPU sides,
