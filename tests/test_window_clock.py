@@ -256,6 +256,9 @@ def test_window_mode_judges_honest_and_hostile_solutions(pkb_invoke, tmp_path):
     parts = checks["candidate"]
     assert set(parts) == {"wall", "reference", "unpack", "to_device", "compare"}, parts
     assert all(v >= 0 for v in parts.values()) and parts["wall"] >= parts["reference"] + parts["compare"] > 0, parts
+    # What the batch before each compared side's did to it (GPU jobs are judged on the reference's).
+    assert set(window["follow_us"]) == {"reference", "candidate"}, window["follow_us"]
+    assert all(v is None or isinstance(v, float) for v in window["follow_us"].values()), window["follow_us"]
     # No garbage collection of either side (or of the null side) lands inside a window.
     assert all(d["gc_collections_in_windows"] == 0 for d in window["window_diagnostics"].values())
     # What of each window is the host engine's own copies: the release of the set, the snapshot.
@@ -395,6 +398,36 @@ def test_a_candidate_under_pkbs_own_harness_is_flagged_where_the_reference_reach
         _judge_against_harness({**noisy, "candidate": [h * 0.85 for h in spread]})
     assert ended.value.verdict == Verdict.FLAGGED, ended.value.reason
     _judge_against_harness({**noisy, "candidate": [h + 5.0 for h in spread]})  # honest and fast: not flagged
+
+
+def test_a_reference_slowed_after_the_candidates_batch_is_flagged_on_a_gpu():
+    """The pair's order alternates over pairs of rounds. ``follow_us`` is what following the other
+    compared side's batch, not the judge's, did to each side's windows; where the reference's
+    windows are far longer after the candidate's batch (device work the candidate left running
+    shares the GPU with them, a time slice at a time), the job is ``flagged``, never a speedup.
+    An honest order effect (a microsecond) is not."""
+    from pkb_core.conduct.window_rounds import FOLLOW_US, _judge_reference_after_candidate, follow_effect
+    from pkb_core.contracts.outcome import JobEnded
+    from pkb_core.contracts.verdict import Verdict
+
+    orders = [("reference", "candidate"), ("candidate", "reference")] * 4
+    first = [order[0] == "candidate" for order in orders]
+    honest = {"reference": [40.0 + (0.8 if c else 0.0) for c in first],
+              "candidate": [30.0 + (0.0 if c else 0.5) for c in first]}
+    following = follow_effect(honest, orders)
+    assert following == {"reference": 0.8, "candidate": 0.5}
+    _judge_reference_after_candidate(honest, orders, following)
+    # Its kernels left running: the reference's windows a time slice (2 ms) longer in every round
+    # that followed the candidate's batch.
+    slowed = {**honest, "reference": [r + (2000.0 if c else 0.0) for r, c in zip(honest["reference"], first)]}
+    with pytest.raises(JobEnded) as ended:
+        _judge_reference_after_candidate(slowed, orders, follow_effect(slowed, orders))
+    assert ended.value.verdict == Verdict.FLAGGED and "left work running on the device" in ended.value.reason
+    assert f"allowed {FOLLOW_US:.1f} us more" in ended.value.reason, ended.value.reason
+    # One round only, or every round in the same order: nothing to compare, nothing flagged.
+    assert follow_effect({"reference": [40.0], "candidate": [30.0]}, orders[:1]) == \
+        {"reference": None, "candidate": None}
+    _judge_reference_after_candidate(honest, orders[:1], {"reference": None, "candidate": None})
 
 
 def test_the_timekeepers_of_a_node_open_each_window_together(tmp_path):

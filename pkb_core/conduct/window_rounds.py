@@ -125,6 +125,16 @@ GROUP_US = 1.0
 #: (docs/timing.md, "A set released ahead of its window").
 TAKE_ROOM_SHARE = 0.1
 TAKE_ROOM_NS = 2000
+#: On a GPU, the reference's windows in the rounds where its batch follows the candidate's may be
+#: longer than in the rounds where it follows the judge's by no more than the larger of this many
+#: microseconds and this share of the latter: device work a candidate leaves running after its
+#: batch (its processes are frozen between batches, its kernels are not) shares the GPU with the
+#: reference's context, a time slice at a time, and would lengthen the reference's windows in half
+#: the rounds, and so the speedup. Gross on purpose: what an honest job's order does to a side is a
+#: microsecond (docs/timing.md), and these bounds are not yet set from GPU runs (``follow_us`` in
+#: every record is what will set them).
+FOLLOW_US = 200.0
+FOLLOW_SHARE = 0.5
 
 
 class Batches:
@@ -378,8 +388,10 @@ def time_windows(run, mode: str, budget_s: float, calls: int, least: int, cap: i
     raw = {"reference": [], "candidate": [], **{side: [] for side in (*FLOOR_SIDES, *trailing)}}
     started = time.monotonic()
     round_, stopped, order, tail = 0, None, ("reference", "candidate"), trailing
+    orders = []  # each round's order of the compared pair
     while stopped is None:
         order = balanced_order(order, round_, batches.rng)
+        orders.append(order)
         for side in JUDGE_SIDES:
             raw[side].append(statistics.median(batches.batch(side, f"{mode}/{round_}/{side}")))
         for side in order:
@@ -400,6 +412,9 @@ def time_windows(run, mode: str, budget_s: float, calls: int, least: int, cap: i
         stopped = rule.decide_within(samples, *_positive(per_call), time.monotonic() - started, budget_s)
     _judge_against_null(raw)
     _judge_against_harness(raw)
+    following = follow_effect(raw, orders)
+    if run.settings.device == "cuda":
+        _judge_reference_after_candidate(raw, orders, following)
     pairs = list(zip(per_call["reference"], per_call["candidate"]))
     total = round_ * calls
     alignment = {"reference": "timekeeper windows", "candidate": "timekeeper windows"}
@@ -411,6 +426,8 @@ def time_windows(run, mode: str, budget_s: float, calls: int, least: int, cap: i
              "beyond_harness_us": {side: round(statistics.median(raw[side]) - statistics.median(raw["harness"]), 3)
                                    for side in ("reference", "candidate")},
              "null_is_floor": null_is_floor(raw),
+             # what following the other compared side's batch, not the judge's, did to each side's windows
+             "follow_us": following,
              "timekeeper": ",".join(sorted(batches.engines)),
              "harness_copies": ",".join(sorted(batches.harness_copies)),
              # released ahead of their windows, masked (true), or copied inside them (false)
@@ -515,6 +532,44 @@ def _judge_against_null(raw: dict) -> None:
     slack = max(BELOW_NULL_US, BELOW_NULL_SHARE * statistics.median(raw["null"]))
     _flag_under(raw, "null", "the judge's empty hand-off",
                 "its calls did less than waiting for their gates and closing them", slack)
+
+
+def _after(raw: dict, orders: list, side: str, first: str) -> list[float]:
+    """``side``'s windows (each round's median) in the rounds whose compared pair ran ``first``
+    first."""
+    return [raw[side][r] for r, order in enumerate(orders) if order[0] == first]
+
+
+def follow_effect(raw: dict, orders: list) -> dict:
+    """Per compared side, the median of its windows in the rounds where its batch followed the
+    other compared side's, less the median in the rounds where it followed the judge's ``kernel``
+    batch (it went first), in us; None with no round of either kind. The pair's order is balanced
+    over pairs of rounds, so in an honest job this is what the batch before a side's does to it
+    (a microsecond at 4 KiB on one H200: docs/timing.md)."""
+    found = {}
+    for side, other in (("reference", "candidate"), ("candidate", "reference")):
+        after_other, after_judge = _after(raw, orders, side, other), _after(raw, orders, side, side)
+        found[side] = round(statistics.median(after_other) - statistics.median(after_judge), 3) \
+            if after_other and after_judge else None
+    return found
+
+
+def _judge_reference_after_candidate(raw: dict, orders: list, following: dict) -> None:
+    """On a GPU: ``flagged`` where the reference's windows were longer after the candidate's batch
+    than after the judge's by more than :data:`FOLLOW_US` and :data:`FOLLOW_SHARE` (device work
+    the candidate left running after its batch, which shares the GPU with the reference's)."""
+    extra = following.get("reference")
+    if extra is None:
+        return
+    after_judge = statistics.median(_after(raw, orders, "reference", "reference"))
+    allowed = max(FOLLOW_US, FOLLOW_SHARE * after_judge)
+    if extra > allowed:
+        after_candidate = after_judge + extra
+        raise JobEnded(Verdict.FLAGGED,
+                       f"the reference's windows were {after_candidate:.1f} us (median) in the rounds where its batch "
+                       f"followed the candidate's and {after_judge:.1f} us where it followed the judge's (allowed "
+                       f"{allowed:.1f} us more): the candidate left work running on the device after its batch, "
+                       "which slowed the reference's (a timing cheat, never a speedup)")
 
 
 def batch_ended(side: str, times: list) -> JobEnded | None:
