@@ -99,3 +99,30 @@ def test_a_rule_pkbs_harness_did_not_apply_is_named_only_when_it_is_the_only_one
     assert compare(torch.tensor([1.5, 2.0]), torch.tensor([1, 2])) == "out: dtype float32, expected int64"
     assert compare((right,), right).endswith(f"differs from the reference's tensor {note}")
     assert not compare((right + 1,), right).endswith(note)
+
+
+def test_every_tensor_handed_over_is_compared_by_its_path_whatever_comes_back():
+    """The judge's check of a call's arguments after it compares each tensor it handed over with
+    what came back at the same path: one sent back missing (an argument as an empty tuple, a
+    tensor wrapped in a list) is a modified input, not nothing to compare; a changed one too;
+    only the arguments the problem updates in place are compared with the reference's."""
+    from types import SimpleNamespace
+
+    from pkb_core.judge.rank import JudgeRank
+
+    judge = SimpleNamespace(problem=SimpleNamespace(mutates=()))
+    x, pair = torch.arange(4.0), [torch.ones(2), torch.zeros(3)]
+    before = [x, pair, 7]
+
+    def after(*args):
+        return JudgeRank._arguments_after(judge, list(args), before, before, None)
+
+    assert after(x.clone(), [t.clone() for t in pair], None) is None
+    for sent, path in (([(), [t.clone() for t in pair], None], "argument 0"),
+                       ([x.clone(), (), None], "argument 1[0]"),
+                       ([[x.clone()], [t.clone() for t in pair], None], "argument 0"),
+                       ([x.clone(), [pair[0].clone()], None], "argument 1[1]"),
+                       ([x + 1, [t.clone() for t in pair], None], "argument 0")):
+        found = after(*sent)
+        assert found is not None and f"modified its input ({path})" in str(found), (sent, found)
+    assert after(x.clone()) == "the solution's arguments could not be read back"

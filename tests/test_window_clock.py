@@ -285,6 +285,9 @@ def test_window_mode_judges_honest_and_hostile_solutions(pkb_invoke, tmp_path):
     assert unfilled["verdict"] == "fail" and "said it filled" in unfilled["reason"], unfilled
     overwritten = records["1_allreduce_input_overwritten.py"]
     assert overwritten["verdict"] == "fail" and "modified its input" in overwritten["reason"], overwritten
+    # The same, its arguments sent back as empty tuples so that no tensor of them was compared.
+    hidden = records["1_allreduce_hides_its_modified_input.py"]
+    assert hidden["verdict"] == "fail" and "modified its input (argument 0)" in hidden["reason"], hidden
     # A loop rebound in the candidate's own process still answers through the judge's gates and is
     # timed by the judge's clock, the kernel null subtracted (what it saves of pkb's harness
     # copies is the gap docs/trust.md names).

@@ -215,7 +215,14 @@ class JudgeRank:
                     return Difference.of(f"argument {i} (updated in place): {problem.replace('out', 'value', 1)}",
                                       problem, output=f"argument {i} (updated in place)")
                 continue
-            for (path, a), (_, b) in zip(leaves(after, f"argument {i}"), leaves(before, f"argument {i}")):
+            # By path, every tensor of the argument as it was handed over: a tree sent back with
+            # fewer leaves (an argument sent back as an empty tuple) has nothing to be compared
+            # with, which a walk of both trees side by side stopped at and passed (a hostile file
+            # all-reduced into its input and so skipped its clone, 2026-11-30): a tensor missing
+            # from what came back is an input modified.
+            sent_back = dict(leaves(after, f"argument {i}"))
+            for path, b in leaves(before, f"argument {i}"):
+                a = sent_back.get(path)
                 if isinstance(b, torch.Tensor) and not (isinstance(a, torch.Tensor) and identical(a, b)):
                     return Difference.input_modified(path)
         return None
