@@ -104,8 +104,8 @@ def test_a_rule_pkbs_harness_did_not_apply_is_named_only_when_it_is_the_only_one
 def test_every_tensor_handed_over_is_compared_by_its_path_whatever_comes_back():
     """The judge's check of a call's arguments after it compares each tensor it handed over with
     what came back at the same path: one sent back missing (an argument as an empty tuple, a
-    tensor wrapped in a list) is a modified input, not nothing to compare; a changed one too;
-    only the arguments the problem updates in place are compared with the reference's."""
+    tensor wrapped in a list) is a modified input, not nothing to compare; a changed one too; a
+    tree with fewer arguments could not be read back."""
     from types import SimpleNamespace
 
     from pkb_core.judge.rank import JudgeRank
