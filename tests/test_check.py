@@ -126,3 +126,18 @@ def test_every_tensor_handed_over_is_compared_by_its_path_whatever_comes_back():
         found = after(*sent)
         assert found is not None and f"modified its input ({path})" in str(found), (sent, found)
     assert after(x.clone()) == "the solution's arguments could not be read back"
+
+
+def test_out_of_range_integer_lists_and_an_overwritten_infinity_are_differences():
+    """A list of ints stands for a 1-D integer tensor only where every value fits its dtype
+    (``torch.tensor`` would wrap ``[-251]`` into uint8's ``[5]``); an input whose infinity was
+    overwritten with the largest finite value is not identical to it (NaNs still match NaNs)."""
+    from pkb_core.harness.trees import identical
+
+    assert compare([5], torch.tensor([5], dtype=torch.uint8)) is None
+    assert compare([-251], torch.tensor([5], dtype=torch.uint8)) is not None
+    assert compare([2 ** 40], torch.tensor([0], dtype=torch.int32)) is not None
+    inf_nan = torch.tensor([float("inf"), float("nan"), 1.0])
+    largest = torch.tensor([torch.finfo(torch.float32).max, float("nan"), 1.0])
+    assert identical(inf_nan, inf_nan.clone()) and not identical(inf_nan, largest)
+    assert identical(torch.tensor([complex(float("nan"), 0), 1 + 2j]), torch.tensor([complex(float("nan"), 0), 1 + 2j]))

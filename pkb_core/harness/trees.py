@@ -36,8 +36,12 @@ def identical(a: torch.Tensor, b: torch.Tensor) -> bool:
     if a.element_size() == 1 and a.is_floating_point():  # fp8: compare the codes
         a, b = a.view(torch.uint8), b.view(torch.uint8)
     if a.is_floating_point() or a.is_complex():
-        return bool(torch.equal(torch.nan_to_num(a), torch.nan_to_num(b)) and
-                    torch.equal(torch.isnan(a), torch.isnan(b)))
+        # NaN where the other has NaN, every other value equal: infinities kept (nan_to_num made an
+        # infinity and the dtype's largest value alike, so an input's inf overwritten with the
+        # largest finite value read as unchanged).
+        nans = torch.isnan(a)
+        return bool(torch.equal(nans, torch.isnan(b)) and
+                    torch.equal(a.masked_fill(nans, 0), b.masked_fill(nans, 0)))
     return bool(torch.equal(a, b))
 
 

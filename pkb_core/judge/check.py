@@ -111,9 +111,14 @@ def _integer_lists_as_tensors(candidate, reference):
         if (reference.dim() == 1 and not reference.is_floating_point() and not reference.is_complex()
                 and reference.dtype != torch.bool and isinstance(candidate, (list, tuple))
                 and all(_integral(v) for v in candidate)):
+            # Out of the dtype's range: compared as it came (a failure). Checked here, since
+            # torch.tensor wraps some values into a small dtype silently ([-251] as uint8 [5]).
+            info = torch.iinfo(reference.dtype)
+            if not all(info.min <= int(v) <= info.max for v in candidate):
+                return candidate
             try:
                 return torch.tensor([int(v) for v in candidate], dtype=reference.dtype, device=reference.device)
-            except (OverflowError, RuntimeError):  # out of the dtype's range: compared as it came
+            except (OverflowError, RuntimeError):
                 return candidate
         return candidate
     if isinstance(reference, (list, tuple)) and not isinstance(reference, torch.Size) \
