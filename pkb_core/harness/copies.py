@@ -37,12 +37,12 @@ def copy_into(dst, src, copies: str = "engine", *, non_blocking: bool = False) -
     """Copy tensor ``src`` into tensor ``dst`` (same shape and dtype), the way ``copies`` says: a
     kernel is queued on the current stream; ``copy_`` is given ``non_blocking``. A tensor that is
     not one contiguous run of bytes is copied by ``copy_``."""
-    if copies == "kernels" and dst.is_contiguous() and src.is_contiguous() and dst.dtype == src.dtype:
+    if copies == "kernels":
         import torch  # here, not at the top: the command line checks the setting before any torch
 
-        into, out_of = _bytes(torch, dst), _bytes(torch, src)
-        if into.shape == out_of.shape:
-            torch.bitwise_or(out_of, 0, out=into)
+        views = _byte_views(torch, dst, src)
+        if views is not None:
+            torch.bitwise_or(views[1], 0, out=views[0])
             return
     dst.copy_(src, non_blocking=non_blocking)
 
@@ -72,17 +72,17 @@ def copy_all(pairs, copies: str = "engine", *, non_blocking: bool = False) -> No
         return
     import torch  # here, not at the top: the command line checks the setting before any torch
 
-    together, alone = [], []
+    together, alone = [], []  # byte views of the pairs copied in one launch; the pairs copied alone
     for dst, src in pairs:
-        fits = dst.is_contiguous() and src.is_contiguous() and dst.dtype == src.dtype and \
-            dst.device == src.device and _bytes(torch, dst).shape == _bytes(torch, src).shape and \
-            dst.numel() * dst.element_size() <= TOGETHER_MAX_BYTES
-        (together if fits else alone).append((dst, src))
+        views = _byte_views(torch, dst, src) if dst.device == src.device else None
+        if views is not None and views[0].numel() <= TOGETHER_MAX_BYTES:
+            together.append(views)
+        else:
+            alone.append((dst, src))
     if len(together) == 1:
-        alone += together
+        torch.bitwise_or(together[0][1], 0, out=together[0][0])  # one pair: copy_into's own kernel
     elif together:
-        into = [_bytes(torch, dst) for dst, _ in together]
-        out_of = [_bytes(torch, src) for _, src in together]
+        into, out_of = [v[0] for v in together], [v[1] for v in together]
         width = _common_width(torch, into + out_of)
         if width is not None:
             into = [t.view(width) for t in into]
@@ -99,6 +99,15 @@ def _common_width(torch, flats):
         if all(t.numel() % size == 0 and t.data_ptr() % size == 0 for t in flats):
             return dtype
     return None
+
+
+def _byte_views(torch, dst, src):
+    """``(dst's bytes, src's bytes)`` as two flat uint8 views where both tensors are one contiguous
+    run of bytes of the same dtype and length (what a copy by a kernel over bytes needs), else None."""
+    if not (dst.is_contiguous() and src.is_contiguous() and dst.dtype == src.dtype):
+        return None
+    into, out_of = _bytes(torch, dst), _bytes(torch, src)
+    return (into, out_of) if into.shape == out_of.shape else None
 
 
 def _bytes(torch, tensor):
