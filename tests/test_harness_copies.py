@@ -65,6 +65,21 @@ def test_many_copies_with_kernels_are_one_launch_of_the_widest_words(monkeypatch
     assert not calls and all(torch.equal(a, b) for a, b in zip(into, wide))
 
 
+def test_a_pair_on_two_devices_is_copied_by_copy_not_a_kernel():
+    """A call's output on the host exported into a device's view of a slot (problem 26 returns
+    CPU tensors) is one pair on two devices: ``copy_``, never the kernel over bytes, which needs
+    both on one device (on 2xH200 the reference group failed with "Expected all tensors to be on
+    the same device" in window mode); the other pairs are still copied together. Here the device
+    is ``meta``, which ``copy_`` accepts from the host."""
+    host = torch.arange(4.0)
+    on_meta = torch.empty(4, device="meta")
+    copy_into(on_meta, host, "kernels")
+    small = [torch.randn(3), torch.randn(2)]
+    into = [torch.zeros_like(v) for v in small]
+    copy_all([(on_meta, host), *zip(into, small)], "kernels")
+    assert all(torch.equal(a, b) for a, b in zip(into, small))
+
+
 def test_a_choice_that_does_not_exist_is_one_line(monkeypatch):
     monkeypatch.setenv(COPIES_ENV, "dma")
     with pytest.raises(ValueError, match=r"^PKB_HARNESS_COPIES='dma' is not one of engine, kernels \("):

@@ -3,8 +3,8 @@ degenerate ones included, and read back exactly what was packed."""
 import pytest
 import torch
 
-from pkb_core.harness.parcel import (UNTRUSTED, ParcelError, pack, pack_into, packed_size, skeleton_end,
-                                     stand_in_outputs, unpack)
+from pkb_core.harness.parcel import (TRUSTED, UNTRUSTED, ParcelError, pack, pack_into, packed_size, skeleton_end,
+                                     stand_in_outputs, tensor_bytes, unpack, unpack_from)
 
 _BASE = torch.arange(24, dtype=torch.float32).reshape(4, 6)
 
@@ -86,3 +86,23 @@ def test_the_harness_stand_in_exports_as_many_bytes_as_the_outputs_it_stands_for
     skeleton = pack_into({"out": stand_in, "args": args}, buffer)
     assert skeleton_end(skeleton) == fill
     assert (stand_in is None) == (packed_size(outputs) == 0)
+
+
+def test_a_layer_read_as_views_holds_what_is_written_after_it_was_read():
+    """A ``torch.nn.Linear`` read from a slot as views (window mode reads a set before its gate
+    and its bytes arrive after) takes its weight and bias from the slot's bytes as they are when
+    it computes, not as they were when it was read; the launcher counts its tensors like any
+    (``tensor_bytes``: the weight, then the bias), and a layer whose weight does not fit its
+    features is refused."""
+    layer = torch.nn.Linear(3, 2, dtype=torch.float32)
+    tree = [torch.ones(4), layer]
+    buffer = torch.zeros(packed_size(tree), dtype=torch.uint8)
+    skeleton = pack_into([torch.zeros(4), torch.nn.Linear(3, 2)], buffer)  # what the slot held before
+    read = unpack_from(skeleton, buffer, limits=TRUSTED, copy=False)
+    pack_into(tree, buffer)  # the set arrives
+    x = torch.randn(5, 3)
+    assert torch.equal(read[1](x), layer(x)) and torch.equal(read[0], torch.ones(4))
+    assert tensor_bytes(skeleton) == [16, 24, 8]
+    skeleton["v"][1]["in"] = 2
+    with pytest.raises(ParcelError, match=r"a Linear\(2, 2\) with a weight of shape \[2, 3\]"):
+        unpack_from(skeleton, buffer, limits=TRUSTED)

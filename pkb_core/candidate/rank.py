@@ -38,7 +38,7 @@ from pkb_core.contracts.verdict import Verdict
 from pkb_core.harness.barrier import StoreBarrier
 from pkb_core.harness.copies import copy_all
 from pkb_core.errors import BackendUnavailable, CompileError, SolutionFailed, SolutionUnsupported, describe
-from pkb_core.harness.parcel import TRUSTED, pack, packed_size, stand_in_outputs, unpack
+from pkb_core.harness.parcel import TRUSTED, linear_of, pack, packed_size, stand_in_outputs, unpack
 from pkb_core.problem.contract import read_spec
 from pkb_core.candidate.sealed import is_refusal
 from pkb_core.harness.timing import BatchTimer, DeviceBarrierTimeout
@@ -401,18 +401,9 @@ def _layout_key(tree) -> str:
         return f"{type(tree).__name__}[{','.join(_layout_key(item) for item in tree)}]"
     if isinstance(tree, dict):
         return "{" + ",".join(f"{key!r}:{_layout_key(item)}" for key, item in tree.items()) + "}"
+    if type(tree) is torch.nn.Linear:  # placed anew for each set, on the same buffers
+        return f"Linear[{_layout_key(tree.weight)},{_layout_key(tree.bias)}]"
     return f"{type(tree).__name__}:{id(tree) if callable(tree) else repr(tree)}"
-
-
-def _tensor_leaves(tree):
-    if isinstance(tree, torch.Tensor):
-        yield tree
-    elif isinstance(tree, (list, tuple)) and not isinstance(tree, torch.Size):
-        for item in tree:
-            yield from _tensor_leaves(item)
-    elif isinstance(tree, dict):
-        for item in tree.values():
-            yield from _tensor_leaves(item)
 
 
 class _Slots:
@@ -480,6 +471,12 @@ class _Slots:
                 return type(value)(to_slot(v) for v in value)
             if isinstance(value, dict):
                 return {k: to_slot(v) for k, v in value.items()}
+            if type(value) is torch.nn.Linear:
+                # Its weight and bias are placed like any tensor (the launcher's sizes count them:
+                # parcel.tensor_bytes); a layer of the placed views is what the call gets.
+                weight = to_slot(value.weight.detach())
+                bias = None if value.bias is None else to_slot(value.bias.detach())
+                return linear_of(weight, bias) if copy else None
             # Only the tensors come back (a module or a group is no buffer of
             # the candidate's and cannot travel from it).
             return value if copy else None

@@ -36,7 +36,8 @@ def region_copies(region: dict) -> str:
 def copy_into(dst, src, copies: str = "engine", *, non_blocking: bool = False) -> None:
     """Copy tensor ``src`` into tensor ``dst`` (same shape and dtype), the way ``copies`` says: a
     kernel is queued on the current stream; ``copy_`` is given ``non_blocking``. A tensor that is
-    not one contiguous run of bytes is copied by ``copy_``."""
+    not one contiguous run of bytes, or a pair on two devices (a call's output on the host exported
+    into a device's view of a slot), is copied by ``copy_``."""
     if copies == "kernels":
         import torch  # here, not at the top: the command line checks the setting before any torch
 
@@ -74,8 +75,10 @@ def copy_all(pairs, copies: str = "engine", *, non_blocking: bool = False) -> No
 
     together, alone = [], []  # byte views of the pairs copied in one launch; the pairs copied alone
     for dst, src in pairs:
-        views = _byte_views(torch, dst, src) if dst.device == src.device else None
-        if views is not None and views[0].numel() <= TOGETHER_MAX_BYTES:
+        views = _byte_views(torch, dst, src)
+        # One launch runs on one device: the pairs on another than the first copied alone.
+        if views is not None and views[0].numel() <= TOGETHER_MAX_BYTES and (
+                not together or views[0].device == together[0][0].device):
             together.append(views)
         else:
             alone.append((dst, src))
@@ -103,8 +106,9 @@ def _common_width(torch, flats):
 
 def _byte_views(torch, dst, src):
     """``(dst's bytes, src's bytes)`` as two flat uint8 views where both tensors are one contiguous
-    run of bytes of the same dtype and length (what a copy by a kernel over bytes needs), else None."""
-    if not (dst.is_contiguous() and src.is_contiguous() and dst.dtype == src.dtype):
+    run of bytes of the same dtype and length on the same device (what a copy by a kernel over
+    bytes needs), else None."""
+    if not (dst.is_contiguous() and src.is_contiguous() and dst.dtype == src.dtype and dst.device == src.device):
         return None
     into, out_of = _bytes(torch, dst), _bytes(torch, src)
     return (into, out_of) if into.shape == out_of.shape else None

@@ -296,14 +296,13 @@ class _Reader:
                 return dist.group.WORLD
             return self.make_group([tuple(b) for b in node["partition"]], node["index"])
         if kind == "linear":
-            layer = torch.nn.Linear(node["in"], node["out"], bias=node["bias"] is not None)
             weight = self.tensor(node["weight"], f"{where}.weight")
-            layer = layer.to(device=weight.device, dtype=weight.dtype)
-            with torch.no_grad():
-                layer.weight.copy_(weight)
-                if node["bias"] is not None:
-                    layer.bias.copy_(self.tensor(node["bias"], f"{where}.bias"))
-            return layer
+            bias = None if node["bias"] is None else self.tensor(node["bias"], f"{where}.bias")
+            if tuple(weight.shape) != (node["out"], node["in"]) or (
+                    bias is not None and tuple(bias.shape) != (node["out"],)):
+                raise ParcelError(f"{where}: a Linear({node['in']}, {node['out']}) with a weight of shape "
+                                  f"{list(weight.shape)} and a bias of shape {None if bias is None else list(bias.shape)}")
+            return linear_of(weight, bias)
         value = node.get("v")
         expected = {"int": int, "float": float, "bool": bool, "str": str, "none": type(None)}[kind]
         if kind == "float" and type(value) is int:
@@ -399,6 +398,21 @@ def packed_size(tree) -> int:
     return end
 
 
+def linear_of(weight: torch.Tensor, bias: torch.Tensor | None) -> torch.nn.Linear:
+    """A ``torch.nn.Linear`` whose parameters are ``weight`` and ``bias`` themselves (their storage,
+    not copies, and nothing initialised at random first): a layer read as views of a slot, or
+    placed in a side's buffers, holds whatever is later written there. Window mode needs it: a
+    set's bytes arrive only when its window opens, after the layer was made (a layer that copied
+    its weights when made computed with the window before's, and the reference against itself
+    failed problems 31 and 32 on 2xH200)."""
+    out_features, in_features = weight.shape
+    layer = torch.nn.Linear(in_features, out_features, bias=bias is not None, device="meta", dtype=weight.dtype)
+    layer.weight = torch.nn.Parameter(weight)
+    if bias is not None:
+        layer.bias = torch.nn.Parameter(bias)
+    return layer
+
+
 def stand_in_outputs(args, fill: int, device) -> torch.Tensor | None:
     """A tensor (uint8, contents undefined) that takes, as a call's outputs beside the argument
     tree ``args``, about ``fill`` bytes of a parcel laid out as ``{"out": outputs, "args": args}``
@@ -445,6 +459,10 @@ def tensor_bytes(skeleton) -> list[int]:
         kind = node["k"]
         if kind == "tensor":
             found.append(node["n"])
+        elif kind == "linear":  # its weight, then its bias: the order a tree's walks take
+            walk(node["weight"])
+            if node["bias"] is not None:
+                walk(node["bias"])
         elif kind in ("tuple", "list"):
             for item in node["v"]:
                 walk(item)

@@ -50,7 +50,7 @@ from pkb_core.harness.parcel import TRUSTED, UNTRUSTED, Limits, ParcelError, pac
     skeleton_end, stand_in_outputs, unpack, unpack_from
 from pkb_core.problem.contract import RunContext, read_spec
 from pkb_core.harness.timing import BatchTimer
-from pkb_core.harness.trees import clone, identical, restore
+from pkb_core.harness.trees import clone, identical, module_tensors, restore
 
 #: Trials whose ``ctx.exact()`` draws use every mantissa bit: odd ones, or the
 #: only one (see :meth:`pkb_core.problem.contract.RunContext.exact`).
@@ -608,7 +608,13 @@ def _same_layout(old_sets, new_sets) -> bool:
             return False
         if isinstance(a, torch.Tensor) and (a.shape != b.shape or a.dtype != b.dtype):
             return False
-        if not isinstance(a, torch.Tensor) and not isinstance(a, torch.nn.Module) and a is not b:
+        if isinstance(a, torch.nn.Module) or isinstance(b, torch.nn.Module):
+            # the same kind of layer, its tensors of the same shapes (restore copies them)
+            if type(a) is not type(b) or [(t.shape, t.dtype) for t in module_tensors(a)] != \
+                    [(t.shape, t.dtype) for t in module_tensors(b)]:
+                return False
+            continue
+        if not isinstance(a, torch.Tensor) and a is not b:
             try:
                 if not bool(a == b):
                     return False
