@@ -296,18 +296,19 @@ def test_window_mode_judges_honest_and_hostile_solutions(pkb_invoke, tmp_path):
     assert rebound["stats"]["modes"]["window"]["windows_us"]["kernel"] > 0
 
 
-def test_a_layer_among_the_arguments_is_each_sets_own_in_every_mode(pkb_invoke, tmp_path, monkeypatch):
-    """Problem 31 hands the call ``torch.nn.Linear`` layers: the reference against itself passes in
-    latency and window mode, with the copies a GPU makes (on 2xH200 it failed both: window mode's
-    layers copied their weights before the set arrived, and the judge's pool kept its first
-    round's layers in latency mode)."""
+def test_problems_whose_sets_hold_layers_or_vary_by_trial_time_in_every_mode(pkb_invoke, tmp_path, monkeypatch):
+    """The reference against itself passes in latency and window mode, with the copies a GPU makes,
+    where a set holds ``torch.nn.Linear`` layers (problem 31: on 2xH200 window mode's layers had
+    copied their weights before the set arrived, and the judge's pool kept its first round's layers
+    in latency mode) and where ``inputs`` computes with ``ctx.trial`` (problem 85 empties a shard
+    every fourth set: a timed set's trial was a label, and ``"timing/0/3" % 4`` raised)."""
     monkeypatch.setenv("PKB_HARNESS_COPIES", "kernels")
-    result = pkb_invoke("run", "--backend", "reference", "--problem", "31", "--measure-perf", "--timing-mode",
+    result = pkb_invoke("run", "--backend", "reference", "--problem", "31,85", "--measure-perf", "--timing-mode",
                         "latency,window", "--trials", "2", "--iters", "12", "--min-iters", "12", "--warmup", "2",
                         "--out", tmp_path / "run", "--json")
-    record = json.loads(result.stdout)["results"][0]
-    assert record["verdict"] == "pass", record
-    assert set(record["stats"]["modes"]) == {"latency", "window"}
+    records = json.loads(result.stdout)["results"]
+    assert [r["verdict"] for r in records] == ["pass", "pass"], records
+    assert all(set(r["stats"]["modes"]) == {"latency", "window"} for r in records)
 
 
 def test_an_export_left_running_past_done_is_read_wrong_from_a_snapshot_in_drawn_pieces(pkb_invoke, tmp_path):

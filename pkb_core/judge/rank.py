@@ -85,12 +85,12 @@ class JudgeRank:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
 
-    def context(self, trial, full_mantissa=False) -> RunContext:
+    def context(self, trial: int, full_mantissa=False, label: str | None = None) -> RunContext:
         job = self.job
         return RunContext(rank=self.rank, world_size=self.world_size, device=self.device,
                           dtype=torch_dtype(job.dtype), size=job.size, params=job.params, trial=trial,
                           secret=self.job_secret, problem_key=self.problem.spec.key, groups=self.groups,
-                          full_mantissa=full_mantissa)
+                          full_mantissa=full_mantissa, label=label)
 
     # -- commands ---------------------------------------------------------------
     def on_job(self, request: LoadJob) -> Done:
@@ -271,7 +271,7 @@ class JudgeRank:
         for i in range(request.k):
             # Every other set uses the full mantissa, so a format that is only
             # exact on the integer-valued sets cannot be kept for the timed calls.
-            ctx = self.context(f"timing/{request.round}/{i}", full_mantissa=i % 2 == 1)
+            ctx = self.context(i, full_mantissa=i % 2 == 1, label=f"timing/{request.round}/{i}")
             sets.append(self.problem.inputs(ctx))
         self.drawn = sets
         return Packed(skeleton=pack(sets, request.path, group_blocks=ctx.group_blocks))
@@ -381,7 +381,7 @@ class JudgeRank:
         clock = self._clock()
         sets, blocks = [], None
         for i in range(request.k):
-            ctx = self.context(f"windows/{request.round}/{i}", full_mantissa=i % 2 == 1)
+            ctx = self.context(i, full_mantissa=i % 2 == 1, label=f"windows/{request.round}/{i}")
             sets.append(self.problem.inputs(ctx))
             blocks = ctx.group_blocks
         set_bytes = max(packed_size(s) for s in sets)

@@ -271,16 +271,19 @@ class RunContext:
     Attributes: ``rank``, ``world_size``, ``device`` (a ``torch.device``),
     ``dtype`` (the working floating dtype; problems with a fixed dtype ignore
     it), ``size`` (preset name), ``params`` (that preset's ``SIZES`` entry),
-    ``trial``, ``gen`` (a ``torch.Generator`` seeded by the run secret, the
-    problem, the trial *and the rank*) and ``shared_gen`` (the same on every
-    rank for a trial: for replicated weights and global tensors).
+    ``trial`` (an int: the trial's number, or a timed set's place in its batch,
+    for problems that vary an edge case with it), ``gen`` (a ``torch.Generator``
+    seeded by the run secret, the problem, the draw *and the rank*) and
+    ``shared_gen`` (the same on every rank for a draw: for replicated weights and
+    global tensors). The draw is ``label`` where the judge gives one (a timed
+    set's, e.g. ``timing/3/5``: every set of a run is fresh), else ``trial``.
 
     Prefer the helpers: they draw on the right device from the right
     generator, so inputs are random, rank-distinct and fresh every trial.
     """
 
-    def __init__(self, *, rank, world_size, device, dtype, size, params, trial, secret, problem_key, groups=None,
-                 full_mantissa=False):
+    def __init__(self, *, rank, world_size, device, dtype, size, params, trial: int, secret, problem_key,
+                 groups=None, full_mantissa=False, label: str | None = None):
         import torch
 
         self.rank = rank
@@ -291,9 +294,10 @@ class RunContext:
         self.params = params
         self.trial = trial
         self.gen = torch.Generator(device=self.device)
-        self.gen.manual_seed(derive_seed(secret, problem_key, trial, rank))
+        draw = trial if label is None else label
+        self.gen.manual_seed(derive_seed(secret, problem_key, draw, rank))
         self.shared_gen = torch.Generator(device=self.device)
-        self.shared_gen.manual_seed(derive_seed(secret, problem_key, trial, "shared"))
+        self.shared_gen.manual_seed(derive_seed(secret, problem_key, draw, "shared"))
         self._groups = groups if groups is not None else {}
         #: Draw :meth:`exact` values with every mantissa bit (see there).
         self.full_mantissa = full_mantissa

@@ -48,9 +48,8 @@ def inputs(ctx):
     # place) and below it in odd ones (they stay as they are): every two trials, and every two
     # timed calls, take both paths, so a solution that skips the in-place update only sometimes
     # is caught every time, not in the runs where a coin flip made every norm small.
-    index = int(str(ctx.trial).rsplit("/", 1)[-1]) if str(ctx.trial).rsplit("/", 1)[-1].isdigit() else 0
     magnitude = float(ctx.rand(1, dtype=torch.float32, shared=True, low=0.25, high=1.5).item())
-    target = max_norm * 2.0 ** (magnitude if index % 2 == 0 else -magnitude)
+    target = max_norm * 2.0 ** (magnitude if ctx.trial % 2 == 0 else -magnitude)
     sigma = target / math.sqrt(p["grads"] * W * p["m"] * p["n"])
     grads = [ctx.randn(p["m"], p["n"], scale=sigma) for _ in range(p["grads"])]
     return (grads, max_norm, 2.0, dist.group.WORLD)
