@@ -101,7 +101,7 @@ class JudgeRank:
         self.job_secret = f"{self.secret}/{request.job_key}"
         self.problem = read_spec(job.problem_path).load()
         self.trial_args = None
-        self.ref_out_bytes = 0
+        self.ref_out_bytes = self.ref_out_most = 0
         self.armed = {}
         self.pool = None
         self.timer = self.timer.renewed()
@@ -138,6 +138,10 @@ class JudgeRank:
             return Finding(verdict=Verdict.ERROR, reason=f"the reference raised {describe(exc)}")
         self.last_reference = ref_out
         self.ref_out_bytes = packed_size({"out": ref_out, "args": ref_args})
+        # The largest of the job's trials sizes window mode's out_slot: a problem's outputs may vary
+        # in size with its draw (65's rows are a sum of random counts; a timed set's export
+        # overflowed a slot sized from the last trial's on 2xH200).
+        self.ref_out_most = max(self.ref_out_most, self.ref_out_bytes)
         # Collective (the reference on the magnitudes): every rank, before any rank can
         # return early on what its candidate sent, or its peers would wait for it.
         bound = self._exact_bound(self.trial_args) if self.trial_full and self.problem.spec.exact else None
@@ -385,9 +389,10 @@ class JudgeRank:
             sets.append(self.problem.inputs(ctx))
             blocks = ctx.group_blocks
         set_bytes = max(packed_size(s) for s in sets)
-        # What a call leaves in its out_slot: outputs and argument buffers, as the reference's
-        # (twice over: a candidate's tree may be laid out less tightly; the compare judges it).
-        out_bytes = 2 * max(self.ref_out_bytes, packed_size(sets[0])) + 4096
+        # What a call leaves in its out_slot: outputs and argument buffers, as the reference's in
+        # the largest trial (twice over: a candidate's tree may be laid out less tightly, and a
+        # set's outputs may be larger than any trial's; the compare judges it).
+        out_bytes = 2 * max(self.ref_out_most, set_bytes) + 4096
         keeper = clock.arm(request.side, set_bytes)
         keeper.memory(request.k, set_bytes, out_bytes)
         step = stride(set_bytes)
