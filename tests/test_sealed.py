@@ -161,6 +161,20 @@ def test_timed_calls_are_checked_on_the_arguments_they_update(pkb_invoke, fixtur
             (mode, record["reason"])
 
 
+def test_a_layer_handed_to_a_call_is_compared_after_it_like_any_input(pkb_invoke, fixtures, tmp_path):
+    # Problem 31 hands the call torch.nn.Linear layers; overwriting their weights in timed calls
+    # (the answer right) is a modified input, in the launcher's batches and in the judge's windows
+    # alike (a hostile review, 2026-11-30: a layer's tensors were neither sent back nor compared).
+    for mode in ("latency", "window"):
+        result = pkb_invoke("run", "--backend", "reference", "--solutions", fixtures / "layers", "--problem", "31",
+                            "--trials", "2", "--measure-perf", "--timing-mode", mode, "--warmup", "1", "--iters", "6",
+                            "--out", tmp_path / mode, "--json")
+        record = next(iter(_records(result).values()))
+        assert record["verdict"] == "fail", (mode, record["reason"])
+        assert "timed call" in record["reason"] and "modified its input (argument 3['bias'])" in record["reason"], \
+            (mode, record["reason"])
+
+
 @pytest.mark.parametrize("dtype", ["bf16", "fp16"])
 def test_lossy_wire_formats_fail_at_16_bits_and_honest_sums_pass(pkb_invoke, plainpy, fixtures, tmp_path, dtype):
     # EXACT problems' full-mantissa trials compare within the dtype's own rounding of the sum: int8

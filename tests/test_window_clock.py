@@ -427,7 +427,8 @@ def test_a_reference_slowed_after_the_candidates_batch_is_flagged_on_a_gpu():
     windows are far longer after the candidate's batch (device work the candidate left running
     shares the GPU with them, a time slice at a time), the job is ``flagged``, never a speedup.
     An honest order effect (a microsecond) is not."""
-    from pkb_core.conduct.window_rounds import FOLLOW_US, _judge_reference_after_candidate, follow_effect
+    from pkb_core.conduct.window_rounds import (FOLLOW_US, _judge_reference_after_candidate, follow_effect,
+                                                order_differences)
     from pkb_core.contracts.outcome import JobEnded
     from pkb_core.contracts.verdict import Verdict
 
@@ -444,10 +445,17 @@ def test_a_reference_slowed_after_the_candidates_batch_is_flagged_on_a_gpu():
     with pytest.raises(JobEnded) as ended:
         _judge_reference_after_candidate(slowed, orders, follow_effect(slowed, orders))
     assert ended.value.verdict == Verdict.FLAGGED and "left work running on the device" in ended.value.reason
-    assert f"allowed {FOLLOW_US:.1f} us between them" in ended.value.reason, ended.value.reason
+    assert f"allowed {FOLLOW_US:.1f} us" in ended.value.reason and "median of 4 pairs" in ended.value.reason
+    assert order_differences(slowed, orders) == [pytest.approx(2000.0 + 0.8 - 0.5)] * 4
+    # One pair spoilt on purpose (the reference slowed after the judge's batch there too, by work
+    # long enough to reach the next round) does not switch the rule off.
+    spoilt = {**slowed, "reference": [r + (3000.0 if i == 0 else 0.0) for i, r in enumerate(slowed["reference"])]}
+    with pytest.raises(JobEnded):
+        _judge_reference_after_candidate(spoilt, orders, follow_effect(spoilt, orders))
     # A window that holds the host (a call that syncs with it): rounds over milliseconds either way,
     # the reference's median after the candidate's batch over twice its median after the judge's
-    # (problem 50 against itself on 2xH200), but not in every round: not flagged.
+    # (problem 50 against itself on 2xH200), the pairs' differences as spread as their median:
+    # not flagged.
     host_bound = {"reference": [2400.0, 5500.0, 2300.0, 5400.0, 2389.0, 5300.0, 6100.0, 2500.0],
                   "candidate": [2600.0, 3000.0, 4100.0, 2500.0, 2450.0, 5900.0, 2700.0, 2800.0]}
     assert follow_effect(host_bound, orders)["reference"] > max(FOLLOW_US, 0.5 * 2400.0)

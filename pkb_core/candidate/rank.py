@@ -473,10 +473,12 @@ class _Slots:
                 return {k: to_slot(v) for k, v in value.items()}
             if type(value) is torch.nn.Linear:
                 # Its weight and bias are placed like any tensor (the launcher's sizes count them:
-                # parcel.tensor_bytes); a layer of the placed views is what the call gets.
+                # parcel.tensor_bytes); a layer of the placed views is what the call gets, and its
+                # tensors are what an export sends back (the judge compares them as it does any
+                # input: trees.leaves reads a layer so).
                 weight = to_slot(value.weight.detach())
                 bias = None if value.bias is None else to_slot(value.bias.detach())
-                return linear_of(weight, bias) if copy else None
+                return linear_of(weight, bias) if copy else {"weight": weight, "bias": bias}
             # Only the tensors come back (a module or a group is no buffer of
             # the candidate's and cannot travel from it).
             return value if copy else None

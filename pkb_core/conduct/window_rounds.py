@@ -136,6 +136,9 @@ TAKE_ROOM_NS = 2000
 #: these bounds are not yet set from GPU runs (``follow_us`` in every record is what will set them).
 FOLLOW_US = 500.0
 FOLLOW_SHARE = 0.5
+#: ... and this many times the pairs' own spread (the median absolute deviation of
+#: :func:`order_differences`): rounds that hold the host spread over milliseconds either way.
+FOLLOW_SPREAD = 2.0
 
 
 class Batches:
@@ -559,29 +562,52 @@ def follow_effect(raw: dict, orders: list) -> dict:
     return found
 
 
-def _judge_reference_after_candidate(raw: dict, orders: list, following: dict) -> None:
-    """On a GPU: ``flagged`` where the reference's windows were longer after the candidate's batch
-    than after the judge's in every round, the shortest of the former above the longest of the
-    latter by more than :data:`FOLLOW_US` and :data:`FOLLOW_SHARE` (device work the candidate left
-    running after its batch, which shares the GPU with the reference's, a time slice at a time).
+def order_differences(raw: dict, orders: list) -> list[float]:
+    """Per pair of rounds run in opposite orders (rounds ``2j`` and ``2j + 1``): the compared
+    pair's windows (reference's and candidate's summed) in the round where the candidate went first
+    less those in the round where the reference did, in us. What the order does to the speedup:
+    the reference's windows after the candidate's batch less after the judge's, less the same for
+    the candidate; zero in an honest job whatever each batch does to the next, so long as it does
+    the same after either side."""
+    found = []
+    for a in range(0, len(orders) - 1, 2):
+        b = a + 1
+        if orders[a][0] == orders[b][0]:
+            continue
+        late, early = (b, a) if orders[b][0] == "candidate" else (a, b)
+        found.append(raw["reference"][late] + raw["candidate"][late]
+                     - raw["reference"][early] - raw["candidate"][early])
+    return found
 
-    Every round, not the medians: where a window holds the host (a call that syncs with it), the
-    rounds spread over milliseconds either way, and on 2xH200 the reference against itself read
-    5.5 ms after the candidate's batch and 2.4 ms after the judge's in medians of a few rounds
-    (problem 50; 61, 63, 64 by 0.5-0.7 ms, both sides alike), where work left running lengthens
-    each round it follows."""
-    if following.get("reference") is None:
+
+def _judge_reference_after_candidate(raw: dict, orders: list, following: dict) -> None:
+    """On a GPU: ``flagged`` where the rounds in which the candidate's batch went first (so the
+    reference's followed it) were longer, the pair's windows summed, than the paired rounds in which
+    the reference's went first, by more than :data:`FOLLOW_US` and :data:`FOLLOW_SHARE` in the median
+    pair (:func:`order_differences`), and by more than :data:`FOLLOW_SPREAD` times the pairs' own
+    spread: device work the candidate left running after its batch, which shares the GPU with the
+    reference's that follows, a time slice at a time.
+
+    Paired and summed, not the reference's medians alone: where a window holds the host (a call
+    that syncs with it), the rounds spread over milliseconds either way, and on 2xH200 the reference
+    against itself read 5.5 ms after the candidate's batch and 2.4 ms after the judge's in medians
+    of a few rounds (problem 50; 49, 61, 63, 64 by 0.5-0.7 ms, the candidate's own by -1.6 to
+    +1.2 ms); what the order does to both sides alike is no gain. The median pair, not every
+    round: one round a candidate spoils on purpose moves it by one place, where a rule on the
+    extremes was switched off by it (a hostile review, 2026-11-30)."""
+    differences = order_differences(raw, orders)
+    if following.get("reference") is None or not differences:
         return
-    after_candidate = _after(raw, orders, "reference", "candidate")
-    after_judge = _after(raw, orders, "reference", "reference")
-    allowed = max(FOLLOW_US, FOLLOW_SHARE * statistics.median(after_judge))
-    if min(after_candidate) - max(after_judge) > allowed:
+    after_judge = statistics.median(_after(raw, orders, "reference", "reference"))
+    extra = statistics.median(differences)
+    spread = statistics.median(abs(d - extra) for d in differences)
+    allowed = max(FOLLOW_US, FOLLOW_SHARE * after_judge, FOLLOW_SPREAD * spread)
+    if extra > allowed:
         raise JobEnded(Verdict.FLAGGED,
-                       f"the reference's windows were {min(after_candidate):.1f}-{max(after_candidate):.1f} us "
-                       f"(each round's median) in the rounds where its batch followed the candidate's and "
-                       f"{min(after_judge):.1f}-{max(after_judge):.1f} us where it followed the judge's (allowed "
-                       f"{allowed:.1f} us between them): the candidate left work running on the device after its "
-                       "batch, which slowed the reference's (a timing cheat, never a speedup)")
+                       f"the rounds where the candidate's batch went first (the reference's followed it) were "
+                       f"{extra:.1f} us longer than their paired rounds, the pair's windows summed (median of "
+                       f"{len(differences)} pairs; allowed {allowed:.1f} us): the candidate left work running on the "
+                       "device after its batch, which slowed the reference's (a timing cheat, never a speedup)")
 
 
 def batch_ended(side: str, times: list) -> JobEnded | None:
