@@ -125,15 +125,16 @@ GROUP_US = 1.0
 #: (docs/timing.md, "A set released ahead of its window").
 TAKE_ROOM_SHARE = 0.1
 TAKE_ROOM_NS = 2000
-#: On a GPU, the reference's windows in the rounds where its batch follows the candidate's may be
-#: longer than in the rounds where it follows the judge's by no more than the larger of this many
-#: microseconds and this share of the latter: device work a candidate leaves running after its
+#: On a GPU, the rounds where the candidate's batch goes first (the reference's follows it) may be
+#: longer than their paired rounds (:func:`order_differences`, the median pair) by no more than the
+#: larger of this many microseconds and this share of the reference's median window after the
+#: judge's batch: device work a candidate leaves running after its
 #: batch (its processes are frozen between batches, its kernels are not) shares the GPU with the
 #: reference's context, a time slice at a time, and would lengthen the reference's windows in half
 #: the rounds, and so the speedup. Gross on purpose: what an honest job's order does to a side is a
 #: microsecond (docs/timing.md), but on the device engine a window pays one or more switches of the
 #: compute engine between contexts (270-300 us each on 2xH200), which an order could change by one;
-#: these bounds are not yet set from GPU runs (``follow_us`` in every record is what will set them).
+#: these bounds are not yet set from GPU runs (``rounds_us`` in every record is what will set them).
 FOLLOW_US = 500.0
 FOLLOW_SHARE = 0.5
 #: ... and this many times the pairs' own spread (the median absolute deviation of
