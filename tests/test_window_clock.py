@@ -658,6 +658,10 @@ def test_call_events_are_each_groups_own_account_only_when_asked(pkb_invoke, tmp
             assert all(isinstance(events[s], float) and events[s] > 0 for s in ("reference", "candidate", "harness")), \
                 events
             assert events["null"] is None and events["kernel"] is None, events
+            # each rank's own median too: none above the median of the batches' slowest rank
+            by_rank = diagnostics["candidate"]["call_event_us_by_rank"]
+            assert len(by_rank) == 2 and 0 < min(by_rank) and max(by_rank) <= events["candidate"] + 0.001, \
+                (by_rank, events)
 
 
 def test_group_offsets_run_the_candidate_groups_harness_only_when_asked(pkb_invoke, tmp_path, monkeypatch):

@@ -286,7 +286,7 @@ class Batches:
         if answers:  # a group's own events around its calls (PKB_CALL_EVENTS=on): the slowest rank's
             own = [a.call_event_us for a in answers]
             if all(isinstance(e, (int, float)) and 0 <= e < 1e9 for e in own):
-                self.call_events.setdefault(side, []).append(max(own))
+                self.call_events.setdefault(side, []).append(own)
         collected = [a.collections for a in answers] if answers else [t.collections for t in times]
         if all(isinstance(c, int) and 0 <= c < 1e9 for c in collected):
             self.collections[side] = self.collections.get(side, 0) + sum(collected)
@@ -312,7 +312,11 @@ class Batches:
             if self.host.get(side):
                 found[side]["host_us_per_call"] = round(statistics.median(self.host[side]), 3)
             if self.call_events.get(side):
-                found[side]["call_event_us"] = round(statistics.median(self.call_events[side]), 3)
+                batches = self.call_events[side]
+                found[side]["call_event_us"] = round(statistics.median(max(b) for b in batches), 3)
+                # each rank's own: which rank's calls are the longer (a pipeline's last stage waits)
+                found[side]["call_event_us_by_rank"] = [round(statistics.median(b[r] for b in batches), 3)
+                                                        for r in range(min(len(b) for b in batches))]
             if side in self.exported:
                 found[side]["exported_bytes"] = self.exported[side]
             if side in self.collections:
