@@ -234,6 +234,39 @@ def test_a_candidates_environment_is_an_allow_list():
            "PKB_SERVE_TOKEN": "t", "OPENAI_API_KEY": "k", "AWS_SECRET_ACCESS_KEY": "s", "RAY_ADDRESS": "r",
            "HF_TOKEN": "h", "SSH_AUTH_SOCK": "/a", "MY_VARIABLE": "v"}
     assert set(allowed_environment(env)) == {"PATH", "PYTHONPATH", "NCCL_DEBUG", "PKB_CACHE_DIR", "CUDA_HOME"}
+    assert "MALLOC_ARENA_MAX" in allowed_environment({"MALLOC_ARENA_MAX": "2"})  # the allocator's: a user's choice
+
+
+_ALLOCATOR_PROBE = """
+import os
+
+import torch.distributed as dist
+
+
+def solution(tensor):
+    out = tensor.clone()
+    dist.all_reduce(out)
+    # a wrong answer where this process does not allocate as pkb says it does
+    return out if os.environ.get("MALLOC_MMAP_THRESHOLD_") == {expected!r} else out + 1
+"""
+
+
+@pytest.mark.parametrize("asked", [None, "1048576"])
+def test_a_candidates_allocator_thresholds_are_fixed_unless_the_caller_sets_them(pkb_invoke, tmp_path,
+                                                                                  monkeypatch, asked):
+    """Every group's processes get glibc's thresholds fixed (pkb_core.machine.host_allocator: two
+    groups of the same code otherwise allocate by their histories), or the caller's own values."""
+    from pkb_core.machine.host_allocator import ALLOCATOR_ENVIRONMENT
+
+    if asked:
+        monkeypatch.setenv("MALLOC_MMAP_THRESHOLD_", asked)
+    expected = asked or ALLOCATOR_ENVIRONMENT["MALLOC_MMAP_THRESHOLD_"]
+    probe = tmp_path / "1_allreduce.py"
+    probe.write_text(_ALLOCATOR_PROBE.format(expected=expected))
+    result = pkb_invoke("run", "--backend", "reference", "--solution", probe, "--trials", "1", "--out", tmp_path / "run",
+                        "--json")
+    record = json.loads(result.stdout)["results"][0]
+    assert record["verdict"] == "pass", record
 
 
 @ROOT_ONLY

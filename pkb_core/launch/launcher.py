@@ -28,6 +28,7 @@ from pkb_core.contracts.verdict import Verdict
 from pkb_core.contracts.worker_settings import WorkerSettings
 from pkb_core.launch.feed import JobFeed, ListFeed
 from pkb_core.machine.device import device_environment
+from pkb_core.machine.host_allocator import allocator_environment
 from pkb_core.plugin.preload import preload_environment
 from pkb_core.errors import PkbError, describe
 from pkb_core.results.records import append_record, job_record
@@ -122,7 +123,7 @@ class Launch:
             # pkb's own kernels as the judge compiles them, in a cache of their own: what each
             # candidate group's cache starts with (Scratch.group's seed), and nothing else.
             env["TRITON_CACHE_DIR"] = str(judge_triton_dir())
-        for name, value in device_environment(settings.device).items():
+        for name, value in {**device_environment(settings.device), **allocator_environment()}.items():
             env.setdefault(name, value)
         return env
 

@@ -2,7 +2,8 @@
 
 A candidate's processes (and their zygotes, whose environment they start from)
 and a builder's get only the variables they need: where Python and the
-libraries are, how the GPU, the compilers, torch, Triton, NCCL and OpenMP are
+libraries are, how the GPU, the compilers, torch, Triton, NCCL, OpenMP and
+glibc's allocator (``MALLOC_*``: :mod:`pkb_core.machine.host_allocator`) are
 set up, locale, and pkb's own settings. Everything else the launcher's
 environment holds (a service's token, a model provider's key, a cloud's
 credentials, a Ray cluster's address) stays out: a candidate that reads its
@@ -24,7 +25,7 @@ NAMES = frozenset({
 #: Families of variables passed (a library's or a toolchain's settings; pkb's own).
 PREFIXES = ("LC_", "CUDA_", "NVCC_", "NVIDIA_", "NCCL_", "NVSHMEM_", "CUTLASS_", "THUNDERKITTENS_", "TORCH_",
             "TORCHINDUCTOR_", "TRITON_", "OMP_", "KMP_", "GOMP_", "MKL_", "OPENBLAS_", "GLOO_", "CUPY_",
-            "NUMBA_", "PKB_")
+            "NUMBA_", "PKB_", "MALLOC_")
 #: What a credential's name looks like: never passed, whatever its prefix (``PKB_SERVE_TOKEN``).
 CREDENTIAL = re.compile(r"TOKEN|SECRET|PASSW|API_?KEY|CREDENTIAL|PRIVATE_?KEY|AUTH", re.IGNORECASE)
 
