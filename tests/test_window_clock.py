@@ -94,6 +94,25 @@ def test_a_snapshot_never_runs_past_its_windows_stride_in_a_region_made_for_larg
     side.close()
 
 
+def test_outputs_larger_than_the_out_slot_say_so_and_end_the_batch(clock):
+    """A call whose outputs do not fit ``out_slot`` (sized from the reference's largest trial:
+    problems 65 and 66's rows are a sum of random counts) ends its side's batch with a reason that
+    names window mode's out slot, and the side's region is abandoned so the timekeeper answers for
+    the batch at once instead of waiting out its timeout."""
+    from pkb_core.harness.parcel import ParcelError
+
+    sets = [(torch.arange(16, dtype=torch.float32) + 100 * w,) for w in range(3)]
+    skeletons, region, layout = _arm(clock, sets)  # 4096 bytes a call
+    side = WindowSide(CPU)
+    side.attach(region)
+    clock.send("open", epoch=5, timeout_s=20, **layout)
+    began = time.monotonic()
+    with pytest.raises(ParcelError, match=r"call 0's outputs and arguments after it do not fit window mode's out slot"):
+        side.run(epoch=5, skeletons=skeletons, call=lambda args: (torch.zeros(2048), args), timeout_s=20)
+    assert "status" in clock.receive() and time.monotonic() - began < 10
+    side.close()
+
+
 def test_the_judges_kernel_side_exports_what_the_references_calls_export(clock):
     """What is subtracted from every side's window (the ``kernel`` side's) holds the export any
     honest call makes: its outputs' and arguments' bytes, as many as the reference's calls fill,

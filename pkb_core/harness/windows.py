@@ -31,7 +31,7 @@ import torch
 from pkb_core.harness.copies import region_copies
 from pkb_core.harness.gates import SideRegion
 from pkb_core.harness.mask import Unmasker
-from pkb_core.harness.parcel import TRUSTED, pack_into, skeleton_end, unpack_from
+from pkb_core.harness.parcel import TRUSTED, ParcelError, pack_into, skeleton_end, unpack_from
 
 
 class WindowTimeout(RuntimeError):
@@ -167,7 +167,12 @@ class WindowSide:
                     outputs, after = call(args)
                     if events is not None:
                         events.append((start, _stamp(on_device)))
-                    written.append(pack_into({"out": outputs, "args": after}, region.out_slot, copies=self.copies))
+                    try:
+                        written.append(pack_into({"out": outputs, "args": after}, region.out_slot,
+                                                 copies=self.copies))
+                    except ParcelError as exc:
+                        raise ParcelError(f"call {w}'s outputs and arguments after it do not fit window mode's out "
+                                          f"slot, twice what the reference's largest trial exported ({exc})") from None
                 region.finish(max(fill, skeleton_end(written[-1])), mark)  # used, then done
                 if on_device:
                     region.write_queued(mark)  # GPU: all of call w is on the stream, behind its gate
