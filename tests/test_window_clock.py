@@ -455,14 +455,13 @@ def test_a_reference_slowed_after_the_candidates_batch_is_flagged_on_a_gpu():
     first = [order[0] == "candidate" for order in orders]
     honest = {"reference": [40.0 + (0.8 if c else 0.0) for c in first],
               "candidate": [30.0 + (0.0 if c else 0.5) for c in first]}
-    following = follow_effect(honest, orders)
-    assert following == {"reference": 0.8, "candidate": 0.5}
-    _judge_reference_after_candidate(honest, orders, following)
+    assert follow_effect(honest, orders) == {"reference": 0.8, "candidate": 0.5}
+    _judge_reference_after_candidate(honest, orders)
     # Its kernels left running: the reference's windows a time slice (2 ms) longer in every round
     # that followed the candidate's batch.
     slowed = {**honest, "reference": [r + (2000.0 if c else 0.0) for r, c in zip(honest["reference"], first)]}
     with pytest.raises(JobEnded) as ended:
-        _judge_reference_after_candidate(slowed, orders, follow_effect(slowed, orders))
+        _judge_reference_after_candidate(slowed, orders)
     assert ended.value.verdict == Verdict.FLAGGED and "left work running on the device" in ended.value.reason
     assert f"allowed {FOLLOW_US:.1f} us" in ended.value.reason and "median of 4 pairs" in ended.value.reason
     assert order_differences(slowed, orders) == [pytest.approx(2000.0 + 0.8 - 0.5)] * 4
@@ -470,7 +469,7 @@ def test_a_reference_slowed_after_the_candidates_batch_is_flagged_on_a_gpu():
     # long enough to reach the next round) does not switch the rule off.
     spoilt = {**slowed, "reference": [r + (3000.0 if i == 0 else 0.0) for i, r in enumerate(slowed["reference"])]}
     with pytest.raises(JobEnded):
-        _judge_reference_after_candidate(spoilt, orders, follow_effect(spoilt, orders))
+        _judge_reference_after_candidate(spoilt, orders)
     # A window that holds the host (a call that syncs with it): rounds over milliseconds either way,
     # the reference's median after the candidate's batch over twice its median after the judge's
     # (problem 50 against itself on 2xH200), the pairs' differences as spread as their median:
@@ -478,11 +477,11 @@ def test_a_reference_slowed_after_the_candidates_batch_is_flagged_on_a_gpu():
     host_bound = {"reference": [2400.0, 5500.0, 2300.0, 5400.0, 2389.0, 5300.0, 6100.0, 2500.0],
                   "candidate": [2600.0, 3000.0, 4100.0, 2500.0, 2450.0, 5900.0, 2700.0, 2800.0]}
     assert follow_effect(host_bound, orders)["reference"] > max(FOLLOW_US, 0.5 * 2400.0)
-    _judge_reference_after_candidate(host_bound, orders, follow_effect(host_bound, orders))
+    _judge_reference_after_candidate(host_bound, orders)
     # One round only, or every round in the same order: nothing to compare, nothing flagged.
     assert follow_effect({"reference": [40.0], "candidate": [30.0]}, orders[:1]) == \
         {"reference": None, "candidate": None}
-    _judge_reference_after_candidate(honest, orders[:1], {"reference": None, "candidate": None})
+    _judge_reference_after_candidate(honest, orders[:1])
 
 
 def test_the_timekeepers_of_a_node_open_each_window_together(tmp_path):

@@ -42,7 +42,7 @@ from pkb_core.harness.parcel import TRUSTED, linear_of, pack, packed_size, stand
 from pkb_core.problem.contract import read_spec
 from pkb_core.candidate.sealed import is_refusal
 from pkb_core.harness.timing import BatchTimer, DeviceBarrierTimeout
-from pkb_core.harness.trees import restore
+from pkb_core.harness.trees import linear_tensors, restore
 
 
 class CandidateRank:
@@ -478,7 +478,7 @@ class _Slots:
                 # input: trees.leaves reads a layer so).
                 weight = to_slot(value.weight.detach())
                 bias = None if value.bias is None else to_slot(value.bias.detach())
-                return linear_of(weight, bias) if copy else {"weight": weight, "bias": bias}
+                return linear_of(weight, bias) if copy else linear_tensors(weight, bias)
             # Only the tensors come back (a module or a group is no buffer of
             # the candidate's and cannot travel from it).
             return value if copy else None

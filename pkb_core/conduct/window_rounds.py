@@ -423,7 +423,7 @@ def time_windows(run, mode: str, budget_s: float, calls: int, least: int, cap: i
     _judge_against_harness(raw)
     following = follow_effect(raw, orders)
     if run.settings.device == "cuda":
-        _judge_reference_after_candidate(raw, orders, following)
+        _judge_reference_after_candidate(raw, orders)
     pairs = list(zip(per_call["reference"], per_call["candidate"]))
     total = round_ * calls
     alignment = {"reference": "timekeeper windows", "candidate": "timekeeper windows"}
@@ -585,7 +585,7 @@ def order_differences(raw: dict, orders: list) -> list[float]:
     return found
 
 
-def _judge_reference_after_candidate(raw: dict, orders: list, following: dict) -> None:
+def _judge_reference_after_candidate(raw: dict, orders: list) -> None:
     """On a GPU: ``flagged`` where the rounds in which the candidate's batch went first (so the
     reference's followed it) were longer, the pair's windows summed, than the paired rounds in which
     the reference's went first, by more than :data:`FOLLOW_US` and :data:`FOLLOW_SHARE` in the median
@@ -601,7 +601,7 @@ def _judge_reference_after_candidate(raw: dict, orders: list, following: dict) -
     round: one round a candidate spoils on purpose moves it by one place, where a rule on the
     extremes was switched off by it (a hostile review, 2026-11-30)."""
     differences = order_differences(raw, orders)
-    if following.get("reference") is None or not differences:
+    if not differences:  # no pair of rounds run in opposite orders
         return
     after_judge = statistics.median(_after(raw, orders, "reference", "reference"))
     extra = statistics.median(differences)

@@ -59,7 +59,7 @@ def leaves(value, path="out"):
     ``torch.nn.Linear`` is the dict ``{"weight": ..., "bias": ...}`` of its parameters, as a
     side exports it (so a layer handed to a call is compared after it like any tensor)."""
     if type(value) is torch.nn.Linear:
-        value = linear_tensors(value)
+        value = linear_tensors(value.weight, value.bias)
     if isinstance(value, (list, tuple)) and not isinstance(value, torch.Size):
         for i, item in enumerate(value):
             yield from leaves(item, f"{path}[{i}]")
@@ -70,6 +70,7 @@ def leaves(value, path="out"):
         yield path, value
 
 
-def linear_tensors(layer: torch.nn.Linear) -> dict:
-    """A layer's parameters as the tree a side exports for it after a call."""
-    return {"weight": layer.weight, "bias": layer.bias}
+def linear_tensors(weight, bias) -> dict:
+    """A ``torch.nn.Linear``'s weight and bias as the tree a side exports for the layer after a
+    call (:func:`leaves` reads a layer the judge handed over as the same tree)."""
+    return {"weight": weight, "bias": bias}
