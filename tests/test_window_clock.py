@@ -663,8 +663,9 @@ def _honest_runs_with(env: str, pkb_invoke, tmp_path, monkeypatch):
 def test_call_events_are_each_groups_own_account_only_when_asked(pkb_invoke, tmp_path, monkeypatch):
     """``PKB_CALL_EVENTS=on``: the groups' sides (reference, candidate, the harness batch) report
     the span of their own stamps around each call (``call_event_us``, their own account beside the
-    judge's windows; CUDA events on a GPU, the host's clock here); the judge's own sides, which
-    call nothing of a group's, report none. Unset, no side reports any."""
+    judge's windows; CUDA events on a GPU, the host's clock here), and of it the part before the
+    solution's own work (``place_event_us``); the judge's own sides, which call nothing of a
+    group's, report none. Unset, no side reports any."""
     from pkb_core.harness.call_events import CALL_EVENTS_ENV
 
     for choice, honest in _honest_runs_with(CALL_EVENTS_ENV, pkb_invoke, tmp_path, monkeypatch):
@@ -680,6 +681,12 @@ def test_call_events_are_each_groups_own_account_only_when_asked(pkb_invoke, tmp
             by_rank = diagnostics["candidate"]["call_event_us_by_rank"]
             assert len(by_rank) == 2 and 0 < min(by_rank) and max(by_rank) <= events["candidate"] + 0.001, \
                 (by_rank, events)
+            # and, of each rank's call, the part before the solution's work (placing and barrier)
+            for side in ("reference", "candidate", "harness"):
+                placing = diagnostics[side]["place_event_us_by_rank"]
+                calls = diagnostics[side]["call_event_us_by_rank"]
+                assert len(placing) == 2 and all(0 < p <= c + 0.001 for p, c in zip(placing, calls)), \
+                    (side, placing, calls)
 
 
 def test_group_offsets_run_the_candidate_groups_harness_only_when_asked(pkb_invoke, tmp_path, monkeypatch):

@@ -313,6 +313,7 @@ class CandidateRank:
             slots.fill(pending)
             if barrier is not None:
                 barrier()  # every rank's set is in place before any call reads its peers
+            window_side.placed()  # PKB_CALL_EVENTS=on: the call's own work starts here
             # The harness batch exports the placed set as a call's arguments after it, and its
             # stand-in for the reference's outputs: what every honest call exports.
             return launch(), exported
@@ -327,7 +328,8 @@ class CandidateRank:
         except Exception as exc:  # noqa: BLE001
             raise _failed(exc, " while timed", solution=self.job.solution) from None
         return WindowsRan(skeletons=written, host_us=window_side.host_us,
-                          collections=window_side.collections, call_event_us=window_side.call_event_us)
+                          collections=window_side.collections, call_event_us=window_side.call_event_us,
+                          place_event_us=window_side.place_event_us)
 
     def on_profile(self, request: ProfileRequest) -> Profiled:
         from pkb_core.harness.profiling import profile_calls

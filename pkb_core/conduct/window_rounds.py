@@ -159,7 +159,9 @@ class Batches:
         self.engines: set = set()
         #: Per side: each batch's spread of windows (p10, p90 in us), host time per call,
         #: garbage collections inside windows and the span of the side's own events around a call
-        #: (``PKB_CALL_EVENTS``; the sides' own accounts: diagnostics, used for nothing).
+        #: (``PKB_CALL_EVENTS``; the sides' own accounts: diagnostics, used for nothing): per kind
+        #: (``call``: the whole call; ``place``: its placing and barrier), per side, each batch's
+        #: per-rank medians.
         self.spread: dict = {}
         self.host: dict = {}
         self.collections: dict = {}
@@ -283,10 +285,11 @@ class Batches:
         if answers and side in REFERENCE_GROUP_SIDES:
             filled = [skeleton_end(s) for a in answers for s in a.skeletons]
             self.exported[side] = max(self.exported.get(side, 0), *filled)
-        if answers:  # a group's own events around its calls (PKB_CALL_EVENTS=on): the slowest rank's
-            own = [a.call_event_us for a in answers]
-            if all(isinstance(e, (int, float)) and 0 <= e < 1e9 for e in own):
-                self.call_events.setdefault(side, []).append(own)
+        if answers:  # a group's own events around its calls (PKB_CALL_EVENTS=on), each rank's
+            for kind, own in (("call", [a.call_event_us for a in answers]),
+                              ("place", [a.place_event_us for a in answers])):
+                if all(isinstance(e, (int, float)) and 0 <= e < 1e9 for e in own):
+                    self.call_events.setdefault(kind, {}).setdefault(side, []).append(own)
         collected = [a.collections for a in answers] if answers else [t.collections for t in times]
         if all(isinstance(c, int) and 0 <= c < 1e9 for c in collected):
             self.collections[side] = self.collections.get(side, 0) + sum(collected)
@@ -311,12 +314,16 @@ class Batches:
                            "window_p90_us": round(statistics.median(p for _, p in spreads), 3)}
             if self.host.get(side):
                 found[side]["host_us_per_call"] = round(statistics.median(self.host[side]), 3)
-            if self.call_events.get(side):
-                batches = self.call_events[side]
-                found[side]["call_event_us"] = round(statistics.median(max(b) for b in batches), 3)
-                # each rank's own: which rank's calls are the longer (a pipeline's last stage waits)
-                found[side]["call_event_us_by_rank"] = [round(statistics.median(b[r] for b in batches), 3)
-                                                        for r in range(min(len(b) for b in batches))]
+            for kind, events in self.call_events.items():
+                batches = events.get(side)
+                if not batches:
+                    continue
+                found[side][f"{kind}_event_us"] = round(statistics.median(max(b) for b in batches), 3)
+                # each rank's own: which rank's calls are the longer (a pipeline's last stage waits),
+                # and how much of a call was its set's placing and the barrier (a rank that waits there
+                # waits for another's gate or placing, not for the solution)
+                found[side][f"{kind}_event_us_by_rank"] = [round(statistics.median(b[r] for b in batches), 3)
+                                                           for r in range(min(len(b) for b in batches))]
             if side in self.exported:
                 found[side]["exported_bytes"] = self.exported[side]
             if side in self.collections:

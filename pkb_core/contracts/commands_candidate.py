@@ -128,3 +128,6 @@ class WindowsRan(Answer):
     #: The median span of its own events around each call (``PKB_CALL_EVENTS=on``), in
     #: microseconds: its own account, a yardstick for the judge's clock, used for nothing else.
     call_event_us: typing.Any = optional()
+    #: Of that span, the median part before the solution's own work: the set's placing and the
+    #: ranks' barrier (the same account, the same use).
+    place_event_us: typing.Any = optional()

@@ -57,6 +57,11 @@ class WindowSide:
         #: the last batch in microseconds (None where not asked): :mod:`pkb_core.harness.call_events`.
         self.call_events = False
         self.call_event_us = None
+        #: Of each call's span, the part before the solution's own work (the set's placing and the
+        #: ranks' barrier: :meth:`placed`), median over the last batch in microseconds; None where
+        #: not asked, or where the side's call marks no such point.
+        self.place_event_us = None
+        self._placed = None
         #: How this side's harness copies sets in and outputs out, as the judge said with the
         #: region (:mod:`pkb_core.harness.copies`).
         self.copies = "engine"
@@ -164,9 +169,10 @@ class WindowSide:
                     written.append(None)
                 else:
                     start = _stamp(on_device) if events is not None else None
+                    self._placed = None
                     outputs, after = call(args)
                     if events is not None:
-                        events.append((start, _stamp(on_device)))
+                        events.append((start, self._placed, _stamp(on_device)))
                     try:
                         written.append(pack_into({"out": outputs, "args": after}, region.out_slot,
                                                  copies=self.copies))
@@ -187,8 +193,19 @@ class WindowSide:
             if was_enabled:
                 gc.enable()
         self.host_us = sorted(host)[len(host) // 2] * 1e6 if host else None
-        self.call_event_us = _median_us(events, on_device) if events else None
+        self.call_event_us = _median_us([(s, e) for s, _, e in events], on_device) if events else None
+        placing = [(s, p) for s, p, _ in events] if events else []
+        self.place_event_us = _median_us(placing, on_device) if placing and all(p is not None for _, p in placing) \
+            else None
         return written
+
+    def placed(self) -> None:
+        """Where ``PKB_CALL_EVENTS=on``: stamp the point in a windowed call where the set is in place
+        and the ranks have crossed the barrier, just before the solution's own work
+        (``place_event_us``: the window's start to there; the side's own account, as
+        ``call_event_us``). Called by the side's ``call`` (:meth:`run`); nothing otherwise."""
+        if self.call_events:
+            self._placed = _stamp(self.device.type == "cuda")
 
 
 def _stamp(on_device: bool):
