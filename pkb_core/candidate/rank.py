@@ -75,11 +75,13 @@ class CandidateRank:
         from pkb_core.candidate.defaults import CoreDefaults
         from pkb_core.candidate.plugin_manager import worker_plugin_manager
         from pkb_core.symmetric import default_heap
+        from pkb_core.harness.gates import side_stream
 
         self.custom_kernels = custom_kernels
         self._init_process_group(custom_kernels)
         if self.device.type == "cuda":
             torch.empty(1, device=self.device)  # the context and the allocator, now rather than in a job
+            side_stream(self.device)  # pkb's one stream of its own, made at the same point in every group
         self.pm = worker_plugin_manager(backend, CoreDefaults())
         defaults = self.pm.get_plugin("pkb_core.candidate.defaults")
         ctx = WorkerContext(rank=self.rank, world_size=self.world_size, local_rank=self.local_rank,

@@ -3,7 +3,9 @@ clock (docs/timing.md).
 
 ``on``: each side of a group (the reference's, the candidate's, the harness batch) also brackets
 each windowed call with CUDA events of its own (on CPU, its host clock) and reports their median
-(``window_diagnostics.<side>.call_event_us``; :class:`pkb_core.harness.windows.WindowSide`). It
+(``window_diagnostics.<side>.call_event_us``; :class:`pkb_core.harness.windows.WindowSide`), and
+of that span the part before the solution's own work, its set's placing and the ranks' barrier
+(``place_event_us``: a third event where the side's call says it crossed the barrier). It
 is the side's own account, used for nothing the judge decides: what issue 53's target 7 compares
 the judge's reading with, since both ranks' calls start together there, at the gate, where a
 collective's events in latency mode held one rank's wait for the other's. ``off`` (the default):

@@ -356,6 +356,30 @@ def abandon_region_file(path: str, value: int) -> bool:
         os.close(fd)
 
 
+#: Per device, this process's one stream for the words no gate may hold (:func:`side_stream`).
+_SIDE_STREAMS: dict = {}
+
+
+def side_stream(device):
+    """This process's stream for the words a side writes outside its gates (``queued`` of a device
+    region, an abandoned batch's words), made on the first call and the same for every region.
+
+    One a process, made by every side process at the same point of its start
+    (:meth:`pkb_core.candidate.rank.CandidateRank.prepare`): the device spreads a context's streams
+    over a few hardware queues in the order they are made, and two streams that share a queue
+    wait for each other's work. A stream made with each region mapped (as until 2026-11-30) made
+    a group's count depend on its history (the reference group maps the harness batch's pool as
+    well; the candidate's made NCCL's streams in its trials, before any region), so which queue
+    NCCL's streams shared with the calls' differed between two groups of the same code: the
+    suspected cause of their 4-40 % apart on 2xH200 (docs/timing.md, "Two groups of the same code")."""
+    import torch
+
+    device = torch.device(device)
+    if device not in _SIDE_STREAMS:
+        _SIDE_STREAMS[device] = torch.cuda.Stream(device)
+    return _SIDE_STREAMS[device]
+
+
 class SideRegion:
     """A side's view of its gate region: the slots as tensors, the words as operations.
 
@@ -381,7 +405,7 @@ class SideRegion:
             else:
                 self.ptr = import_handle(handle)
             memory = torch.as_tensor(CudaMemory(self.ptr, total), device=device)
-            self.side_stream = torch.cuda.Stream(device)
+            self.side_stream = side_stream(device)
         else:
             memory = self.host.tensor(0, total)
         self.in_slot = memory[in_at:in_at + in_bytes]
