@@ -1,6 +1,8 @@
 """The candidate lockdown's network rules, applied for real in a forked child:
 io_uring and every socket family but AF_UNIX kill the process with SIGSYS
-(the launcher's ``flagged``), local sockets keep working."""
+(the launcher's ``flagged``), local sockets keep working; and its rule against
+futex_waitv, whose frozen sleepers would slow other processes' hand-offs."""
+import errno
 import ctypes
 import os
 import platform
@@ -59,3 +61,20 @@ def test_local_sockets_stay_and_the_reference_backend_keeps_its_network():
     assert _in_locked_child(_socket(socket.AF_UNIX)) == 0
     assert _in_locked_child(lambda: (socket.socketpair(), 0)[1]) == 0
     assert _in_locked_child(_socket(socket.AF_INET), network=True) == 0
+
+
+def _futex_waitv_errno() -> int:
+    """futex_waitv with no words: EINVAL from a kernel that has it, ENOSYS from one without."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall(449, None, 0, 0, None, 0)
+    return ctypes.get_errno()
+
+
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "aarch64"), reason="futex_waitv's number is 449 there")
+def test_futex_waitv_is_refused_as_if_the_kernel_lacked_it():
+    """A candidate's sleepers in futex_waitv (128 words each) would stay in the kernel's global futex
+    hash while its group is frozen, and every wake of the judge's and the reference group's CPU
+    hand-offs would walk them: refused with ENOSYS, as a kernel without the call answers."""
+    if _futex_waitv_errno() == errno.ENOSYS:
+        pytest.skip("this kernel has no futex_waitv: nothing to refuse")
+    assert _in_locked_child(lambda: 0 if _futex_waitv_errno() == errno.ENOSYS else 1) == 0

@@ -24,6 +24,9 @@ stopped by the kernel, with settings that cannot be reverted from inside:
   - ``bpf`` and ``pidfd_getfd`` (no taking another process's descriptors);
   - ``add_key``, ``request_key`` and ``keyctl``: a key in the kernel's keyrings is its user's,
     not its job's, and outlives the job (another job's user read one a hostile job left open);
+  - ``futex_waitv``, with ``ENOSYS``: its sleepers, up to 128 entries each in the kernel's
+    global futex hash and kept there while the group is frozen, slow every other process's
+    futex wakes, pkb's CPU hand-offs among them (the other sides' windows, never the group's own);
   - ``io_uring_setup``/``io_uring_enter``/``io_uring_register`` kill the
     process with SIGSYS (which the launcher reports as ``flagged``): a ring
     creates sockets and connects them (``IORING_OP_SOCKET``, ``IORING_OP_CONNECT``)
@@ -80,14 +83,14 @@ _ARCHES = {
         "process_vm_readv": 310, "process_vm_writev": 311, "rt_sigqueueinfo": 129, "rt_tgsigqueueinfo": 297,
         "pidfd_send_signal": 424, "fcntl": 72, "ioctl": 16, "io_uring_setup": 425, "io_uring_enter": 426,
         "io_uring_register": 427, "bpf": 321, "pidfd_getfd": 438,
-        "add_key": 248, "request_key": 249, "keyctl": 250,
+        "add_key": 248, "request_key": 249, "keyctl": 250, "futex_waitv": 449,
     }),
     "aarch64": (0xC00000B7, {
         "socket": 198, "kill": 129, "tkill": 130, "tgkill": 131, "ptrace": 117, "setsid": 157,
         "process_vm_readv": 270, "process_vm_writev": 271, "rt_sigqueueinfo": 138, "rt_tgsigqueueinfo": 240,
         "pidfd_send_signal": 424, "fcntl": 25, "ioctl": 29, "io_uring_setup": 425, "io_uring_enter": 426,
         "io_uring_register": 427, "bpf": 280, "pidfd_getfd": 438,
-        "add_key": 217, "request_key": 218, "keyctl": 219,
+        "add_key": 217, "request_key": 218, "keyctl": 219, "futex_waitv": 449,
     }),
 }
 _AF_UNIX, _AF_NETLINK = 1, 16
@@ -146,6 +149,13 @@ def build_filter(machine: str, *, pid: int, pgid: int, network: bool) -> bytes:
     for name in ("ptrace", "process_vm_readv", "process_vm_writev", "setsid", "tkill", "pidfd_send_signal", "bpf",
                  "pidfd_getfd", "add_key", "request_key", "keyctl"):
         block(name, [_deny()])
+    # futex_waitv queues one sleeper on up to 128 words of the kernel's global futex hash, and a
+    # frozen group's sleepers stay queued: every FUTEX_WAKE of another process then walks them (a
+    # hostile review's 1200 threads a rank, parked between their own batches, made each of the
+    # judge's and the reference group's CPU hand-offs ~100 us dearer, 2026-11-30). Refused as a
+    # kernel without it would (ENOSYS: glibc and torch never call it); a plain futex wait queues
+    # one word a thread, and the group's thread cap bounds those.
+    block("futex_waitv", [_deny(errno.ENOSYS)])
     # io_uring performs socket(), connect() and I/O without the syscalls this
     # filter inspects (IORING_OP_SOCKET made a gloo group past the socket rule).
     for name in ("io_uring_setup", "io_uring_enter", "io_uring_register"):
