@@ -2,8 +2,8 @@
 io_uring and every socket family but AF_UNIX kill the process with SIGSYS
 (the launcher's ``flagged``), local sockets keep working; and its rule against
 futex_waitv, whose frozen sleepers would slow other processes' hand-offs."""
-import errno
 import ctypes
+import errno
 import os
 import platform
 import signal

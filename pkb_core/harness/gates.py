@@ -371,7 +371,8 @@ def side_stream(device):
     a group's count depend on its history (the reference group maps the harness batch's pool as
     well; the candidate's made NCCL's streams in its trials, before any region), so which queue
     NCCL's streams shared with the calls' differed between two groups of the same code: the
-    suspected cause of their 4-40 % apart on 2xH200 (docs/timing.md, "Two groups of the same code")."""
+    suspected cause of their 4-40 % apart on 2xH200 (docs/timing.md, "Two groups of the same code,
+    the device's queues")."""
     import torch
 
     device = torch.device(device)
