@@ -3,7 +3,7 @@
 
 Usage::
 
-    python3 benchmarks/process_states.py PROBLEM_ID [--pairs 6] [--calls 10] [--rounds 7]
+    python3 benchmarks/process_states.py PROBLEM_ID [--pairs 6] [--calls 10] [--rounds 7] [--streams 0,3]
 
 Window mode's two groups of the same code read apart by 4-40 % on 2xH200 (2026-11-30: problem
 56's own CUDA events 114-128 us a call in one group's rank 0, 155-166 us in the other's, the
@@ -21,6 +21,11 @@ call (the median of ``--rounds`` rounds of ``--calls`` calls):
 * ``plain2``, ``symmetric2``: both again, after each other (a process's state against a layout's);
 * ``<name>_ahead``: the share of rounds whose first event was still behind the hold when the host
   had queued the round (below 1: that reading times the host);
+* ``streams``: how many CUDA streams the pair's processes made (and kept) before their first
+  call (``--streams``, a list taken in turn by the pairs; 0 by default), as pkb's sides made one
+  with each gate region they mapped until 2026-11-30: whether the state follows the streams a
+  process made before NCCL made its own (the device spreads a context's streams over
+  ``CUDA_DEVICE_MAX_CONNECTIONS`` hardware queues in the order they are made);
 * ``<name>_profile``: the profiler's sum of a call's kernel durations (``kernels``), its span
   from the first kernel's start to the last's end (``span``) and its kernels (``n``): whether a
   slow process runs slower kernels or waits between them (on a rank that receives, its NCCL
@@ -127,7 +132,7 @@ def symmetric_copies(torch, args) -> tuple:
     return tuple(place(a) for a in args)
 
 
-def worker(rank: int, problem_id: int, port: int, calls: int, rounds: int, pair: int) -> None:
+def worker(rank: int, problem_id: int, port: int, calls: int, rounds: int, pair: int, streams: int) -> None:
     import torch
     import torch.distributed as dist
 
@@ -143,6 +148,7 @@ def worker(rank: int, problem_id: int, port: int, calls: int, rounds: int, pair:
     args = module.inputs(ctx)
 
     placed = symmetric_copies(torch, args)
+    kept = [torch.cuda.Stream() for _ in range(streams)]  # made before the call's first NCCL use
 
     def plain():
         module.reference(*args)
@@ -154,7 +160,7 @@ def worker(rank: int, problem_id: int, port: int, calls: int, rounds: int, pair:
         plain()
         symmetric()
     torch.cuda.synchronize()
-    found = {"pair": pair, "rank": rank}
+    found = {"pair": pair, "rank": rank, "streams": len(kept)}
     for name, call in (("plain", plain), ("symmetric", symmetric), ("plain2", plain), ("symmetric2", symmetric)):
         us, found[f"{name}_ahead"] = per_call_us(torch, dist, call, calls, rounds)
         found[name] = round(us, 2)
@@ -164,17 +170,32 @@ def worker(rank: int, problem_id: int, port: int, calls: int, rounds: int, pair:
     dist.destroy_process_group()
 
 
+def stream_counts(text: str) -> list[int]:
+    """``--streams``: counts of streams, comma-separated, each 0 or more."""
+    try:
+        counts = [int(n) for n in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of counts") from None
+    if any(n < 0 for n in counts):
+        raise argparse.ArgumentTypeError(f"{text!r}: a count of streams cannot be negative")
+    return counts
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("problem", type=int)
     parser.add_argument("--pairs", type=int, default=6)
     parser.add_argument("--calls", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--streams", default=[0], type=stream_counts,
+                        help="streams made before the first call, by pair in turn (e.g. 0,3)")
     options = parser.parse_args()
+    streams = options.streams
     import torch.multiprocessing as mp
 
     for pair in range(options.pairs):
-        mp.spawn(worker, args=(options.problem, 29600 + pair, options.calls, options.rounds, pair), nprocs=2)
+        mp.spawn(worker, args=(options.problem, 29600 + pair, options.calls, options.rounds, pair,
+                               streams[pair % len(streams)]), nprocs=2)
 
 
 if __name__ == "__main__":
