@@ -712,6 +712,29 @@ def test_group_offsets_run_the_candidate_groups_harness_only_when_asked(pkb_invo
         assert window["window_diagnostics"]["candidate_harness"]["window_p90_us"] > 0  # timed like any side
 
 
+def test_a_second_reference_group_runs_only_when_asked(pkb_invoke, tmp_path, monkeypatch):
+    """``PKB_SECOND_REFERENCE=on``: a second reference group (processes of its own: its log beside
+    the first's) runs the reference's calls in every round too (``reference_b`` among the windows),
+    and the record has its reading against the first group's, a diagnostic beside the headline.
+    Unset, there is no such group, batch or reading."""
+    from pkb_core.conduct.second_reference import SECOND_REFERENCE_ENV
+
+    for choice, honest in _honest_runs_with(SECOND_REFERENCE_ENV, pkb_invoke, tmp_path, monkeypatch):
+        assert honest["verdict"] == "pass", honest["reason"]
+        window = honest["stats"]["modes"]["window"]
+        second_logs = list((tmp_path / f"run-{choice}" / "logs").glob("job-*-ref2.log"))
+        if choice == "off":
+            assert "reference_b" not in window["windows_us"] and "second_reference" not in window, window
+            assert not second_logs, second_logs
+            continue
+        assert len(second_logs) == 1, second_logs
+        assert window["windows_us"]["reference_b"] > 0, window["windows_us"]
+        reading = window["second_reference"]
+        assert reading["speedup"]["low"] <= reading["speedup"]["value"] <= reading["speedup"]["high"], reading
+        assert isinstance(reading["apart_us"], float), reading
+        assert window["window_diagnostics"]["reference_b"]["window_p90_us"] > 0  # timed like any side
+
+
 def test_the_offset_correction_pairs_each_rounds_offset_with_its_calls():
     """Each round's candidate time a call less that round's offset (the candidate group's harness
     window less the reference group's), not the median offset: a round's conditions move both."""

@@ -124,6 +124,7 @@ def _check_environment() -> None:
     """Settings pkb reads from the environment, checked before any job starts (a wrong value
     would otherwise surface as every window-mode job's ``error``)."""
     from pkb_core.conduct.group_offsets import group_offsets_choice
+    from pkb_core.conduct.second_reference import second_reference_choice
     from pkb_core.harness.call_events import call_events_choice
     from pkb_core.harness.copies import copies_choice
     from pkb_core.harness.gates import engine_choice, mask_choice
@@ -134,6 +135,7 @@ def _check_environment() -> None:
         copies_choice()
         call_events_choice()
         group_offsets_choice()
+        second_reference_choice()
         mask_choice()
         ipc_choice()
     except ValueError as exc:

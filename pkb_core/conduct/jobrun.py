@@ -137,12 +137,16 @@ class JobRun:
     """
 
     def __init__(self, job: Job, problem, judges, candidates, *, parcels: Parcels,
-                 deadline: float, settings, before_timing=None, reference_side=None):
+                 deadline: float, settings, before_timing=None, reference_side=None, reference_side_b=None):
         self.job = job
         #: Starts window mode's reference group (the launcher's; None: window mode unavailable).
         self.reference_side = reference_side
         #: That group, once started (the launcher stops it with the job).
         self.reference_group = None
+        #: The same for the second reference group of ``PKB_SECOND_REFERENCE=on``
+        #: (:mod:`pkb_core.conduct.second_reference`; None: none).
+        self.reference_side_b = reference_side_b
+        self.reference_group_b = None
         self.before_timing = before_timing
         self.problem = problem
         self.judges = judges

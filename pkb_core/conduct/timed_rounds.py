@@ -88,6 +88,8 @@ class RoundsRun(Protocol):
     rng: random.Random
     reference_group: object
     reference_side: object
+    reference_group_b: object
+    reference_side_b: object
 
     def ask_judge(self, request) -> list: ...
 

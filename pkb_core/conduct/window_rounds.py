@@ -63,6 +63,7 @@ import time
 from pkb_core.conduct.answers import combine, slot_sizes
 from pkb_core.conduct.group_offsets import CANDIDATE_HARNESS, group_offsets_on, offset_reading
 from pkb_core.conduct.intervals import median_interval, ratio_reading, speedup, summarize, with_group_share
+from pkb_core.conduct.second_reference import SECOND_REFERENCE, second_reference_on, second_reference_reading
 from pkb_core.conduct.stopping import StoppingRule
 from pkb_core.contracts import commands_candidate as candidate
 from pkb_core.contracts import commands_judge as judge
@@ -207,7 +208,8 @@ class Batches:
         run = self.run
         k = self.calls + 1
         group = run.reference_group if side in REFERENCE_GROUP_SIDES else \
-            run.candidates if side in CANDIDATE_GROUP_SIDES else None
+            run.candidates if side in CANDIDATE_GROUP_SIDES else \
+            run.reference_group_b if side == SECOND_REFERENCE else None
         folder = run.folder_of(group) if group is not None else ""
         began = time.monotonic()
         armed = run.ask_judge(judge.ArmWindows(side=side, round=label, k=k, folder=folder))
@@ -392,9 +394,19 @@ def time_windows(run, mode: str, budget_s: float, calls: int, least: int, cap: i
             run.reference_group = run.reference_side()
         except JobEnded as ended:
             raise JobEnded(Verdict.ERROR, f"window mode's reference group did not start: {ended.reason}") from None
+    second = second_reference_on() and run.reference_side_b is not None
+    if second and run.reference_group_b is None:
+        try:
+            run.reference_group_b = run.reference_side_b()
+        except JobEnded as ended:
+            raise JobEnded(Verdict.ERROR, f"window mode's second reference group did not start: {ended.reason}") \
+                from None
     batches = Batches(run, calls)
-    # The batches after the pair: the harness, and the candidate group's (PKB_GROUP_OFFSETS=on, a diagnostic).
+    # The batches after the pair: the harness, and the diagnostics' (PKB_GROUP_OFFSETS=on: the
+    # candidate group's harness; PKB_SECOND_REFERENCE=on: the second reference group's calls).
     trailing = ("harness", CANDIDATE_HARNESS) if group_offsets_on() else ("harness",)
+    if second:
+        trailing += (SECOND_REFERENCE,)
     warm = min(WARM_BATCHES, max(1, -(-job.warmup // calls))) if job.warmup else 0
     for i in range(warm):
         for side in (*JUDGE_SIDES, "reference", "candidate", *trailing):
@@ -457,6 +469,11 @@ def time_windows(run, mode: str, budget_s: float, calls: int, least: int, cap: i
              "window_diagnostics": batches.diagnostics()}
     if CANDIDATE_HARNESS in raw:
         extra["group_offsets"] = offset_reading(raw, per_call)
+    if SECOND_REFERENCE in raw:
+        second_per_call = [per_call_us(value, null, kernel) / 1e3
+                           for value, null, kernel in zip(raw[SECOND_REFERENCE], raw["null"], raw["kernel"])]
+        extra["second_reference"] = second_reference_reading({"reference": per_call["reference"],
+                                                              SECOND_REFERENCE: second_per_call})
     return ModeTiming(reference=summarize(per_call["reference"], per_call["reference"], calls=total),
                       candidate=summarize(per_call["candidate"], per_call["candidate"], calls=total),
                       speedup=with_group_share(speedup(pairs),

@@ -500,6 +500,7 @@ class Launch:
     def _run_one(self, job, index, run_id, judges, candidates, spare):
         """One job; returns the judge group to go on with (a new one if it failed)."""
         from pkb_core.conduct.jobrun import JobRun, JudgeFailed, Parcels, timeout_reason
+        from pkb_core.conduct.second_reference import second_reference_on
         from pkb_core.contracts.outcome import JobEnded, Outcome
         from pkb_core.plugin.multicast import multicast_claim_believable
         from pkb_core.problem.contract import read_spec
@@ -507,7 +508,7 @@ class Launch:
         started = time.time()
         parcels = Parcels(os.path.join(self.scratch.path, run_id))
         outcome = Outcome()
-        run = reference = None
+        run = reference = reference_b = None
         try:
             try:
                 self._ready(candidates)
@@ -518,6 +519,8 @@ class Launch:
             problem = read_spec(job.problem_path).load()
             candidates.multicast_believed = multicast_claim_believable(job.solution, self.settings.device)
             reference = EarlyReferenceSide(self, job, f"{run_id}-ref", candidates)
+            if second_reference_on():  # a diagnostic: a second group of the reference (PKB_SECOND_REFERENCE)
+                reference_b = EarlyReferenceSide(self, job, f"{run_id}-ref2", candidates)
 
             def before_timing():
                 # Nothing still starting on this node once timing begins; each wait in the record's tally.
@@ -526,11 +529,14 @@ class Launch:
                 run.tally("next job's group starting", started)
                 started = time.monotonic()
                 reference.set_up()
+                if reference_b is not None:
+                    reference_b.set_up()
                 run.tally("reference group set-up", started)
 
             run = JobRun(job, problem, judges, candidates, parcels=parcels, settings=self.settings,
                          deadline=time.monotonic() + self.settings.job_timeout,
-                         before_timing=before_timing, reference_side=reference.group)
+                         before_timing=before_timing, reference_side=reference.group,
+                         reference_side_b=reference_b.group if reference_b is not None else None)
             outcome = run.run()
             outcome.phases = {"ready": ready_s, **outcome.phases}
         except JobEnded as ended:
@@ -556,8 +562,9 @@ class Launch:
         finally:
             self._contained_outcome(candidates, outcome, run_id)
             stopping = time.time()
-            if reference is not None:
-                reference.stop()
+            for side in (reference, reference_b):
+                if side is not None:
+                    side.stop()
             healthy = outcome.verdict not in (Verdict.TIMEOUT, Verdict.CRASH, Verdict.ERROR, Verdict.CANCELLED)
             self._stop(candidates, stacks=outcome.verdict == Verdict.TIMEOUT,
                        deadline=time.monotonic() + JUDGE_GRACE_S if healthy else None)
