@@ -63,7 +63,7 @@ import time
 from pkb_core.conduct.answers import combine, slot_sizes
 from pkb_core.conduct.group_offsets import CANDIDATE_HARNESS, group_offsets_on, offset_reading
 from pkb_core.conduct.intervals import median_interval, ratio_reading, speedup, summarize, with_group_share
-from pkb_core.conduct.second_reference import SECOND_REFERENCE, second_reference_on, second_reference_reading
+from pkb_core.conduct.second_reference import SECOND_REFERENCE, second_reference_reading
 from pkb_core.conduct.stopping import StoppingRule
 from pkb_core.contracts import commands_candidate as candidate
 from pkb_core.contracts import commands_judge as judge
@@ -394,7 +394,7 @@ def time_windows(run, mode: str, budget_s: float, calls: int, least: int, cap: i
             run.reference_group = run.reference_side()
         except JobEnded as ended:
             raise JobEnded(Verdict.ERROR, f"window mode's reference group did not start: {ended.reason}") from None
-    second = second_reference_on() and run.reference_side_b is not None
+    second = run.reference_side_b is not None  # the launcher's, where PKB_SECOND_REFERENCE=on
     if second and run.reference_group_b is None:
         try:
             run.reference_group_b = run.reference_side_b()
