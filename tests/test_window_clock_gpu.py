@@ -124,3 +124,57 @@ def test_a_masked_batch_on_a_gpu_is_queued_ahead_and_unmasked_behind_each_gate()
         side.close()
         keeper.close()
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def device_engine_batches(batches: int = 3) -> list:
+    """Batches of :data:`CALLS` windows through the device engine, this process the side; what
+    each batch's answer says of its queueing, ``(queued_ahead, not_queued_ahead)``. Asserts every
+    snapshot."""
+    gpu = torch.device("cuda", 0)
+    torch.cuda.set_device(gpu)
+    folder = tempfile.mkdtemp(prefix="pkb-test-gpu-", dir="/dev/shm")
+    keeper = Timekeeper(gpu, folder, 0, "device")
+    side = WindowSide(gpu)
+    ahead = []
+    try:
+        for batch in range(batches):
+            sets = [(torch.arange(1024, dtype=torch.float32) + 1000 * batch + w,) for w in range(CALLS)]
+            skeletons, region, layout = _arm(keeper, sets, out_bytes=OUT_BYTES)
+            side.attach(region)
+            epoch = 100 * batch
+            keeper.send("open", epoch=epoch, timeout_s=30, **layout)
+            written = side.run(epoch=epoch, skeletons=skeletons, call=_placed_then_doubled(side), timeout_s=30)
+            answer = keeper.receive()
+            assert answer["status"] == "ok" and len(answer["times_ns"]) == CALLS, answer
+            ahead.append((answer.get("queued_ahead"), answer["not_queued_ahead"]))
+            for w in range(CALLS):
+                got = _snapshot(keeper, written[w], w, out_bytes=OUT_BYTES)
+                assert torch.equal(got["out"], sets[w][0] * 2) and torch.equal(got["args"][0], sets[w][0])
+    finally:
+        side.close()
+        keeper.close()
+        shutil.rmtree(folder, ignore_errors=True)
+    return ahead
+
+
+def test_a_side_of_one_hardware_queue_through_the_device_engine():
+    """pkb's sides run with one hardware queue a context (pkb_core.machine.device.GPU_ENVIRONMENT):
+    a side's word that says a call is queued must land while its gate is still closed, so it is
+    the host's own write, never a stream operation behind the gate (which timed out every 128 MiB
+    job on 2xH200, 2026-11-30). A fresh process, as a side's context is made with the setting; it
+    would hang, not fail, where the word waited behind the gate."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    tests = os.path.dirname(os.path.abspath(__file__))
+    script = (f"import json, sys; sys.path.insert(0, {tests!r}); "
+              "from test_window_clock_gpu import device_engine_batches; print(json.dumps(device_engine_batches()))")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=180,
+                          env={**os.environ, "CUDA_DEVICE_MAX_CONNECTIONS": "1"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    ahead = json.loads(done.stdout.strip().splitlines()[-1])
+    print("device engine, one queue: queued ahead, not queued ahead, by batch:", ahead)
+    # every batch after the first (its kernels' first loads) queued whole before its first window
+    assert all(not_ahead is None for _, not_ahead in ahead[1:]), ahead

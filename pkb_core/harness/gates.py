@@ -5,10 +5,12 @@ times on a rank and exports it to that side (a CUDA IPC handle on GPU, a shared-
 file in the side's own folder on CPU). The side can read and write it but never free it.
 It holds three words and two slots:
 
-``queued`` the side writes ``E + 1 + w`` once everything call ``w`` does is queued behind its
-           gate (GPU: on the side's stream; CPU: the side is waiting for ``go``). The
+``queued`` the side's host writes ``E + 1 + w`` once everything call ``w`` does is queued behind
+           its gate (GPU: on the side's stream; CPU: the side is waiting for ``go``). The
            timekeeper starts window ``w``'s clock only after it, so the side's host work
-           (Python, launches, messages) is never inside a window
+           (Python, launches, messages) is never inside a window. Always host memory (a device
+           region's is in its *announce page*), never written by a stream operation, which
+           would wait behind the gate in a context of one hardware queue
 ``go``     the timekeeper writes ``E + 1 + w`` once call ``w``'s inputs are in ``in_slot``
 ``done``   the side writes ``E + 1 + w`` once call ``w``'s outputs and arguments are in ``out_slot``
 ``used``   the side writes how many bytes of ``out_slot`` call ``w`` filled, before ``done``: the
@@ -361,18 +363,14 @@ _SIDE_STREAMS: dict = {}
 
 
 def side_stream(device):
-    """This process's stream for the words a side writes outside its gates (``queued`` of a device
-    region, an abandoned batch's words), made on the first call and the same for every region.
+    """This process's stream for the words an abandoned batch writes outside its gates, made on
+    the first call and the same for every region.
 
     One a process, made by every side process at the same point of its start
-    (:meth:`pkb_core.candidate.rank.CandidateRank.prepare`): the device spreads a context's streams
-    over a few hardware queues in the order they are made, and two streams that share a queue
-    wait for each other's work. A stream made with each region mapped (as until 2026-11-30) made
-    a group's count depend on its history (the reference group maps the harness batch's pool as
-    well; the candidate's made NCCL's streams in its trials, before any region), so which queue
-    NCCL's streams shared with the calls' differed between two groups of the same code: the
-    suspected cause of their 4-40 % apart on 2xH200 (docs/timing.md, "Two groups of the same code,
-    the device's queues")."""
+    (:meth:`pkb_core.candidate.rank.CandidateRank.prepare`): a stream made with each region
+    mapped (as until 2026-11-30) made a group's stream count depend on its history, and where a
+    context has several hardware queues (CUDA's default of eight, which pkb's sides no longer
+    run with: :data:`pkb_core.machine.device.GPU_ENVIRONMENT`), which of them the streams share."""
     import torch
 
     device = torch.device(device)
@@ -386,19 +384,23 @@ class SideRegion:
 
     On GPU the waits and writes are queued on the side's current stream; on CPU they happen now.
 
-    Three layouts: a CUDA IPC handle (a device timekeeper's region: ``ptr`` is device
-    memory); a path on GPU (a host timekeeper's region: the file is mapped, pinned and mapped
-    into the device, ``ptr`` is its device address, the stream operations wait on and write
-    host memory, and ``queued`` is written by this host directly); a path on CPU.
+    Three layouts: a CUDA IPC handle and an ``announce`` page (a device timekeeper's region:
+    ``ptr`` is device memory; ``queued`` is in the page, a file in the side's folder, which this
+    host writes itself); a path on GPU (a host timekeeper's region: the file is mapped, pinned
+    and mapped into the device, ``ptr`` is its device address, the stream operations wait on and
+    write host memory, and ``queued`` is written by this host directly); a path on CPU.
     """
 
-    def __init__(self, *, device, handle: str = "", path: str = "", in_bytes: int, out_bytes: int):
+    def __init__(self, *, device, handle: str = "", path: str = "", announce: str = "", in_bytes: int,
+                 out_bytes: int):
         import torch  # here, not at the top: the timekeeper imports this module, and no torch
 
         self.device = device
         self.pinned = None
         in_at, out_at, total = slot_layout(in_bytes, out_bytes)
         self.host = HostRegion(path, total, create=False, woken=device.type == "cpu") if path else None
+        #: A device region's announce page (its ``queued``): written by this host, never queued.
+        self.announce = HostRegion(announce, HEADER, create=False) if announce else None
         if device.type == "cuda":
             if self.host is not None:
                 self.pinned = ctypes.addressof(ctypes.c_char.from_buffer(self.host.map))
@@ -470,24 +472,24 @@ class SideRegion:
             self.host.done.write(value)
 
     def write_queued(self, value: int) -> None:
-        """Say that call ``value - E - 1`` is queued: this host writes the word itself where it
-        is host memory; a device region's word is written on a stream of its own, which no gate
-        holds, so it lands as soon as the host has issued it."""
-        if self.host is None:
-            stream_write(self.side_stream.cuda_stream, self.ptr + QUEUED, value)
-        else:
-            self.host.queued.write(value)
+        """Say that call ``value - E - 1`` is queued: this host writes the word itself, in the
+        region's file or a device region's announce page. Never a stream operation: with one
+        hardware queue a context (:data:`pkb_core.machine.device.GPU_ENVIRONMENT`) it would
+        land only behind the gate it announces, which opens after it."""
+        (self.host or self.announce).queued.write(value)
 
     def abandon(self, value: int) -> None:
         """Mark every call up to ``value`` done at once (a side that failed mid-batch), so the
         timekeeper's windows end now instead of at its deadline."""
         if self.device.type == "cuda":
-            # On the side stream, which no gate holds: at once. Then behind everything the calls
-            # queued: their own writes of ``taken`` and ``done`` land as their windows open and
-            # would move the words back below ``value`` (the timekeeper then waited for a call
-            # that never came until its deadline).
+            # ``queued`` by this host, at once: the timekeeper then opens every gate. ``taken``
+            # and ``done`` on the side stream (at once where the context has queues to spare), and
+            # behind everything the calls queued: their own writes land as their windows open
+            # and would move the words back below ``value`` (the timekeeper then waited for a
+            # call that never came until its deadline).
+            self.write_queued(value)
             for stream in (self.side_stream.cuda_stream, self._stream()):
-                for at in ABANDONED:
+                for at in (TAKEN, DONE):
                     stream_write(stream, self.ptr + at, value)
         else:
             for word in (self.host.queued, self.host.taken, self.host.done):
@@ -501,5 +503,6 @@ class SideRegion:
             else:
                 close_handle(self.ptr)
             self.ptr = None
-        if self.host is not None:
-            self.host.close()
+        for page in (self.host, self.announce):
+            if page is not None:
+                page.close()

@@ -100,7 +100,8 @@ class WindowSide:
         key = self._key(region)
         if key not in self.mapped:
             self.mapped[key] = SideRegion(device=self.device, handle=region.get("handle", ""),
-                                          path=region.get("path", ""), in_bytes=region["in_bytes"],
+                                          path=region.get("path", ""), announce=region.get("announce", ""),
+                                          in_bytes=region["in_bytes"],
                                           out_bytes=region["out_bytes"])
         self.region, self.key = self.mapped[key], key
         self.copies = region_copies(region)

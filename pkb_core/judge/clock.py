@@ -28,6 +28,7 @@ from pkb_core.harness.gates import HOST_ENGINE_MAX_BYTES, CudaMemory, HostRegion
 from pkb_core.judge.region_pool import RegionPool, pool_size
 from pkb_core.judge.timekeeper import NODE_ENV
 from pkb_core.machine import numa
+from pkb_core.machine.device import TIMEKEEPER_GPU_ENVIRONMENT
 
 #: Bytes between consecutive sets in the staging (and snapshots in the snapshot memory).
 ALIGN = 4096
@@ -135,7 +136,7 @@ class Timekeeper:
         bus_id = numa.gpu_bus_id(device)
         node = numa.pci_node(bus_id) if bus_id else None
         env = dict(os.environ, PKB_TIMEKEEPER_DEVICE=ordinal, PYTHONUNBUFFERED="1",
-                   **{NODE_ENV: "" if node is None else str(node)})
+                   **{NODE_ENV: "" if node is None else str(node)}, **TIMEKEEPER_GPU_ENVIRONMENT)
         self.proc = subprocess.Popen([sys.executable, "-m", "pkb_core.judge.timekeeper"], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, env=env, text=True)
         self.staging = self.snap = None

@@ -28,6 +28,7 @@ snapshot memory), ``open`` (run one batch of windows for a side), ``exit``.
 """
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import random
@@ -36,8 +37,8 @@ import sys
 import time
 
 from pkb_core.harness.board import Board
-from pkb_core.harness.gates import DONE, GO, QUEUED, SPINS, HostRegion, HostWord, behind, checked, driver, \
-    cyclic_gap, export_handle, slot_layout, store_fence, stream_wait, stream_write
+from pkb_core.harness.gates import DONE, GO, HEADER, QUEUED, SPINS, HostRegion, HostWord, behind, checked, \
+    driver, cyclic_gap, export_handle, map_host, slot_layout, store_fence, stream_wait, stream_write, unmap_host
 from pkb_core.machine.numa import page_node, settle_on
 
 #: The NUMA node of the rank's GPU, from its judge rank (empty: unknown).
@@ -329,13 +330,33 @@ class DeviceClock:
             checked(cu.cuMemFree(cu.CUdeviceptr(ptr)))
 
     def region(self, side: str, in_bytes: int, out_bytes: int, path: str) -> dict:
-        old = self.regions.pop(side, None)
-        if old is not None:
-            self._free(old[0])
+        """Device memory for the slots and the words the devices write, and at ``path`` a page of
+        host memory, the *announce page*, whose ``queued`` the side's host writes itself and this
+        engine's stream waits on (mapped into this context). A word the side wrote with a stream
+        operation would land only once its hardware queue reached it: with one queue a context
+        (:data:`pkb_core.machine.device.GPU_ENVIRONMENT`), behind its own gate, which opens only
+        after that word."""
+        self._drop(self.regions.pop(side, None))
         _, _, total = slot_layout(in_bytes, out_bytes)
         ptr = self._alloc(total)
-        self.regions[side] = (ptr, in_bytes, out_bytes)
-        return {"handle": export_handle(ptr)}
+        announce = HostRegion(path, HEADER, create=True)
+        announce.touch()
+        mapped = map_host(ctypes.addressof(ctypes.c_char.from_buffer(announce.map)), HEADER)
+        self.regions[side] = (ptr, in_bytes, out_bytes, announce, mapped)
+        return {"handle": export_handle(ptr), "announce": path}
+
+    def _drop(self, found) -> None:
+        """Free a region of :attr:`regions`: its device memory, its announce page and the page's file."""
+        if found is None:
+            return
+        ptr, _, _, announce, _ = found
+        self._free(ptr)
+        unmap_host(ctypes.addressof(ctypes.c_char.from_buffer(announce.map)))
+        announce.close()
+        try:
+            os.unlink(announce.path)
+        except FileNotFoundError:
+            pass
 
     def make_staging(self, staging_bytes: int, snap_bytes: int, staging_path: str, snap_path: str) -> dict:
         self._free(self.staging)
@@ -355,7 +376,7 @@ class DeviceClock:
         host engine's: this engine's windows open on each rank once that rank's side is queued
         (its queue runs ahead of the device where calls are long, which is where it is chosen)."""
         cu = driver()
-        ptr, in_bytes, out_bytes = self.regions[side]
+        ptr, in_bytes, out_bytes, announce, announced = self.regions[side]
         in_at, out_at, _ = slot_layout(in_bytes, out_bytes)
         out_bytes = snapshot_bytes(out_bytes, snap_stride)
         stream, n, began = self.stream, len(sizes), time.perf_counter_ns()
@@ -367,7 +388,7 @@ class DeviceClock:
                 w, mark = queued, epoch + 1 + queued
                 if stalled_at is None:
                     # The clock starts once the side's host has put call w on its queue.
-                    stream_wait(handle, ptr + QUEUED, mark)
+                    stream_wait(handle, announced + QUEUED, mark)
                 checked(cu.cuEventRecord(self._event(2 * w), stream))
                 checked(cu.cuMemcpyDtoDAsync(cu.CUdeviceptr(ptr + in_at), cu.CUdeviceptr(self.staging + w * set_stride),
                                              sizes[w], stream))
@@ -387,12 +408,12 @@ class DeviceClock:
             if not self._wait_event(self._event(2 * finished), min(deadline, time.monotonic() + wait)):
                 if stalled_at is None:
                     stalled_at = finished
-                stream_write(int(self.control), ptr + QUEUED, epoch + n)
+                announce.queued.write(epoch + n)
             if not self._wait_event(self._event(2 * finished + 1), deadline):
                 status = f"call {finished} never finished (no done before the deadline)"
                 # The words are the timekeeper's own: opening every gate lets its stream drain
                 # whatever the side does, so a hung side costs its own job, never the judge.
-                stream_write(int(self.control), ptr + QUEUED, epoch + n)
+                announce.queued.write(epoch + n)
                 stream_write(int(self.control), ptr + DONE, epoch + n)
                 checked(cu.cuStreamSynchronize(stream))
                 break
@@ -421,14 +442,13 @@ class DeviceClock:
     def forget(self, sides: list) -> dict:
         """Free the regions of ``sides`` (a pool the judge let go)."""
         for side in sides:
-            found = self.regions.pop(side, None)
-            if found is not None:
-                self._free(found[0])
+            self._drop(self.regions.pop(side, None))
         return {}
 
     def close(self):
-        for ptr, *_ in self.regions.values():
-            self._free(ptr)
+        for found in self.regions.values():
+            self._drop(found)
+        self.regions = {}
         self._free(self.staging)
         self._free(self.snap)
 

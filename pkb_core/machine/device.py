@@ -32,14 +32,34 @@ def require_device(device: str) -> str:
 CPU_ENVIRONMENT = {"OMP_NUM_THREADS": "1", "TRITON_INTERPRET": "1"}
 
 
+#: What every process pkb starts in GPU mode gets (the judge's, the reference's and the
+#: candidate's groups, and builders), unless the caller's environment says otherwise: one hardware
+#: work queue a CUDA context. With CUDA's default of eight, a context's streams are spread over the
+#: queues in the order they are made, and two processes running the same code took different
+#: device times for a whole job when their histories differed (on 2xH200, 2026-11-30: problem 55's
+#: reference against itself read 1.41x, both reference groups' rank 1 at 258-266 us a call by
+#: their own events and the candidate group's at 188; with one queue the three groups read alike,
+#: and problems 55, 56, 79 and 84 within 0.94-1.02: docs/benchmarks/2026-11-30-h200x2-device-queues.md).
+#: Streams still run side by side; their launches are taken in the order the host issued them,
+#: as Megatron-LM asks of its processes. Read when a process makes its CUDA context, which pkb
+#: does before any solution code runs (:meth:`pkb_core.candidate.rank.CandidateRank.prepare`).
+GPU_ENVIRONMENT = {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}
+#: What the judge's timekeeper process gets in GPU mode, whatever else is set: its device engine
+#: ends a hung batch by writing a word on a second stream while its first waits
+#: (:class:`pkb_core.judge.timekeeper.DeviceClock`), which needs a second queue. Its own work,
+#: the windows' stamps and copies, is one stream's.
+TIMEKEEPER_GPU_ENVIRONMENT = {"CUDA_DEVICE_MAX_CONNECTIONS": "8"}
+
+
 def device_environment(device: str) -> dict:
-    """The variables of ``device``'s mode (:data:`CPU_ENVIRONMENT` on CPU, none on
-    GPU) that the caller's environment does not set. Workers and builders both
-    get them, so a file imports the same way in the compile phase as in its job
-    (a builder without ``TRITON_INTERPRET`` took a Triton file for a GPU one)."""
-    if device != "cpu":
-        return {}
-    return {name: value for name, value in CPU_ENVIRONMENT.items() if name not in os.environ}
+    """The variables of ``device``'s mode (:data:`CPU_ENVIRONMENT` on CPU,
+    :data:`GPU_ENVIRONMENT` on GPU) that the caller's environment does not set. Workers and
+    builders both get them, so a file imports the same way in the compile phase as in its job
+    (a builder without ``TRITON_INTERPRET`` took a Triton file for a GPU one), and every group of
+    a job, judge, reference and candidate, makes its CUDA context under the same settings."""
+    wanted = CPU_ENVIRONMENT if device == "cpu" else GPU_ENVIRONMENT
+    return {name: value for name, value in wanted.items() if name not in os.environ}
+
 
 
 def device_count(device: str) -> int:

@@ -223,5 +223,7 @@ def machine_info(device) -> dict:
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
         info.update(gpu=props.name, gpu_count=torch.cuda.device_count(), cuda=torch.version.cuda,
-                    nccl=".".join(map(str, torch.cuda.nccl.version())))
+                    nccl=".".join(map(str, torch.cuda.nccl.version())),
+                    # the hardware work queues a context had (machine.device.GPU_ENVIRONMENT)
+                    device_connections=os.environ.get("CUDA_DEVICE_MAX_CONNECTIONS", "8 (CUDA's default)"))
     return info
