@@ -148,8 +148,8 @@ def device_engine_batches(batches: int = 3) -> list:
             assert answer["status"] == "ok" and len(answer["times_ns"]) == CALLS, answer
             ahead.append((answer.get("queued_ahead"), answer["not_queued_ahead"]))
             for w in range(CALLS):
-                got = _snapshot(keeper, written[w], w, out_bytes=OUT_BYTES)
-                assert torch.equal(got["out"], sets[w][0] * 2) and torch.equal(got["args"][0], sets[w][0])
+                got = _snapshot(keeper, written[w], w, out_bytes=OUT_BYTES)  # this engine's: device memory
+                assert torch.equal(got["out"].cpu(), sets[w][0] * 2) and torch.equal(got["args"][0].cpu(), sets[w][0])
     finally:
         side.close()
         keeper.close()
