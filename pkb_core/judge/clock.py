@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import subprocess
 import sys
 import tempfile
@@ -198,7 +199,10 @@ class Timekeeper:
         if index not in pool.regions:
             self.generation += 1
             key = f"{side}.{index}"
-            path = os.path.join(folder, f"pkb-gates-r{self.rank}-{self.engine}-{side}-{self.generation}")
+            # A name no side can foresee: the folder may be the side's own, where a file or a
+            # folder planted at the next name would make the timekeeper's creation fail.
+            path = os.path.join(folder, f"pkb-gates-r{self.rank}-{self.engine}-{side}-{self.generation}-"
+                                        f"{secrets.token_hex(8)}")
             found = self.ask("region", side=key, in_bytes=pool.in_bytes, out_bytes=pool.out_bytes, path=path)
             pool.regions[index] = {**found, "in_bytes": pool.in_bytes, "out_bytes": pool.out_bytes,
                                    "generation": self.generation, "folder": folder, "pool": pool.ident, "key": key,

@@ -43,6 +43,9 @@ from pkb_core.machine.numa import page_node, settle_on
 
 #: The NUMA node of the rank's GPU, from its judge rank (empty: unknown).
 NODE_ENV = "PKB_TIMEKEEPER_NODE"
+#: How long (GPU, the device engine) a batch's stream may take to drain once its gates are opened
+#: from the control stream at the batch's deadline (its copies: a few ms).
+DRAIN_S = 30.0
 #: Windows queued ahead of the last one known finished (GPU): a stream's queue holds about a
 #: thousand operations, and a host blocked in a full queue could not keep its deadline.
 AHEAD = 48
@@ -332,10 +335,11 @@ class DeviceClock:
     def region(self, side: str, in_bytes: int, out_bytes: int, path: str) -> dict:
         """Device memory for the slots and the words the devices write, and at ``path`` a page of
         host memory, the *announce page*, whose ``queued`` the side's host writes itself and this
-        engine's stream waits on (mapped into this context). A word the side wrote with a stream
-        operation would land only once its hardware queue reached it: with one queue a context
-        (:data:`pkb_core.machine.device.GPU_ENVIRONMENT`), behind its own gate, which opens only
-        after that word."""
+        engine's stream waits on (pinned and mapped into this context when made). A word the side
+        wrote with a stream operation would land only once its hardware queue reached it: with one
+        queue a context (:data:`pkb_core.machine.device.GPU_ENVIRONMENT`), behind its own gate,
+        which opens only after that word. This engine writes the page only through its device
+        address, never through the file (which the side owns, and can shrink or punch)."""
         self._drop(self.regions.pop(side, None))
         _, _, total = slot_layout(in_bytes, out_bytes)
         ptr = self._alloc(total)
@@ -355,8 +359,8 @@ class DeviceClock:
         announce.close()
         try:
             os.unlink(announce.path)
-        except FileNotFoundError:
-            pass
+        except OSError:
+            pass  # gone, or replaced by the side with what it may not be unlinked as (its folder)
 
     def make_staging(self, staging_bytes: int, snap_bytes: int, staging_path: str, snap_path: str) -> dict:
         self._free(self.staging)
@@ -376,7 +380,7 @@ class DeviceClock:
         host engine's: this engine's windows open on each rank once that rank's side is queued
         (its queue runs ahead of the device where calls are long, which is where it is chosen)."""
         cu = driver()
-        ptr, in_bytes, out_bytes, announce, announced = self.regions[side]
+        ptr, in_bytes, out_bytes, _, announced = self.regions[side]
         in_at, out_at, _ = slot_layout(in_bytes, out_bytes)
         out_bytes = snapshot_bytes(out_bytes, snap_stride)
         stream, n, began = self.stream, len(sizes), time.perf_counter_ns()
@@ -408,14 +412,19 @@ class DeviceClock:
             if not self._wait_event(self._event(2 * finished), min(deadline, time.monotonic() + wait)):
                 if stalled_at is None:
                     stalled_at = finished
-                announce.queued.write(epoch + n)
+                # Through the page's device address, on the control stream: the frame this stream
+                # waits on is the one pinned when the page was made, which the side can take out
+                # of its file (a hole punched, truncated and grown again), so a write through a
+                # mapping of the file could miss it for good.
+                stream_write(int(self.control), announced + QUEUED, epoch + n)
             if not self._wait_event(self._event(2 * finished + 1), deadline):
                 status = f"call {finished} never finished (no done before the deadline)"
-                # The words are the timekeeper's own: opening every gate lets its stream drain
-                # whatever the side does, so a hung side costs its own job, never the judge.
-                announce.queued.write(epoch + n)
+                # Opening every gate from the control stream lets this stream drain whatever the
+                # side does, so a hung side costs its own job, never the judge.
+                stream_write(int(self.control), announced + QUEUED, epoch + n)
                 stream_write(int(self.control), ptr + DONE, epoch + n)
-                checked(cu.cuStreamSynchronize(stream))
+                if not self._wait_stream(stream, time.monotonic() + DRAIN_S):
+                    raise RuntimeError(f"its stream did not drain within {DRAIN_S:.0f} s of the gates opened")
                 break
             finished += 1
         times = [int(checked(cu.cuEventElapsedTime(self._event(2 * w), self._event(2 * w + 1))) * 1e6)
@@ -426,6 +435,19 @@ class DeviceClock:
 
     def drain(self, side: str, last: int) -> None:
         """Nothing to open: this engine's own stream writes its gates (a failed batch opens them)."""
+
+    def _wait_stream(self, stream, deadline: float) -> bool:
+        """Whether ``stream`` has run all its work by ``deadline`` (a bounded synchronize)."""
+        cu = driver()
+        while True:
+            err = cu.cuStreamQuery(stream)[0]
+            if err == cu.CUresult.CUDA_SUCCESS:
+                return True
+            if err != cu.CUresult.CUDA_ERROR_NOT_READY:
+                raise RuntimeError(f"the timekeeper's stream failed: {err}")
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(1e-3)
 
     def _wait_event(self, event, deadline: float) -> bool:
         cu = driver()
