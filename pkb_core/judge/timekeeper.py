@@ -342,10 +342,10 @@ class DeviceClock:
         address, never through the file (which the side owns, and can shrink or punch)."""
         self._drop(self.regions.pop(side, None))
         _, _, total = slot_layout(in_bytes, out_bytes)
-        ptr = self._alloc(total)
-        announce = HostRegion(path, HEADER, create=True)
+        announce = HostRegion(path, HEADER, create=True)  # first: a page that fails leaves nothing behind
         announce.touch()
         mapped = map_host(ctypes.addressof(ctypes.c_char.from_buffer(announce.map)), HEADER)
+        ptr = self._alloc(total)
         self.regions[side] = (ptr, in_bytes, out_bytes, announce, mapped)
         return {"handle": export_handle(ptr), "announce": path}
 
