@@ -438,28 +438,10 @@ class DeviceClock:
 
     def _wait_stream(self, stream, deadline: float) -> bool:
         """Whether ``stream`` has run all its work by ``deadline`` (a bounded synchronize)."""
-        cu = driver()
-        while True:
-            err = cu.cuStreamQuery(stream)[0]
-            if err == cu.CUresult.CUDA_SUCCESS:
-                return True
-            if err != cu.CUresult.CUDA_ERROR_NOT_READY:
-                raise RuntimeError(f"the timekeeper's stream failed: {err}")
-            if time.monotonic() > deadline:
-                return False
-            time.sleep(1e-3)
+        return _until_done(lambda: driver().cuStreamQuery(stream)[0], deadline, 1e-3)
 
     def _wait_event(self, event, deadline: float) -> bool:
-        cu = driver()
-        while True:
-            err = cu.cuEventQuery(event)[0]
-            if err == cu.CUresult.CUDA_SUCCESS:
-                return True
-            if err != cu.CUresult.CUDA_ERROR_NOT_READY:
-                raise RuntimeError(f"the timekeeper's stream failed: {err}")
-            if time.monotonic() > deadline:
-                return False
-            time.sleep(20e-6)
+        return _until_done(lambda: driver().cuEventQuery(event)[0], deadline, 20e-6)
 
     def forget(self, sides: list) -> dict:
         """Free the regions of ``sides`` (a pool the judge let go)."""
@@ -473,6 +455,21 @@ class DeviceClock:
         self.regions = {}
         self._free(self.staging)
         self._free(self.snap)
+
+
+def _until_done(query, deadline: float, nap_s: float) -> bool:
+    """Poll ``query()`` (a CUDA query's result: done, not ready, or an error) every ``nap_s``
+    until done (True) or ``deadline`` (False); an error raises."""
+    cu = driver()
+    while True:
+        err = query()
+        if err == cu.CUresult.CUDA_SUCCESS:
+            return True
+        if err != cu.CUresult.CUDA_ERROR_NOT_READY:
+            raise RuntimeError(f"the timekeeper's stream failed: {err}")
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(nap_s)
 
 
 def serve(clock, read, write) -> None:
