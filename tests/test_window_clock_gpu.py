@@ -4,7 +4,11 @@ queued before the first window opens, the side's batches over its pool of gate r
 
 Needs one GPU and is skipped without: pkb's jobs need two ranks, so this is what a one-GPU machine
 checks of the code a two-GPU job times with (docs/timing.md, "Window mode")."""
+import json
+import os
 import shutil
+import subprocess
+import sys
 import tempfile
 
 import pytest
@@ -132,8 +136,6 @@ def device_engine_batches(batches: int = 3, punch: bool = False) -> list:
     snapshot. ``punch``: the side takes its announce page's frame out of the file before each batch
     (truncated and grown again), as a hostile side may, so its ``queued`` never reaches the
     frame the timekeeper's stream waits on."""
-    import os
-
     gpu = torch.device("cuda", 0)
     torch.cuda.set_device(gpu)
     folder = tempfile.mkdtemp(prefix="pkb-test-gpu-", dir="/dev/shm")
@@ -174,11 +176,6 @@ def test_a_side_of_one_hardware_queue_through_the_device_engine(punch):
     (``punch``) is not queued ahead, and its batches still end at once: the timekeeper opens the
     stalled gates through the pinned frame, never through the side's file (a write there hung the
     judge, found by a review)."""
-    import json
-    import os
-    import subprocess
-    import sys
-
     tests = os.path.dirname(os.path.abspath(__file__))
     script = (f"import json, sys; sys.path.insert(0, {tests!r}); "
               f"from test_window_clock_gpu import device_engine_batches; print(json.dumps(device_engine_batches(punch={punch})))")

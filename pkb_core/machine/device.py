@@ -39,7 +39,7 @@ CPU_ENVIRONMENT = {"OMP_NUM_THREADS": "1", "TRITON_INTERPRET": "1"}
 #: device times for a whole job when their histories differed (on 2xH200, 2026-11-30: problem 55's
 #: reference against itself read 1.41x, both reference groups' rank 1 at 258-266 us a call by
 #: their own events and the candidate group's at 188; with one queue the three groups read alike,
-#: and problems 55, 56, 79 and 84 within 0.94-1.02: docs/benchmarks/2026-11-30-h200x2-device-queues.md).
+#: and problems 55, 56, 79 and 84 within 0.94-1.06: docs/benchmarks/2026-11-30-h200x2-device-queues.md).
 #: Streams still run side by side; their launches are taken in the order the host issued them,
 #: as Megatron-LM asks of its processes. Read when a process makes its CUDA context, which pkb
 #: does before any solution code runs (:meth:`pkb_core.candidate.rank.CandidateRank.prepare`).
@@ -59,7 +59,6 @@ def device_environment(device: str) -> dict:
     a job, judge, reference and candidate, makes its CUDA context under the same settings."""
     wanted = CPU_ENVIRONMENT if device == "cpu" else GPU_ENVIRONMENT
     return {name: value for name, value in wanted.items() if name not in os.environ}
-
 
 
 def device_count(device: str) -> int:
