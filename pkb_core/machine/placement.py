@@ -6,7 +6,7 @@ group's two ranks shared a core most of the job (69 % of samples) while the othe
 (22 %), and the reference against itself read a median of 0.87-0.89 over sets of ten runs, a
 second reference group against the first 0.83. With each group's local rank ``r`` on the ``r``-th
 core this process may use (its affinity, which a container or ``taskset`` narrows), every group
-has the same placement: two sets of ten runs read medians of 0.999 and 1.003, 20 of 20 intervals
+has the same placement: three sets of ten runs read medians of 0.999, 1.003 and 1.007, 30 of 30 intervals
 containing 1.00, and a second reference group 0.93-1.03 against the first
 (docs/benchmarks/2026-11-30-h200x2-device-queues.md, "CPU"). Its price on a virtual machine: a
 hand-off between the two cores waits about a scheduler tick. GPU mode places nothing: a GPU
