@@ -141,3 +141,16 @@ def test_out_of_range_integer_lists_and_an_overwritten_infinity_are_differences(
     largest = torch.tensor([torch.finfo(torch.float32).max, float("nan"), 1.0])
     assert identical(inf_nan, inf_nan.clone()) and not identical(inf_nan, largest)
     assert identical(torch.tensor([complex(float("nan"), 0), 1 + 2j]), torch.tensor([complex(float("nan"), 0), 1 + 2j]))
+
+
+def test_a_difference_below_six_digits_is_shown_with_the_digits_it_needs():
+    """A result off by one part in a million failed the check while its line read "got 30,
+    expected 30" (a new user's pass): values that print alike at six digits get all of theirs."""
+    import torch
+
+    from pkb_core.judge.check import compare
+
+    ref = torch.arange(12, dtype=torch.float32).reshape(3, 4) * 3
+    line = compare(ref * (1 + 1e-6), ref, {"rtol": 0.0, "atol": 0.0})
+    assert "(got 33.000030517578125, expected 33.0)" in line, line
+    assert "(got 1, expected 0)" in compare(ref + 1, ref, {"rtol": 0.0, "atol": 0.0})

@@ -88,3 +88,20 @@ def test_dryrun_payload_has_no_reference():
     lines = describe_payload({"candidate": (torch.zeros(2), 3)})
     assert lines[:2] == ["candidate[0]: float32 (2,) [0, 0]", "candidate[1]: int 3"]
     assert lines[-1].startswith("no reference output saved")
+
+
+def test_inspect_checks_an_exact_problem_as_its_verdict_did(pkb_invoke, run):
+    """Problem 1 is EXACT: on integer-valued inputs the judge compares bit for bit, so a result off
+    by one part in a million failed the run, and inspect says so too (it said the candidate
+    matched, checking with float32's default tolerance)."""
+    folder = run / "outputs" / SLUG
+    ref = torch.arange(12, dtype=torch.float32).reshape(3, 4) * 3
+    torch.save({"candidate": [ref * (1 + 1e-6)], "reference": [ref], "inputs": [torch.ones(3, 4)]}, folder / "rank0.pt")
+    torch.save({"candidate": [ref * (1 + 1e-6)], "reference": [ref], "inputs": [torch.full((3, 4), 0.5)]},
+               folder / "rank1.pt")
+    result = pkb_invoke("inspect", run, "--problem", "1")
+    assert result.exit_code == 0, result.output
+    rank0, rank1 = result.stdout.split("rank 1\n")
+    assert "check: out[0]: 11 of 12 elements differ" in rank0 and "rtol=0" in rank0
+    # full-mantissa inputs: the run's bound needs every rank's reference; the problem's tolerance stands in
+    assert "check: candidate matches the reference" in rank1

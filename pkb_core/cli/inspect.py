@@ -39,7 +39,7 @@ def inspect(pm, run_dir, problem, rank, solution, n_values):
                        f"--out {run_dir}`; without --force the recorded jobs are skipped)")
     records = read_records(run_dir)
     folders = _folders(outputs, problem, records, solution)
-    tolerance = _tolerance(pm, folders[0].name.split("-", 1)[0])
+    tolerance, exact = _tolerance(pm, folders[0].name.split("-", 1)[0])
     verdicts = {_slug(r): r for r in records}
     for folder in folders:
         record = verdicts.get(folder.name)
@@ -50,7 +50,7 @@ def inspect(pm, run_dir, problem, rank, solution, n_values):
         for path in _rank_files(folder, rank):
             payload = torch.load(path, map_location="cpu", weights_only=True)
             click.echo(f"rank {path.stem[4:]}")
-            for line in describe_payload(payload, tolerance, n_values):
+            for line in describe_payload(payload, checked_tolerance(payload, tolerance, exact), n_values):
                 click.echo("  " + line)
         click.echo("")
 
@@ -85,13 +85,34 @@ def _slug(record) -> str:
 
 
 def _tolerance(pm, problem_key):
-    """The problem's TOLERANCE override, when the problem is registered here."""
+    """``(the problem's TOLERANCE override or None, whether it is EXACT)``, when the problem is
+    registered here (else ``(None, False)``)."""
     from pkb_core.problem.registry import build_registry
 
     try:
-        return build_registry(pm).get(problem_key).tolerance or None
+        spec = build_registry(pm).get(problem_key)
     except PkbError:
-        return None
+        return None, False
+    return spec.tolerance or None, bool(spec.exact)
+
+
+def checked_tolerance(payload: dict, tolerance, exact: bool):
+    """The tolerance the run's verdict used for these outputs, as far as one process can tell: an
+    ``EXACT`` problem's integer-valued inputs are checked bit for bit (the judge's trials on such
+    draws); anything else with the problem's tolerance (an ``EXACT`` problem's full-mantissa
+    draws were checked within the dtype's rounding of the sum, which needs the reference run on
+    every rank: here the problem's tolerance stands in for it)."""
+    import torch
+
+    from pkb_core.harness.trees import leaves
+    from pkb_core.judge.check import EXACT_TOLERANCE
+
+    if not exact:
+        return tolerance
+    floats = [leaf for _, leaf in leaves(payload.get("inputs")) if isinstance(leaf, torch.Tensor)
+              and leaf.is_floating_point()]
+    integral = all(bool(torch.equal(leaf, leaf.round())) for leaf in floats)
+    return EXACT_TOLERANCE if integral else tolerance
 
 
 def describe_payload(payload: dict, tolerance=None, n_values: int = 6) -> list[str]:

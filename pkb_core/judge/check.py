@@ -46,6 +46,9 @@ DEFAULT_TOLERANCE = {
     torch.float16: (2e-3, 1e-3),
     torch.bfloat16: (2e-2, 1e-2),
 }
+#: How an ``EXACT`` problem's trials on integer-valued draws are checked: bit for bit (its other
+#: trials, full-mantissa draws, within the dtype's rounding of the sum: :mod:`pkb_core.judge.rank`).
+EXACT_TOLERANCE = {"rtol": 0.0, "atol": 0.0}
 _FP8 = {getattr(torch, n) for n in ("float8_e4m3fn", "float8_e5m2") if hasattr(torch, n)}
 #: The note on a finding that breaks only a rule PKB's harness did not apply (output
 #: dtype, output structure, input mutation): the rule stays, the record says so.
@@ -265,12 +268,20 @@ def _report(bad, cand, ref, label, err=None):
     max_err = err.reshape(-1)[flat].item() if err is not None else None
     worst = f", max abs err {max_err:.3g}" if err is not None else ""
     shown = [i for i in _first_true(bad.reshape(-1), SHOWN_ELEMENTS) if i != flat] + [flat]
-    elements = [{"index": list(_unravel(i, bad.shape)), "got": f"{cand.reshape(-1)[i].item():.6g}",
-                 "expected": f"{ref.reshape(-1)[i].item():.6g}"} for i in shown]
+    elements = [dict(zip(("got", "expected"), _distinct(cand.reshape(-1)[i].item(), ref.reshape(-1)[i].item())),
+                     index=list(_unravel(i, bad.shape))) for i in shown]
+    got_text, want_text = _distinct(got, want)
     return Finding.of(f"{count} of {bad.numel()} elements differ{worst} at {index} "
-                      f"(got {got:.6g}, expected {want:.6g}); {label}",
+                      f"(got {got_text}, expected {want_text}); {label}",
                       count=count, numel=bad.numel(), shape=list(bad.shape), elements=elements,
                       max_abs_err=None if max_err is None else f"{max_err:.3g}", tolerance=label)
+
+
+def _distinct(got, want) -> tuple[str, str]:
+    """Two differing values as text: six significant digits, or every digit they need where six
+    would print them alike (a result off by one part in a million read "got 30, expected 30")."""
+    short = (f"{got:.6g}", f"{want:.6g}")
+    return short if short[0] != short[1] else (repr(got), repr(want))
 
 
 def _unravel(flat: int, shape) -> tuple:

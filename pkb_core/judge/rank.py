@@ -42,7 +42,7 @@ from pkb_core.contracts.commands_judge import (JUDGE_SIDES, Armed, ArmWindows, C
 from pkb_core.contracts.messages import Done, Finding, Packed, Parcel, Profiled, ProfileRequest, Warmed
 from pkb_core.contracts.verdict import Verdict
 from pkb_core.contracts.dtypes import torch_dtype
-from pkb_core.judge.check import Finding as Difference, compare
+from pkb_core.judge.check import EXACT_TOLERANCE, Finding as Difference, compare
 from pkb_core.judge.clock import TimekeeperFailed
 from pkb_core.harness import mask
 from pkb_core.harness.trees import leaves
@@ -52,9 +52,6 @@ from pkb_core.problem.contract import RunContext, read_spec
 from pkb_core.harness.timing import BatchTimer
 from pkb_core.harness.trees import clone, identical, restore
 
-#: Trials whose ``ctx.exact()`` draws use every mantissa bit: odd ones, or the
-#: only one (see :meth:`pkb_core.problem.contract.RunContext.exact`).
-EXACT_TOLERANCE = {"rtol": 0.0, "atol": 0.0}
 
 
 def full_mantissa_trial(trial: int, trials: int) -> bool:
