@@ -779,3 +779,22 @@ def test_timing_options_without_measure_perf_are_said_to_be_ignored(pkb_invoke, 
         in untimed.stderr
     plain = pkb_invoke("run", "--problem", "3", "--trials", "1", "--out", tmp_path / "b")
     assert "nothing is timed without" not in plain.stderr
+
+
+def test_solutions_run_by_a_backend_nobody_chose_or_they_do_not_declare_say_so(pkb_invoke, tmp_path):
+    """With no --backend, files run under the reference backend, where torch.distributed is allowed
+    (a new user's first "pass" was a call to dist.all_reduce); a file's BACKEND = "name" (what pkb
+    submit honours) that --backend contradicts is named."""
+    folder = tmp_path / "sols"
+    folder.mkdir()
+    (folder / "1_allreduce.py").write_text('BACKEND = "triton"\nimport torch.distributed as dist\n\n\n'
+                                           "def solution(tensor):\n    out = tensor.clone()\n"
+                                           "    dist.all_reduce(out)\n    return out\n")
+    unchosen = pkb_invoke("run", "--solutions", folder, "--trials", "1", "--out", tmp_path / "a")
+    assert "note: no --backend given: these solutions run under the reference backend" in unchosen.stderr
+    assert 'note: 1_allreduce.py declares BACKEND = "triton"; pkb run runs it by --backend (reference)' in unchosen.stderr
+    chosen = pkb_invoke("run", "--backend", "reference", "--solutions", folder, "--trials", "1", "--out", tmp_path / "b")
+    assert "no --backend given" not in chosen.stderr and "declares BACKEND" in chosen.stderr
+    (folder / "1_allreduce.py").write_text((folder / "1_allreduce.py").read_text().replace('BACKEND = "triton"\n', ""))
+    plain = pkb_invoke("run", "--backend", "reference", "--solutions", folder, "--trials", "1", "--out", tmp_path / "c")
+    assert "note:" not in plain.stderr

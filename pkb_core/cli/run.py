@@ -141,6 +141,9 @@ def run(pm, problems, backend, solution, solutions, nproc, nnodes, node_rank, rd
             click.echo(crowded, err=True)
     if dropped and problems:
         click.echo(dropped_notice(dropped, backend, solutions), err=True)
+    for line in backend_notices(pairs, backend, chosen=click.get_current_context().get_parameter_source("backend")
+                                not in (click.core.ParameterSource.DEFAULT, None)) if (solution or solutions) else ():
+        click.echo(line, err=True)
     named = named_problem(solution) if solution else None
     if named and problems and any(spec.id != int(named) for spec, _, _ in pairs):
         click.echo(f"note: {Path(solution).name} is named for problem {named}; it runs as "
@@ -267,6 +270,29 @@ class BuildLines:
 def skipping_notice(recorded, run_dir) -> str:
     """The line that says a rerun skips jobs already recorded."""
     return f"skipping {len(recorded)} recorded job(s) in {run_dir} (use --force to rerun them)"
+
+
+def backend_notices(pairs, backend: str, chosen: bool) -> list[str]:
+    """Notes for solution files run by a backend nobody chose or that they do not declare: with no
+    ``--backend`` (nor a ``pkb.toml`` or environment value) files run under the reference backend,
+    where torch.distributed is allowed and no backend's own checks run (a new user's first "pass"
+    was one); a file that declares ``BACKEND = "name"`` (what ``pkb submit`` honours) runs by
+    ``--backend`` here, so a declaration it contradicts is named."""
+    from pkb_core.problem.solution_backend import declared_backend
+
+    lines = []
+    if not chosen and backend == REFERENCE:
+        lines.append(f"note: no --backend given: these solutions run under the {REFERENCE} backend (torch.distributed "
+                     "allowed, no backend's own checks); --backend NAME to choose (`pkb backends`)")
+    for _, path, _ in pairs:
+        try:
+            declared = declared_backend(Path(path).read_text(errors="replace")) if path else None
+        except OSError:
+            continue
+        if declared and declared != backend:
+            lines.append(f'note: {Path(path).name} declares BACKEND = "{declared}"; pkb run runs it by --backend '
+                         f"({backend})")
+    return lines
 
 
 def dropped_notice(dropped, backend, solutions) -> str:
