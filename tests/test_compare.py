@@ -155,3 +155,23 @@ def test_a_measurable_slowdown_of_host_timings_still_fails(pkb_invoke, cpu_twice
     assert data["failing"] == 3 and {r["status"] for r in data["rows"]} == {"regressed"}
     assert all(r["why"] == "slower by 900.0%: the medians' 95 % intervals do not overlap, nor do the speedups'"
                for r in data["rows"])
+
+
+def test_medians_of_two_timing_modes_are_not_compared(pkb_invoke, cpu_twice, tmp_path):
+    """Run B's records as if their first --timing-mode had been another: not comparable, said so,
+    never a regression (a new user's window-mode run against a latency-mode one read as 'the
+    machine changed')."""
+    other = tmp_path / "other"
+    other.mkdir()
+    lines = []
+    for line in (cpu_twice[1] / "records.jsonl").read_text().splitlines():
+        r = json.loads(line)
+        r["timing_mode"] = "window" if r.get("timing_mode") != "window" else "latency"
+        r["solution_ms"] *= 10
+        r["solution_ci_ms"] = [10 * v for v in r["solution_ci_ms"]]
+        lines.append(json.dumps(r))
+    (other / "records.jsonl").write_text("\n".join(lines) + "\n")
+    data = json.loads(pkb_invoke("compare", cpu_twice[0], other, "--fail-on", "median:5%", "--json").stdout)
+    assert data["failing"] == 0 and {r["status"] for r in data["rows"]} == {"unchanged"}
+    assert all(r["why"].startswith("not comparable: A's median is ") for r in data["rows"])
+    assert {r["timing_mode_a"] for r in data["rows"]} != {r["timing_mode_b"] for r in data["rows"]}

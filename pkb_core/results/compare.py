@@ -24,7 +24,8 @@ Each matched row gets a status:
 The intervals are each record's own (``solution_ci_ms``, ``speedup_ci``: per-round
 values, docs/timing.md); records written before pkb kept intervals fall back to
 their p10..p90 spread. Times of two clocks (a GPU run against a CPU-mode run) are
-never compared. Host timings (CPU mode, ``clock: host``) are compared like any
+never compared, nor medians of two timing modes (a run whose first ``--timing-mode`` was
+``window`` against one whose first was ``latency``: different quantities, not a change). Host timings (CPU mode, ``clock: host``) are compared like any
 others, and said to be host timings: they time gloo and Triton's interpreter on
 the host, not GPU kernels.
 
@@ -110,6 +111,9 @@ def compare_row(a: Record, b: Record, threshold: float = DEFAULT_THRESHOLD) -> d
     if a.clock and b.clock and a.clock != b.clock:
         return dict(row, status="unchanged", why=f"not comparable: A timed by the {a.clock} clock, B by the "
                                                  f"{b.clock} clock")
+    if a.timing_mode and b.timing_mode and a.timing_mode != b.timing_mode:
+        return dict(row, status="unchanged", why=f"not comparable: A's median is {a.timing_mode} mode's, B's "
+                                                 f"{b.timing_mode} mode's (the first --timing-mode of each run)")
     (med_a, range_a, interval_a), (med_b, range_b, interval_b) = ta, tb
     kind = "medians' 95 % intervals" if interval_a and interval_b else "p10-p90 spreads (records without intervals)"
     change = med_b / med_a - 1 if med_a > 0 else 0.0
@@ -160,7 +164,8 @@ def _side(record: Record | None, name: str) -> dict:
             f"speedup_{name}": record and record.speedup,
             f"speedup_ci_{name}": list(record.speedup_ci) if record is not None and record.speedup_ci else None,
             f"difference_{name}": record and record.difference,
-            f"clock_{name}": (record.clock or ("host" if host_timed(record) else None)) if timed else None}
+            f"clock_{name}": (record.clock or ("host" if host_timed(record) else None)) if timed else None,
+            f"timing_mode_{name}": record.timing_mode if timed else None}
 
 
 def host_timings(rows) -> list[str]:
