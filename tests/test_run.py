@@ -146,3 +146,36 @@ def test_a_timeout_too_short_for_the_judge_is_the_jobs_timeout(pkb_invoke, tmp_p
     result = pkb_invoke("run", "--problem", "1,2", "--out", tmp_path / "two", "--measure-perf", "--timeout", "0.5",
                         "--json")
     assert [r["verdict"] for r in _records(result)] == ["timeout", "timeout"], result.stdout
+
+
+_SLOW_WHEN_TIMED = """
+import time
+
+import torch.distributed as dist
+
+CALLS = [0]
+
+
+def solution(tensor):
+    CALLS[0] += 1
+    if CALLS[0] > 2:  # its two checked trials answer at once; its timed calls never do
+        time.sleep(60)
+    out = tensor.clone()
+    dist.all_reduce(out)
+    return out
+"""
+
+
+def test_a_timeout_while_timing_says_the_answer_was_right(pkb_invoke, tmp_path):
+    """A correct solution whose timing does not fit --timeout (a new user's --size default on CPU)
+    reads `timeout`, and its reason says the trials passed and what to change."""
+    folder = tmp_path / "sols"
+    folder.mkdir()
+    (folder / "1_allreduce.py").write_text(_SLOW_WHEN_TIMED)
+    result = pkb_invoke("run", "--backend", "reference", "--solutions", folder, "--trials", "2", "--measure-perf",
+                        "--timeout", "8", "--out", tmp_path / "run", "--json")
+    record, = _records(result)
+    assert record["verdict"] == "timeout", record
+    assert record["reason"].startswith("no result after 8 s"), record
+    assert ("its 2 correctness trials passed and its timing did not fit the limit (fewer --iters, or a longer "
+            "--timeout)") in record["reason"], record

@@ -76,11 +76,8 @@ class CandidateRank:
         from pkb_core.candidate.plugin_manager import worker_plugin_manager
         from pkb_core.symmetric import default_heap
         from pkb_core.harness.gates import side_stream
-        from pkb_core.machine.placement import place_cpu_rank
 
         self.custom_kernels = custom_kernels
-        if self.device.type == "cpu":
-            place_cpu_rank(self.local_rank)  # before gloo starts its threads, which inherit it
         self._init_process_group(custom_kernels)
         if self.device.type == "cuda":
             torch.empty(1, device=self.device)  # the context and the allocator, now rather than in a job

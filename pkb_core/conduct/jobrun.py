@@ -297,6 +297,10 @@ class JobRun:
                 self.outcome.running = f"{self.stage}, command {self.command or '(none yet)'}"
             if ended.verdict == Verdict.TIMEOUT:
                 self.outcome.reason = timeout_reason(self.settings.job_timeout, ended.reason)
+                if self.job.measure_perf and self.outcome.trials == self.job.trials:
+                    # What a user can act on: the answer was right, its timing did not fit.
+                    self.outcome.reason += (f"; its {self.job.trials} correctness trials passed and its timing "
+                                            "did not fit the limit (fewer --iters, or a longer --timeout)")
             if self.outcome.trials < self.job.trials and ended.verdict in (Verdict.FAIL, Verdict.FLAGGED, Verdict.ERROR):
                 trial = self.outcome.trials
                 self.outcome.reason = f"trial {trial}: {ended.reason}" if self._in_trials else ended.reason
