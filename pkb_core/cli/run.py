@@ -141,9 +141,10 @@ def run(pm, problems, backend, solution, solutions, nproc, nnodes, node_rank, rd
             click.echo(crowded, err=True)
     if dropped and problems:
         click.echo(dropped_notice(dropped, backend, solutions), err=True)
-    for line in backend_notices(pairs, backend, chosen=click.get_current_context().get_parameter_source("backend")
-                                not in (click.core.ParameterSource.DEFAULT, None)) if (solution or solutions) else ():
-        click.echo(line, err=True)
+    if solution or solutions:
+        source = click.get_current_context().get_parameter_source("backend")
+        for line in backend_notices(pairs, backend, chosen=source not in (click.core.ParameterSource.DEFAULT, None)):
+            click.echo(line, err=True)
     named = named_problem(solution) if solution else None
     if named and problems and any(spec.id != int(named) for spec, _, _ in pairs):
         click.echo(f"note: {Path(solution).name} is named for problem {named}; it runs as "
