@@ -296,11 +296,8 @@ class JobRun:
             if ended.verdict in (Verdict.TIMEOUT, Verdict.CRASH, Verdict.ERROR):
                 self.outcome.running = f"{self.stage}, command {self.command or '(none yet)'}"
             if ended.verdict == Verdict.TIMEOUT:
-                self.outcome.reason = timeout_reason(self.settings.job_timeout, ended.reason)
-                if self.job.measure_perf and self.outcome.trials == self.job.trials:
-                    # What a user can act on: the answer was right, its timing did not fit.
-                    self.outcome.reason += (f"; its {self.job.trials} correctness trials passed and its timing "
-                                            "did not fit the limit (fewer --iters, or a longer --timeout)")
+                self.outcome.reason = timeout_reason(self.settings.job_timeout, ended.reason, job=self.job,
+                                                     trials_passed=self.outcome.trials)
             if self.outcome.trials < self.job.trials and ended.verdict in (Verdict.FAIL, Verdict.FLAGGED, Verdict.ERROR):
                 trial = self.outcome.trials
                 self.outcome.reason = f"trial {trial}: {ended.reason}" if self._in_trials else ended.reason
@@ -402,9 +399,15 @@ class JobRun:
         return summary
 
 
-def timeout_reason(job_timeout: float, detail: str) -> str:
-    """A ``timeout`` verdict's reason: the job's limit, and where its time went."""
-    return f"no result after {job_timeout:g} s ({detail})"
+def timeout_reason(job_timeout: float, detail: str, *, job=None, trials_passed: int = 0) -> str:
+    """A ``timeout`` verdict's reason: the job's limit, and where its time went; for a timed
+    ``job`` whose every trial passed (``trials_passed``), that its answer was right and what to
+    change (a user can act on that)."""
+    reason = f"no result after {job_timeout:g} s ({detail})"
+    if job is not None and job.measure_perf and trials_passed == job.trials:
+        reason += (f"; its {job.trials} correctness trials passed and its timing did not fit the limit (fewer "
+                   "--iters, or a longer --timeout)")
+    return reason
 
 
 class JudgeFailed(Exception):

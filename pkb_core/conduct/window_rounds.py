@@ -385,22 +385,23 @@ def window_batches(calls: int, least: int, cap: int) -> tuple[int, int]:
     return calls, min(cap, max(least, WINDOW_ROUNDS * calls))
 
 
+def _started(start, what: str):
+    """The group ``start()`` makes; a group that does not start is the job's ``error``, named."""
+    try:
+        return start()
+    except JobEnded as ended:
+        raise JobEnded(Verdict.ERROR, f"window mode's {what} did not start: {ended.reason}") from None
+
+
 def time_windows(run, mode: str, budget_s: float, calls: int, least: int, cap: int) -> ModeTiming:
     """Window mode's rounds (see the module docstring) until the stopping rule says enough."""
     job = run.job
     calls, least = window_batches(calls, least, cap)
     if run.reference_group is None:
-        try:
-            run.reference_group = run.reference_side()
-        except JobEnded as ended:
-            raise JobEnded(Verdict.ERROR, f"window mode's reference group did not start: {ended.reason}") from None
+        run.reference_group = _started(run.reference_side, "reference group")
     second = run.reference_side_b is not None  # the launcher's, where PKB_SECOND_REFERENCE=on
     if second and run.reference_group_b is None:
-        try:
-            run.reference_group_b = run.reference_side_b()
-        except JobEnded as ended:
-            raise JobEnded(Verdict.ERROR, f"window mode's second reference group did not start: {ended.reason}") \
-                from None
+        run.reference_group_b = _started(run.reference_side_b, "second reference group")
     batches = Batches(run, calls)
     # The batches after the pair: the harness, and the diagnostics' (PKB_GROUP_OFFSETS=on: the
     # candidate group's harness; PKB_SECOND_REFERENCE=on: the second reference group's calls).

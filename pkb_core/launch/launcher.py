@@ -545,7 +545,8 @@ class Launch:
             if failed.out_of_time:
                 outcome.verdict = Verdict.TIMEOUT
                 outcome.reason = timeout_reason(self.settings.job_timeout,
-                                                f"the judge was still at work for it: {failed.ended.reason}")
+                                                f"the judge was still at work for it: {failed.ended.reason}",
+                                                job=job, trials_passed=run.outcome.trials if run is not None else 0)
             else:
                 outcome.verdict = Verdict.ERROR
                 outcome.reason = f"the judge's processes failed ({failed.ended.reason}); launch log {self.log_path}"
