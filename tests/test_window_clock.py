@@ -376,6 +376,92 @@ def test_a_side_that_truncates_its_region_ends_its_own_job_not_the_next(pkb_invo
     assert records["1_allreduce_b_honest.py"]["verdict"] == "pass", records["1_allreduce_b_honest.py"]
 
 
+def test_a_solution_that_fills_the_shared_memory_is_flagged_not_the_judges_error(tmp_path):
+    """A candidate can fill the shared-memory filesystem it shares with the judge (a file in its
+    own folder, or in ``/dev/shm``), so that the timekeeper's next gate region has no room: the
+    timekeeper died of SIGBUS touching the region's pages and the job read as the judge's
+    ``error`` ("the timekeeper exited (status -7)"), a verdict a reward loop may retry or not
+    count. Now every region is allocated before it is touched (a full filesystem is an ENOSPC, not
+    a SIGBUS), and the judge finds whose files hold the room: the candidate's, ``flagged``; the
+    next job of the run passes. Run in a mount namespace of its own with a 128 MiB ``/dev/shm``
+    (a container's is often 64 MiB); the machine's own is never filled."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("needs root and unshare(1) for a /dev/shm of its own")
+    folder = tmp_path / "solutions"
+    folder.mkdir()
+    fixtures = Path(__file__).parent / "fixtures"
+    shutil.copy(fixtures / "windows_shm_full" / "1_allreduce_a_fills_the_shared_memory.py", folder)
+    shutil.copy(fixtures / "windows_hostile" / "1_allreduce_honest.py", folder / "1_allreduce_b_honest.py")
+    out = tmp_path / "records.json"
+    run = (f"mount -t tmpfs -o size=128m tmpfs /dev/shm || exit 99; cd {Path(__file__).parent.parent}; exec "
+           f"{sys.executable} -m pkb_core run --backend reference --solutions {folder} --problem 1 --trials 2 "
+           f"--measure-perf --timing-mode window --warmup 2 --iters 60 --timeout 120 --out {tmp_path / 'run'} "
+           f"--json > {out}")
+    done = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", run], capture_output=True,
+                          text=True, timeout=300)
+    if done.returncode == 99 or "unshare failed" in done.stderr:
+        pytest.skip(f"no mount namespace with a tmpfs of its own here: {done.stderr.strip()[-200:]}")
+    records = {r["solution"].rsplit("/", 1)[-1]: r for r in json.loads(out.read_text())["results"]}
+    filled = records["1_allreduce_a_fills_the_shared_memory.py"]
+    assert filled["verdict"] == "flagged" and "/dev/shm is full" in filled["reason"] and \
+        "the solution filled the shared memory" in filled["reason"], filled["reason"]
+    assert records["1_allreduce_b_honest.py"]["verdict"] == "pass", records["1_allreduce_b_honest.py"]["reason"]
+
+
+def test_no_room_is_the_candidates_only_where_its_files_hold_it(tmp_path):
+    """Whose doing a filesystem with no room for a gate region is: the candidate's (``flagged``)
+    where its group's files hold, beyond what pkb's own reference group's hold, the room that was
+    missing; else the judge's ``error``, one line that says which filesystem is full. Counted by
+    blocks (a sparse file holds nothing), each file once however many links it has."""
+    import errno
+    import os
+
+    from pkb_core.conduct.window_rounds import arm_failed
+    from pkb_core.contracts.commands_judge import Armed, ArmWindows
+    from pkb_core.contracts.verdict import Verdict
+    from pkb_core.judge.clock import NoRoom, TimekeeperFailed
+    from pkb_core.judge.rank import JudgeRank
+    from pkb_core.launch.scratch import held_bytes
+
+    mine, honest = tmp_path / "candidate", tmp_path / "reference"
+    for folder in (mine, honest):
+        (folder / "deep" / "er").mkdir(parents=True)
+    (honest / "heap").write_bytes(b"\1" * (64 << 10))
+    with open(mine / "sparse", "wb") as sparse:
+        sparse.truncate(1 << 30)
+    assert held_bytes(str(mine)) < (64 << 10) <= held_bytes(str(honest))
+    judge = JudgeRank.__new__(JudgeRank)
+    request = ArmWindows(side="null", round="window/0/null", k=3, candidate_folder=str(mine),
+                         honest_folder=str(honest))
+
+    def no_room(needed=1 << 20):
+        full = NoRoom(TimekeeperFailed("the timekeeper failed: OSError", errno=errno.ENOSPC),
+                      "the null's gate region", str(tmp_path), needed)
+        full.free = 4096
+        return full
+
+    machine = judge._no_room(no_room(), request)
+    assert not machine.side_fault and "is full (4 KiB free of" in machine.failed, machine.failed
+    ended = arm_failed("null", [machine, Armed(skeletons=[], region={})])
+    assert ended.verdict == Verdict.ERROR and ended.reason.startswith("the null's batch: ") and \
+        "not the candidate's doing" in ended.reason, ended.reason
+    ballast = (mine / "deep" / "er" / "ballast")
+    ballast.write_bytes(b"\1" * (2 << 20))
+    os.link(ballast, mine / "same-ballast")  # one file, however many names
+    assert held_bytes(str(mine)) < (2 << 20) + (64 << 10)
+    filled = judge._no_room(no_room(), request)
+    assert filled.side_fault and "more than pkb's own reference group's" in filled.failed, filled.failed
+    assert arm_failed("null", [Armed(skeletons=[], region={}), machine, filled]).verdict == Verdict.FLAGGED
+    # What the candidate holds beyond an honest group's would not have made the room: not its doing.
+    assert not judge._no_room(no_room(needed=64 << 20), request).side_fault
+    assert arm_failed("null", [Armed(skeletons=[], region={})]) is None
+
+
 def test_what_is_subtracted_and_what_is_flagged():
     """The judge's own windows: the kernel window is subtracted from a side that reaches it, the
     empty hand-off from one below it, nothing from one below both (never a floor); a candidate
@@ -442,46 +528,82 @@ def test_a_candidate_under_pkbs_own_harness_is_flagged_where_the_reference_reach
 
 def test_a_reference_slowed_after_the_candidates_batch_is_flagged_on_a_gpu():
     """The pair's order alternates over pairs of rounds. ``follow_us`` is what following the other
-    compared side's batch, not the judge's, did to each side's windows; where the reference's
-    windows are far longer after the candidate's batch (device work the candidate left running
-    shares the GPU with them, a time slice at a time), the job is ``flagged``, never a speedup.
-    An honest order effect (a microsecond) is not."""
-    from pkb_core.conduct.window_rounds import (FOLLOW_US, _judge_reference_after_candidate, follow_effect,
-                                                order_differences)
+    compared side's batch, not the judge's, did to each side's windows; where the pairs of rounds
+    read, with a 95 % interval, the rounds with the candidate first far longer (device work the
+    candidate left running shares the GPU with the reference's, a time slice at a time), the job
+    is ``flagged``, never a speedup. An honest order effect (a microsecond) is not, nor a median
+    pair that is high with too few pairs for an interval: those ask for more rounds."""
+    from pkb_core.conduct.follow_rule import (FOLLOW_PAIRS, FOLLOW_US, follow_effect, follow_reading,
+                                              judge_following, order_differences)
     from pkb_core.contracts.outcome import JobEnded
     from pkb_core.contracts.verdict import Verdict
 
-    orders = [("reference", "candidate"), ("candidate", "reference")] * 4
+    orders = [("reference", "candidate"), ("candidate", "reference")] * FOLLOW_PAIRS
     first = [order[0] == "candidate" for order in orders]
     honest = {"reference": [40.0 + (0.8 if c else 0.0) for c in first],
               "candidate": [30.0 + (0.0 if c else 0.5) for c in first]}
     assert follow_effect(honest, orders) == {"reference": 0.8, "candidate": 0.5}
-    _judge_reference_after_candidate(honest, orders)
+    judge_following(follow_reading(honest, orders))
     # Its kernels left running: the reference's windows a time slice (2 ms) longer in every round
     # that followed the candidate's batch.
     slowed = {**honest, "reference": [r + (2000.0 if c else 0.0) for r, c in zip(honest["reference"], first)]}
+    reading = follow_reading(slowed, orders)
+    assert reading.found and not reading.undecided and reading.as_record()["pairs"] == FOLLOW_PAIRS
     with pytest.raises(JobEnded) as ended:
-        _judge_reference_after_candidate(slowed, orders)
+        judge_following(reading)
     assert ended.value.verdict == Verdict.FLAGGED and "left work running on the device" in ended.value.reason
-    assert f"allowed {FOLLOW_US:.1f} us" in ended.value.reason and "median of 4 pairs" in ended.value.reason
-    assert order_differences(slowed, orders) == [pytest.approx(2000.0 + 0.8 - 0.5)] * 4
-    # One pair spoilt on purpose (the reference slowed after the judge's batch there too, by work
-    # long enough to reach the next round) does not switch the rule off.
-    spoilt = {**slowed, "reference": [r + (3000.0 if i == 0 else 0.0) for i, r in enumerate(slowed["reference"])]}
-    with pytest.raises(JobEnded):
-        _judge_reference_after_candidate(spoilt, orders)
-    # A window that holds the host (a call that syncs with it): rounds over milliseconds either way,
-    # the reference's median after the candidate's batch over twice its median after the judge's
-    # (problem 50 against itself on 2xH200), the pairs' differences as spread as their median:
-    # not flagged.
-    host_bound = {"reference": [2400.0, 5500.0, 2300.0, 5400.0, 2389.0, 5300.0, 6100.0, 2500.0],
-                  "candidate": [2600.0, 3000.0, 4100.0, 2500.0, 2450.0, 5900.0, 2700.0, 2800.0]}
+    assert f"allowed {FOLLOW_US:.1f} us" in ended.value.reason and f"median of {FOLLOW_PAIRS} pairs" in ended.value.reason
+    assert order_differences(slowed, orders) == [pytest.approx(2000.0 + 0.8 - 0.5)] * FOLLOW_PAIRS
+    # The same three pairs only (7 rounds: --iters 40 on 2xH200): no interval yet, so no flag,
+    # but the reading asks for more rounds.
+    few = follow_reading({side: v[:7] for side, v in slowed.items()}, orders[:7])
+    assert few.pairs == 3 and few.interval_us is None and few.undecided and not few.found
+    judge_following(few)
+    # One pair of the six spoilt on purpose (the candidate-first round read short): the interval's
+    # low end is that pair, so no flag on six, but more rounds wanted; at nine pairs the interval
+    # leaves it out.
+    spoilt = {**slowed, "reference": [r - (2000.0 if i == 1 else 0.0) for i, r in enumerate(slowed["reference"])]}
+    assert not follow_reading(spoilt, orders).found and follow_reading(spoilt, orders).undecided
+    more = orders + orders[:6]
+    spoilt_more = {side: v + slowed[side][:6] for side, v in spoilt.items()}
+    assert follow_reading(spoilt_more, more).pairs == 9 and follow_reading(spoilt_more, more).found
+    # A window that holds the host (a call that syncs with it): rounds over milliseconds either way
+    # (problem 50 against itself on 2xH200, and on 2026-11-30 49, 50 and 71 flagged by the median
+    # of three pairs): the pairs' differences spread both ways, not flagged.
+    host_bound = {"reference": [2400.0, 5500.0, 2300.0, 5400.0, 2389.0, 5300.0, 6100.0, 2500.0, 2450.0, 5200.0,
+                                2600.0, 2350.0],
+                  "candidate": [2600.0, 3000.0, 4100.0, 2500.0, 2450.0, 5900.0, 2700.0, 2800.0, 2500.0, 2550.0,
+                                5100.0, 2400.0]}
     assert follow_effect(host_bound, orders)["reference"] > max(FOLLOW_US, 0.5 * 2400.0)
-    _judge_reference_after_candidate(host_bound, orders)
+    judge_following(follow_reading(host_bound, orders))
     # One round only, or every round in the same order: nothing to compare, nothing flagged.
     assert follow_effect({"reference": [40.0], "candidate": [30.0]}, orders[:1]) == \
         {"reference": None, "candidate": None}
-    _judge_reference_after_candidate(honest, orders[:1])
+    assert follow_reading(honest, orders[:1]) is None
+    judge_following(None)
+
+
+def test_window_rounds_go_on_for_the_order_rule_while_its_time_lasts():
+    """A median pair above the allowance with too few pairs for an interval keeps the rounds going
+    (GPU), within the mode's time; a decided reading, or one under the allowance, does not."""
+    from pkb_core.conduct.follow_rule import FOLLOW_MAX_PAIRS
+    from pkb_core.conduct.window_rounds import _more_pairs_wanted
+
+    orders = [("reference", "candidate"), ("candidate", "reference")] * 2
+    first = [order[0] == "candidate" for order in orders]
+    high = {"reference": [40.0 + (2000.0 if c else 0.0) for c in first], "candidate": [30.0] * 4}
+    assert _more_pairs_wanted(high, orders, spent_s=1.0, budget_s=10.0)
+    assert not _more_pairs_wanted(high, orders, spent_s=11.0, budget_s=10.0)
+    assert not _more_pairs_wanted({"reference": [40.0] * 4, "candidate": [30.0] * 4}, orders, 1.0, 10.0)
+    twelve = orders * 3
+    decided = {"reference": [40.0 + (2000.0 if c else 0.0) for c in first] * 3, "candidate": [30.0] * 12}
+    assert not _more_pairs_wanted(decided, twelve, 1.0, 10.0)
+    # Still undecided at FOLLOW_MAX_PAIRS (half the pairs high, half not): the rounds stop.
+    many = orders * (FOLLOW_MAX_PAIRS // 2)
+    mixed = {"reference": [40.0 + (2000.0 if c and r % 4 == 1 else 0.0) + (2000.0 if c and r % 8 == 3 else 0.0)
+                           for r, c in enumerate([o[0] == "candidate" for o in many])],
+             "candidate": [30.0] * len(many)}
+    assert not _more_pairs_wanted(mixed, many, 1.0, 10.0)
 
 
 def test_the_timekeepers_of_a_node_open_each_window_together(tmp_path):

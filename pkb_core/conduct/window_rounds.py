@@ -61,6 +61,7 @@ import statistics
 import time
 
 from pkb_core.conduct.answers import combine, slot_sizes
+from pkb_core.conduct.follow_rule import FOLLOW_MAX_PAIRS, follow_effect, follow_reading, judge_following
 from pkb_core.conduct.group_offsets import CANDIDATE_HARNESS, group_offsets_on, offset_reading
 from pkb_core.conduct.intervals import median_interval, ratio_reading, speedup, summarize, with_group_share
 from pkb_core.conduct.second_reference import SECOND_REFERENCE, second_reference_reading
@@ -126,21 +127,6 @@ GROUP_US = 1.0
 #: (docs/timing.md, "A set released ahead of its window").
 TAKE_ROOM_SHARE = 0.1
 TAKE_ROOM_NS = 2000
-#: On a GPU, the rounds where the candidate's batch goes first (the reference's follows it) may be
-#: longer than their paired rounds (:func:`order_differences`, the median pair) by no more than the
-#: larger of this many microseconds and this share of the reference's median window after the
-#: judge's batch: device work a candidate leaves running after its
-#: batch (its processes are frozen between batches, its kernels are not) shares the GPU with the
-#: reference's context, a time slice at a time, and would lengthen the reference's windows in half
-#: the rounds, and so the speedup. Gross on purpose: what an honest job's order does to a side is a
-#: microsecond (docs/timing.md), but on the device engine a window pays one or more switches of the
-#: compute engine between contexts (270-300 us each on 2xH200), which an order could change by one;
-#: these bounds are not yet set from GPU runs (``rounds_us`` in every record is what will set them).
-FOLLOW_US = 500.0
-FOLLOW_SHARE = 0.5
-#: ... and this many times the pairs' own spread (the median absolute deviation of
-#: :func:`order_differences`): rounds that hold the host spread over milliseconds either way.
-FOLLOW_SPREAD = 2.0
 
 
 class Batches:
@@ -212,7 +198,14 @@ class Batches:
             run.reference_group_b if side == SECOND_REFERENCE else None
         folder = run.folder_of(group) if group is not None else ""
         began = time.monotonic()
-        armed = run.ask_judge(judge.ArmWindows(side=side, round=label, k=k, folder=folder))
+        # The two groups' folders too: where the judge finds no room for the batch's memory, what
+        # the candidate's files hold beyond pkb's own group's tells whose doing it was.
+        mine, honest = (run.folder_of(g) if g is not None else "" for g in (run.candidates, run.reference_group))
+        armed = run.ask_judge(judge.ArmWindows(side=side, round=label, k=k, folder=folder, candidate_folder=mine,
+                                               honest_folder=honest))
+        ended = arm_failed(side, armed)
+        if ended is not None:
+            raise ended
         if "/warm" not in label:
             self.regions.setdefault(side, set()).update(a.region.get("key") for a in armed)
         self.harness_copies.update(region_copies(a.region) for a in armed)
@@ -418,7 +411,8 @@ def time_windows(run, mode: str, budget_s: float, calls: int, least: int, cap: i
     started = time.monotonic()
     round_, stopped, order, tail = 0, None, ("reference", "candidate"), trailing
     orders = []  # each round's order of the compared pair
-    while stopped is None:
+    on_gpu = run.settings.device == "cuda"
+    while stopped is None or (on_gpu and _more_pairs_wanted(raw, orders, time.monotonic() - started, budget_s)):
         order = balanced_order(order, round_, batches.rng)
         orders.append(order)
         for side in JUDGE_SIDES:
@@ -442,8 +436,8 @@ def time_windows(run, mode: str, budget_s: float, calls: int, least: int, cap: i
     _judge_against_null(raw)
     _judge_against_harness(raw)
     following = follow_effect(raw, orders)
-    if run.settings.device == "cuda":
-        _judge_reference_after_candidate(raw, orders)
+    order_rule = follow_reading(raw, orders) if on_gpu else None
+    judge_following(order_rule)
     pairs = list(zip(per_call["reference"], per_call["candidate"]))
     total = round_ * calls
     alignment = {"reference": "timekeeper windows", "candidate": "timekeeper windows"}
@@ -457,6 +451,8 @@ def time_windows(run, mode: str, budget_s: float, calls: int, least: int, cap: i
              "null_is_floor": null_is_floor(raw),
              # what following the other compared side's batch, not the judge's, did to each side's windows
              "follow_us": following,
+             # the order rule's reading (GPU): the median pair of rounds, its interval, what it may reach
+             "follow_rule": None if order_rule is None else order_rule.as_record(),
              # each round's median window of the compared pair, and which of them went first
              "rounds_us": {"reference": [round(v, 3) for v in raw["reference"]],
                            "candidate": [round(v, 3) for v in raw["candidate"]],
@@ -480,6 +476,15 @@ def time_windows(run, mode: str, budget_s: float, calls: int, least: int, cap: i
                       speedup=with_group_share(speedup(pairs),
                                                group_share(per_call)), stopped=stopped,
                       batches=round_, alignment=alignment, calls_per_batch=calls, extra=extra)
+
+
+def _more_pairs_wanted(raw: dict, orders: list, spent_s: float, budget_s: float) -> bool:
+    """Whether the rounds go on past the stopping rule for the order rule's sake
+    (:mod:`pkb_core.conduct.follow_rule`): its median pair is above the allowance, with too few
+    pairs for its interval to be to be, fewer than ``FOLLOW_MAX_PAIRS``, and the mode's time is not spent.
+    A flag needs evidence; an honest job whose few pairs happen to read high gets it the other way."""
+    reading = follow_reading(raw, orders)
+    return reading is not None and reading.undecided and reading.pairs < FOLLOW_MAX_PAIRS and spent_s <= budget_s
 
 
 def balanced_order(sides: tuple, round_: int, rng) -> tuple:
@@ -572,74 +577,6 @@ def _judge_against_null(raw: dict) -> None:
                 "its calls did less than waiting for their gates and closing them", slack)
 
 
-def _after(raw: dict, orders: list, side: str, first: str) -> list[float]:
-    """``side``'s windows (each round's median) in the rounds whose compared pair ran ``first``
-    first."""
-    return [raw[side][r] for r, order in enumerate(orders) if order[0] == first]
-
-
-def follow_effect(raw: dict, orders: list) -> dict:
-    """Per compared side, the median of its windows in the rounds where its batch followed the
-    other compared side's, less the median in the rounds where it followed the judge's ``kernel``
-    batch (it went first), in us; None with no round of either kind. The pair's order is balanced
-    over pairs of rounds, so in an honest job this is what the batch before a side's does to it
-    (a microsecond at 4 KiB on one H200: docs/timing.md)."""
-    found = {}
-    for side, other in (("reference", "candidate"), ("candidate", "reference")):
-        after_other, after_judge = _after(raw, orders, side, other), _after(raw, orders, side, side)
-        found[side] = round(statistics.median(after_other) - statistics.median(after_judge), 3) \
-            if after_other and after_judge else None
-    return found
-
-
-def order_differences(raw: dict, orders: list) -> list[float]:
-    """Per pair of rounds run in opposite orders (rounds ``2j`` and ``2j + 1``): the compared
-    pair's windows (reference's and candidate's summed) in the round where the candidate went first
-    less those in the round where the reference did, in us. What the order does to the speedup:
-    the reference's windows after the candidate's batch less after the judge's, less the same for
-    the candidate; zero in an honest job whatever each batch does to the next, so long as it does
-    the same after either side."""
-    found = []
-    for a in range(0, len(orders) - 1, 2):
-        b = a + 1
-        if orders[a][0] == orders[b][0]:
-            continue
-        late, early = (b, a) if orders[b][0] == "candidate" else (a, b)
-        found.append(raw["reference"][late] + raw["candidate"][late]
-                     - raw["reference"][early] - raw["candidate"][early])
-    return found
-
-
-def _judge_reference_after_candidate(raw: dict, orders: list) -> None:
-    """On a GPU: ``flagged`` where the rounds in which the candidate's batch went first (so the
-    reference's followed it) were longer, the pair's windows summed, than the paired rounds in which
-    the reference's went first, by more than :data:`FOLLOW_US` and :data:`FOLLOW_SHARE` in the median
-    pair (:func:`order_differences`), and by more than :data:`FOLLOW_SPREAD` times the pairs' own
-    spread: device work the candidate left running after its batch, which shares the GPU with the
-    reference's that follows, a time slice at a time.
-
-    Paired and summed, not the reference's medians alone: where a window holds the host (a call
-    that syncs with it), the rounds spread over milliseconds either way, and on 2xH200 the reference
-    against itself read 5.5 ms after the candidate's batch and 2.4 ms after the judge's in medians
-    of a few rounds (problem 50; 49, 61, 63, 64 by 0.5-0.7 ms, the candidate's own by -1.6 to
-    +1.2 ms); what the order does to both sides alike is no gain. The median pair, not every
-    round: one round a candidate spoils on purpose moves it by one place, where a rule on the
-    extremes was switched off by it (a hostile review, 2026-11-30)."""
-    differences = order_differences(raw, orders)
-    if not differences:  # no pair of rounds run in opposite orders
-        return
-    after_judge = statistics.median(_after(raw, orders, "reference", "reference"))
-    extra = statistics.median(differences)
-    spread = statistics.median(abs(d - extra) for d in differences)
-    allowed = max(FOLLOW_US, FOLLOW_SHARE * after_judge, FOLLOW_SPREAD * spread)
-    if extra > allowed:
-        raise JobEnded(Verdict.FLAGGED,
-                       f"the rounds where the candidate's batch went first (the reference's followed it) were "
-                       f"{extra:.1f} us longer than their paired rounds, the pair's windows summed (median of "
-                       f"{len(differences)} pairs; allowed {allowed:.1f} us): the candidate left work running on the "
-                       "device after its batch, which slowed the reference's (a timing cheat, never a speedup)")
-
-
 def batch_ended(side: str, times: list) -> JobEnded | None:
     """How a batch that did not end ``ok`` on every rank (its ``WindowTimes``) ends the job, or
     None: ``flagged`` where the judge found the side stopped it (``side_fault``), ``timeout``
@@ -650,6 +587,18 @@ def batch_ended(side: str, times: list) -> JobEnded | None:
     verdict = Verdict.FLAGGED if any(t.side_fault for t in times) else \
         Verdict.TIMEOUT if "never" in stopped else Verdict.ERROR
     return JobEnded(verdict, f"the {side}'s timed calls: {stopped}")
+
+
+def arm_failed(side: str, armed: list) -> JobEnded | None:
+    """How a batch whose memory the judge could not make on some rank (its ``Armed``) ends the
+    job, or None: ``flagged`` where the judge found it the candidate's doing (``side_fault``: its
+    files held the room that was missing, or it shrank its region as it was made), else the
+    judge's ``error`` (a machine that is full)."""
+    failed = [a for a in armed if a.failed]
+    if not failed:
+        return None
+    fault = next((a for a in failed if a.side_fault), None)
+    return JobEnded(Verdict.FLAGGED if fault else Verdict.ERROR, f"the {side}'s batch: {(fault or failed[0]).failed}")
 
 
 def take_allowance_ns(times: list) -> int | None:

@@ -149,6 +149,11 @@ class ArmWindows(Request):
     round: str
     k: int
     folder: str = ""
+    #: The candidate group's folder and pkb's reference group's (window mode): where the judge
+    #: finds a filesystem too full for a region or its staging, what the candidate's files hold
+    #: beyond what pkb's own group's do tells whether it was the candidate's doing.
+    candidate_folder: str = ""
+    honest_folder: str = ""
 
 
 @attrs.frozen(kw_only=True)
@@ -163,6 +168,12 @@ class Armed(Answer):
     #: The bytes of ``out_slot`` the reference's calls fill (outputs and arguments after the
     #: call): what a side with nothing of its own to export says it filled.
     fill: int = 0
+    #: Why the batch cannot run, where the judge could not make its memory (a filesystem with no
+    #: room for a gate region or the staging; a region shrunk under the timekeeper as it was made):
+    #: the job's end, ``flagged`` where ``side_fault`` (the candidate's doing, by the judge's own
+    #: evidence), else the judge's ``error``.
+    failed: str | None = optional_text()
+    side_fault: bool | None = optional()
 
 
 @attrs.frozen(kw_only=True)

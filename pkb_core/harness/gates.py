@@ -33,6 +33,7 @@ the writer wakes its waiter at once (a side that spins sees a word sooner only b
 from __future__ import annotations
 
 import ctypes
+import errno
 import mmap
 import os
 import stat
@@ -168,6 +169,46 @@ class HostWord:
                 return False  # a long spin (a GPU host engine's) still keeps a short deadline
 
 
+#: The errors of a file that cannot be given its pages: its filesystem (or a quota on it) is full.
+NO_ROOM = (errno.ENOSPC, errno.EDQUOT)
+
+
+def _created(path: str, size: int, touch) -> mmap.mmap:
+    """Make the shared-memory file ``path`` of ``size`` bytes, every page of it allocated, mapped
+    and written once (``touch``), then hand it to its folder's owner (a side's user): its mapping.
+
+    Allocated (``posix_fallocate``), not only sized: a file sized by ``ftruncate`` gets its pages
+    as they are first touched, and on a full filesystem that touch is a SIGBUS, which killed the
+    timekeeper (a side that filled its own folder, or ``/dev/shm``, made its job the judge's
+    ``error``). A full filesystem is now an ``OSError`` (:data:`NO_ROOM`) and the file is gone. Handed
+    over last: until then only this process can open it, so no side can shrink it under the
+    touch either (docs/trust.md, "Window mode")."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    mapped = None
+    try:
+        os.posix_fallocate(fd, 0, size)
+        mapped = mmap.mmap(fd, size, flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0))
+        touch(mapped)
+        folder = os.stat(os.path.dirname(os.path.abspath(path)))
+        if os.geteuid() == 0 and folder.st_uid != 0:
+            os.fchown(fd, folder.st_uid, folder.st_gid)
+    except BaseException:
+        if mapped is not None:
+            mapped.close()
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+        raise
+    finally:
+        os.close(fd)
+    return mapped
+
+
 class HostRegion:
     """A gate region in a shared-memory file (CPU). The timekeeper creates it in the side's
     folder, owned by the folder's owner (the side's user, as the judge's parcels are); the
@@ -176,40 +217,33 @@ class HostRegion:
 
     def __init__(self, path: str, size: int, *, create: bool, woken: bool = False):
         self.path = path
+        self.size = size
         if create:
-            try:
-                os.unlink(path)
-            except FileNotFoundError:
-                pass
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-            folder = os.stat(os.path.dirname(os.path.abspath(path)))
-            if os.geteuid() == 0 and folder.st_uid != 0:
-                os.fchown(fd, folder.st_uid, folder.st_gid)
-            os.ftruncate(fd, size)
+            self.map = _created(path, size, self.touch)
         else:
             fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW)
-            if os.fstat(fd).st_size < size:
+            try:
+                if os.fstat(fd).st_size < size:
+                    raise ValueError(f"the gate region {os.path.basename(path)} is smaller than {size} bytes")
+                # Populated now: a process's first touch of each page (a side's first batch on this
+                # region, one of its pool's) would otherwise fault it in inside a window.
+                self.map = mmap.mmap(fd, size, flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0))
+            finally:
                 os.close(fd)
-                raise ValueError(f"the gate region {os.path.basename(path)} is smaller than {size} bytes")
-        try:
-            # Populated now: a process's first touch of each page (a side's first batch on this
-            # region, one of its pool's) would otherwise fault it in inside a window.
-            self.map = mmap.mmap(fd, size, flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0))
-        finally:
-            os.close(fd)
-        self.size = size
         self.go, self.done, self.queued, self.released, self.taken = (
             HostWord(self.map, at, woken) for at in (GO, DONE, QUEUED, RELEASED, TAKEN))
         self.used = HostWord(self.map, USED)  # read after done, never waited for
         #: A masked set's key (the timekeeper writes it as the window opens).
         self.key = (ctypes.c_int32 * KEY_WORDS).from_buffer(self.map, KEY)
 
-    def touch(self) -> None:
+    def touch(self, mapped=None) -> None:
         """Write every page once, so this process's copies inside a window never fault a page in
-        (a fault per 4 KiB page made a 2 MiB window 1.4 ms on 2xH200)."""
+        (a fault per 4 KiB page made a 2 MiB window 1.4 ms on 2xH200). A region made here
+        (``create``) is touched as it is made."""
+        mapped = self.map if mapped is None else mapped
         step = mmap.PAGESIZE
         for at in range(0, self.size, step):
-            self.map[at] = 0
+            mapped[at] = 0
 
     def view(self, at: int, n: int):
         """Bytes ``at..at+n`` as a writable memoryview (the timekeeper's copies)."""

@@ -24,8 +24,8 @@ import torch
 
 from pkb_core.harness.copies import copies_choice
 from pkb_core.harness.call_events import call_events_choice
-from pkb_core.harness.gates import HOST_ENGINE_MAX_BYTES, CudaMemory, HostRegion, engine_choice, import_handle, \
-    slot_layout
+from pkb_core.harness.gates import HEADER, HOST_ENGINE_MAX_BYTES, NO_ROOM, CudaMemory, HostRegion, engine_choice, \
+    import_handle, slot_layout
 from pkb_core.judge.region_pool import RegionPool, pool_size
 from pkb_core.judge.timekeeper import NODE_ENV
 from pkb_core.machine import numa
@@ -41,12 +41,39 @@ def stride(nbytes: int) -> int:
 
 class TimekeeperFailed(RuntimeError):
     """The timekeeper answered an error or went away: the judge's fault, unless the judge finds
-    it was a side's (:meth:`pkb_core.judge.rank.JudgeRank.on_open`). ``status``: its exit status
-    where it exited (negative: the signal that ended it)."""
+    it was a side's (:meth:`pkb_core.judge.rank.JudgeRank.on_open`, ``on_arm``). ``status``: its
+    exit status where it exited (negative: the signal that ended it); ``errno``: the error number
+    of the ``OSError`` it answered, where it answered one."""
 
-    def __init__(self, message: str, status: int | None = None):
+    def __init__(self, message: str, status: int | None = None, errno: int | None = None):
         super().__init__(message)
         self.status = status
+        self.errno = errno
+
+
+class NoRoom(TimekeeperFailed):
+    """The timekeeper could not make a file of shared memory (a gate region, the staging) for want
+    of room on its filesystem (:data:`pkb_core.harness.gates.NO_ROOM`). ``what`` it was making,
+    in which ``folder``, of how many bytes (``needed``); the filesystem's free and whole bytes as
+    the judge found them just after. Whose doing it is, the judge decides by who holds the room
+    (:meth:`pkb_core.judge.rank.JudgeRank.on_arm`)."""
+
+    def __init__(self, failed: TimekeeperFailed, what: str, folder: str, needed: int):
+        super().__init__(str(failed), failed.status, failed.errno)
+        self.what, self.folder, self.needed = what, folder, needed
+        try:
+            found = os.statvfs(folder)
+            self.free, self.whole = found.f_bavail * found.f_frsize, found.f_blocks * found.f_frsize
+        except OSError:
+            self.free = self.whole = None
+        #: The filesystem that is full, by its mount point (``/dev/shm``).
+        self.filesystem = os.path.abspath(folder)
+        while not os.path.ismount(self.filesystem) and os.path.dirname(self.filesystem) != self.filesystem:
+            self.filesystem = os.path.dirname(self.filesystem)
+
+
+def _no_room(failed: TimekeeperFailed) -> bool:
+    return failed.errno in NO_ROOM
 
 
 class JudgeClock:
@@ -172,7 +199,7 @@ class Timekeeper:
             raise TimekeeperFailed(f"the timekeeper answered out of turn: {line[:200]}")
         self.pending = None
         if "error" in answer:
-            raise TimekeeperFailed(f"the timekeeper failed: {answer['error']}")
+            raise TimekeeperFailed(f"the timekeeper failed: {answer['error']}", errno=answer.get("errno"))
         return answer
 
     def ask(self, op: str, **fields) -> dict:
@@ -203,7 +230,13 @@ class Timekeeper:
             # folder planted at the next name would make the timekeeper's creation fail.
             path = os.path.join(folder, f"pkb-gates-r{self.rank}-{self.engine}-{side}-{self.generation}-"
                                         f"{secrets.token_hex(8)}")
-            found = self.ask("region", side=key, in_bytes=pool.in_bytes, out_bytes=pool.out_bytes, path=path)
+            try:
+                found = self.ask("region", side=key, in_bytes=pool.in_bytes, out_bytes=pool.out_bytes, path=path)
+            except TimekeeperFailed as failed:
+                if not _no_room(failed):
+                    raise
+                needed = slot_layout(pool.in_bytes, pool.out_bytes)[2] if self.host_engine else HEADER
+                raise NoRoom(failed, f"the {side}'s gate region", folder, needed) from None
             pool.regions[index] = {**found, "in_bytes": pool.in_bytes, "out_bytes": pool.out_bytes,
                                    "generation": self.generation, "folder": folder, "pool": pool.ident, "key": key,
                                    "copies": self.copies, "call_events": self.call_events}
@@ -227,8 +260,14 @@ class Timekeeper:
         self.staging = self.snap = None
         self._unmap()  # before the timekeeper frees them: its next allocation may take their addresses
         paths = self._memory_paths()
-        found = self.ask("staging", staging_bytes=need[0], snap_bytes=need[1], staging_path=paths[0],
-                         snap_path=paths[1])
+        self.capacity = (0, 0)  # the old memory is gone in the timekeeper too, whether or not the new is made
+        try:
+            found = self.ask("staging", staging_bytes=need[0], snap_bytes=need[1], staging_path=paths[0],
+                             snap_path=paths[1])
+        except TimekeeperFailed as failed:
+            if not _no_room(failed) or not self.host_engine:
+                raise
+            raise NoRoom(failed, "the judge's staging and snapshots", self.folder, need[0] + need[1]) from None
         if not self.host_engine:
             self.mapped = [import_handle(found["staging"]), import_handle(found["snap"])]
             self.staging = torch.as_tensor(CudaMemory(self.mapped[0], need[0]), device=self.device)

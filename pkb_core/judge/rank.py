@@ -43,7 +43,7 @@ from pkb_core.contracts.messages import Done, Finding, Packed, Parcel, Profiled,
 from pkb_core.contracts.verdict import Verdict
 from pkb_core.contracts.dtypes import torch_dtype
 from pkb_core.judge.check import EXACT_TOLERANCE, Finding as Difference, compare
-from pkb_core.judge.clock import TimekeeperFailed
+from pkb_core.judge.clock import NoRoom, TimekeeperFailed
 from pkb_core.harness import mask
 from pkb_core.harness.trees import leaves
 from pkb_core.harness.parcel import TRUSTED, UNTRUSTED, Limits, ParcelError, pack, pack_into, packed_size, \
@@ -392,7 +392,10 @@ class JudgeRank:
         # set's outputs may be larger than any trial's; the compare judges it).
         out_bytes = 2 * max(self.ref_out_most, set_bytes) + 4096
         keeper = clock.arm(request.side, set_bytes)
-        keeper.memory(request.k, set_bytes, out_bytes)
+        try:
+            keeper.memory(request.k, set_bytes, out_bytes)
+        except NoRoom as full:
+            return self._no_room(full, request)
         step = stride(set_bytes)
         sizes = [packed_size(s) for s in sets]
         keys = None
@@ -413,8 +416,22 @@ class JudgeRank:
             skeletons = [pack_into(s, keeper.staging[w * step:(w + 1) * step], group_blocks=blocks)
                          for w, s in enumerate(sets)]
         self._sync()
-        region = {**keeper.region(request.side, set_bytes, out_bytes, request.folder or None),
-                  "masked": keys is not None}
+        try:
+            made = keeper.region(request.side, set_bytes, out_bytes, request.folder or None)
+        except NoRoom as full:
+            return self._no_room(full, request)
+        except TimekeeperFailed as exc:
+            # The timekeeper allocates and touches a region before it hands the file to the
+            # side's user, so under root no side can shrink it there; without root the candidate
+            # runs as the judge's user (a lockdown gap) and can: a SIGBUS while the timekeeper
+            # made a file in the candidate's own folder is the candidate's, as in a window.
+            if not (request.folder and request.folder == request.candidate_folder and exc.status == -signal.SIGBUS):
+                raise
+            self._fresh_clock()
+            return Armed(skeletons=[], region={}, side_fault=True,
+                         failed="the judge's timekeeper was killed (SIGBUS) making the candidate's gate region: "
+                                "a file in the candidate's folder was shrunk under it")
+        region = {**made, "masked": keys is not None}
         self.armed[request.side] = {"sets": sets, "skeletons": skeletons, "region": region, "keys": keys,
                                     "sizes": sizes, "set_stride": step,
                                     "snap_stride": stride(out_bytes), "out_bytes": region["out_bytes"]}
@@ -476,14 +493,44 @@ class JudgeRank:
             board = Board(meeting["board"], meeting["ranks"], meeting["index"])
             board.leave(last)
             board.close()
-        self.clock.close()
-        self.clock = None
-        # The judge's own sides map the dead timekeeper's regions; a new one's reuse their names.
-        for side in self.__dict__.pop("window_sides", {}).values():
-            side.close()
+        self._fresh_clock()
         return WindowTimes(times_ns=[], status="the judge's timekeeper was killed (SIGBUS) touching the candidate's "
                                                "gate region: a file in the candidate's folder was shrunk under it",
                            engine=engine, side_fault=True)
+
+    def _fresh_clock(self) -> None:
+        """Let a timekeeper a side killed go: the next batch gets a fresh one, and the judge's own
+        sides fresh mappings (they map the dead one's regions; a new one's reuse their names)."""
+        self.clock.close()
+        self.clock = None
+        for side in self.__dict__.pop("window_sides", {}).values():
+            side.close()
+
+    def _no_room(self, full: NoRoom, request: ArmWindows) -> Armed:
+        """The batch of ``request`` when the timekeeper found no room for its memory (a gate region,
+        in the side's folder or the judge's, or the staging, in the judge's): a filesystem the
+        judge shares with the groups of its job. It was the candidate's doing where the files of
+        its group (its folder, and what its user keeps in the shared-memory root) hold, beyond what
+        pkb's own reference group's hold, the room that was missing: ``flagged``. Else a machine
+        that is full: the judge's ``error``, one line saying what is full. Decided by who holds the
+        room, wherever the file that did not fit was to go (a solution that fills the filesystem
+        leaves no room for the next file of any side)."""
+        from pkb_core.launch.scratch import held_bytes
+
+        held = held_bytes(request.candidate_folder) if request.candidate_folder else 0
+        honest = held_bytes(request.honest_folder) if request.honest_folder else 0
+        beyond = held - honest
+        full_line = (f"{full.filesystem} is full ({_mib(full.free)} free of {_mib(full.whole)}): the judge could not "
+                     f"make {full.what} ({_mib(full.needed)})")
+        if request.candidate_folder and beyond > 0 and (full.free or 0) + beyond >= full.needed:
+            return Armed(skeletons=[], region={}, side_fault=True,
+                         failed=f"{full_line}; the candidate's files hold {_mib(held)} there, {_mib(beyond)} more "
+                                "than pkb's own reference group's: the solution filled the shared memory the judge "
+                                "times it through")
+        return Armed(skeletons=[], region={},
+                     failed=f"{full_line}; the candidate's files hold {_mib(held)} there, pkb's reference "
+                            f"group's {_mib(honest)}: not the candidate's doing (free room there, or run fewer "
+                            "jobs at once)")
 
     def _window_side(self, side: str, armed):
         """This rank's end of ``side``'s gate region, one per judge side: each stays mapped
@@ -618,6 +665,13 @@ def _same_layout(old_sets, new_sets) -> bool:
             except Exception:  # noqa: BLE001
                 return False
     return True
+
+
+def _mib(nbytes: int | None) -> str:
+    """Bytes as a reason says them: MiB, or KiB below one."""
+    if nbytes is None:
+        return "an unknown amount"
+    return f"{nbytes / (1 << 20):.1f} MiB" if nbytes >= 1 << 20 else f"{nbytes / 1024:.0f} KiB"
 
 
 def _nbytes(tree) -> int:

@@ -126,8 +126,7 @@ class HostClock:
         if old is not None:
             old[0].close()
         _, _, total = slot_layout(in_bytes, out_bytes)
-        region = HostRegion(path, total, create=True, woken=self.woken)
-        region.touch()
+        region = HostRegion(path, total, create=True, woken=self.woken)  # allocated and touched
         self.regions[side] = (region, in_bytes, out_bytes)
         self.nodes[side] = page_node(region.map)
         return {"path": path}
@@ -136,10 +135,14 @@ class HostClock:
         for old in (self.staging, self.snap):
             if old is not None:
                 old.close()
-        self.staging = HostRegion(staging_path, max(1, staging_bytes), create=True)
-        self.snap = HostRegion(snap_path, max(1, snap_bytes), create=True)
-        self.staging.touch()
-        self.snap.touch()
+        self.staging = self.snap = None  # none until both are made (a full filesystem: neither)
+        staging = HostRegion(staging_path, max(1, staging_bytes), create=True)
+        try:
+            self.snap = HostRegion(snap_path, max(1, snap_bytes), create=True)
+        except BaseException:
+            staging.close()
+            raise
+        self.staging = staging
         return {"staging": staging_path, "snap": snap_path}
 
     def open(self, side: str, epoch: int, sizes: list, set_stride: int, snap_stride: int, deadline: float,
@@ -343,7 +346,6 @@ class DeviceClock:
         self._drop(self.regions.pop(side, None))
         _, _, total = slot_layout(in_bytes, out_bytes)
         announce = HostRegion(path, HEADER, create=True)  # first: a page that fails leaves nothing behind
-        announce.touch()
         mapped = map_host(ctypes.addressof(ctypes.c_char.from_buffer(announce.map)), HEADER)
         ptr = self._alloc(total)
         self.regions[side] = (ptr, in_bytes, out_bytes, announce, mapped)
@@ -508,6 +510,8 @@ def serve(clock, read, write) -> None:
             if op == "open" and "side" in request:
                 clock.drain(request["side"], int(request["epoch"]) + len(request["sizes"]))
             answer = {"error": f"{type(exc).__name__}: {exc}"}
+            if isinstance(exc, OSError) and exc.errno is not None:
+                answer["errno"] = exc.errno  # a full filesystem (gates.NO_ROOM) is told apart by it
         write({"op": op, **answer})
 
 

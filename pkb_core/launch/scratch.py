@@ -202,3 +202,53 @@ def sweep_owned(uid: int) -> None:
     from pkb_core.process.warden import sweep_users
 
     sweep_users([uid], shm_root())
+
+
+#: Entries :func:`held_bytes` reads at most: a group's folder is its own to fill with names.
+HELD_MAX_ENTRIES = 100_000
+
+
+def held_bytes(folder: str) -> int:
+    """The bytes of memory the files of a group's shared-memory folder take (their blocks: a sparse
+    file holds only what was written; each file once, however many names it has), and, where the
+    folder's owner is a user of its own (a candidate group's, not this process's), also what that
+    user keeps directly in the shared-memory root: what the group holds of the filesystem it shares
+    with the judge (:meth:`pkb_core.judge.rank.JudgeRank.on_arm`, a filesystem with no room left).
+    No link is followed; past :data:`HELD_MAX_ENTRIES` entries the rest is not counted. 0 for a
+    folder that is gone."""
+    try:
+        top = os.lstat(folder)
+    except OSError:
+        return 0
+    seen: set = set()
+    left = HELD_MAX_ENTRIES
+    total = 0
+    # (folder, the user whose entries count there: None for all), walked without recursion (a
+    # group may nest folders as deep as it likes).
+    stack = [(folder, None)] if stat.S_ISDIR(top.st_mode) else []
+    if top.st_uid != os.geteuid():
+        stack.append((shm_root(), top.st_uid))
+    while stack and left > 0:
+        path, owner = stack.pop()
+        try:
+            entries = os.scandir(path)
+        except OSError:
+            continue
+        with entries:
+            for entry in entries:
+                left -= 1
+                if left < 0:
+                    break
+                try:
+                    info = entry.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                key = (info.st_dev, info.st_ino)
+                if info.st_dev != top.st_dev or key in seen or (owner is not None and info.st_uid != owner):
+                    continue
+                seen.add(key)
+                if stat.S_ISDIR(info.st_mode):
+                    stack.append((entry.path, None))
+                elif stat.S_ISREG(info.st_mode):
+                    total += info.st_blocks * 512
+    return total
