@@ -38,7 +38,9 @@ def begin(role: str) -> WorkerSettings:
 
 
 def connect(settings: WorkerSettings):
-    """``(device, store timeout, torch.distributed)``: this rank's device picked (on CPU one thread)."""
+    """``(device, store timeout, torch.distributed)``: this rank's device picked (on CPU one thread,
+    on the core of its local rank: :mod:`pkb_core.machine.placement`, before gloo starts the threads
+    that inherit it)."""
     import torch
     import torch.distributed as dist
 
@@ -46,8 +48,11 @@ def connect(settings: WorkerSettings):
         device = torch.device("cuda", settings.local_rank)
         torch.cuda.set_device(device)
     else:
+        from pkb_core.machine.placement import place_cpu_rank
+
         device = torch.device("cpu")
         torch.set_num_threads(1)
+        place_cpu_rank(settings.local_rank)
     return device, timedelta(seconds=settings.store_timeout), dist
 
 

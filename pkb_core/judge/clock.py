@@ -28,7 +28,7 @@ from pkb_core.harness.gates import HEADER, HOST_ENGINE_MAX_BYTES, NO_ROOM, CudaM
     import_handle, slot_layout
 from pkb_core.judge.region_pool import RegionPool, pool_size
 from pkb_core.judge.timekeeper import NODE_ENV
-from pkb_core.machine import numa
+from pkb_core.machine import numa, placement
 from pkb_core.machine.device import TIMEKEEPER_GPU_ENVIRONMENT
 
 #: Bytes between consecutive sets in the staging (and snapshots in the snapshot memory).
@@ -167,6 +167,7 @@ class Timekeeper:
                    **{NODE_ENV: "" if node is None else str(node)}, **TIMEKEEPER_GPU_ENVIRONMENT)
         self.proc = subprocess.Popen([sys.executable, "-m", "pkb_core.judge.timekeeper"], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, env=env, text=True)
+        placement.release(self.proc.pid)  # CPU: the judge rank's core is its own; the timekeeper wakes every side
         self.staging = self.snap = None
         self._host: list = []  # the host engine's staging and snapshot files, mapped here
         self.mapped: list = []  # device pointers of the staging and snapshots mapped here (GPU)
