@@ -153,3 +153,10 @@ def _same_file(filename: str, target: str) -> bool:
         return str(Path(filename).resolve()) == target
     except (OSError, ValueError):
         return False
+
+
+def mib_text(nbytes: int | None) -> str:
+    """Bytes as a reason says them: MiB, or KiB below one (``an unknown amount`` for None)."""
+    if nbytes is None:
+        return "an unknown amount"
+    return f"{nbytes / (1 << 20):.1f} MiB" if nbytes >= 1 << 20 else f"{nbytes / 1024:.0f} KiB"

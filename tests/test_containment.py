@@ -312,6 +312,53 @@ def test_a_builder_killed_for_a_socket_says_so(pkb_invoke):
         outcome["message"]
 
 
+SHMEM_HOLDER = """
+import os, sys
+sys.stdin.buffer.read(1)  # in its cgroup from here on
+path = os.path.join(sys.argv[1], "ballast")
+fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+os.write(fd, b"\\1" * (4 << 20))
+os.unlink(path)  # no name left to find; its pages are still held, and charged to its writer
+os.write(1, b"held\\n")
+sys.stdin.buffer.read(1)
+"""
+
+
+@ROOT_ONLY
+def test_a_groups_shared_memory_is_counted_by_its_cgroup_even_unlinked():
+    """What a group holds of the shared-memory filesystem (whose doing a full one is: window mode's
+    ``held_by``) comes from its cgroup: a file the group wrote, unlinked but still open, is found
+    there and nowhere in a folder."""
+    import tempfile
+
+    from pkb_core.launch.scratch import shm_root
+    from pkb_core.process.shm_held import held_bytes
+
+    tree = _tree()
+    group, (leaf,), _ = tree.group(f"test-shmem-{os.getpid()}", memory_bytes=256 << 20, pids=64, leaves=["rank0"])
+    folder = tempfile.mkdtemp(dir=shm_root())
+    holder = None
+    try:
+        before = group.shmem_bytes()
+        if before is None:
+            pytest.skip("this machine's cgroups do not count shared memory (memory.stat)")
+        holder = subprocess.Popen([sys.executable, "-c", SHMEM_HOLDER, folder], stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE)
+        leaf.join(holder.pid)
+        holder.stdin.write(b"g")
+        holder.stdin.flush()
+        assert holder.stdout.readline() == b"held\n"
+        assert group.shmem_bytes() - before >= 4 << 20
+        assert held_bytes(folder, shm_root()) == 0
+    finally:
+        if holder is not None:
+            holder.kill()
+            holder.wait(timeout=10)
+        group.kill()
+        group.remove()
+        os.rmdir(folder)
+
+
 @ROOT_ONLY
 def test_a_frozen_group_is_ended_from_an_ancestor():
     """The warden ends a dead launcher's whole tree from its top, while a group in it may be frozen

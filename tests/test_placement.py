@@ -21,40 +21,40 @@ def _in_a_process(code: str) -> dict:
     return json.loads(found.stdout.strip().splitlines()[-1])
 
 
-def test_every_rank_that_connects_on_cpu_is_placed_and_a_released_child_is_not():
+def test_every_rank_that_connects_on_cpu_is_placed_and_its_timekeeper_is_not():
     """``connect`` (the judge's and every group's start) puts local rank r on the r-th core; a child
-    the placed process starts, then releases (the judge's timekeeper), has every core back."""
+    the placed process starts with ``unplaced_environment`` (the judge's timekeeper) runs on every
+    core again once it calls ``unplace``, whatever it does after (its NUMA settling)."""
     found = _in_a_process("""
         import json, os, subprocess, sys
         from types import SimpleNamespace
         from pkb_core.harness.worker_loop import connect
-        from pkb_core.machine.placement import release
+        from pkb_core.machine.placement import unplaced_environment
 
         placed = {}
         for local_rank in (0, 1, 2):
             connect(SimpleNamespace(device_type="cpu", local_rank=local_rank, store_timeout=5))
             placed[local_rank] = sorted(os.sched_getaffinity(0))
-        child = subprocess.Popen([sys.executable, "-c", "import os, time; time.sleep(0.5); "
-                                  "print(sorted(os.sched_getaffinity(0)))"], stdout=subprocess.PIPE, text=True)
-        release(child.pid)
-        print(json.dumps({"placed": placed, "child": json.loads(child.communicate()[0])}))
+        child = subprocess.run([sys.executable, "-c", "import os; from pkb_core.machine.placement import unplace; "
+                                "before = sorted(os.sched_getaffinity(0)); unplace(); "
+                                "print(before, sorted(os.sched_getaffinity(0)))"],
+                               env=dict(os.environ, **unplaced_environment()), capture_output=True, text=True)
+        before, after = child.stdout.strip().split("] [")
+        print(json.dumps({"placed": placed, "before": json.loads(before + "]"), "after": json.loads("[" + after)}))
     """)
     assert found["placed"] == {str(r): [CORES[r % len(CORES)]] for r in (0, 1, 2)}
-    assert found["child"] == CORES
+    assert found["before"] == [CORES[2 % len(CORES)]] and found["after"] == CORES
 
 
-def test_release_without_a_placement_changes_nothing():
+def test_a_process_pkb_did_not_place_hands_nothing_on():
     found = _in_a_process("""
-        import json, os, subprocess, sys
-        from pkb_core.machine.placement import release
+        import json, os
+        from pkb_core.machine.placement import unplaced_environment
 
         os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})  # narrowed, but not by pkb
-        child = subprocess.Popen([sys.executable, "-c", "import os, time; time.sleep(0.5); "
-                                  "print(sorted(os.sched_getaffinity(0)))"], stdout=subprocess.PIPE, text=True)
-        release(child.pid)
-        print(json.dumps(json.loads(child.communicate()[0])))
+        print(json.dumps(unplaced_environment()))
     """)
-    assert found == CORES[:1]
+    assert found == {}
 
 
 _TELLS_ITS_CORES = '''

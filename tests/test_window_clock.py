@@ -413,53 +413,57 @@ def test_a_solution_that_fills_the_shared_memory_is_flagged_not_the_judges_error
     assert records["1_allreduce_b_honest.py"]["verdict"] == "pass", records["1_allreduce_b_honest.py"]["reason"]
 
 
-def test_no_room_is_the_candidates_only_where_its_files_hold_it(tmp_path):
-    """Whose doing a filesystem with no room for a gate region is: the candidate's (``flagged``)
-    where its group's files hold, beyond what pkb's own reference group's hold, the room that was
-    missing; else the judge's ``error``, one line that says which filesystem is full. Counted by
-    blocks (a sparse file holds nothing), each file once however many links it has."""
+def test_no_room_is_the_candidates_only_where_its_group_holds_it(tmp_path):
+    """Whose doing a filesystem with no room for a batch's memory is: the judge says what is full
+    and what did not fit; the launcher finds the candidate's doing (``flagged``) only where its
+    group holds, beyond pkb's own reference group, what did not fit and a quarter of the
+    filesystem; else the judge's ``error``, one line that says which filesystem is full. A
+    neighbour that filled it leaves an honest candidate a few pages beyond the reference group:
+    not flagged (a hostile review: the first rule flagged any candidate 4 KiB beyond it)."""
     import errno
     import os
 
     from pkb_core.conduct.window_rounds import arm_failed
-    from pkb_core.contracts.commands_judge import Armed, ArmWindows
+    from pkb_core.contracts.commands_judge import Armed
     from pkb_core.contracts.verdict import Verdict
     from pkb_core.judge.clock import NoRoom, TimekeeperFailed
     from pkb_core.judge.rank import JudgeRank
-    from pkb_core.launch.scratch import held_bytes
+    from pkb_core.process.shm_held import held_bytes
 
-    mine, honest = tmp_path / "candidate", tmp_path / "reference"
-    for folder in (mine, honest):
-        (folder / "deep" / "er").mkdir(parents=True)
-    (honest / "heap").write_bytes(b"\1" * (64 << 10))
+    full = NoRoom(TimekeeperFailed("the timekeeper failed: OSError", errno=errno.ENOSPC),
+                  "the null's gate region", str(tmp_path), 4096)
+    full.free, full.whole = 0, 128 << 20
+    said = JudgeRank._no_room(full)
+    assert said.room_needed == 4096 and said.room_whole == 128 << 20 and not said.side_fault
+    assert "is full (0 KiB free of 128.0 MiB): the judge could not make the null's gate region (4 KiB)" in said.failed
+    fine = Armed(skeletons=[], region={})
+
+    def holding(candidate, reference):
+        return lambda: (candidate, reference)
+
+    def never():
+        raise AssertionError("the groups are read only where a filesystem was full")
+
+    assert arm_failed("null", [fine, fine], never) is None
+    filled = arm_failed("null", [fine, said], holding(127 << 20, 1 << 20))
+    assert filled.verdict == Verdict.FLAGGED and filled.reason.startswith("the null's batch: ") and \
+        "126.0 MiB more than pkb's own reference group's" in filled.reason, filled.reason
+    neighbour = arm_failed("null", [said], holding((1 << 20) + 8192, 1 << 20))
+    assert neighbour.verdict == Verdict.ERROR and "not the candidate's doing" in neighbour.reason, neighbour.reason
+    shrunk = Armed(skeletons=[], region={}, side_fault=True, failed="the judge's timekeeper was killed (SIGBUS)")
+    assert arm_failed("null", [said, shrunk], never).verdict == Verdict.FLAGGED
+    other = Armed(skeletons=[], region={}, failed="the timekeeper failed: something else")
+    assert arm_failed("null", [other], never).verdict == Verdict.ERROR
+    # Where no cgroup can say: the folder's blocks (a sparse file holds nothing), each file once.
+    mine = tmp_path / "candidate"
+    (mine / "deep" / "er").mkdir(parents=True)
     with open(mine / "sparse", "wb") as sparse:
         sparse.truncate(1 << 30)
-    assert held_bytes(str(mine)) < (64 << 10) <= held_bytes(str(honest))
-    judge = JudgeRank.__new__(JudgeRank)
-    request = ArmWindows(side="null", round="window/0/null", k=3, candidate_folder=str(mine),
-                         honest_folder=str(honest))
-
-    def no_room(needed=1 << 20):
-        full = NoRoom(TimekeeperFailed("the timekeeper failed: OSError", errno=errno.ENOSPC),
-                      "the null's gate region", str(tmp_path), needed)
-        full.free = 4096
-        return full
-
-    machine = judge._no_room(no_room(), request)
-    assert not machine.side_fault and "is full (4 KiB free of" in machine.failed, machine.failed
-    ended = arm_failed("null", [machine, Armed(skeletons=[], region={})])
-    assert ended.verdict == Verdict.ERROR and ended.reason.startswith("the null's batch: ") and \
-        "not the candidate's doing" in ended.reason, ended.reason
-    ballast = (mine / "deep" / "er" / "ballast")
+    assert held_bytes(str(mine), str(tmp_path)) < 64 << 10
+    ballast = mine / "deep" / "er" / "ballast"
     ballast.write_bytes(b"\1" * (2 << 20))
     os.link(ballast, mine / "same-ballast")  # one file, however many names
-    assert held_bytes(str(mine)) < (2 << 20) + (64 << 10)
-    filled = judge._no_room(no_room(), request)
-    assert filled.side_fault and "more than pkb's own reference group's" in filled.failed, filled.failed
-    assert arm_failed("null", [Armed(skeletons=[], region={}), machine, filled]).verdict == Verdict.FLAGGED
-    # What the candidate holds beyond an honest group's would not have made the room: not its doing.
-    assert not judge._no_room(no_room(needed=64 << 20), request).side_fault
-    assert arm_failed("null", [Armed(skeletons=[], region={})]) is None
+    assert (2 << 20) <= held_bytes(str(mine), str(tmp_path)) < (2 << 20) + (64 << 10)
 
 
 def test_what_is_subtracted_and_what_is_flagged():
@@ -594,6 +598,9 @@ def test_window_rounds_go_on_for_the_order_rule_while_its_time_lasts():
     high = {"reference": [40.0 + (2000.0 if c else 0.0) for c in first], "candidate": [30.0] * 4}
     assert _more_pairs_wanted(high, orders, spent_s=1.0, budget_s=10.0)
     assert not _more_pairs_wanted(high, orders, spent_s=11.0, budget_s=10.0)
+    # A pair begun is finished, time or not: the orders stay balanced.
+    begun = {side: v + v[:1] for side, v in high.items()}
+    assert _more_pairs_wanted(begun, orders + orders[:1], spent_s=11.0, budget_s=10.0)
     assert not _more_pairs_wanted({"reference": [40.0] * 4, "candidate": [30.0] * 4}, orders, 1.0, 10.0)
     twelve = orders * 3
     decided = {"reference": [40.0 + (2000.0 if c else 0.0) for c in first] * 3, "candidate": [30.0] * 12}

@@ -55,6 +55,7 @@ imports this module).
 """
 from __future__ import annotations
 
+import os
 import random
 import secrets
 import statistics
@@ -72,6 +73,7 @@ from pkb_core.contracts.commands_judge import CANDIDATE_GROUP_SIDES, HARNESS_SID
 from pkb_core.contracts.outcome import JobEnded
 from pkb_core.contracts.timing import ModeTiming
 from pkb_core.contracts.verdict import Verdict
+from pkb_core.errors import mib_text
 from pkb_core.harness.copies import region_copies
 from pkb_core.harness.parcel import skeleton_end
 from pkb_core.machine.numa import online_nodes
@@ -127,6 +129,10 @@ GROUP_US = 1.0
 #: (docs/timing.md, "A set released ahead of its window").
 TAKE_ROOM_SHARE = 0.1
 TAKE_ROOM_NS = 2000
+#: A full filesystem is the candidate's doing where its group holds, beyond pkb's own reference
+#: group, at least this share of it (and what did not fit): a neighbour that filled it leaves an
+#: honest candidate a few pages beyond the reference group, never a quarter of the filesystem.
+FILLED_SHARE = 0.25
 
 
 class Batches:
@@ -198,12 +204,10 @@ class Batches:
             run.reference_group_b if side == SECOND_REFERENCE else None
         folder = run.folder_of(group) if group is not None else ""
         began = time.monotonic()
-        # The two groups' folders too: where the judge finds no room for the batch's memory, what
-        # the candidate's files hold beyond pkb's own group's tells whose doing it was.
-        mine, honest = (run.folder_of(g) if g is not None else "" for g in (run.candidates, run.reference_group))
+        mine = run.folder_of(run.candidates) if run.candidates is not None else ""
         armed = run.ask_judge(judge.ArmWindows(side=side, round=label, k=k, folder=folder, candidate_folder=mine,
-                                               honest_folder=honest))
-        ended = arm_failed(side, armed)
+                                               board=self.board))
+        ended = arm_failed(side, armed, lambda: (held_by(run, run.candidates), held_by(run, run.reference_group)))
         if ended is not None:
             raise ended
         if "/warm" not in label:
@@ -480,11 +484,13 @@ def time_windows(run, mode: str, budget_s: float, calls: int, least: int, cap: i
 
 def _more_pairs_wanted(raw: dict, orders: list, spent_s: float, budget_s: float) -> bool:
     """Whether the rounds go on past the stopping rule for the order rule's sake
-    (:mod:`pkb_core.conduct.follow_rule`): its median pair is above the allowance, with too few
-    pairs for its interval to be to be, fewer than ``FOLLOW_MAX_PAIRS``, and the mode's time is not spent.
-    A flag needs evidence; an honest job whose few pairs happen to read high gets it the other way."""
+    (:mod:`pkb_core.conduct.follow_rule`): its median pair is above the allowance and its interval
+    is not (or there are too few pairs for one), there are fewer than ``FOLLOW_MAX_PAIRS``, and the
+    mode's time is not spent (a pair begun is finished: the two orders stay balanced). A flag
+    needs evidence; an honest job whose few pairs happen to read high gets it the other way."""
     reading = follow_reading(raw, orders)
-    return reading is not None and reading.undecided and reading.pairs < FOLLOW_MAX_PAIRS and spent_s <= budget_s
+    return reading is not None and reading.undecided and reading.pairs < FOLLOW_MAX_PAIRS and \
+        (spent_s <= budget_s or len(orders) % 2 == 1)
 
 
 def balanced_order(sides: tuple, round_: int, rng) -> tuple:
@@ -589,16 +595,51 @@ def batch_ended(side: str, times: list) -> JobEnded | None:
     return JobEnded(verdict, f"the {side}'s timed calls: {stopped}")
 
 
-def arm_failed(side: str, armed: list) -> JobEnded | None:
+def arm_failed(side: str, armed: list, holdings) -> JobEnded | None:
     """How a batch whose memory the judge could not make on some rank (its ``Armed``) ends the
-    job, or None: ``flagged`` where the judge found it the candidate's doing (``side_fault``: its
-    files held the room that was missing, or it shrank its region as it was made), else the
-    judge's ``error`` (a machine that is full)."""
+    job, or None: ``flagged`` where the judge found it the candidate's doing (``side_fault``: it
+    shrank its region as it was made); where a filesystem was full (``room_needed``), ``flagged``
+    if the candidate's group holds, beyond what pkb's own reference group holds, at least what did
+    not fit and :data:`FILLED_SHARE` of the filesystem (``holdings() -> (candidate's bytes,
+    reference group's)``, :func:`held_by`; read only then), else the judge's ``error`` (a machine
+    that is full: another job's files, or the judge's own)."""
     failed = [a for a in armed if a.failed]
     if not failed:
         return None
     fault = next((a for a in failed if a.side_fault), None)
-    return JobEnded(Verdict.FLAGGED if fault else Verdict.ERROR, f"the {side}'s batch: {(fault or failed[0]).failed}")
+    if fault is not None:
+        return JobEnded(Verdict.FLAGGED, f"the {side}'s batch: {fault.failed}")
+    full = next((a for a in failed if a.room_needed is not None), None)
+    if full is None:
+        return JobEnded(Verdict.ERROR, f"the {side}'s batch: {failed[0].failed}")
+    held, honest = holdings()
+    beyond = held - honest
+    if beyond >= max(full.room_needed, FILLED_SHARE * (full.room_whole or 0)):
+        return JobEnded(Verdict.FLAGGED, f"the {side}'s batch: {full.failed}; the candidate's processes hold "
+                                         f"{mib_text(held)} of it, {mib_text(beyond)} more than pkb's own reference "
+                                         "group's: the solution filled the shared memory the judge times it through")
+    return JobEnded(Verdict.ERROR, f"the {side}'s batch: {full.failed}; the candidate's processes hold "
+                                   f"{mib_text(held)} of it, pkb's reference group's {mib_text(honest)}: not the "
+                                   "candidate's doing (free room there, or run fewer jobs at once)")
+
+
+def held_by(run, group) -> int:
+    """The bytes of shared memory ``group`` (a job's group of processes, or None) holds: its
+    cgroup's own count where it has one (tmpfs pages are charged to the cgroup of the process that
+    wrote them, whatever their file's name, folder or link count, an unlinked file still open
+    included), else what its folder and its user's files in the shared-memory root take
+    (:func:`pkb_core.process.shm_held.held_bytes`)."""
+    if group is None:
+        return 0
+    cgroup = group.containment.cgroup if getattr(group, "containment", None) is not None else None
+    counted = cgroup.shmem_bytes() if cgroup is not None else None
+    if counted is not None:
+        return counted
+    from pkb_core.process.shm_held import held_bytes
+
+    folder = run.folder_of(group)
+    return held_bytes(folder, os.path.dirname(os.path.dirname(folder)))  # /dev/shm/pkb-<launch>/<group>
+
 
 
 def take_allowance_ns(times: list) -> int | None:

@@ -149,11 +149,12 @@ class ArmWindows(Request):
     round: str
     k: int
     folder: str = ""
-    #: The candidate group's folder and pkb's reference group's (window mode): where the judge
-    #: finds a filesystem too full for a region or its staging, what the candidate's files hold
-    #: beyond what pkb's own group's do tells whether it was the candidate's doing.
+    #: The candidate group's folder (window mode): a region made there that a side shrank as it
+    #: was made is the candidate's doing.
     candidate_folder: str = ""
-    honest_folder: str = ""
+    #: The job's board token (host engine, two or more ranks of a node): the side's board is made
+    #: with its memory, so that no board is first touched, and faulted in, once a batch is open.
+    board: str = ""
 
 
 @attrs.frozen(kw_only=True)
@@ -169,11 +170,16 @@ class Armed(Answer):
     #: call): what a side with nothing of its own to export says it filled.
     fill: int = 0
     #: Why the batch cannot run, where the judge could not make its memory (a filesystem with no
-    #: room for a gate region or the staging; a region shrunk under the timekeeper as it was made):
-    #: the job's end, ``flagged`` where ``side_fault`` (the candidate's doing, by the judge's own
-    #: evidence), else the judge's ``error``.
+    #: room for a gate region, a board or the staging; a region shrunk under the timekeeper as it
+    #: was made): the job's end, ``flagged`` where ``side_fault`` (the candidate's doing, by the
+    #: judge's own evidence), else decided by the launcher where ``room_needed`` says a filesystem
+    #: was full (:func:`pkb_core.conduct.window_rounds.arm_failed`: whose group holds the room), else
+    #: the judge's ``error``.
     failed: str | None = optional_text()
     side_fault: bool | None = optional()
+    #: A full filesystem: the bytes the judge could not make there, and the filesystem's size.
+    room_needed: int | None = optional()
+    room_whole: int | None = optional()
 
 
 @attrs.frozen(kw_only=True)

@@ -27,8 +27,30 @@ def board_path(folder: str, token: str, side: str) -> str:
     return os.path.join(folder, f"pkb-board-{token}-{side}")
 
 
-def _size(ranks: int) -> int:
+def board_bytes(ranks: int) -> int:
+    """The bytes of a board of ``ranks`` ranks: a word each and the launcher's, at least a page."""
     return max(4096, (ranks + 1) * SLOT)
+
+
+def _allocated(path: str, size: int) -> int:
+    """An open descriptor of the board file at ``path``, made if absent, its ``size`` bytes
+    allocated (every rank may be first: allocating what is allocated changes nothing). Allocated,
+    not only sized: a page of a sized file is found missing when first touched, a SIGBUS where the
+    filesystem is full; here it is an ``OSError`` (``ENOSPC``) while the board is made."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    try:
+        os.posix_fallocate(fd, 0, size)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def make_board_file(path: str, ranks: int) -> None:
+    """Make the board of ``ranks`` ranks at ``path`` with its memory, before any batch opens on it
+    (the judge, as it arms the batch: a filesystem with no room then is the arm's to report,
+    :meth:`pkb_core.judge.rank.JudgeRank.on_arm`)."""
+    os.close(_allocated(path, board_bytes(ranks)))
 
 
 def stop_board_file(path: str, last: int) -> bool:
@@ -43,7 +65,7 @@ def stop_board_file(path: str, last: int) -> bool:
         return False
     try:
         size = os.fstat(fd).st_size
-        if size < _size(1):
+        if size < board_bytes(1):
             return False
         os.pwrite(fd, struct.pack("<i", cyclic_gap(last, 0)), size - SLOT)
         return True
@@ -57,11 +79,9 @@ class Board:
     def __init__(self, path: str, ranks: int, index: int, woken: bool = False):
         if not 0 <= index < ranks:
             raise ValueError(f"rank {index} is not one of the board's {ranks}")
-        size = _size(ranks)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        size = board_bytes(ranks)
+        fd = _allocated(path, size)
         try:
-            if os.fstat(fd).st_size < size:
-                os.ftruncate(fd, size)  # every rank may be first: the same size twice changes nothing
             self.map = mmap.mmap(fd, size)
         finally:
             os.close(fd)

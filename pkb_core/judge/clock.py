@@ -131,6 +131,22 @@ class JudgeClock:
         self.boards.add(path)
         return {"board": path, "ranks": self.local_ranks, "index": self.local_rank}
 
+    def make_board(self, token: str, side: str) -> None:
+        """Make ``side``'s board of this job (``token``) with its memory now, as the batch is armed
+        (nothing for one rank). :class:`NoRoom` where its filesystem has no room for it."""
+        meeting = self.board(token, side)
+        if not meeting:
+            return
+        from pkb_core.harness.board import board_bytes, make_board_file
+
+        try:
+            make_board_file(meeting["board"], meeting["ranks"])
+        except OSError as exc:
+            if exc.errno not in NO_ROOM:
+                raise
+            raise NoRoom(TimekeeperFailed(str(exc), errno=exc.errno), f"the {side}'s board", self.folder,
+                         board_bytes(meeting["ranks"])) from None
+
     def leave_boards(self) -> None:
         """Remove the boards of the jobs before (each rank of the node removes those it met on; a
         board already gone is no matter). Called once no batch of theirs can run: a new job."""
@@ -163,11 +179,12 @@ class Timekeeper:
             str(torch.cuda.current_device() if device.index is None else device.index)
         bus_id = numa.gpu_bus_id(device)
         node = numa.pci_node(bus_id) if bus_id else None
+        # CPU: the judge rank's core is its own; the timekeeper, which wakes every side, runs on all.
         env = dict(os.environ, PKB_TIMEKEEPER_DEVICE=ordinal, PYTHONUNBUFFERED="1",
-                   **{NODE_ENV: "" if node is None else str(node)}, **TIMEKEEPER_GPU_ENVIRONMENT)
+                   **{NODE_ENV: "" if node is None else str(node)}, **TIMEKEEPER_GPU_ENVIRONMENT,
+                   **placement.unplaced_environment())
         self.proc = subprocess.Popen([sys.executable, "-m", "pkb_core.judge.timekeeper"], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, env=env, text=True)
-        placement.release(self.proc.pid)  # CPU: the judge rank's core is its own; the timekeeper wakes every side
         self.staging = self.snap = None
         self._host: list = []  # the host engine's staging and snapshot files, mapped here
         self.mapped: list = []  # device pointers of the staging and snapshots mapped here (GPU)

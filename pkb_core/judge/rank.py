@@ -41,6 +41,7 @@ from pkb_core.contracts.commands_judge import (JUDGE_SIDES, Armed, ArmWindows, C
                                                ReferenceTimed, Save, TimeReference, WarmReference, WindowTimes)
 from pkb_core.contracts.messages import Done, Finding, Packed, Parcel, Profiled, ProfileRequest, Warmed
 from pkb_core.contracts.verdict import Verdict
+from pkb_core.errors import mib_text
 from pkb_core.contracts.dtypes import torch_dtype
 from pkb_core.judge.check import EXACT_TOLERANCE, Finding as Difference, compare
 from pkb_core.judge.clock import NoRoom, TimekeeperFailed
@@ -395,7 +396,7 @@ class JudgeRank:
         try:
             keeper.memory(request.k, set_bytes, out_bytes)
         except NoRoom as full:
-            return self._no_room(full, request)
+            return self._no_room(full)
         step = stride(set_bytes)
         sizes = [packed_size(s) for s in sets]
         keys = None
@@ -419,7 +420,7 @@ class JudgeRank:
         try:
             made = keeper.region(request.side, set_bytes, out_bytes, request.folder or None)
         except NoRoom as full:
-            return self._no_room(full, request)
+            return self._no_room(full)
         except TimekeeperFailed as exc:
             # The timekeeper allocates and touches a region before it hands the file to the
             # side's user, so under root no side can shrink it there; without root the candidate
@@ -431,6 +432,11 @@ class JudgeRank:
             return Armed(skeletons=[], region={}, side_fault=True,
                          failed="the judge's timekeeper was killed (SIGBUS) making the candidate's gate region: "
                                 "a file in the candidate's folder was shrunk under it")
+        try:
+            if keeper.host_engine:
+                clock.make_board(request.board, request.side)
+        except NoRoom as full:
+            return self._no_room(full)
         region = {**made, "masked": keys is not None}
         self.armed[request.side] = {"sets": sets, "skeletons": skeletons, "region": region, "keys": keys,
                                     "sizes": sizes, "set_stride": step,
@@ -506,31 +512,16 @@ class JudgeRank:
         for side in self.__dict__.pop("window_sides", {}).values():
             side.close()
 
-    def _no_room(self, full: NoRoom, request: ArmWindows) -> Armed:
-        """The batch of ``request`` when the timekeeper found no room for its memory (a gate region,
-        in the side's folder or the judge's, or the staging, in the judge's): a filesystem the
-        judge shares with the groups of its job. It was the candidate's doing where the files of
-        its group (its folder, and what its user keeps in the shared-memory root) hold, beyond what
-        pkb's own reference group's hold, the room that was missing: ``flagged``. Else a machine
-        that is full: the judge's ``error``, one line saying what is full. Decided by who holds the
-        room, wherever the file that did not fit was to go (a solution that fills the filesystem
-        leaves no room for the next file of any side)."""
-        from pkb_core.launch.scratch import held_bytes
-
-        held = held_bytes(request.candidate_folder) if request.candidate_folder else 0
-        honest = held_bytes(request.honest_folder) if request.honest_folder else 0
-        beyond = held - honest
-        full_line = (f"{full.filesystem} is full ({_mib(full.free)} free of {_mib(full.whole)}): the judge could not "
-                     f"make {full.what} ({_mib(full.needed)})")
-        if request.candidate_folder and beyond > 0 and (full.free or 0) + beyond >= full.needed:
-            return Armed(skeletons=[], region={}, side_fault=True,
-                         failed=f"{full_line}; the candidate's files hold {_mib(held)} there, {_mib(beyond)} more "
-                                "than pkb's own reference group's: the solution filled the shared memory the judge "
-                                "times it through")
-        return Armed(skeletons=[], region={},
-                     failed=f"{full_line}; the candidate's files hold {_mib(held)} there, pkb's reference "
-                            f"group's {_mib(honest)}: not the candidate's doing (free room there, or run fewer "
-                            "jobs at once)")
+    @staticmethod
+    def _no_room(full: NoRoom) -> Armed:
+        """The batch when the judge found no room for its memory (a gate region, in the side's
+        folder or the judge's; a board or the staging, in the judge's): a filesystem the judge
+        shares with the groups of its job. The judge says what is full and what did not fit; whose
+        doing it was, the launcher decides, which holds the groups' cgroups (a fill is charged to
+        the writer's) and folders (:func:`pkb_core.conduct.window_rounds.arm_failed`)."""
+        return Armed(skeletons=[], region={}, room_needed=full.needed, room_whole=full.whole,
+                     failed=f"{full.filesystem} is full ({mib_text(full.free)} free of {mib_text(full.whole)}): the judge "
+                            f"could not make {full.what} ({mib_text(full.needed)})")
 
     def _window_side(self, side: str, armed):
         """This rank's end of ``side``'s gate region, one per judge side: each stays mapped
@@ -666,12 +657,6 @@ def _same_layout(old_sets, new_sets) -> bool:
                 return False
     return True
 
-
-def _mib(nbytes: int | None) -> str:
-    """Bytes as a reason says them: MiB, or KiB below one."""
-    if nbytes is None:
-        return "an unknown amount"
-    return f"{nbytes / (1 << 20):.1f} MiB" if nbytes >= 1 << 20 else f"{nbytes / 1024:.0f} KiB"
 
 
 def _nbytes(tree) -> int:

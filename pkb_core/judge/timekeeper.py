@@ -40,6 +40,7 @@ from pkb_core.harness.board import Board
 from pkb_core.harness.gates import DONE, GO, HEADER, QUEUED, SPINS, HostRegion, HostWord, behind, checked, \
     driver, cyclic_gap, export_handle, map_host, slot_layout, store_fence, stream_wait, stream_write, unmap_host
 from pkb_core.machine.numa import page_node, settle_on
+from pkb_core.machine.placement import unplace
 
 #: The NUMA node of the rank's GPU, from its judge rank (empty: unknown).
 NODE_ENV = "PKB_TIMEKEEPER_NODE"
@@ -524,6 +525,7 @@ def main() -> int:
     libc.prctl(4, 0, 0, 0, 0)
     libc.prctl(1, 9, 0, 0, 0)  # PR_SET_PDEATHSIG: SIGKILL when its judge rank dies
     gc.disable()  # nothing of a long-lived heap collects inside a window
+    unplace()  # CPU: not on its judge rank's core (pkb_core.machine.placement)
     # On its GPU's node (or the one it starts on), its memory there too: every gate region of
     # this rank on one node, whichever side it is for (pkb_core.machine.numa).
     node = os.environ.get(NODE_ENV, "")

@@ -10,7 +10,7 @@ has the same placement, and the same ten runs read 0.97-1.02 (median 1.001), a s
 group 0.93-1.03 (docs/benchmarks/2026-11-30-h200x2-device-queues.md, "CPU"). The judge's ranks
 are placed the same way (:func:`pkb_core.harness.worker_loop.connect`): the launcher-clock modes
 time the reference in the judge's process, and with the groups placed and the judge not their A/A
-read 0.44-0.88. The judge's timekeepers are not (:func:`release`): they wake both sides' ranks and
+read 0.44-0.88. The judge's timekeepers are not (:func:`unplace`): they wake both sides' ranks and
 must not wait for the core of the rank they serve. GPU mode places nothing: a GPU side's time is
 its device's.
 """
@@ -51,12 +51,24 @@ def place_cpu_rank(local_rank: int) -> int | None:
     return core
 
 
-def release(pid: int) -> None:
-    """Give process ``pid``, a child this placed process started (its affinity inherited), back
-    every core this process could use before it was placed; nothing where it was not placed."""
-    if _unplaced is None:
+#: The environment variable that hands a placed process's unplaced cores to a child it starts.
+UNPLACED_ENV = "PKB_UNPLACED_CORES"
+
+
+def unplaced_environment() -> dict:
+    """What a child of this process (the judge's timekeeper) is started with to run on every core
+    this process could use before it was placed (:func:`unplace`); nothing where it was not."""
+    return {} if _unplaced is None else {UNPLACED_ENV: ",".join(str(core) for core in sorted(_unplaced))}
+
+
+def unplace() -> None:
+    """In a child started with :func:`unplaced_environment`: run on those cores again, first thing
+    (before anything narrows it further, such as :func:`pkb_core.machine.numa.settle_on`, and
+    before any thread starts: every thread started later inherits it)."""
+    cores = os.environ.get(UNPLACED_ENV, "")
+    if not cores:
         return
     try:
-        os.sched_setaffinity(pid, _unplaced)
-    except OSError:
-        pass  # gone already, or not ours to move: it keeps this process's core
+        os.sched_setaffinity(0, {int(core) for core in cores.split(",")})
+    except (OSError, ValueError):
+        pass  # a core gone since, or not this system's: it keeps the placed one

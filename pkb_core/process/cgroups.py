@@ -256,6 +256,25 @@ class Cgroup:
         except (OSError, ValueError, IndexError):
             return None
 
+    def shmem_bytes(self) -> int | None:
+        """The shared-memory (tmpfs) bytes charged to its members now, its cgroups below included:
+        the pages of every shared-memory file a member wrote first, whatever the file's name,
+        folder or link count, one unlinked but still open included. ``memory.stat``'s ``shmem``
+        (v2, hierarchical), ``total_shmem`` (v1); None where it cannot be read."""
+        folder = self.dirs.get("" if self.version == 2 else "memory")
+        if not folder:
+            return None
+        try:
+            text = _read(os.path.join(folder, "memory.stat"))
+        except OSError:
+            return None
+        key = "shmem" if self.version == 2 else "total_shmem"
+        for line in text.splitlines():
+            parts = line.split()
+            if len(parts) == 2 and parts[0] == key and parts[1].isdigit():
+                return int(parts[1])
+        return None
+
     def limit_hit(self) -> str | None:
         """Which limit the kernel enforced on its members, in words, with what they used, or None:
         the memory limit's OOM kill first (it ends processes), then the process cap (a fork refused)."""
