@@ -52,11 +52,11 @@ class TimekeeperFailed(RuntimeError):
 
 
 class NoRoom(TimekeeperFailed):
-    """The timekeeper could not make a file of shared memory (a gate region, the staging) for want
-    of room on its filesystem (:data:`pkb_core.harness.gates.NO_ROOM`). ``what`` it was making,
-    in which ``folder``, of how many bytes (``needed``); the filesystem's free and whole bytes as
-    the judge found them just after. Whose doing it is, the judge decides by who holds the room
-    (:meth:`pkb_core.judge.rank.JudgeRank.on_arm`)."""
+    """The judge could not make a file of shared memory (a gate region, a board, the staging) for
+    want of room on its filesystem (:data:`pkb_core.harness.gates.NO_ROOM`). ``what`` it was
+    making, in which ``folder``, of how many bytes (``needed``); the filesystem's free and whole
+    bytes as the judge found them just after. Whose doing it is, the launcher decides by who
+    holds the room (:func:`pkb_core.conduct.window_rounds.arm_failed`)."""
 
     def __init__(self, failed: TimekeeperFailed, what: str, folder: str, needed: int):
         super().__init__(str(failed), failed.status, failed.errno)

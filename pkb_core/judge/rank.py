@@ -658,7 +658,6 @@ def _same_layout(old_sets, new_sets) -> bool:
     return True
 
 
-
 def _nbytes(tree) -> int:
     return sum(leaf.numel() * leaf.element_size() for _, leaf in leaves(tree) if isinstance(leaf, torch.Tensor))
 
