@@ -171,7 +171,15 @@ def test_medians_of_two_timing_modes_are_not_compared(pkb_invoke, cpu_twice, tmp
         r["solution_ci_ms"] = [10 * v for v in r["solution_ci_ms"]]
         lines.append(json.dumps(r))
     (other / "records.jsonl").write_text("\n".join(lines) + "\n")
-    data = json.loads(pkb_invoke("compare", cpu_twice[0], other, "--fail-on", "median:5%", "--json").stdout)
-    assert data["failing"] == 0 and {r["status"] for r in data["rows"]} == {"unchanged"}
+    result = pkb_invoke("compare", cpu_twice[0], other, "--fail-on", "median:5%", "--json")
+    data = json.loads(result.stdout)
+    assert data["failing"] == 0 and {r["status"] for r in data["rows"]} == {"not comparable"}
     assert all(r["why"].startswith("not comparable: A's median is ") for r in data["rows"])
     assert {r["timing_mode_a"] for r in data["rows"]} != {r["timing_mode_b"] for r in data["rows"]}
+    # Counted apart, and under --fail-on a comparison that compared nothing fails (a new user's
+    # pass: it read "1 unchanged" and passed).
+    assert data["not_comparable"] == len(data["rows"]) and result.exit_code == 1
+    shown = pkb_invoke("compare", cpu_twice[0], other, "--fail-on", "median:5%")
+    assert shown.exit_code == 1 and f"{len(data['rows'])} not comparable" in shown.stdout
+    assert shown.stdout.strip().splitlines()[-1].startswith(f"FAIL: {len(data['rows'])} row(s) not comparable")
+    assert pkb_invoke("compare", cpu_twice[0], other).exit_code == 0  # without --fail-on: a report

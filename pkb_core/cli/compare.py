@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from pkb_core.results.compare import (DEFAULT_THRESHOLD, HOST_NOTE, compare_runs, counts, failures, host_timings,
-                                     parse_fail_on, parse_percent)
+                                     parse_fail_on, parse_percent, uncompared)
 from pkb_core.cli.console import Section, show
 from pkb_core.cli.report import interval_text
 from pkb_core.results.report import load_run
@@ -44,10 +44,11 @@ def compare(run_a, run_b, threshold, fail_on, json_):
         records_a, records_b = best_files(records_a), best_files(records_b)
     rows = compare_runs(records_a, records_b, threshold)
     failing = failures(rows, limit) if limit else []
+    apart = uncompared(rows) if limit else []
     if json_:
         click.echo(json.dumps({"run_a": str(run_a), "run_b": str(run_b), "threshold": threshold,
                                "fail_on": fail_on, "counts": counts(rows), "rows": rows,
-                               "failing": len(failing), "by_round": rounds,
+                               "failing": len(failing), "not_comparable": len(apart), "by_round": rounds,
                                "host_timings": host_timings(rows)}, indent=2))
     else:
         if rounds:
@@ -66,10 +67,15 @@ def compare(run_a, run_b, threshold, fail_on, json_):
             notes.append(f"{' and '.join(host)}: {HOST_NOTE}")
         show([Section(f"{run_a} -> {run_b}", HEADERS, table, notes=notes)])
         if limit:
-            verdict = (f"FAIL: {len(failing)} regression(s) exceed {fail_on}" if failing
-                       else f"ok: no regression exceeds {fail_on}")
+            if failing:
+                verdict = f"FAIL: {len(failing)} regression(s) exceed {fail_on}"
+            elif apart:
+                verdict = (f"FAIL: {len(apart)} row(s) not comparable (another clock or timing mode in one run): "
+                           f"nothing to hold to {fail_on}")
+            else:
+                verdict = f"ok: no regression exceeds {fail_on}"
             click.echo(verdict)
-    if failing:
+    if failing or apart:
         raise SystemExit(1)
 
 

@@ -17,6 +17,9 @@ Each matched row gets a status:
   contains 1.0 (:mod:`pkb_core.conduct.intervals`). A change whose speedups'
   intervals overlap moved the reference as much as the solution: the machine
   (its load, its clocks), not the solution, changed between the runs;
+* ``not comparable``: the two medians are not one quantity (times of two clocks, or of two timing
+  modes); said why, never a regression, and counted apart so that a comparison that compared
+  nothing does not read as "unchanged" (``--fail-on`` fails on it: a CI's baseline of another mode);
 * ``cancelled``: either run's job was cancelled (stopped from outside: the reward
   service's cancel), so nothing was found to compare; never a regression;
 * ``only in A`` / ``only in B``: no partner in the other run.
@@ -50,6 +53,9 @@ SAME = "no measurable difference"
 HOST_NOTE = ("host timings (CPU mode, clock: host): they time gloo and Triton's interpreter on this host, "
              "not GPU kernels; a change says nothing about a GPU")
 
+
+#: The status of a row whose two medians are not one quantity (two clocks, two timing modes).
+NOT_COMPARABLE = "not comparable"
 
 def match_key(record: Record) -> tuple:
     return (record.problem, solution_name(record), record.world_size, record.size,
@@ -109,10 +115,10 @@ def compare_row(a: Record, b: Record, threshold: float = DEFAULT_THRESHOLD) -> d
     if not ta or not tb:
         return dict(row, status="unchanged", why="untimed in " + ("A" if not ta else "B"))
     if a.clock and b.clock and a.clock != b.clock:
-        return dict(row, status="unchanged", why=f"not comparable: A timed by the {a.clock} clock, B by the "
+        return dict(row, status=NOT_COMPARABLE, why=f"not comparable: A timed by the {a.clock} clock, B by the "
                                                  f"{b.clock} clock")
     if a.timing_mode and b.timing_mode and a.timing_mode != b.timing_mode:
-        return dict(row, status="unchanged", why=f"not comparable: A's median is {a.timing_mode} mode's, B's "
+        return dict(row, status=NOT_COMPARABLE, why=f"not comparable: A's median is {a.timing_mode} mode's, B's "
                                                  f"{b.timing_mode} mode's (the first --timing-mode of each run)")
     (med_a, range_a, interval_a), (med_b, range_b, interval_b) = ta, tb
     kind = "medians' 95 % intervals" if interval_a and interval_b else "p10-p90 spreads (records without intervals)"
@@ -177,6 +183,12 @@ def failures(rows, fail_on: tuple[str, float]) -> list[dict]:
     """Regressions that exceed ``fail_on``: every verdict regression, and slowdowns above the percentage."""
     _, limit = fail_on
     return [r for r in rows if r["status"] == "regressed" and (r["change"] is None or r["change"] > limit)]
+
+
+def uncompared(rows) -> list[dict]:
+    """The rows whose medians could not be compared (:data:`NOT_COMPARABLE`): under ``--fail-on``
+    they fail the comparison, which would otherwise pass having compared nothing."""
+    return [r for r in rows if r["status"] == NOT_COMPARABLE]
 
 
 def counts(rows) -> dict:
