@@ -179,3 +179,17 @@ def test_a_timeout_while_timing_says_the_answer_was_right(pkb_invoke, tmp_path):
     assert record["reason"].startswith("no result after 8 s"), record
     assert ("its 2 correctness trials passed and its timing did not fit the limit (fewer --iters, or a longer "
             "--timeout)") in record["reason"], record
+
+
+def test_a_first_timing_mode_that_cannot_time_here_gives_the_headline_to_the_next(pkb_invoke, tmp_path):
+    """``--timing-mode graph,back-to-back`` on CPU: graph needs a GPU, so the headline is
+    back-to-back's (it was graph's, empty: the table showed no time), and the run says why graph
+    did not time (only the record said so)."""
+    result = pkb_invoke("run", "--backend", "reference", "--problem", "1", "--trials", "1", "--measure-perf",
+                        "--warmup", "1", "--iters", "12", "--min-iters", "12", "--timing-mode", "graph,back-to-back",
+                        "--out", tmp_path / "run")
+    assert result.exit_code == 0, result.output
+    assert "note: --timing-mode graph did not time 1 job(s) here: CUDA-graph mode needs a GPU" in result.stdout
+    assert "in back-to-back mode (the first --timing-mode that could time here)" in result.stdout
+    record, = [json.loads(line) for line in (tmp_path / "run" / "records.jsonl").read_text().splitlines()]
+    assert record["timing_mode"] == "back-to-back" and record["reference_ms"] is not None, record

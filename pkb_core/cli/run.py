@@ -196,6 +196,8 @@ def run(pm, problems, backend, solution, solutions, nproc, nnodes, node_rank, rd
         # Among the counts, not beside them: "1 pass, 1 recorded earlier" read as two jobs.
         earlier = f" ({len(recorded)} of them recorded earlier, not run again)" if recorded else ""
         click.echo(f"\n{_counts(records)}{earlier}  (records in {run_dir}/records.jsonl)")
+        for line in unavailable_notes(records):
+            click.echo(line)
         if any(r.speedup_ci for r in records):
             click.echo(speedup_note(records))
         if device == "cpu" and any(r.reference_ms is not None for r in records):
@@ -236,8 +238,20 @@ def speedup_note(records) -> str:
     """:data:`SPEEDUP_NOTE`, naming the timing mode the table's times and speedups are (the
     headline: the first ``--timing-mode``; a new user could not tell which it was)."""
     modes = sorted({r.timing_mode for r in records if r.timing_mode})
-    mode = f" in {' and '.join(modes)} mode (the first --timing-mode)" if modes else ""
+    mode = f" in {' and '.join(modes)} mode (the first --timing-mode that could time here)" if modes else ""
     return SPEEDUP_NOTE.format(mode=mode)
+
+
+def unavailable_notes(records) -> list[str]:
+    """One note per timing mode asked for that could not time here, with why (``--timing-mode
+    graph`` on CPU: the table was latency mode's, and only the record said why)."""
+    found: dict = {}
+    for record in records:
+        for mode, timing in (record.stats.modes.items() if record.stats else ()):
+            if timing.unavailable:
+                found.setdefault((mode, timing.unavailable), 0)
+                found[(mode, timing.unavailable)] += 1
+    return [f"note: --timing-mode {mode} did not time {n} job(s) here: {why}" for (mode, why), n in found.items()]
 
 
 #: Printed under the table of a timed CPU-mode run.

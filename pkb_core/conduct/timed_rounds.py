@@ -137,18 +137,19 @@ def time_job(run: RoundsRun) -> None:
     job = run.job
     modes = {}
     asked = list(job.timing_modes)
-    primary = asked[0]
     for index, mode in enumerate(asked):
         unavailable = unavailable_reason(run, mode)
         if unavailable:
             modes[mode] = ModeTiming(unavailable=unavailable)
-            if index == 0 and "latency" not in asked:
+            if len(asked) == 1:
                 # The headline still needs a number: the launcher's clock, labelled by its mode.
-                asked.insert(1, "latency")
-                primary = "latency"
+                asked.append("latency")
             continue
         budget = time_share(run.deadline - time.monotonic(), len(asked) - index)
         modes[mode] = _time_mode(run, mode, budget)
+    # The headline: the first mode asked for that timed here (``graph,back-to-back`` on CPU: the
+    # second; ``graph`` alone: latency, added above).
+    primary = next((mode for mode in asked if not modes[mode].unavailable), asked[0])
     # ``clock`` says where the calls ran (reports keep CPU runs out of fast_p); either way
     # the times are the launcher's clock around device-synchronised batches. The headline
     # is the first mode's (Timing.reference, .candidate, .speedup read it from ``modes``).
