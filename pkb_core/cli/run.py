@@ -245,12 +245,10 @@ def speedup_note(records) -> str:
 def unavailable_notes(records) -> list[str]:
     """One note per timing mode asked for that could not time here, with why (``--timing-mode
     graph`` on CPU: the table was latency mode's, and only the record said why)."""
-    found: dict = {}
-    for record in records:
-        for mode, timing in (record.stats.modes.items() if record.stats else ()):
-            if timing.unavailable:
-                found.setdefault((mode, timing.unavailable), 0)
-                found[(mode, timing.unavailable)] += 1
+    from collections import Counter
+
+    found = Counter((mode, timing.unavailable) for record in records if record.stats
+                    for mode, timing in record.stats.modes.items() if timing.unavailable)
     return [f"note: --timing-mode {mode} did not time {n} job(s) here: {why}" for (mode, why), n in found.items()]
 
 

@@ -41,8 +41,8 @@ from pkb_core.contracts.commands_judge import (JUDGE_SIDES, Armed, ArmWindows, C
                                                ReferenceTimed, Save, TimeReference, WarmReference, WindowTimes)
 from pkb_core.contracts.messages import Done, Finding, Packed, Parcel, Profiled, ProfileRequest, Warmed
 from pkb_core.contracts.verdict import Verdict
-from pkb_core.errors import mib_text
 from pkb_core.contracts.dtypes import torch_dtype
+from pkb_core.errors import mib_text
 from pkb_core.judge.check import EXACT_TOLERANCE, Finding as Difference, compare
 from pkb_core.judge.clock import NoRoom, TimekeeperFailed
 from pkb_core.harness import mask

@@ -57,6 +57,7 @@ HOST_NOTE = ("host timings (CPU mode, clock: host): they time gloo and Triton's 
 #: The status of a row whose two medians are not one quantity (two clocks, two timing modes).
 NOT_COMPARABLE = "not comparable"
 
+
 def match_key(record: Record) -> tuple:
     return (record.problem, solution_name(record), record.world_size, record.size,
             record.dtype)
