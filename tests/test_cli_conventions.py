@@ -755,8 +755,8 @@ def test_a_file_named_for_another_problem_says_so(pkb_invoke, tmp_path):
 
 
 def test_the_speedup_note_names_the_mode_the_table_is_read_in():
-    """A new user could not tell which timing mode a `pkb run` table's times were (window on CPU,
-    latency on GPUs by default): the note under it names it, and none where no record says."""
+    """A new user could not tell which timing mode a `pkb run` table's times were (window by
+    default, or what --timing-mode asked for): the note under it names it, and none where no record says."""
     from pkb_core.cli.run import speedup_note
     from pkb_core.contracts.record import Record
 

@@ -68,13 +68,13 @@ EXPECTED = {
 GAIN_NOTHING = ("1_allreduce_c3_forges_timer.py", "1_allreduce_c10_first_call_does_the_batch.py",
                 "1_allreduce_c10_reports_one_call.py", "1_allreduce_c10_works_while_placed.py")
 #: Attacks on the launcher's clock's own commands (latency mode's ``time`` answer and its parcels):
-#: where each call has its own window of the judge's timekeeper (window mode, the CPU headline) no
+#: where each call has its own window of the judge's timekeeper (window mode, the headline) no
 #: such command runs, and their solutions, which compute honestly, pass.
 LAUNCHER_CLOCK_ATTACKS = ("1_allreduce_c8_links_reference_parcel.py", "1_allreduce_c8_answers_ahead.py")
 #: What the attack set ends as in window mode.
 EXPECTED_WINDOW = {**EXPECTED, **{name: ("pass", "") for name in LAUNCHER_CLOCK_ATTACKS}}
-#: The attacks run again in latency mode (the launcher's clock, the headline on GPUs): those on
-#: its commands and its batches, and the honest control.
+#: The attacks run again in latency mode (the launcher's clock, a diagnostic beside the headline):
+#: those on its commands and its batches, and the honest control.
 LATENCY_ATTACKS = (*GAIN_NOTHING, *LAUNCHER_CLOCK_ATTACKS, "1_allreduce_c8_lossy_when_timed.py",
                    "1_allreduce_c4_skips_when_timed.py", "1_allreduce_honest_peer_reads.py")
 

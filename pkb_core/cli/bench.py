@@ -108,9 +108,9 @@ def bench(pm, problems, backend, solutions, sizes, nproc, dtype, trials, warmup,
     from pkb_core.cli.run import _timing_modes
     from pkb_core.contracts.modes import headline_mode
 
-    # By default the launcher's clocks beside the judge's device clock on GPUs; on CPU a sweep
-    # stays one mode, the headline.
-    default = ("latency", "graph", "window") if device == "cuda" else (headline_mode(device),)
+    # By default the judge's device clock (the headline) with the launcher's clocks beside it as
+    # diagnostics on GPUs; on CPU a sweep stays one mode, the headline.
+    default = (headline_mode(device), "latency", "graph") if device == "cuda" else (headline_mode(device),)
     modes = _timing_modes(timing_modes) if timing_modes else default
     run_dir = Path(out or Path("runs") / ("bench-" + _dt.datetime.now().strftime("%Y%m%d-%H%M%S")))
     request = RunRequest(problems=problems, backend=backend, solution=None, solutions=solutions, nproc=nproc,
