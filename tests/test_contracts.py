@@ -112,17 +112,22 @@ def test_claimed_speedup_is_null_unless_pkb_claims_a_difference():
     job = Job(key="k", slug="k", problem_id=1, problem="1_allreduce", category="collective", problem_path="/p.py",
               backend="triton", solution=None, solution_label="k", size="tiny", dtype="fp32", trials=1,
               mode="eval", measure_perf=True, warmup=1, iters=30, min_iters=10, save_outputs=False,
-              timing_modes=("latency",), profile=False, params={})
+              timing_modes=("window",), profile=False, params={})
 
-    def record(ref, cand):
+    def record(ref, cand, mode_name="window"):
         pairs = list(zip(ref, cand))
         mode = ModeTiming(reference=summarize(ref, ref), candidate=summarize(cand, cand),
                           speedup=speedup(pairs), stopped="cap", batches=len(pairs))
-        timing = Timing(modes={"latency": mode}, clock="host")
+        timing = Timing(modes={mode_name: mode}, primary=mode_name, clock="host")
         return job_record(job, 2, "pass", timing=timing)
 
     faster = record([2.0, 2.1, 2.05, 1.98, 2.02, 2.01], [1.0, 1.01, 0.99, 1.02, 1.0, 0.98])
     assert faster.difference == "faster" and faster.claimed_speedup == pytest.approx(faster.speedup)
+    # A launcher-clock headline (its batches run in the candidate's process, which can fuse them)
+    # is shown and read, never claimed: a reward reads the judge's clock alone.
+    launcher = record([2.0, 2.1, 2.05, 1.98, 2.02, 2.01], [1.0, 1.01, 0.99, 1.02, 1.0, 0.98], "latency")
+    assert launcher.difference == "faster" and launcher.speedup == pytest.approx(faster.speedup)
+    assert launcher.claimed_speedup is None
     same = record([1.0, 1.2, 0.9, 1.1, 1.0, 0.95], [1.1, 0.9, 1.0, 1.05, 0.97, 1.02])
     assert same.difference == "no measurable difference" and same.claimed_speedup is None
     few = record([4.0] * 5, [1.0] * 5)  # five rounds: no interval, so no number either

@@ -497,7 +497,7 @@ def test_a_candidate_under_pkbs_own_harness_is_flagged_where_the_reference_reach
     H200 at 4 KiB: 22.7 us, the reference 26.7). A rebound loop that skips the placing, barrier and
     export lands below it (19.1 us, docs/benchmarks/2026-11-29-h200-skipped-harness.md): flagged,
     and so is one that skips less than the quarter the judge's own harness side once allowed; a
-    candidate within what two groups of the same code differ by (1 us) is not; nor is any
+    candidate within what two groups of the same code differ by (GROUP_US) is not; nor is any
     candidate where the reference itself stays under the harness."""
     from pkb_core.conduct.window_rounds import GROUP_US, _judge_against_harness, harness_slack
     from pkb_core.contracts.outcome import JobEnded
@@ -509,7 +509,7 @@ def test_a_candidate_under_pkbs_own_harness_is_flagged_where_the_reference_reach
     _judge_against_harness(honest)
     # A call of next to nothing whose group sits a little under the reference's: within the slack.
     _judge_against_harness({**honest, "candidate": [h - 0.6 for h in harness]})
-    for cheat in ([19.1] * 6, [h - 2.0 for h in harness]):  # all of the harness skipped; 2 us of its 6
+    for cheat in ([19.1] * 6, [h - GROUP_US - 1.0 for h in harness]):  # all of the harness skipped; 3 us of its 6
         with pytest.raises(JobEnded) as ended:
             _judge_against_harness({**honest, "candidate": cheat})
         assert ended.value.verdict == Verdict.FLAGGED and "pkb's own harness" in ended.value.reason

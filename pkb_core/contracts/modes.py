@@ -22,6 +22,12 @@ HEADLINE_MODE = "window"
 #: 10 runs on the 2-core machine: median 0.94, every interval containing 1.00), where the
 #: launcher's clock read a difference in 3 of 16 (docs/timing.md).
 CPU_HEADLINE_MODE = "window"
+#: The modes whose every number is the judge's own (its timekeeper's windows, armed, opened and
+#: checked by the judge): the only ones whose speedup a record claims (``claimed_speedup``, what
+#: a reward reads). The launcher-clock modes time batches whose contents run in the candidate's
+#: process, which a solution can rebind and fuse (docs/trust.md): their speedups are shown and
+#: kept under ``stats.modes``, never claimed, whatever ``--timing-mode`` puts first.
+CLAIMABLE_MODES = ("window",)
 
 
 def headline_mode(device: str) -> str:

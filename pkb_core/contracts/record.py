@@ -69,9 +69,11 @@ class Record(Contract):
     speedup_ci: tuple[float, float] | None = optional()
     difference: str | None = optional()
     #: The speedup pkb claims: ``speedup`` where its 95 % interval excludes 1.0
-    #: (``difference`` is ``faster`` or ``slower``), else None (no measurable
-    #: difference, too few rounds to tell, untimed). The field a reward reads
-    #: (docs/reports.md); None in records written before it existed.
+    #: (``difference`` is ``faster`` or ``slower``) and the headline is the judge's own clock
+    #: (:data:`pkb_core.contracts.modes.CLAIMABLE_MODES`), else None (no measurable
+    #: difference, too few rounds to tell, untimed, or a headline of a launcher-clock mode, whose
+    #: batches the candidate's process runs). The field a reward reads (docs/reports.md); None
+    #: in records written before it existed.
     claimed_speedup: float | None = optional()
     #: Speed of light, with each side's fraction of it.
     sol: Floor | None = optional()
