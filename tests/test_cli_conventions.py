@@ -142,6 +142,10 @@ NO_GPU = pytest.mark.skipif(shutil.which("nvidia-smi") is not None, reason="a GP
 
 @pytest.mark.parametrize("args, code, message", [
     (["run", "--timing-mode", "latency,fast"], 4, "Error: Invalid value for '--timing-mode': unknown timing mode 'fast'"),
+    (["run", "--timing-mode", "latency,,window"], 4, "Error: Invalid value for '--timing-mode': an empty name in "
+                                                       "'latency,,window'"),
+    (["run", "--timing-mode", "window,latency,window"], 4, "Error: Invalid value for '--timing-mode': window given "
+                                                            "twice"),
     (["run", "--nnodes", "2", "--node-rank", "2", "--rdzv-endpoint", "h:1"], 4, "Error: --node-rank 2 needs --nnodes > 2"),
     (["run", "--problem", "3", "--out", "FILE/run"], 1, "Error: cannot create the run directory"),
     (["run", "--problem", "3", "--junitxml", "FILE/junit.xml"], 1, "Error: the --junitxml folder"),
@@ -765,10 +769,34 @@ def test_the_speedup_note_names_the_mode_the_table_is_read_in():
                       solution="reference", world_size=2, size="tiny", dtype="fp32", mode="eval", verdict="pass",
                       timing_mode=mode)
 
-    assert "median time a call in window mode (the first --timing-mode that could time here);" in \
-        speedup_note([record("window")])
+    assert "median time a call in window mode (the headline: the first --timing-mode that could time here, " \
+        "window by default);" in speedup_note([record("window")])
     assert "in latency and window mode" in speedup_note([record("window"), record("latency")])
     assert speedup_note([record(None)]).startswith("note: ref ms and sol ms are each side's median time a call; ")
+
+
+def test_a_mode_timed_beside_the_headline_is_shown_under_the_table():
+    """A new user's `--timing-mode window,latency` showed window mode's table and nothing of
+    latency's: each mode beside the headline gets a note with every job's speedup in it."""
+    from pkb_core.cli.run import DIAGNOSTIC_SHOWN, diagnostic_notes
+    from pkb_core.contracts.record import Record
+    from pkb_core.contracts.timing import ModeTiming, Speedup, Timing
+
+    def record(problem, modes):
+        timing = Timing(modes={name: ModeTiming(speedup=Speedup(value=value, low=value - 0.1, high=value + 0.1))
+                               if value else ModeTiming(unavailable="graph needs a GPU")
+                               for name, value in modes.items()}, primary=next(iter(modes)))
+        return Record(key=problem, problem_id=1, problem=problem, category="collective", backend="reference",
+                      solution="reference", world_size=2, size="tiny", dtype="fp32", mode="eval", verdict="pass",
+                      timing_mode=next(iter(modes)), stats=timing)
+
+    notes = diagnostic_notes([record("1_allreduce", {"window": 1.5, "latency": 1.25, "graph": None}),
+                              record("2_allgather", {"window": 1.0})])
+    assert notes == ["note: latency mode beside the headline (a diagnostic, never claimed): 1_allreduce reference "
+                     "1.25x [1.15, 1.35] (records: stats.modes.latency)"]
+    many = diagnostic_notes([record(f"{n}_p", {"window": 1.0, "latency": 1.0}) for n in range(DIAGNOSTIC_SHOWN + 2)])
+    assert many[0].count("1.00x") == DIAGNOSTIC_SHOWN and ", and 2 more (records:" in many[0]
+    assert diagnostic_notes([record("3_broadcast", {"window": 1.0})]) == []
 
 
 def test_timing_options_without_measure_perf_are_said_to_be_ignored(pkb_invoke, tmp_path):

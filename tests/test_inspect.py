@@ -61,6 +61,8 @@ def test_inspect_bad_input_is_one_line(pkb_invoke, run, tmp_path):
                         (["--problem", "1", "--solution", "nope.py"], "Error: no saved outputs for problem '1' and")]:
         result = pkb_invoke("inspect", run, *args)
         assert result.exit_code == 1 and result.output.strip().splitlines()[-1].startswith(start), result.output
+    # The ranks there are, in their order (a new user read "have: rank1, rank0").
+    assert pkb_invoke("inspect", run, "--problem", "1", "--rank", "5").output.rstrip().endswith("(have: rank0, rank1)")
     empty = tmp_path / "empty"
     empty.mkdir()
     result = pkb_invoke("inspect", empty, "--problem", "1")

@@ -73,9 +73,9 @@ def _folders(outputs: Path, problem: str, records, solution) -> list[Path]:
 def _rank_files(folder: Path, rank) -> list[Path]:
     files = sorted(folder.glob("rank*.pt"), key=lambda p: int(p.stem[4:]) if p.stem[4:].isdigit() else -1)
     if rank is not None:
-        files = [p for p in files if p.stem == f"rank{rank}"]
+        every, files = files, [p for p in files if p.stem == f"rank{rank}"]
         if not files:
-            raise PkbError(f"no rank {rank} in {folder} (have: {', '.join(p.stem for p in folder.glob('rank*.pt'))})")
+            raise PkbError(f"no rank {rank} in {folder} (have: {', '.join(p.stem for p in every)})")
     return files
 
 

@@ -196,7 +196,7 @@ def run(pm, problems, backend, solution, solutions, nproc, nnodes, node_rank, rd
         # Among the counts, not beside them: "1 pass, 1 recorded earlier" read as two jobs.
         earlier = f" ({len(recorded)} of them recorded earlier, not run again)" if recorded else ""
         click.echo(f"\n{_counts(records)}{earlier}  (records in {run_dir}/records.jsonl)")
-        for line in unavailable_notes(records):
+        for line in unavailable_notes(records) + diagnostic_notes(records):
             click.echo(line)
         if any(r.speedup_ci for r in records):
             click.echo(speedup_note(records))
@@ -238,8 +238,33 @@ def speedup_note(records) -> str:
     """:data:`SPEEDUP_NOTE`, naming the timing mode the table's times and speedups are (the
     headline: the first ``--timing-mode``; a new user could not tell which it was)."""
     modes = sorted({r.timing_mode for r in records if r.timing_mode})
-    mode = f" in {' and '.join(modes)} mode (the first --timing-mode that could time here)" if modes else ""
+    mode = (f" in {' and '.join(modes)} mode (the headline: the first --timing-mode that could time here, "
+            f"window by default)") if modes else ""
     return SPEEDUP_NOTE.format(mode=mode)
+
+
+#: Readings of one diagnostic mode named in its note, at most.
+DIAGNOSTIC_SHOWN = 8
+
+
+def diagnostic_notes(records) -> list[str]:
+    """One note per timing mode that timed beside the headline (``--timing-mode window,latency``:
+    the table is window mode's, and a new user saw nothing of latency's), with each job's speedup
+    and interval in that mode: a diagnostic, never a record's ``claimed_speedup``."""
+    readings: dict[str, list[str]] = {}
+    for record in records:
+        for mode, timing in (record.stats.modes.items() if record.stats else ()):
+            found = timing.speedup
+            if mode == record.timing_mode or timing.unavailable or found is None or found.value is None:
+                continue
+            interval = f" [{found.low:.2f}, {found.high:.2f}]" if found.low is not None else ""
+            readings.setdefault(mode, []).append(f"{record.problem} {record.solution} {found.value:.2f}x{interval}")
+    notes = []
+    for mode, shown in readings.items():
+        more = f", and {len(shown) - DIAGNOSTIC_SHOWN} more" if len(shown) > DIAGNOSTIC_SHOWN else ""
+        notes.append(f"note: {mode} mode beside the headline (a diagnostic, never claimed): "
+                     f"{'; '.join(shown[:DIAGNOSTIC_SHOWN])}{more} (records: stats.modes.{mode})")
+    return notes
 
 
 def unavailable_notes(records) -> list[str]:
@@ -321,11 +346,16 @@ def _timing_modes(text) -> tuple:
     """``--timing-mode``'s names, checked against the modes' contract (no torch: refused at once)."""
     if isinstance(text, (list, tuple)):  # a TOML array
         text = ",".join(map(str, text))
-    modes = tuple(m.strip() for m in str(text).split(",") if m.strip())
-    unknown = [m for m in modes if m not in MODES]
-    if unknown or not modes:
+    modes = tuple(m.strip() for m in str(text).split(","))
+    unknown = [m for m in modes if m and m not in MODES]
+    if unknown or not any(modes):
         raise click.BadParameter(f"unknown timing mode {', '.join(unknown) or text!r} "
                                  f"(choose from {', '.join(MODES)})")
+    if not all(modes):  # "latency,,window": a mode left out by mistake, not a list to guess at
+        raise click.BadParameter(f"an empty name in {text!r} (comma-separated modes, e.g. window,latency)")
+    repeated = sorted({m for m in modes if modes.count(m) > 1})
+    if repeated:
+        raise click.BadParameter(f"{', '.join(repeated)} given twice in {text!r}")
     return modes
 
 
