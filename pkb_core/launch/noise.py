@@ -39,8 +39,8 @@ NOISE_READINGS = {SAME: "no measurable difference (as it should)", FASTER: "timi
 
 
 def modes_for(device: str) -> tuple:
-    """Every timing mode the device has (graph needs a GPU; window mode, the judge's clock, is
-    CPU mode's headline, so its floor is the one a CPU run's speedup is read against)."""
+    """Every timing mode the device has (graph needs a GPU), the headline first: window mode, the
+    judge's clock, whose floor is the one a run's speedup is read against."""
     from pkb_core.contracts.modes import MODES
 
     return MODES if device == "cuda" else tuple(m for m in MODES if m != "graph")
