@@ -11,7 +11,7 @@ Host side (plain Python, ``pkb_triton.host``):
 :func:`peers` ``(tensor) -> Peers``
     For a harness-placed input: ``ptrs`` (address of a uint64 table: this
     tensor's address on each rank), ``pads`` (address of a uint64 table of the
-    ranks' int32 signal pads), ``rank``, ``world_size``, ``pad_slots`` and
+    ranks' int32 signal pads, then ``pad_slots``), ``rank``, ``world_size``, ``pad_slots`` and
     ``grid(numel, block, channels=1)`` (how many programs to launch so that
     the pad has room for the barrier and the GPU stays fully busy). Pass the
     ints straight to a kernel.

@@ -16,7 +16,9 @@ and the compiler's words, with a hint where the launch made an int argument equa
 constexpr (the GPU does; the interpreter does not); anything else the check
 meets (a later stage's complaint, an argument the CPU passes as the GPU would not) is left to
 the GPU run, so the check never fails a kernel for what it cannot judge. It is a help to the
-author, not one of the judge's checks: it runs in the candidate's process.
+author, not one of the judge's checks: it runs in the candidate's process. The same wrapper
+refuses a launch whose grid is wider than a barrier's signal pad it is handed
+(:func:`check_pads`).
 """
 from __future__ import annotations
 
@@ -57,6 +59,7 @@ def install() -> None:
 
     def run(self, *args, grid, warmup, **kwargs):
         check(self, args, kwargs)
+        check_pads(self, grid, args, kwargs)
         return launch(self, *args, grid=grid, warmup=warmup, **kwargs)
 
     def call(self, *args, **kwargs):
@@ -103,6 +106,24 @@ def check(kernel, args: tuple, kwargs: dict) -> None:
         return
     if _CHECKED[key] is not None:  # every launch of a refused kernel fails, not its first alone
         raise RefusedOnGpu(_CHECKED[key])
+
+
+def check_pads(kernel, grid, args: tuple, kwargs: dict) -> None:
+    """Refuse a launch of ``kernel`` whose grid, along axis 0, is wider than a signal pad it is
+    handed (``Peers.pads``) has room for: the barrier would not synchronise it, so the launch
+    fails in words here rather than at a fault inside the kernel.
+
+    :raises pkb_triton.host.GridTooWide: naming the grid and the pad.
+    """
+    import inspect
+
+    from pkb_triton.host import check_grid
+
+    if callable(grid):  # as the interpreter resolves it: with the kernel's own arguments
+        names = inspect.getfullargspec(kernel.fn).args
+        grid = grid(inspect.getcallargs(kernel.fn, *args, **{k: v for k, v in kwargs.items() if k in names}))
+    programs = grid if isinstance(grid, int) else grid[0]
+    check_grid(int(programs), [*args, *kwargs.values()])
 
 
 def _refused_for_constexprs(jit, bound, specialization, signature, constexprs, attrs, target, backend,

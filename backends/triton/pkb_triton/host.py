@@ -14,6 +14,15 @@ CPU_MAX_PROGRAMS = 8
 ALIGNMENT = 16
 
 _TABLES: dict = {}  # (id(handle), byte offset) -> (handle, uint64 table tensor)
+_PADS: dict = {}  # id(handle) -> (handle, uint64 table tensor: the ranks' pads, then the slots a pad holds)
+_PAD_TABLES: dict = {}  # a pad table's address -> (its pad's slots, world size): what a launch is checked against
+
+
+class GridTooWide(Exception):
+    """A launch with more programs than the barrier's signal pad has slots for."""
+
+    #: The message names the grid and the pad; where in pkb it was raised is no news.
+    pkb_refusal = True
 
 
 @dataclass(frozen=True)
@@ -23,7 +32,9 @@ class Peers:
     :ivar ptrs: address (int) of a uint64 table: entry p is the address of
         this tensor's copy on rank p, as this process reaches it.
     :ivar pads: address (int) of a uint64 table of the ranks' signal pads
-        (int32 slots, zero between barriers).
+        (int32 slots, zero between barriers), followed by one more entry, the
+        number of slots a pad holds: :func:`pkb_triton.barrier` reads it, so
+        that it never reaches past a pad.
     :ivar rank: this rank.
     :ivar world_size: number of ranks.
     :ivar pad_slots: int32 slots per pad (1024 on the CPU heap).
@@ -105,8 +116,30 @@ def peers(tensor: torch.Tensor) -> Peers:
         addresses = [p + offset for p in handle.buffer_ptrs]
     if any(a % ALIGNMENT for a in addresses):
         raise ValueError(f"peer addresses of this tensor are not {ALIGNMENT}-byte aligned")
-    return Peers(ptrs=ptrs, pads=handle.signal_pad_ptrs_dev, rank=handle.rank, world_size=handle.world_size,
-                 pad_slots=int(getattr(handle, "signal_pad_size", 4096)) // 4, device=tensor.device)
+    pad_slots = int(getattr(handle, "signal_pad_size", 4096)) // 4
+    entry = _PADS.get(id(handle))
+    if entry is None or entry[0] is not handle:
+        table = torch.tensor([*handle.signal_pad_ptrs, pad_slots], dtype=torch.int64, device=tensor.device)
+        entry = _PADS[id(handle)] = (handle, table)
+        _PAD_TABLES[table.data_ptr()] = (pad_slots, handle.world_size)
+    return Peers(ptrs=ptrs, pads=entry[1].data_ptr(), rank=handle.rank, world_size=handle.world_size,
+                 pad_slots=pad_slots, device=tensor.device)
+
+
+def check_grid(programs: int, args) -> None:
+    """Refuse a launch of ``programs`` programs (along axis 0) whose pad table among ``args``
+    (``Peers.pads``) cannot hold one barrier channel of that grid: the kernel's barrier would
+    not synchronise it (:func:`pkb_triton.barrier` never reaches past a pad).
+
+    :raises GridTooWide: naming the grid, the pad and the widest grid it holds.
+    """
+    for arg in args:
+        found = _PAD_TABLES.get(arg) if type(arg) is int else None
+        if found is not None and programs * found[1] > found[0]:
+            slots, world = found
+            raise GridTooWide(f"a grid of {programs} programs is wider than the barrier's signal pad: at world "
+                              f"size {world} it needs {programs * world} slots and the pad has {slots}, room for "
+                              f"at most {slots // world} programs a channel (Peers.grid picks a grid that fits)")
 
 
 _WORKSPACES: dict = {}
@@ -140,6 +173,8 @@ def workspace(numel: int, dtype: torch.dtype, tag: str = "") -> torch.Tensor:
 def _reset() -> None:
     """Forget the tables and workspaces (the launch is ending), the push workspaces too."""
     _TABLES.clear()
+    _PADS.clear()
+    _PAD_TABLES.clear()
     _WORKSPACES.clear()
     push = sys.modules.get("pkb_triton.push")  # loaded only if a solution pushed
     if push is not None:

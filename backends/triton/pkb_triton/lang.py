@@ -33,7 +33,12 @@ def barrier(pads, rank, WORLD: tl.constexpr, channel):
     :param channel: which set of slots (0, 1, ...): slot
         ``(channel * num_programs + program_id) * WORLD + src``. The grid must
         be the same on every rank and fit the pad:
-        ``(channel + 1) * num_programs * WORLD <= Peers.pad_slots``.
+        ``(channel + 1) * num_programs * WORLD <= Peers.pad_slots``
+        (:meth:`Peers.grid` picks one that does). One that does not touches no
+        pad: in CPU mode the launch is refused, naming the grid and the pad
+        (channel 0's room; a later channel past the pad faults like the GPU);
+        on a GPU the kernel faults (an illegal memory access) instead of
+        spinning on, or writing into, memory past the pad.
 
     Only the same program id of other ranks is waited for, so programs never
     wait on a later program of their own rank (the interpreter runs them one
@@ -42,17 +47,27 @@ def barrier(pads, rank, WORLD: tl.constexpr, channel):
     """
     slot = (channel * tl.num_programs(0) + tl.program_id(0)) * WORLD
     table = pads.to(tl.pointer_type(tl.uint64))
+    # The table's entry after the W pads is a pad's slot count. A slot past it is other memory,
+    # this rank's or a peer's: a handshake there can spin forever on a word nobody clears, or
+    # write into a peer's data. Every program of the launch takes the same branch.
+    fits = (channel + 1) * tl.num_programs(0) * WORLD <= tl.load(table + WORLD).to(tl.int32)
     # Every thread of the program is done with what came before (its peer
     # reads, in the closing barrier) before one thread signals.
     tl.debug_barrier()
-    for p in tl.static_range(WORLD):
-        pad = tl.load(table + p).to(tl.pointer_type(tl.int32))
-        while tl.atomic_cas(pad + slot + rank, 0, 1, sem="release", scope="sys") != 0:
-            pass
-    mine = tl.load(table + rank).to(tl.pointer_type(tl.int32))
-    for p in tl.static_range(WORLD):
-        while tl.atomic_cas(mine + slot + p, 1, 0, sem="acquire", scope="sys") != 1:
-            pass
+    if fits:
+        for p in tl.static_range(WORLD):
+            pad = tl.load(table + p).to(tl.pointer_type(tl.int32))
+            while tl.atomic_cas(pad + slot + rank, 0, 1, sem="release", scope="sys") != 0:
+                pass
+        mine = tl.load(table + rank).to(tl.pointer_type(tl.int32))
+        for p in tl.static_range(WORLD):
+            while tl.atomic_cas(mine + slot + p, 1, 0, sem="acquire", scope="sys") != 1:
+                pass
+    else:
+        # Unsynchronised, the kernel would race its peers: fault at once instead (address 0 is
+        # mapped nowhere). pkb's launch check refuses such a grid, in words, before it runs in
+        # CPU mode; a channel past the pad's room is caught here only.
+        tl.atomic_xchg(tl.full([], 0, tl.uint64).to(tl.pointer_type(tl.int32)), 0, sem="relaxed")
     tl.debug_barrier()
 
 

@@ -119,6 +119,89 @@ def test_a_kernel_the_gpu_compiler_refuses_fails_on_the_cpu_too(pkb_invoke, tmp_
         record["reason"]
 
 
+# An all-reduce whose grid is one program wider than the barrier's signal pad holds.
+_WIDER_THAN_THE_PAD = textwrap.dedent('''
+    import torch
+    import triton
+    import triton.language as tl
+
+    from pkb_triton import barrier, peer_ptr, peers
+
+
+    @triton.jit
+    def _allreduce(out, ptrs, pads, rank, n, WORLD: tl.constexpr, BLOCK: tl.constexpr):
+        barrier(pads, rank, WORLD, 0)
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        acc = tl.zeros([BLOCK], dtype=tl.float32)
+        for i in tl.static_range(WORLD):
+            acc += tl.load(peer_ptr(ptrs, (rank + i) % WORLD, out) + offs, mask=offs < n).to(tl.float32)
+        tl.store(out + offs, acc.to(out.dtype.element_ty), mask=offs < n)
+        barrier(pads, rank, WORLD, 0)
+
+
+    def solution(tensor):
+        sym = peers(tensor)
+        out = torch.empty_like(tensor)
+        grid = sym.pad_slots // sym.world_size + 1
+        _allreduce[(grid,)](out, sym.ptrs, sym.pads, sym.rank, tensor.numel(), WORLD=sym.world_size, BLOCK=16)
+        return out
+''')
+
+
+def test_a_grid_wider_than_the_signal_pad_is_refused_in_words(pkb_invoke, tmp_path):
+    """A launch with more programs than the barrier's pad has slots for (the solution picks its grid
+    without ``Peers.grid``) is the solution's error, in one line naming the grid and the pad, not a
+    crash or a hang from the barrier's slots past the pad (a SIGSEGV in CPU mode before)."""
+    solution = tmp_path / "1_allreduce.py"
+    solution.write_text(_WIDER_THAN_THE_PAD)
+    result = pkb_invoke("run", "--backend", "triton", "--device", "cpu", "--solution", solution, "--nproc", 2,
+                        "--timeout", 60, "--json", "--out", tmp_path / "run")
+    (record,) = json.loads(result.stdout)["results"]
+    assert record["verdict"] == "error", record
+    assert ("GridTooWide: a grid of 513 programs is wider than the barrier's signal pad: at world size 2 it "
+            "needs 1026 slots and the pad has 1024, room for at most 512 programs a channel") in record["reason"], \
+        record["reason"]
+
+
+# One rank, a pad table that declares 4 slots of an 8-slot buffer whose slot 4 is not zero (memory
+# past a pad that nobody clears): a barrier on channel 2 of 2 programs needs slots 4-5. It must
+# fault at once without touching slot 4, not spin there (or write there) as a handshake would.
+_PAST_THE_PAD = textwrap.dedent('''
+    import sys
+    import torch, triton, triton.language as tl
+    from pkb_triton import barrier
+
+    @triton.jit
+    def _k(pads, CHANNEL: tl.constexpr):
+        barrier(pads, 0, 1, CHANNEL)
+
+    pad = torch.from_file(sys.argv[1], shared=True, size=8, dtype=torch.int32)
+    table = torch.tensor([pad.data_ptr(), 4], dtype=torch.int64)
+    _k[(2,)](table.data_ptr(), CHANNEL=0)  # slots 0-1: within the pad
+    print("channel 0 done", flush=True)
+    _k[(2,)](table.data_ptr(), CHANNEL=2)
+    print("channel 2 done", flush=True)
+''')
+
+
+def test_the_barrier_never_reaches_past_its_pad(tmp_path):
+    import signal
+
+    import torch
+
+    pad_file = tmp_path / "pad"
+    pad = torch.from_file(str(pad_file), shared=True, size=8, dtype=torch.int32)
+    pad[4] = 7
+    script = tmp_path / "past.py"
+    script.write_text(_PAST_THE_PAD)
+    env = dict(os.environ, TRITON_INTERPRET="1", OMP_NUM_THREADS="1")
+    proc = subprocess.run([sys.executable, str(script), str(pad_file)], env=env, capture_output=True, text=True,
+                          timeout=60)
+    assert proc.stdout.splitlines() == ["channel 0 done"], (proc.stdout, proc.stderr[-2000:])
+    assert proc.returncode == -signal.SIGSEGV, (proc.returncode, proc.stderr[-2000:])
+    assert pad.tolist() == [0, 0, 0, 0, 7, 0, 0, 0]
+
+
 def test_the_check_binds_a_launch_as_a_gpu_launch_does_and_names_the_line_that_fails(tmp_path):
     """An int argument equal to 1 is a constexpr in a GPU launch, so ``rank.to(...)`` compiles
     for rank 0 and not for rank 1: the check refuses the launch with rank 1 alone, as the GPU would,
