@@ -36,9 +36,12 @@ def evaluate(problem, source: str, *, backend: str = "reference", world_size: in
     from pkb_core.config import load_config
     from pkb_core.contracts.verdict import Verdict
     from pkb_core.launch.plan import keyed_by_content
+    from pkb_core.errors import BadOption
     from pkb_core.launch.session import Session
     from pkb_core.plugin.manager import get_plugin_manager
 
+    if timeout is not None and not (isinstance(timeout, (int, float)) and 0 < timeout < float("inf")):
+        raise BadOption(f"timeout {timeout!r} must be a number of seconds above 0")
     session = Session.here(get_plugin_manager(), load_config(config_dir), device=device, backend=backend,
                            world_size=world_size)
     spec = session.registry.get(str(problem))

@@ -105,6 +105,7 @@ BAD_VALUES = [
     (["bench", "--backend", "reference", "--sizes", "0"], "--sizes"),
     (["bench", "--backend", "reference", "--sizes", "-4K"], "--sizes"),
     (["bench", "--backend", "reference", "--sizes", "lots"], "--sizes"),
+    (["bench", "--backend", "reference", "--sizes", "4K,4096"], "--sizes"),  # one size twice: two jobs of one key
     (["build", "--backend", "reference", "--build-timeout", "-5"], "--build-timeout"),
     (["build", "--backend", "reference", "--build-jobs", "0"], "--build-jobs"),
     (["prompt", "--problem", "1", "--backend", "triton", "--nproc", "0"], "--nproc"),

@@ -25,7 +25,7 @@ CPU = {"host": "vm", "device": "cpu", "cpu_count": 2}
 
 
 def rec(pid, verdict="pass", speedup=None, *, ci=None, category="collective", backend="triton", world_size=2,
-        machine=H200, folder="sols", timing="perf:latency", size="default", sample=""):
+        machine=H200, folder="sols", timing="perf:window", size="default", sample=""):
     """One record as `pkb run` writes it; a speedup gets a narrow interval unless ``ci`` is given."""
     problem = f"{pid}_p{pid}"
     solution = f"{folder}/{problem}{sample}.py"
@@ -38,7 +38,7 @@ def rec(pid, verdict="pass", speedup=None, *, ci=None, category="collective", ba
         low, high = ci or (speedup * 0.97, speedup * 1.03)
         reading = "faster" if low > 1 else "slower" if high < 1 else "no measurable difference"
         fields.update(reference_ms=1.0, solution_ms=1.0 / speedup, speedup=speedup, speedup_ci=(low, high),
-                      difference=reading, timing_mode="latency",
+                      difference=reading, timing_mode=timing.removeprefix("perf:").split("+")[0],
                       clock="host" if machine.get("device") == "cpu" else "device")
     return Record(**fields)
 
@@ -140,7 +140,7 @@ def test_timing_modes_and_problem_sets_are_said(tmp_path, pkb_invoke, monkeypatc
     board = leaderboard([read_run(timed), read_run(checked)])
     found = {d["setting"]: d for d in board["differences"]}
     # Two runs of one solutions folder are told apart by their own folders' names.
-    assert found["timing mode"]["values"] == {"sols in timed (triton)": "latency", "sols in checked (triton)": "untimed"}
+    assert found["timing mode"]["values"] == {"sols in timed (triton)": "window", "sols in checked (triton)": "untimed"}
     assert found["problem set"]["values"] == {"sols in timed (triton)": 3, "sols in checked (triton)": 3}
     assert found["problem set"]["common"] == 2 and found["problem set"]["common_by_name"] == 2
     # --common scores both on problems 2 and 3 only.
@@ -154,7 +154,7 @@ def test_timing_modes_and_problem_sets_are_said(tmp_path, pkb_invoke, monkeypatc
                for note in sizes["notes"])
     monkeypatch.setenv("PKB_PLAIN", "1")
     result = pkb_invoke("leaderboard", timed, checked)
-    assert "rows differ in timing mode (latency: sols in timed (triton); untimed: sols in checked (triton))" \
+    assert "rows differ in timing mode (window: sols in timed (triton); untimed: sols in checked (triton))" \
         in result.output
     assert "rows differ in problem set" in result.output and "2 problems in common" in result.output
 
@@ -194,7 +194,7 @@ def test_the_json_shape(pkb_invoke, two_runs):
     assert set(row["overall"]) == {"problems", "total", "passed", "pass_rate", "fast_p", "geomean_speedup",
                                    "geomean_ci", "timed_correct", "timed_problems", "host_timed", "verdicts"}
     assert set(row["categories"]["collective"]) == set(row["overall"])
-    assert row["run"] == str(two_runs[1]) and row["timing"] == "latency" and row["world_size"] == 2
+    assert row["run"] == str(two_runs[1]) and row["timing"] == "window" and row["world_size"] == 2
 
 
 def test_the_geomean_interval_is_a_fixed_seed_bootstrap_over_problems():

@@ -42,10 +42,14 @@ def test_the_geomean_label_says_what_it_counted(fixtures):
     """Issue 55: in CPU mode the host timings are left out, and the label says so beside its 0."""
     from pkb_core.cli.report import geomean_label
 
+    # cpu_twice_a: real latency-mode records of CPU mode, host timings of the launcher's clock.
     host = summarize(load_run(fixtures / "runs" / "cpu_twice_a"))["aggregates"]
-    assert geomean_label(host) == "geomean speedup (0 correct timed rows; 3 host-timed left out)"
+    assert geomean_label(host) == "geomean speedup (0 correct timed rows; 3 host-timed left out; " \
+        "3 launcher-clock left out)"
     counted = summarize(load_run(fixtures / "runs" / "cpu_twice_a"), include_cpu=True)["aggregates"]
-    assert geomean_label(counted) == "geomean speedup (3 correct timed rows)"
+    assert geomean_label(counted) == "geomean speedup (0 correct timed rows; 3 launcher-clock left out)"
+    window = summarize(load_run(fixtures / "runs" / "samples"))["aggregates"]
+    assert geomean_label(window) == "geomean speedup (5 correct timed rows)"
 
 
 def test_category_rollup(samples):

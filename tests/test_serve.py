@@ -321,7 +321,7 @@ def test_a_busy_port_and_a_missing_serve_extra_are_one_line_and_exit_4(server, t
     ({"problem": "1", "source": "x", "backend": "triton", "world_size": 64}, 422, "world size 64"),
     ({"problem": "1", "source": "x", "backend": "triton", "timing_modes": ["fast"]}, 422, "timing mode fast"),
     ({"problem": "1", "source": "x", "backend": "triton", "timing_modes": ["window", "window"]}, 422,
-     "timing mode window is given twice"),
+     "timing mode window given twice"),
     ({"problem": "1", "source": "x" * (9 << 20), "backend": "triton"}, 413, "at most"),
 ])
 def test_a_bad_request_is_one_line_of_4xx(server, body, status, words):

@@ -40,6 +40,28 @@ def test_the_record_hook_fires_for_evaluate(reports, tmp_path):
                                                                   ("1_allreduce", "compile-error")]
 
 
+@pytest.mark.parametrize("options, words", [
+    ({"trials": 0}, "--trials 0 is less than 1"),
+    ({"trials": True}, "--trials True is not a whole number"),
+    ({"dtype": "fp64"}, "unknown dtype 'fp64'"),
+    ({"timeout": -1}, "timeout -1 must be a number of seconds above 0"),
+    ({"measure_perf": True, "timing_modes": ("window", "window")}, "timing mode window given twice"),
+    ({"timing_modes": ("bogus",)}, "unknown timing mode 'bogus'"),
+    ({"measure_perf": True, "timing_modes": ("window",), "size": "huge"}, "unknown size 'huge'"),
+])
+def test_evaluate_refuses_what_pkb_run_refuses_before_anything_starts(reports, tmp_path, options, words):
+    """A new user's ``evaluate(..., trials=0)`` passed with nothing checked, a repeated timing mode
+    failed a correct file, a negative timeout read as the solution's ``timeout``: every value is
+    checked where every way in makes its request (``make_request``), in one line, nothing run."""
+    import pkb_core
+    from pkb_core.errors import BadOption
+
+    with pytest.raises(BadOption) as refused:
+        pkb_core.evaluate(1, CORRECT, out=tmp_path / "run", **options)
+    assert words in str(refused.value) and "\n" not in str(refused.value)
+    assert reports() == [] and not (tmp_path / "run" / "records.jsonl").exists()
+
+
 def test_the_record_hook_fires_for_a_job_judged_through_pkb_serve(reports, tmp_path):
     from pkb_core.client import Client
     from tests.test_serve import Server

@@ -49,6 +49,8 @@ def parse_sizes(text: str) -> list[int]:
             raise click.BadParameter(f"cannot read size {given!r} (use e.g. 4K, 1M, 256M)") from None
         if nbytes <= 0:
             raise click.BadParameter(f"size {given!r} is not a positive number of bytes")
+        if nbytes in sizes:  # two jobs of one key: the table showed one's numbers twice
+            raise click.BadParameter(f"size {given!r} is {nbytes} bytes, given already")
         sizes.append(nbytes)
     if not sizes:
         raise click.BadParameter("no size given (use e.g. 4K,1M,256M)")

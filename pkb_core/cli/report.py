@@ -16,6 +16,8 @@ from pkb_core.results.rounds import summarize_run
 UNTIMED = "n/a (no timings)"
 #: ... and when the only timings are host timings, left out.
 HOST_ONLY = "n/a (host timings only: --include-cpu counts them)"
+#: ... and when the only timings are a launcher clock's, never counted.
+LAUNCHER_ONLY = "n/a (launcher-clock timings only: diagnostics, never counted; window mode is the judge's clock)"
 
 
 @click.command()
@@ -151,8 +153,11 @@ def interval_text(interval) -> str:
 
 
 def _aggregates_section(agg) -> Section:
-    missing = HOST_ONLY if agg.get("host_timed") and not agg.get("include_cpu") and not agg["timed_correct"] \
-        else UNTIMED
+    missing = UNTIMED
+    if not agg["timed_correct"] and agg.get("launcher_timed"):
+        missing = LAUNCHER_ONLY
+    elif not agg["timed_correct"] and agg.get("host_timed") and not agg.get("include_cpu"):
+        missing = HOST_ONLY
     rows = [["rows counted", agg["count"]], ["unsupported (not counted)", agg["unsupported"]]]
     if agg.get("cancelled"):
         rows.append(["cancelled (not counted)", agg["cancelled"]])
@@ -179,6 +184,8 @@ def geomean_label(agg) -> str:
     label = f"geomean speedup ({counted_rows} correct timed row{'' if counted_rows == 1 else 's'}"
     if agg.get("host_timed") and not agg.get("include_cpu"):
         label += f"; {agg['host_timed']} host-timed left out"
+    if agg.get("launcher_timed"):
+        label += f"; {agg['launcher_timed']} launcher-clock left out"
     return label + ")"
 
 

@@ -30,6 +30,13 @@ CPU_HEADLINE_MODE = "window"
 CLAIMABLE_MODES = ("window",)
 
 
+def claimable(mode: str | None) -> bool:
+    """Whether a speedup timed in ``mode`` (a record's ``timing_mode``; None in records of versions
+    before it was kept, all of them the launcher's clock) is a speed pkb claims and counts: in
+    ``claimed_speedup``, fast_p, the geomean and a refinement loop's "measurably faster"."""
+    return mode in CLAIMABLE_MODES
+
+
 def headline_mode(device: str) -> str:
     """The headline mode on ``device`` (``cuda`` or ``cpu``): what a job times when no mode is asked for."""
     return HEADLINE_MODE if device == "cuda" else CPU_HEADLINE_MODE

@@ -167,7 +167,7 @@ class Refiner:
             return None
         last = loop.rounds[-1].record
         if last is not None and last.verdict == Verdict.PASS:
-            if last.difference == "faster":
+            if merit(last)[1]:  # measurably faster by the judge's clock
                 return f"passed, measurably faster in round {loop.rounds[-1].k}"
             if not last.timed:
                 return f"passed in round {loop.rounds[-1].k} (untimed)"

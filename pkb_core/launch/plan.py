@@ -21,16 +21,16 @@ options and the compile phase's settings).
 """
 from __future__ import annotations
 
-from pkb_core.contracts.modes import HEADLINE_MODE, headline_mode
-
 import hashlib
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from pkb_core.contracts.batch import LaunchSettings
+from pkb_core.contracts.dtypes import PRECISIONS
 from pkb_core.contracts.job import Job, job_slug
-from pkb_core.errors import NothingSelected, PkbError
+from pkb_core.contracts.modes import HEADLINE_MODE, MODES, headline_mode
+from pkb_core.errors import BadOption, NothingSelected, PkbError
 from pkb_core.problem.source import read_solution
 
 _SOLUTION_NAME = re.compile(r"^(\d+)_")
@@ -145,23 +145,55 @@ def make_request(*, backend: str, device: str, nproc: int, trials: int = 5, size
     device's headline, :func:`pkb_core.contracts.modes.headline_mode`): the one place
     ``pkb run``, :func:`pkb_core.evaluate` and the reward service turn options into a request.
 
-    :raises PkbError: ``min_iters`` above ``iters``, ``profile`` without ``measure_perf``.
+    Every value is checked here, whichever way in it came (the command line's own types aside:
+    :func:`pkb_core.evaluate` passed ``trials=0``, which checked nothing and passed, and a
+    repeated timing mode, which spoilt the second's timed calls).
+
+    :raises BadOption: a value that makes no sense (one line, naming the option as ``pkb run`` does).
     """
     size, dtype = device_defaults(device, size, dtype)
     if size not in TIMING_DEFAULTS:
-        raise PkbError(f"unknown size {size!r} (choose from auto, {', '.join(TIMING_DEFAULTS)})")
+        raise BadOption(f"unknown size {size!r} (choose from auto, {', '.join(TIMING_DEFAULTS)})")
+    if dtype not in PRECISIONS:
+        raise BadOption(f"unknown dtype {dtype!r} (choose from auto, {', '.join(PRECISIONS)})")
+    _check_counts(trials=(trials, 1), warmup=(warmup, 0), iters=(iters, 1), min_iters=(min_iters, 1))
+    timing_modes = checked_timing_modes(timing_modes)
     if profile and not measure_perf:
-        raise PkbError("profile needs measure-perf (it profiles timed calls)")
+        raise BadOption("profile needs measure-perf (it profiles timed calls)")
     default_warmup, default_min, default_iters = TIMING_DEFAULTS[size]
     iters = default_iters if iters is None else iters
     if min_iters is not None and min_iters > iters:
-        raise PkbError(f"--min-iters {min_iters} is more than --iters {iters} (the most timed calls)")
+        raise BadOption(f"--min-iters {min_iters} is more than --iters {iters} (the most timed calls)")
     return RunRequest(problems=problems, backend=backend, solution=solution, solutions=solutions, nproc=nproc,
                       trials=trials, dtype=dtype, size=size, mode=mode, measure_perf=measure_perf,
                       warmup=default_warmup if warmup is None else warmup, iters=iters,
                       min_iters=min(default_min, iters) if min_iters is None else min_iters,
                       save_outputs=save_outputs, timing_modes=tuple(timing_modes) or (headline_mode(device),),
                       profile=profile)
+
+
+def _check_counts(**counts) -> None:
+    """Each ``name=(value, least)``: a whole number at least ``least`` (None: the default)."""
+    for name, (value, least) in counts.items():
+        if value is None:
+            continue
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise BadOption(f"--{name.replace('_', '-')} {value!r} is not a whole number")
+        if value < least:
+            raise BadOption(f"--{name.replace('_', '-')} {value} is less than {least}")
+
+
+def checked_timing_modes(modes) -> tuple:
+    """``modes`` as a tuple, each a known timing mode, none twice (an empty tuple: the device's
+    headline); :class:`BadOption` otherwise."""
+    modes = (modes,) if isinstance(modes, str) else tuple(modes)
+    unknown = [m for m in modes if m not in MODES]
+    if unknown:
+        raise BadOption(f"unknown timing mode {', '.join(map(repr, unknown))} (choose from {', '.join(MODES)})")
+    repeated = sorted({m for m in modes if modes.count(m) > 1})
+    if repeated:
+        raise BadOption(f"timing mode {', '.join(repeated)} given twice")
+    return modes
 
 
 def make_job(request: RunRequest, spec, solution, label, params=None) -> Job:

@@ -26,7 +26,7 @@ import attrs
 
 from pkb_core import __version__
 from pkb_core.contracts.job import Job
-from pkb_core.contracts.modes import CLAIMABLE_MODES
+from pkb_core.contracts.modes import claimable
 from pkb_core.contracts.record import Record, TimingOptions
 from pkb_core.contracts.timing import Timing
 from pkb_core.contracts.verdict import Verdict
@@ -95,7 +95,7 @@ def _rigor(timing: Timing) -> dict:
     if timing.speedup:
         low, high = timing.speedup.low, timing.speedup.high
         claimed = timing.speedup.difference in (FASTER, SLOWER) and low is not None \
-            and timing.primary in CLAIMABLE_MODES
+            and claimable(timing.primary)
         fields.update(speedup_ci=None if low is None else (low, high), difference=timing.speedup.difference,
                       claimed_speedup=timing.speedup.value if claimed else None)
     return fields

@@ -20,6 +20,10 @@ Definitions (KernelBench's, applied to pkb's records):
 * **host timings** (CPU mode, ``clock: host``) are left out of fast_p (p > 0),
   fast_p@k and the geomean unless ``include_cpu``: they time the host, not a
   GPU kernel, and would mix two kinds of number;
+* **launcher-clock timings** (a record timed in ``latency``, ``back-to-back`` or ``graph`` mode,
+  or by a version before window mode) are never counted in fast_p (p > 0), fast_p@k or the
+  geomean: their batches ran in the candidate's process, which can fuse them, so they are shown
+  as diagnostics (:func:`launcher_timed`; docs/trust.md);
 * **geomean speedup** = geometric mean of ``speedup`` over correct timed rows;
 * **pass@k / fast_p@k**, when a problem has several samples (solutions
   ``<id>_<name>*.py`` run on the same problem, backend, world size, size, dtype
@@ -32,6 +36,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from pkb_core.contracts.modes import claimable
 from pkb_core.contracts.record import Record
 from pkb_core.contracts.verdict import Verdict
 from pkb_core.errors import PkbError
@@ -106,9 +111,17 @@ def difference(record: Record) -> str | None:
     return record.difference
 
 
+def launcher_timed(record: Record) -> bool:
+    """Timed by a launcher-clock mode (``latency``, ``back-to-back``, ``graph``, and every record of
+    a version before window mode): a diagnostic whose batches ran in the candidate's process, which
+    can fuse them, so its speedup is shown and never counted (:func:`pkb_core.contracts.modes.claimable`)."""
+    return bool(record.speedup) and not claimable(record.timing_mode)
+
+
 def _speed_counts(record: dict, include_cpu: bool) -> bool:
-    """Whether this row's speedup enters the speed aggregates."""
-    return bool(record.speedup) and (include_cpu or not host_timed(record))
+    """Whether this row's speedup enters the speed aggregates: the judge's clock's, and on a GPU
+    (host timings with ``include_cpu``)."""
+    return bool(record.speedup) and not launcher_timed(record) and (include_cpu or not host_timed(record))
 
 
 def fast_p(records, p: float, include_cpu: bool = False) -> float | None:
@@ -211,6 +224,7 @@ def aggregates(records, include_cpu: bool = False) -> dict:
         "timed_correct": len(timed),
         "differences": dict(sorted(readings.items())),
         "host_timed": sum(1 for r in rows if is_correct(r) and r.speedup and host_timed(r)),
+        "launcher_timed": sum(1 for r in rows if is_correct(r) and launcher_timed(r)),
         "include_cpu": include_cpu,
     }
 

@@ -12,6 +12,7 @@ the definitions of :mod:`pkb_core.results.report`.
 """
 from __future__ import annotations
 
+from pkb_core.contracts.modes import claimable
 from pkb_core.contracts.record import Record
 from pkb_core.contracts.verdict import Verdict
 
@@ -33,8 +34,10 @@ def problem_of(record: Record) -> tuple:
 def merit(record: Record) -> tuple:
     """How good a round is, as a sort key (larger is better)."""
     passed = record.verdict == Verdict.PASS
-    faster = passed and record.difference == "faster"
-    speed = (record.speedup or 0.0) if passed else 0.0
+    # Only the judge's clock counts for speed: a launcher clock's "faster" the candidate can fuse.
+    judged = passed and claimable(record.timing_mode)
+    faster = judged and record.difference == "faster"
+    speed = (record.speedup or 0.0) if judged else 0.0
     return passed, faster, speed, round_of(record) or 0
 
 

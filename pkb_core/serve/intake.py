@@ -173,9 +173,6 @@ class Intake:
         unknown = [m for m in submission.timing_modes if m not in MODES]
         if unknown:
             raise Refused(f"timing mode {', '.join(unknown) or '(none)'} is not one of {', '.join(MODES)}")
-        repeated = sorted({m for m in submission.timing_modes if submission.timing_modes.count(m) > 1})
-        if repeated:
-            raise Refused(f"timing mode {', '.join(repeated)} is given twice")
         if submission.timeout is not None and not 0 < submission.timeout <= self.max_timeout:
             raise Refused(f"timeout {submission.timeout} is out of range (above 0, at most {self.max_timeout:.0f} s)")
         for name in ("client", "label"):
