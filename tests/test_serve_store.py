@@ -96,3 +96,25 @@ def test_a_full_queues_retry_after_is_the_time_one_job_takes_to_leave_it(tmp_pat
     assert Service._retry_after(service, 6) == 30  # three over: three starts
     assert Service._retry_after(SimpleNamespace(store=JobStore(tmp_path / "empty.db"), started=time.time(),
                                                 config=service.config), 4) == 30  # nothing started yet
+
+
+def test_a_finished_job_made_under_other_claim_rules_is_not_the_answer_to_a_new_request(tmp_path, monkeypatch):
+    """A hostile review: the service handed back a stored record of the same request, and a record
+    made before only window mode's speedup was claimed carried a latency-mode claim. The rules a
+    claim is made under are part of what makes two requests the same."""
+    from pkb_core.config import load_config
+    from pkb_core.contracts.serve import Submission
+    from pkb_core.launch.session import Session
+    from pkb_core.plugin.manager import get_plugin_manager
+    from pkb_core.serve import intake as intake_module
+
+    session = Session.here(get_plugin_manager(), load_config(tmp_path), device="cpu", backend="reference",
+                           world_size=2)
+    intake = intake_module.Intake(session, devices=2, sources=tmp_path / "sources", max_source_bytes=1 << 20,
+                                  job_timeout=60.0, max_timeout=600.0)
+    submission = Submission(problem="1", source="def solution(x):\n    return x\n", backend="reference",
+                            measure_perf=True, timing_modes=("latency",))
+    now = intake.plan(submission, "a").dedup_key
+    assert intake.plan(submission, "b").dedup_key == now
+    monkeypatch.setattr(intake_module, "CLAIM_RULES", intake_module.CLAIM_RULES - 1)
+    assert intake.plan(submission, "c").dedup_key != now

@@ -28,6 +28,11 @@ CPU_HEADLINE_MODE = "window"
 #: process, which a solution can rebind and fuse (docs/trust.md): their speedups are shown and
 #: kept under ``stats.modes``, never claimed, whatever ``--timing-mode`` puts first.
 CLAIMABLE_MODES = ("window",)
+#: Which rules a record's claim was made under: changed whenever what a record claims changes
+#: (2: only :data:`CLAIMABLE_MODES` are claimed, 2026-11-30), so that a stored record made under
+#: other rules is never handed back as the answer to a new request (the reward service's finished
+#: job of the same request: :mod:`pkb_core.serve.intake`).
+CLAIM_RULES = 2
 
 
 def claimable(mode: str | None) -> bool:

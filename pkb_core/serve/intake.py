@@ -28,6 +28,7 @@ import attrs
 from pkb_core.compile.source_defects import source_bytes, source_defect
 from pkb_core.contracts.dtypes import PRECISIONS
 from pkb_core.contracts.job import Job
+from pkb_core.contracts.modes import CLAIM_RULES
 from pkb_core.contracts.serve import Submission
 from pkb_core.errors import PkbError
 from pkb_core.launch.plan import TIMING_DEFAULTS
@@ -131,7 +132,7 @@ class Intake:
             job = keyed_by_content(job, source_bytes(submission.source))
         lane_key = self.lane_key(submission, world_size)
         dedup = {"source": hashlib.sha256(source_bytes(submission.source)).hexdigest(), "timeout": lane_key[2],
-                 "options": session.backend_options, "world_size": world_size,
+                 "options": session.backend_options, "world_size": world_size, "claim_rules": CLAIM_RULES,
                  **{k: v for k, v in job.to_json().items() if k not in ("key", "slug", "solution", "solution_label")}}
         size = len(source_bytes(submission.source))
         # Kept in the store only where no file holds it, and not at all when over the limit.
