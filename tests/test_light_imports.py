@@ -39,7 +39,7 @@ def test_the_service_without_ray_never_imports_ray(tmp_path):
 
 @pytest.mark.parametrize("args, status, line", [
     (["--timing-mode", "foo"], 4,
-     "Error: Invalid value for '--timing-mode': unknown timing mode 'foo' (choose from latency, back-to-back, graph, window)"),
+     "Error: Invalid value for '--timing-mode': unknown timing mode 'foo' (choose from window, latency, back-to-back, graph)"),
     (["--solution", "missing.py"], 1, "Error: solution file missing.py does not exist"),
     (["--solutions", "missing"], 1, "Error: solutions directory missing does not exist"),
     (["--backend", "nosuch"], 1, "Error: unknown backend 'nosuch'"),

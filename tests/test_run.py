@@ -190,6 +190,6 @@ def test_a_first_timing_mode_that_cannot_time_here_gives_the_headline_to_the_nex
                         "--out", tmp_path / "run")
     assert result.exit_code == 0, result.output
     assert "note: --timing-mode graph did not time 1 job(s) here: CUDA-graph mode needs a GPU" in result.stdout
-    assert "in back-to-back mode (the first --timing-mode that could time here)" in result.stdout
+    assert "in back-to-back mode (the headline: the first --timing-mode that could time here" in result.stdout
     record, = [json.loads(line) for line in (tmp_path / "run" / "records.jsonl").read_text().splitlines()]
     assert record["timing_mode"] == "back-to-back" and record["reference_ms"] is not None, record

@@ -11,7 +11,8 @@ One `pkb run` over tests/fixtures/verdict_reasons (problems 1 and 26, reference 
 * problem 26 accepts its splits as PKB's first commit returned them (lists of ints; PKB main's
   int64 tensors are the reference's own form), and still fails a wrong split;
 * an error raised in pkb's code by the solution's own call names the solution's line first;
-* a record that fails only a rule PKB's harness did not apply says so.
+* a record that fails only a rule PKB's harness did not apply says so, and a wrong answer
+  computed in the input it was handed names both.
 """
 import json
 import os
@@ -105,6 +106,15 @@ def test_a_rule_pkbs_harness_did_not_apply_is_named_in_the_record(run):
     assert record["verdict"] == "fail"
     assert record["reason"] == f"trial 0: rank 0: out: dtype float64, expected float32 {PKB_NOTE}"
     assert record["feedback"]["summary"] == record["reason"]
+
+
+def test_a_wrong_answer_computed_in_its_input_names_both(run):
+    """A new user's `tensor.mul_(2); return tensor` read only "out: ... differ": the modified input,
+    the cause, was said only where the answer happened to be right."""
+    record = run[0]["1_allreduce_doubles_its_input.py"]
+    assert record["verdict"] == "fail"
+    assert record["reason"].startswith("trial 0: rank 0: out: ") and " elements differ" in record["reason"]
+    assert record["reason"].endswith("; and the solution modified its input (argument 0) " + PKB_NOTE)
 
 
 def test_multicast_is_off_unless_the_operator_allows_it_and_nothing_turns_it_off(tmp_path, monkeypatch):

@@ -148,8 +148,13 @@ class JudgeRank:
             return Finding(verdict=Verdict.FAIL, reason=received)
         self.last_candidate = received
         tolerance = EXACT_TOLERANCE if self.trial_exact else self.problem.spec.tolerance
-        problem = compare(received["out"], ref_out, tolerance, bound and bound[0]) or self._arguments_after(
-            received["args"], self.trial_args, ref_args, tolerance, bound and bound[1])
+        wrong = compare(received["out"], ref_out, tolerance, bound and bound[0])
+        modified = self._arguments_after(received["args"], self.trial_args, ref_args, tolerance, bound and bound[1])
+        problem = wrong or modified
+        if wrong and modified:
+            # Both: a wrong answer computed in its input says so, or the author reads the difference
+            # alone and not its cause (a new user's `tensor.mul_(2); return tensor`).
+            problem = Difference.of(f"{wrong}; and {modified}", wrong)
         return Finding(verdict=Verdict.FAIL if problem else None, reason=problem or "", **_finding(problem))
 
     def _exact_bound(self, args):

@@ -178,8 +178,8 @@ def create_app(service: Service, *, token: str | None = None, access: Access | N
 
 def _refusal(exc: Refused) -> JSONResponse:
     headers = {"Retry-After": str(exc.retry_after)} if isinstance(exc, Overloaded) else None
-    # A body over its cap is left unread: the connection closes rather than being drained.
-    return _error(exc.status, str(exc), headers, close=isinstance(exc, TooLarge))
+    # A body over its cap not read to its end: the connection closes rather than being drained.
+    return _error(exc.status, str(exc), headers, close=isinstance(exc, TooLarge) and not exc.whole)
 
 
 def _error(status: int, message: str, headers=None, *, close: bool = False) -> JSONResponse:

@@ -4,8 +4,9 @@ Every route has a cap on its body (:func:`body_cap`). A request whose ``Content-
 is over its route's cap is answered 413 before one byte of its body is read
 (:func:`declared_too_large`, called by the app's guard for every request); a body sent
 without a length (``Transfer-Encoding: chunked``) is read chunk by chunk with a running
-count, and the read stops with a 413 the moment the count passes the cap
-(:func:`read_json`), so the service never holds more than the cap and one chunk of it.
+count, and the read stops keeping it with a 413 the moment the count passes the cap
+(:func:`read_json`; the rest is read and dropped up to :data:`DRAIN_LIMIT` in all), so the
+service never holds more than the cap and one chunk of it.
 A refusal sent before the body was read asks the client to close the connection, so the
 server does not go on draining a body nobody will read; a body declared at most
 :data:`DRAIN_LIMIT` long is read and dropped first (:func:`drained`), so the answer is not lost
@@ -40,10 +41,12 @@ DRAIN_S = 5.0
 
 
 class TooLarge(Refused):
-    """A body over its route's cap: HTTP 413, and the connection is closed (the rest is never read)."""
+    """A body over its route's cap: HTTP 413. ``whole``: the rest of it was read and dropped
+    (:func:`read_json`), so the connection stays whole; else it is closed."""
 
-    def __init__(self, message: str):
+    def __init__(self, message: str, *, whole: bool = False):
         super().__init__(message, 413)
+        self.whole = whole
 
 
 class NotJson(Refused):
@@ -82,11 +85,18 @@ async def read_json(request, cap: int):
     :class:`TooLarge` at the first chunk that passes ``cap``, :class:`NotJson` for what
     :func:`parse_json` refuses."""
     body = bytearray()
-    async for chunk in request.stream():
+    stream = request.stream()
+    async for chunk in stream:
         body += chunk
         if len(body) > cap:
+            seen = len(body)
+            del body[:]  # nothing of it is kept
+            # The rest is read and dropped, up to DRAIN_LIMIT in all, so that the answer reaches a
+            # client that sends its whole body before it reads (a 64 MiB one lost its 413 to the
+            # reset of a connection closed with bytes unread, under load); a longer one is cut off.
+            whole = await _dropped(stream, DRAIN_LIMIT - seen)
             raise TooLarge(f"the request body passed {cap} bytes before it ended; at most {cap} for "
-                           f"{request.method} {request.url.path}")
+                           f"{request.method} {request.url.path}", whole=whole)
     # Parsing and the depth walk are linear in the (capped) body; off the event loop all the same.
     return await asyncio.to_thread(parse_json, bytes(body))
 
@@ -120,6 +130,23 @@ def _deeper_than(value, limit: int) -> bool:
                       if type(child) is dict or type(child) is list]
         level = below
     return False
+
+
+async def _dropped(stream, room: int) -> bool:
+    """Read and drop what is left of ``stream`` while it stays within ``room`` bytes and
+    :data:`DRAIN_S`; whether it ended."""
+    async def drop() -> bool:
+        left = room
+        async for chunk in stream:
+            left -= len(chunk)
+            if left < 0:
+                return False
+        return True
+
+    try:
+        return await asyncio.wait_for(drop(), DRAIN_S)
+    except Exception:  # noqa: BLE001 - too slow (a timeout) or a client gone: close instead
+        return False
 
 
 async def drained(request, declared: int) -> bool:
