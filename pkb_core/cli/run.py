@@ -346,17 +346,18 @@ def _timing_modes(text) -> tuple:
     """``--timing-mode``'s names, checked against the modes' contract (no torch: refused at once)."""
     if isinstance(text, (list, tuple)):  # a TOML array
         text = ",".join(map(str, text))
+    from pkb_core.errors import BadOption
+    from pkb_core.launch.plan import checked_timing_modes
+
     modes = tuple(m.strip() for m in str(text).split(","))
-    unknown = [m for m in modes if m and m not in MODES]
-    if unknown or not any(modes):
-        raise click.BadParameter(f"unknown timing mode {', '.join(unknown) or text!r} "
-                                 f"(choose from {', '.join(MODES)})")
+    if not any(modes):
+        raise click.BadParameter(f"no timing mode in {text!r} (choose from {', '.join(MODES)})")
     if not all(modes):  # "latency,,window": a mode left out by mistake, not a list to guess at
         raise click.BadParameter(f"an empty name in {text!r} (comma-separated modes, e.g. window,latency)")
-    repeated = sorted({m for m in modes if modes.count(m) > 1})
-    if repeated:
-        raise click.BadParameter(f"{', '.join(repeated)} given twice in {text!r}")
-    return modes
+    try:
+        return checked_timing_modes(modes)
+    except BadOption as exc:
+        raise click.BadParameter(str(exc)) from None
 
 
 def writable_paths(run_dir: Path, junitxml: Path | None) -> None:

@@ -124,8 +124,8 @@ GROUP_SHARE = 0.005
 #: default ``--iters`` (25 rounds, where the rounds' own intervals are +-1-2 %) over 22 jobs of the
 #: reference against itself at the default size on 2xH200 (2026-11-30 night, one hardware queue a
 #: process, problems of 17-96 us a call), 4 rounds' intervals missed 1.00 by more than 1 us a
-#: call (1.1, 1.5, 1.5 and 3.5 us), the rest by less than 1 us: 2 us covers 21 of 22
-#: (docs/benchmarks/2026-11-30-h200x2-window-headline.md).
+#: call (1.1, 1.5, 1.5 and 3.5 us), the rest by less than 1 us: 2 us covers 21 of 22, and 5 of 5
+#: jobs timed with it the same night (docs/benchmarks/2026-11-30-h200x2-window-headline.md).
 GROUP_US = 2.0
 #: Masked sets: the timekeeper waits for a side's ``taken`` no longer than the judge's ``kernel``
 #: side's take (release to ``taken``: its copy of the set out of ``in_slot``; the 90th percentile
