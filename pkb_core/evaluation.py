@@ -40,8 +40,11 @@ def evaluate(problem, source: str, *, backend: str = "reference", world_size: in
     from pkb_core.launch.session import Session
     from pkb_core.plugin.manager import get_plugin_manager
 
-    if timeout is not None and not (isinstance(timeout, (int, float)) and 0 < timeout < float("inf")):
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
+                                or not 0 < timeout < float("inf")):
         raise BadOption(f"timeout {timeout!r} must be a number of seconds above 0")
+    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
+        raise BadOption(f"world_size {world_size!r} must be a whole number of ranks, at least 1")
     session = Session.here(get_plugin_manager(), load_config(config_dir), device=device, backend=backend,
                            world_size=world_size)
     spec = session.registry.get(str(problem))
@@ -53,7 +56,7 @@ def evaluate(problem, source: str, *, backend: str = "reference", world_size: in
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(source)
         request = session.request(trials=trials, size=size, dtype=dtype, measure_perf=measure_perf,
-                                  timing_modes=tuple(timing_modes), problems=str(spec.id),
+                                  timing_modes=timing_modes, problems=str(spec.id),
                                   solution=None if defect else str(path))
         jobs, refused = session.plan(request, [(spec, None if defect else path, path.name)])
         if defect is not None:

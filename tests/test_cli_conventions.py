@@ -789,7 +789,7 @@ def test_a_mode_timed_beside_the_headline_is_shown_under_the_table():
                                for name, value in modes.items()}, primary=next(iter(modes)))
         return Record(key=problem, problem_id=1, problem=problem, category="collective", backend="reference",
                       solution="reference", world_size=2, size="tiny", dtype="fp32", mode="eval", verdict="pass",
-                      timing_mode=next(iter(modes)), stats=timing)
+                      timing_mode=next(iter(modes)), stats=timing, speedup=next(iter(modes.values())))
 
     notes = diagnostic_notes([record("1_allreduce", {"window": 1.5, "latency": 1.25, "graph": None}),
                               record("2_allgather", {"window": 1.0})])
@@ -798,6 +798,12 @@ def test_a_mode_timed_beside_the_headline_is_shown_under_the_table():
     many = diagnostic_notes([record(f"{n}_p", {"window": 1.0, "latency": 1.0}) for n in range(DIAGNOSTIC_SHOWN + 2)])
     assert many[0].count("1.00x") == DIAGNOSTIC_SHOWN and ", and 2 more (records:" in many[0]
     assert diagnostic_notes([record("3_broadcast", {"window": 1.0})]) == []
+    # A launcher clock at the head: the table's speedups are said to be unclaimed, window's beside it is the judge's.
+    latency_first = diagnostic_notes([record("1_allreduce", {"latency": 1.5, "window": 1.1})])
+    assert latency_first[0].startswith("note: window mode beside the headline (the judge's clock, not the headline "
+                                       "here): 1_allreduce reference 1.10x")
+    assert latency_first[1].startswith("note: the table's speedups in latency mode are a launcher clock's")
+    assert "never claimed (claimed_speedup) nor counted by pkb report" in latency_first[1]
 
 
 def test_timing_options_without_measure_perf_are_said_to_be_ignored(pkb_invoke, tmp_path):

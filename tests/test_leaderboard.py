@@ -192,7 +192,7 @@ def test_the_json_shape(pkb_invoke, two_runs):
     assert {"rank", "label", "run", "backend", "model", "machine", "world_size", "timing", "host_timings",
             "overall", "categories"} <= set(row)
     assert set(row["overall"]) == {"problems", "total", "passed", "pass_rate", "fast_p", "geomean_speedup",
-                                   "geomean_ci", "timed_correct", "timed_problems", "host_timed", "verdicts"}
+                                   "geomean_ci", "timed_correct", "timed_problems", "host_timed", "launcher_timed", "verdicts"}
     assert set(row["categories"]["collective"]) == set(row["overall"])
     assert row["run"] == str(two_runs[1]) and row["timing"] == "window" and row["world_size"] == 2
 

@@ -48,6 +48,11 @@ def test_the_record_hook_fires_for_evaluate(reports, tmp_path):
     ({"measure_perf": True, "timing_modes": ("window", "window")}, "timing mode window given twice"),
     ({"timing_modes": ("bogus",)}, "unknown timing mode 'bogus'"),
     ({"measure_perf": True, "timing_modes": ("window",), "size": "huge"}, "unknown size 'huge'"),
+    ({"world_size": 0}, "world_size 0 must be a whole number of ranks"),  # was the default's W = 2, silently
+    ({"world_size": True}, "world_size True must be a whole number of ranks"),
+    ({"timing_modes": 5}, "timing modes 5 are not names of modes"),
+    ({"timeout": True}, "timeout True must be a number of seconds above 0"),
+    ({"measure_perf": "no"}, "measure_perf 'no' is not true or false"),  # was an error blaming the judge
 ])
 def test_evaluate_refuses_what_pkb_run_refuses_before_anything_starts(reports, tmp_path, options, words):
     """A new user's ``evaluate(..., trials=0)`` passed with nothing checked, a repeated timing mode

@@ -288,6 +288,19 @@ def test_a_launcher_clock_faster_is_shown_and_never_counted():
     rows = {row["run"]: row for row in board["rows"]}
     assert rows["latency"]["overall"]["fast_p"]["1"] is None and rows["window"]["overall"]["fast_p"]["1"] == 1.0
     assert [row["run"] for row in board["rows"]][0] == "window"
+    # On CPU a window row is left out as host-timed (--include-cpu counts it), a latency row by its
+    # clock: each counted once, and the n/a says what --include-cpu would change.
+    from pkb_core.cli.report import HOST_ONLY, _aggregates_section, geomean_label
+
+    host_rows = [_record("1_allreduce_w.py", _steady(1.0), _steady(0.5), clock="host"),
+                 _record("1_allreduce_l.py", _steady(1.0), _steady(0.5), clock="host", mode="latency")]
+    mixed = report(host_rows)["aggregates"]
+    assert (mixed["host_timed"], mixed["launcher_timed"], mixed["timed_correct"]) == (1, 1, 0)
+    assert geomean_label(mixed) == "geomean speedup (0 correct timed rows; 1 host-timed left out; " \
+        "1 launcher-clock left out)"
+    assert HOST_ONLY in str(_aggregates_section(mixed).rows)
+    assert report(host_rows, include_cpu=True)["aggregates"]["fast_p"]["1"] == pytest.approx(1 / 2)
+    assert "launcher clock" in report([fused])["rows"][0]["flags"]
 
 
 def test_report_shows_intervals_and_no_measurable_difference(pkb_invoke, tmp_path):

@@ -154,10 +154,10 @@ def interval_text(interval) -> str:
 
 def _aggregates_section(agg) -> Section:
     missing = UNTIMED
-    if not agg["timed_correct"] and agg.get("launcher_timed"):
+    if not agg["timed_correct"] and agg.get("host_timed") and not agg.get("include_cpu"):
+        missing = HOST_ONLY  # what --include-cpu would count
+    elif not agg["timed_correct"] and agg.get("launcher_timed"):
         missing = LAUNCHER_ONLY
-    elif not agg["timed_correct"] and agg.get("host_timed") and not agg.get("include_cpu"):
-        missing = HOST_ONLY
     rows = [["rows counted", agg["count"]], ["unsupported (not counted)", agg["unsupported"]]]
     if agg.get("cancelled"):
         rows.append(["cancelled (not counted)", agg["cancelled"]])

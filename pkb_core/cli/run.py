@@ -1,8 +1,6 @@
 """``pkb run``: parse options, plan jobs, run them, show the results."""
 from __future__ import annotations
 
-from pkb_core.contracts.modes import CPU_HEADLINE_MODE, HEADLINE_MODE
-
 import datetime as _dt
 import json
 import os
@@ -17,7 +15,7 @@ from pkb_core.cli.config_values import ListOption
 from pkb_core.cli.limits import limit_options
 from pkb_core.launch.fanout import executor_options
 from pkb_core.cli.progress import JobProgress
-from pkb_core.contracts.modes import MODES
+from pkb_core.contracts.modes import CPU_HEADLINE_MODE, HEADLINE_MODE, MODES, claimable
 from pkb_core.contracts.verdict import FAILING, Verdict
 from pkb_core.results.table import render_table
 from pkb_core.plugin.hookspecs import hookimpl
@@ -49,7 +47,8 @@ from pkb_core.plugin.hookspecs import hookimpl
 @click.option("--timing-mode", "timing_modes", cls=ListOption, default=None,
               callback=lambda ctx, param, value: () if value is None else _timing_modes(value),
               help=f"Comma-separated: {', '.join(MODES)} (the first gives the headline numbers; default "
-                   f"{HEADLINE_MODE} on GPUs, {CPU_HEADLINE_MODE} on CPU).")
+                   + (f"{HEADLINE_MODE})." if HEADLINE_MODE == CPU_HEADLINE_MODE else
+                      f"{HEADLINE_MODE} on GPUs, {CPU_HEADLINE_MODE} on CPU)."))
 @click.option("--profile", is_flag=True, help="Save per-rank profiler traces of a few calls (needs --measure-perf).")
 @click.option("--warmup", type=click.IntRange(min=0), default=None, help="Warm-up iterations (default by size).")
 @click.option("--iters", type=click.IntRange(min=1), default=None,
@@ -262,8 +261,14 @@ def diagnostic_notes(records) -> list[str]:
     notes = []
     for mode, shown in readings.items():
         more = f", and {len(shown) - DIAGNOSTIC_SHOWN} more" if len(shown) > DIAGNOSTIC_SHOWN else ""
-        notes.append(f"note: {mode} mode beside the headline (a diagnostic, never claimed): "
+        what = "the judge's clock, not the headline here" if claimable(mode) else "a diagnostic, never claimed"
+        notes.append(f"note: {mode} mode beside the headline ({what}): "
                      f"{'; '.join(shown[:DIAGNOSTIC_SHOWN])}{more} (records: stats.modes.{mode})")
+    unclaimed = sorted({r.timing_mode for r in records if r.speedup and not claimable(r.timing_mode)})
+    if unclaimed:
+        notes.append(f"note: the table's speedups in {' and '.join(unclaimed)} mode are a launcher clock's, whose "
+                     f"batches run in the candidate's process: shown, never claimed (claimed_speedup) nor counted "
+                     f"by pkb report; window mode is the judge's clock")
     return notes
 
 

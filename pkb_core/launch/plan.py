@@ -156,7 +156,10 @@ def make_request(*, backend: str, device: str, nproc: int, trials: int = 5, size
         raise BadOption(f"unknown size {size!r} (choose from auto, {', '.join(TIMING_DEFAULTS)})")
     if dtype not in PRECISIONS:
         raise BadOption(f"unknown dtype {dtype!r} (choose from auto, {', '.join(PRECISIONS)})")
-    _check_counts(trials=(trials, 1), warmup=(warmup, 0), iters=(iters, 1), min_iters=(min_iters, 1))
+    _check_counts(nproc=(nproc, 1), trials=(trials, 1), warmup=(warmup, 0), iters=(iters, 1), min_iters=(min_iters, 1))
+    for name, flag in (("measure_perf", measure_perf), ("save_outputs", save_outputs), ("profile", profile)):
+        if not isinstance(flag, bool):
+            raise BadOption(f"{name} {flag!r} is not true or false")
     timing_modes = checked_timing_modes(timing_modes)
     if profile and not measure_perf:
         raise BadOption("profile needs measure-perf (it profiles timed calls)")
@@ -186,6 +189,8 @@ def _check_counts(**counts) -> None:
 def checked_timing_modes(modes) -> tuple:
     """``modes`` as a tuple, each a known timing mode, none twice (an empty tuple: the device's
     headline); :class:`BadOption` otherwise."""
+    if not isinstance(modes, (str, list, tuple)):
+        raise BadOption(f"timing modes {modes!r} are not names of modes (choose from {', '.join(MODES)})")
     modes = (modes,) if isinstance(modes, str) else tuple(modes)
     unknown = [m for m in modes if m not in MODES]
     if unknown:

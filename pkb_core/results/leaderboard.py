@@ -168,7 +168,8 @@ def stats(records, include_cpu: bool = False) -> dict:
     return {"problems": len({problem_key(r) for r in records}), "total": agg["count"], "passed": verdicts["pass"],
             "pass_rate": agg["pass_rate"], "fast_p": agg["fast_p"], "geomean_speedup": agg["geomean_speedup"],
             "geomean_ci": list(interval) if interval else None, "timed_correct": agg["timed_correct"],
-            "timed_problems": timed_problems, "host_timed": agg["host_timed"], "verdicts": verdicts}
+            "timed_problems": timed_problems, "host_timed": agg["host_timed"],
+            "launcher_timed": agg["launcher_timed"], "verdicts": verdicts}
 
 
 def leaderboard(runs, labels=(), include_cpu: bool = False, common: bool = False) -> dict:
@@ -317,7 +318,8 @@ def notes(rows, found, runs, entries, common: bool, shared: int, include_cpu: bo
                         "left out of fast_p (p > 0) and the geomean (--include-cpu counts them)")
         out.append(f"{', '.join(host)}: {HOST_NOTE}; {counted_here}")
     if any(row["overall"]["pass_rate"] and row["overall"]["fast_p"]["1"] is None for row in rows):
-        out.append("n/a: no correct record was timed (run with --measure-perf), or only host timings were")
+        out.append("n/a: no correct record was timed (run with --measure-perf), or only host timings or a "
+                   "launcher clock's (latency, back-to-back, graph: never counted) were")
     out.append(f"fast_p: correct and measurably faster than p (its 95 % interval above 1.0); geomean: of the "
                f"correct, timed records' speedups; its {LEVEL:.0%} interval: a bootstrap over problems "
                f"({RESAMPLES} resamples, seed {SEED}; none below {MIN_PROBLEMS} timed problems)")

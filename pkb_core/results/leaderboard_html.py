@@ -154,7 +154,8 @@ def chart_svg(rows) -> str:
         speed = overall["geomean_speedup"]
         if speed is None:
             out.append(f'<text x="{at(1.0) + 4:.1f}" y="{middle:.1f}" fill="#777">n/a (no correct timed record'
-                       + (" on a GPU" if row["host_timings"] else "") + ")</text>")
+                       + (" on a GPU" if row["host_timings"] else "")
+                       + (" by the judge's clock" if overall.get("launcher_timed") else "") + ")</text>")
             continue
         interval = overall["geomean_ci"]
         colour = (_SAME if interval and interval[0] <= 1.0 <= interval[1] else _FASTER if speed > 1 else _SLOWER)

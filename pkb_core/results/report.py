@@ -223,7 +223,8 @@ def aggregates(records, include_cpu: bool = False) -> dict:
         "geomean_speedup": geomean([r.speedup for r in timed]),
         "timed_correct": len(timed),
         "differences": dict(sorted(readings.items())),
-        "host_timed": sum(1 for r in rows if is_correct(r) and r.speedup and host_timed(r)),
+        # Each row left out is counted once, by what leaves it out first: its clock, then its host.
+        "host_timed": sum(1 for r in rows if is_correct(r) and r.speedup and host_timed(r) and not launcher_timed(r)),
         "launcher_timed": sum(1 for r in rows if is_correct(r) and launcher_timed(r)),
         "include_cpu": include_cpu,
     }
@@ -253,7 +254,8 @@ def bandwidth(record: Record, side: str = "solution") -> tuple[float | None, flo
 
 
 def flags(record: Record) -> list[str]:
-    """Warnings a reader of the numbers should see: noisy timing, throttled GPU clocks."""
+    """Warnings a reader of the numbers should see: noisy timing, throttled GPU clocks, host
+    timings, a launcher clock's speedup (shown, never counted)."""
     out = []
     stats = record.stats
     for side in ("reference", "candidate"):
@@ -266,6 +268,8 @@ def flags(record: Record) -> list[str]:
         out.append("throttled")
     if host_timed(record):
         out.append("host timing")
+    if launcher_timed(record):
+        out.append("launcher clock")
     return out
 
 

@@ -122,8 +122,8 @@ def check_pads(kernel, grid, args: tuple, kwargs: dict) -> None:
     if callable(grid):  # as the interpreter resolves it: with the kernel's own arguments
         names = inspect.getfullargspec(kernel.fn).args
         grid = grid(inspect.getcallargs(kernel.fn, *args, **{k: v for k, v in kwargs.items() if k in names}))
-    programs = grid if isinstance(grid, int) else grid[0]
-    check_grid(int(programs), [*args, *kwargs.values()])
+    axes = (grid,) if isinstance(grid, int) else tuple(grid)
+    check_grid(int(axes[0]), [*args, *kwargs.values()], other_axes=tuple(int(a) for a in axes[1:]))
 
 
 def _refused_for_constexprs(jit, bound, specialization, signature, constexprs, attrs, target, backend,

@@ -126,15 +126,20 @@ def peers(tensor: torch.Tensor) -> Peers:
                  pad_slots=pad_slots, device=tensor.device)
 
 
-def check_grid(programs: int, args) -> None:
-    """Refuse a launch of ``programs`` programs (along axis 0) whose pad table among ``args``
-    (``Peers.pads``) cannot hold one barrier channel of that grid: the kernel's barrier would
-    not synchronise it (:func:`pkb_triton.barrier` never reaches past a pad).
+def check_grid(programs: int, args, other_axes: tuple = ()) -> None:
+    """Refuse a launch of ``programs`` programs along axis 0 (and ``other_axes`` along the others)
+    handed a pad table among ``args`` (``Peers.pads``) whose barrier would not synchronise it: a
+    grid wider than one channel of the pad holds, or one of more than one axis (the barrier's slots
+    follow axis 0 alone, so programs along another would share them; :func:`pkb_triton.barrier`
+    never reaches past a pad).
 
     :raises GridTooWide: naming the grid, the pad and the widest grid it holds.
     """
     for arg in args:
         found = _PAD_TABLES.get(arg) if type(arg) is int else None
+        if found is not None and any(a != 1 for a in other_axes):
+            raise GridTooWide(f"a grid of {(programs, *other_axes)} programs for a kernel handed the barrier's "
+                              f"signal pad: the barrier's slots follow axis 0 alone, so launch a one-dimensional grid")
         if found is not None and programs * found[1] > found[0]:
             slots, world = found
             raise GridTooWide(f"a grid of {programs} programs is wider than the barrier's signal pad: at world "

@@ -32,13 +32,15 @@ def barrier(pads, rank, WORLD: tl.constexpr, channel):
     :param WORLD: the world size (constexpr).
     :param channel: which set of slots (0, 1, ...): slot
         ``(channel * num_programs + program_id) * WORLD + src``. The grid must
-        be the same on every rank and fit the pad:
+        be one-dimensional, the same on every rank, and fit the pad:
         ``(channel + 1) * num_programs * WORLD <= Peers.pad_slots``
-        (:meth:`Peers.grid` picks one that does). One that does not touches no
-        pad: in CPU mode the launch is refused, naming the grid and the pad
-        (channel 0's room; a later channel past the pad faults like the GPU);
-        on a GPU the kernel faults (an illegal memory access) instead of
-        spinning on, or writing into, memory past the pad.
+        (:meth:`Peers.grid` picks one that does), with ``0 <= channel`` and
+        ``0 <= rank < WORLD``. One that does not touches no pad: in CPU mode
+        the launch is refused, naming the grid and the pad (channel 0's room
+        and the grid's axes; a later or negative channel, or a rank out of
+        range, faults like the GPU); on a GPU the kernel faults (an illegal
+        memory access) instead of spinning on, or writing into, memory
+        outside the pad.
 
     Only the same program id of other ranks is waited for, so programs never
     wait on a later program of their own rank (the interpreter runs them one
@@ -47,10 +49,17 @@ def barrier(pads, rank, WORLD: tl.constexpr, channel):
     """
     slot = (channel * tl.num_programs(0) + tl.program_id(0)) * WORLD
     table = pads.to(tl.pointer_type(tl.uint64))
-    # The table's entry after the W pads is a pad's slot count. A slot past it is other memory,
-    # this rank's or a peer's: a handshake there can spin forever on a word nobody clears, or
-    # write into a peer's data. Every program of the launch takes the same branch.
-    fits = (channel + 1) * tl.num_programs(0) * WORLD <= tl.load(table + WORLD).to(tl.int32)
+    # The table's entry after the W pads is a pad's slot count. A slot past it (or before it: a
+    # negative channel or rank) is other memory, this rank's or a peer's: a handshake there can
+    # spin forever on a word nobody clears, or write into a peer's data. Programs along a second
+    # or third axis would share their slots and pair at random. Every program of the launch takes
+    # the same branch; the channel and rank are compared as 64-bit numbers (no product of them
+    # can wrap around).
+    c = channel + tl.zeros([], tl.int64)
+    r = rank + tl.zeros([], tl.int64)
+    slots = tl.load(table + WORLD).to(tl.int64)
+    fits = (c >= 0) & (c < slots // (tl.num_programs(0) * WORLD)) & (r >= 0) & (r < WORLD) \
+        & (tl.num_programs(1) == 1) & (tl.num_programs(2) == 1)
     # Every thread of the program is done with what came before (its peer
     # reads, in the closing barrier) before one thread signals.
     tl.debug_barrier()

@@ -163,43 +163,59 @@ def test_a_grid_wider_than_the_signal_pad_is_refused_in_words(pkb_invoke, tmp_pa
         record["reason"]
 
 
-# One rank, a pad table that declares 4 slots of an 8-slot buffer whose slot 4 is not zero (memory
-# past a pad that nobody clears): a barrier on channel 2 of 2 programs needs slots 4-5. It must
-# fault at once without touching slot 4, not spin there (or write there) as a handshake would.
-_PAST_THE_PAD = textwrap.dedent('''
+# One rank, a pad table that declares 4 slots (8-11) of a 16-slot buffer whose words just before
+# and past them are not zero (memory beside a pad that nobody clears): a barrier of 2 programs on
+# channel 2 needs slots 12-13, on channel -1 slots 6-7; rank 1 of a world of one has no pad (its
+# table entry is the slot count). Each must fault at once without touching a word outside the pad,
+# not spin there (or write there) as a handshake would.
+_OUTSIDE_THE_PAD = textwrap.dedent('''
     import sys
     import torch, triton, triton.language as tl
     from pkb_triton import barrier
 
     @triton.jit
-    def _k(pads, CHANNEL: tl.constexpr):
-        barrier(pads, 0, 1, CHANNEL)
+    def _k(pads, RANK: tl.constexpr, CHANNEL: tl.constexpr):
+        barrier(pads, RANK, 1, CHANNEL)
 
-    pad = torch.from_file(sys.argv[1], shared=True, size=8, dtype=torch.int32)
-    table = torch.tensor([pad.data_ptr(), 4], dtype=torch.int64)
-    _k[(2,)](table.data_ptr(), CHANNEL=0)  # slots 0-1: within the pad
+    buffer = torch.from_file(sys.argv[1], shared=True, size=16, dtype=torch.int32)
+    table = torch.tensor([buffer[8:].data_ptr(), 4], dtype=torch.int64)
+    _k[(2,)](table.data_ptr(), RANK=0, CHANNEL=0)  # slots 8-9: within the pad
     print("channel 0 done", flush=True)
-    _k[(2,)](table.data_ptr(), CHANNEL=2)
-    print("channel 2 done", flush=True)
+    _k[(2,)](table.data_ptr(), RANK=int(sys.argv[2]), CHANNEL=int(sys.argv[3]))
+    print("outside done", flush=True)
 ''')
 
 
-def test_the_barrier_never_reaches_past_its_pad(tmp_path):
+def test_a_grid_of_more_than_one_axis_is_refused_for_a_kernel_handed_the_pad(monkeypatch):
+    """The barrier's slots follow axis 0 alone: programs along another axis would share them."""
+    from pkb_triton import host
+
+    monkeypatch.setitem(host._PAD_TABLES, 4096, (1024, 2))  # a pad table at address 4096: 1024 slots, W = 2
+    host.check_grid(512, [4096], other_axes=(1,))
+    host.check_grid(8, [7, "x"], other_axes=(2,))  # no pad table handed: not the barrier's business
+    with pytest.raises(host.GridTooWide, match=r"a grid of \(8, 2\) programs .* one-dimensional grid"):
+        host.check_grid(8, [4096], other_axes=(2,))
+    with pytest.raises(host.GridTooWide, match="a grid of 513 programs is wider than the barrier's signal pad"):
+        host.check_grid(513, [4096])
+
+
+@pytest.mark.parametrize("rank, channel", [(0, 2), (0, -1), (1, 0)])
+def test_the_barrier_never_reaches_outside_its_pad(tmp_path, rank, channel):
     import signal
 
     import torch
 
     pad_file = tmp_path / "pad"
-    pad = torch.from_file(str(pad_file), shared=True, size=8, dtype=torch.int32)
-    pad[4] = 7
-    script = tmp_path / "past.py"
-    script.write_text(_PAST_THE_PAD)
+    buffer = torch.from_file(str(pad_file), shared=True, size=16, dtype=torch.int32)
+    buffer[6], buffer[7], buffer[12], buffer[13] = 7, 7, 7, 7
+    script = tmp_path / "outside.py"
+    script.write_text(_OUTSIDE_THE_PAD)
     env = dict(os.environ, TRITON_INTERPRET="1", OMP_NUM_THREADS="1")
-    proc = subprocess.run([sys.executable, str(script), str(pad_file)], env=env, capture_output=True, text=True,
-                          timeout=60)
+    proc = subprocess.run([sys.executable, str(script), str(pad_file), str(rank), str(channel)], env=env,
+                          capture_output=True, text=True, timeout=60)
     assert proc.stdout.splitlines() == ["channel 0 done"], (proc.stdout, proc.stderr[-2000:])
     assert proc.returncode == -signal.SIGSEGV, (proc.returncode, proc.stderr[-2000:])
-    assert pad.tolist() == [0, 0, 0, 0, 7, 0, 0, 0]
+    assert buffer.tolist() == [0] * 6 + [7, 7] + [0] * 4 + [7, 7, 0, 0]
 
 
 def test_the_check_binds_a_launch_as_a_gpu_launch_does_and_names_the_line_that_fails(tmp_path):
