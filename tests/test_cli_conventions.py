@@ -804,6 +804,12 @@ def test_a_mode_timed_beside_the_headline_is_shown_under_the_table():
                                        "here): 1_allreduce reference 1.10x")
     assert latency_first[1].startswith("note: the table's speedups in latency mode are a launcher clock's")
     assert "never claimed (claimed_speedup) nor counted by pkb report" in latency_first[1]
+    # A record of a version that kept no timing mode (a rerun into an old run folder) names none, and breaks nothing.
+    older = Record(key="o", problem_id=1, problem="1_allreduce", category="collective", backend="reference",
+                   solution="reference", world_size=2, size="tiny", dtype="fp32", mode="eval", verdict="pass",
+                   speedup=1.2)
+    assert diagnostic_notes([older, record("1_allreduce", {"latency": 1.5})])[0].startswith(
+        "note: the table's speedups in latency mode are")
 
 
 def test_timing_options_without_measure_perf_are_said_to_be_ignored(pkb_invoke, tmp_path):

@@ -264,7 +264,7 @@ def diagnostic_notes(records) -> list[str]:
         what = "the judge's clock, not the headline here" if claimable(mode) else "a diagnostic, never claimed"
         notes.append(f"note: {mode} mode beside the headline ({what}): "
                      f"{'; '.join(shown[:DIAGNOSTIC_SHOWN])}{more} (records: stats.modes.{mode})")
-    unclaimed = sorted({r.timing_mode for r in records if r.speedup and not claimable(r.timing_mode)})
+    unclaimed = sorted({r.timing_mode for r in records if r.speedup and r.timing_mode and not claimable(r.timing_mode)})
     if unclaimed:
         notes.append(f"note: the table's speedups in {' and '.join(unclaimed)} mode are a launcher clock's, whose "
                      f"batches run in the candidate's process: shown, never claimed (claimed_speedup) nor counted "
