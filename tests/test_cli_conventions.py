@@ -106,6 +106,7 @@ BAD_VALUES = [
     (["bench", "--backend", "reference", "--sizes", "-4K"], "--sizes"),
     (["bench", "--backend", "reference", "--sizes", "lots"], "--sizes"),
     (["bench", "--backend", "reference", "--sizes", "4K,4096"], "--sizes"),  # one size twice: two jobs of one key
+    (["bench", "--backend", "reference", "--timing-mode", "latency,latency"], "--timing-mode"),
     (["build", "--backend", "reference", "--build-timeout", "-5"], "--build-timeout"),
     (["build", "--backend", "reference", "--build-jobs", "0"], "--build-jobs"),
     (["prompt", "--problem", "1", "--backend", "triton", "--nproc", "0"], "--nproc"),
