@@ -54,7 +54,7 @@ from dataclasses import dataclass
 from pkb_core.contracts.record import Record
 from pkb_core.contracts.verdict import VERDICTS
 from pkb_core.errors import CannotStart
-from pkb_core.results.report import FAST_P, aggregates, counted, host_timed, is_correct, launcher_timed
+from pkb_core.results.report import FAST_P, aggregates, counted, host_timed, is_correct, speed_counts
 from pkb_core.results.rounds import final_states, is_loop
 from pkb_core.results.runs import Run
 
@@ -132,8 +132,7 @@ def split(run: Run, index: int) -> list[Entry]:
 
 def timed_correct(records, include_cpu: bool = False) -> list:
     """The records a geomean is taken over: counted, correct, with a positive speedup that counts."""
-    return [r for r in counted(records) if is_correct(r) and r.speedup and r.speedup > 0
-            and not launcher_timed(r) and (include_cpu or not host_timed(r))]
+    return [r for r in counted(records) if is_correct(r) and speed_counts(r, include_cpu) and r.speedup > 0]
 
 
 def geomean_interval(records, include_cpu: bool = False) -> tuple[tuple[float, float] | None, int]:

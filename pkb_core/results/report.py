@@ -118,7 +118,7 @@ def launcher_timed(record: Record) -> bool:
     return bool(record.speedup) and not claimable(record.timing_mode)
 
 
-def _speed_counts(record: dict, include_cpu: bool) -> bool:
+def speed_counts(record: dict, include_cpu: bool) -> bool:
     """Whether this row's speedup enters the speed aggregates: the judge's clock's, and on a GPU
     (host timings with ``include_cpu``)."""
     return bool(record.speedup) and not launcher_timed(record) and (include_cpu or not host_timed(record))
@@ -138,7 +138,7 @@ def fast_p(records, p: float, include_cpu: bool = False) -> float | None:
 def _untimed(rows, include_cpu: bool = False) -> bool:
     """Some rows are correct and none of the correct ones has a speedup that counts."""
     correct = [r for r in rows if is_correct(r)]
-    return bool(correct) and not any(_speed_counts(r, include_cpu) for r in correct)
+    return bool(correct) and not any(speed_counts(r, include_cpu) for r in correct)
 
 
 def _fast(record, p, include_cpu: bool = False) -> bool:
@@ -146,7 +146,7 @@ def _fast(record, p, include_cpu: bool = False) -> bool:
         return False
     if p <= 0:
         return True
-    if not _speed_counts(record, include_cpu):
+    if not speed_counts(record, include_cpu):
         return False
     if difference(record) and difference(record) != "faster":
         return False  # no measurable difference (or slower) is never a win
@@ -208,7 +208,7 @@ def aggregates(records, include_cpu: bool = False) -> dict:
     verdicts: dict[str, int] = {}
     for r in records:
         verdicts[r.verdict.value] = verdicts.get(r.verdict.value, 0) + 1
-    timed = [r for r in rows if is_correct(r) and _speed_counts(r, include_cpu)]
+    timed = [r for r in rows if is_correct(r) and speed_counts(r, include_cpu)]
     readings: dict[str, int] = {}
     for r in timed:
         if difference(r):
