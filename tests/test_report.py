@@ -191,6 +191,7 @@ def test_speedup_plot_of_host_timings_shows_intervals_and_no_measurable_differen
     cpu = fixtures / "runs" / "cpu_twice_a"  # three measurably slower solutions (real CPU-mode records)
 
     def same(record):  # 1_allreduce's speedup as a CPU run often reads it: 1.17x, not measurable
+        record["timing_mode"] = "window"  # the judge's clock (the fixture's latency readings: the next test)
         if record["problem"] == "1_allreduce":
             record.update(speedup=1.17, speedup_ci=[0.81, 1.62], difference="no measurable difference")
 
@@ -206,6 +207,27 @@ def test_speedup_plot_of_host_timings_shows_intervals_and_no_measurable_differen
     assert pkb_invoke("plot", gpu, "--out", tmp_path / "gpu").exit_code == 0
     svg = (tmp_path / "gpu" / "speedup.svg").read_text()
     assert "host timing" not in svg and "no-measurable-difference" not in svg
+
+
+def test_plots_mark_a_launcher_clocks_speedups(pkb_invoke, fixtures, tmp_path):
+    """A speedup read by a launcher clock (a latency-headed record; a latency or graph line of a
+    sweep) is drawn apart and named a diagnostic, never claimed: hollow bars, faint sweep lines."""
+    pytest.importorskip("matplotlib")
+    cpu = fixtures / "runs" / "cpu_twice_a"  # latency-headed records
+
+    def judged(record):
+        if record["problem"] == "1_allreduce":
+            record["timing_mode"] = "window"
+
+    assert pkb_invoke("plot", _edited_run(cpu, tmp_path / "run", judged), "--out", tmp_path / "plots").exit_code == 0
+    svg = (tmp_path / "plots" / "speedup.svg").read_text()
+    assert svg.count('id="speedup-bar-launcher-clock"') == 2 and svg.count('id="speedup-bar"') == 1
+    assert "launcher clock: a diagnostic, never claimed" in svg
+    assert pkb_invoke("plot", fixtures / "runs" / "sweep", "--out", tmp_path / "sweep").exit_code == 0
+    svg = (tmp_path / "sweep" / "sweep-1_allreduce.svg").read_text()
+    assert "1_allreduce.py (eager; launcher clock, not claimed)" in svg
+    assert "1_allreduce.py (graph; launcher clock, not claimed)" in svg
+    assert "NCCL (eager)" in svg  # the times' lines: a time, not a claim
 
 
 def test_sweep_plot_names_gloo_in_cpu_mode(pkb_invoke, fixtures, tmp_path):

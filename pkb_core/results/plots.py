@@ -4,7 +4,9 @@
   category, log scale, a line at 1x; each bar carries its 95 % interval (the
   record's ``speedup_ci``) as an error bar, and a bar whose interval contains 1.0
   (``no measurable difference``, as ``pkb run`` reads it) is grey and hatched, so
-  it never looks like a win or a loss;
+  it never looks like a win or a loss; a bar whose speedup a launcher clock read (a record
+  headed by ``latency`` or ``graph``: a diagnostic, never claimed, docs/trust.md) is hollow with
+  a dashed edge, and the legend says so;
 * ``sol``: % of the speed-of-light floor reached by the reference and the
   solution, per problem (log scale, a line at 100 %);
 * ``rounds``: for a refinement loop (``pkb generate --rounds``), pass rate and fast_p
@@ -16,7 +18,8 @@
   symm_mem baselines among them) and, for time and busbw, for the reference (named
   by its library: NCCL on GPU, gloo in CPU mode); solid for eager (latency mode),
   dashed for CUDA-graph mode, dash-dotted for window mode (the judge's device
-  clock); each speedup with its 95 % interval, a line at 1x.
+  clock); each speedup with its 95 % interval, a line at 1x, those of the launcher-clock
+  modes faint and labelled as that clock's (diagnostics: :func:`pkb_core.contracts.modes.claimable`).
 
 Figures of CPU-mode records (``clock: host``) say ``host timing (CPU mode)`` in
 their title: those times are the host's, not GPU kernels'.
@@ -29,9 +32,10 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
+from pkb_core.contracts.modes import claimable
 from pkb_core.contracts.timing import FASTER, SLOWER
 from pkb_core.errors import PkbError
-from pkb_core.results.report import host_timed, is_correct, is_sweep, solution_name, sweep_bytes
+from pkb_core.results.report import host_timed, is_correct, is_sweep, launcher_timed, solution_name, sweep_bytes
 from pkb_core.results.rounds import by_round, final_states, is_loop
 
 #: Timing mode -> legend word and line style.
@@ -43,6 +47,10 @@ HOST_LABEL = "host timing (CPU mode)"
 #: How a speedup whose 95 % interval contains 1.0 is drawn (and its legend entry).
 SAME_STYLE = {"color": "0.82", "hatch": "//", "edgecolor": "0.45"}
 SAME_LABEL = "no measurable difference (95 % interval holds 1.0)"
+#: How a speedup read by a launcher clock is drawn (and its legend entry, and its sweep lines' words).
+LAUNCHER_STYLE = {"fill": False, "linestyle": "--", "linewidth": 1.2}
+LAUNCHER_LABEL = "launcher clock: a diagnostic, never claimed"
+LAUNCHER_WORDS = "launcher clock, not claimed"
 
 
 def write_plots(records, out_dir) -> list[Path]:
@@ -133,9 +141,14 @@ def _speedup_figure(plt, rows):
                         "speedup (x, log scale, 95 % interval)")
     measured = [_measured(r) for r in rows]
     for x, (r, clear) in enumerate(zip(rows, measured)):
-        style = {"color": colours[str(r.category)]} if clear else SAME_STYLE
+        if launcher_timed(r):  # hollow: seen, never mistaken for the judge's reading
+            style, name = {**LAUNCHER_STYLE, "edgecolor": colours[str(r.category)]}, "speedup-bar-launcher-clock"
+        elif clear:
+            style, name = {"color": colours[str(r.category)]}, "speedup-bar"
+        else:
+            style, name = SAME_STYLE, "speedup-bar-no-measurable-difference"
         bar = ax.bar([x], [r.speedup], **style)
-        _gid(bar, "speedup-bar" if clear else "speedup-bar-no-measurable-difference")
+        _gid(bar, name)
         ax.bar_label(bar, labels=[f"{r.speedup:.2f}x"], fontsize=7, padding=2)
         if r.speedup_ci:
             low, high = r.speedup_ci
@@ -145,7 +158,7 @@ def _speedup_figure(plt, rows):
     ax.axhline(1.0, color="black", linewidth=1)
     _log_labels(ax, "{:g}x")
     _set_ticks(ax, rows)
-    _category_legend(plt, ax, colours, same=not all(measured))
+    _category_legend(plt, ax, colours, same=not all(measured), launcher=any(launcher_timed(r) for r in rows))
     return fig
 
 
@@ -216,7 +229,7 @@ def _set_ticks(ax, rows):
     ax.set_xticklabels(_labels(rows), rotation=45, ha="right", fontsize=8)
 
 
-def _category_legend(plt, ax, colours, extra=(), prefix="", same=False):
+def _category_legend(plt, ax, colours, extra=(), prefix="", same=False, launcher=False):
     from matplotlib.patches import Patch
 
     handles = [Patch(color=colour, label=label) for label, colour in extra]
@@ -224,6 +237,8 @@ def _category_legend(plt, ax, colours, extra=(), prefix="", same=False):
     if same:
         handles.append(Patch(facecolor=SAME_STYLE["color"], hatch=SAME_STYLE["hatch"],
                              edgecolor=SAME_STYLE["edgecolor"], label=SAME_LABEL))
+    if launcher:
+        handles.append(Patch(**LAUNCHER_STYLE, edgecolor="black", label=LAUNCHER_LABEL))
     ax.legend(handles=handles, fontsize=8, loc="best")
 
 
@@ -270,8 +285,11 @@ def _sweep_figure(plt, problem, rows):
         # An interval drawn where the record has one; a point alone where it has not.
         below = [v - lo if lo is not None else 0.0 for v, lo in zip(values, (p[2] for p in points))]
         above = [hi - v if hi is not None else 0.0 for v, hi in zip(values, (p[3] for p in points))]
+        # A launcher clock's speedups faint and named so: a diagnostic beside the judge's reading.
+        judged = claimable(mode)
         ax_speedup.errorbar([p[0] for p in points], values, yerr=[below, above], fmt=style, marker="o",
-                            markersize=3, capsize=2, color=colours.get(label, "grey"), label=f"{label} ({word})")
+                            markersize=3, capsize=2, color=colours.get(label, "grey"), alpha=1.0 if judged else 0.45,
+                            label=f"{label} ({word})" if judged else f"{label} ({word}; {LAUNCHER_WORDS})")
     ax_speedup.axhline(1.0, color="black", linewidth=0.8)
     ax_speedup.set(yscale="log", xlabel="message size per rank (bytes)", ylabel=f"speedup over {reference}",
                    title=f"speedup over {reference}")
