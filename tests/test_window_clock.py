@@ -316,6 +316,10 @@ def test_window_mode_judges_honest_and_hostile_solutions(pkb_invoke, tmp_path):
     rebound = records["1_allreduce_rebound_loop.py"]
     assert rebound["verdict"] == "pass", rebound
     assert rebound["stats"]["modes"]["window"]["windows_us"]["kernel"] > 0
+    # Every timed set uses the full mantissa: a file wrong on integer-valued sets past its trials
+    # is never given one to be wrong on (every other set was, and a timed call could tell which).
+    integers = records["1_allreduce_wrong_on_integer_timed_sets.py"]
+    assert integers["verdict"] == "pass", integers
 
 
 def test_problems_whose_sets_hold_layers_or_vary_by_trial_time_in_every_mode(pkb_invoke, tmp_path, monkeypatch):
