@@ -95,3 +95,23 @@ def test_a_wrong_answer_fails_every_problem(pkb_invoke, fake_dist, tmp_path):
     records = _run_all(pkb_invoke, tmp_path, "--backend", "perturb", "--nproc", "2")
     not_failed = {k: (r["verdict"], r["reason"]) for k, r in records.items() if r["verdict"] not in ("fail", "unsupported")}
     assert not not_failed, not_failed
+
+
+def test_a_problem_that_says_bit_for_bit_compares_with_nothing_allowed_off():
+    """A problem whose statement (its docstring, which a model's prompt quotes) promises a bit-exact
+    comparison has one: ``EXACT`` or a zero tolerance. Fourteen said so and compared within rtol
+    1e-4, so a broadcast that scaled its output by 1 + 1e-5 passed (a new user's pass, 2026-12-01)."""
+    import re
+
+    import torch
+
+    from pkb_core.judge.check import compare
+
+    promised = [s for s in SPECS if re.search(r"bit-exact|bit for bit", s.doc, re.IGNORECASE)]
+    assert len(promised) >= 19, [s.key for s in promised]
+    loose = [s.key for s in promised if not (s.exact or s.tolerance == {"rtol": 0.0, "atol": 0.0})]
+    assert not loose, loose
+    broadcast = next(s for s in SPECS if s.id == 3)
+    x = torch.randn(8, 16)
+    assert compare(x * (1 + 1e-5), x, broadcast.tolerance) is not None
+    assert compare(x.clone(), x, broadcast.tolerance) is None
