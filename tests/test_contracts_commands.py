@@ -137,6 +137,24 @@ def test_a_fitting_answer_comes_back_typed_and_each_rank_gets_its_own_request():
         group.command(judge.DrawInputs(trial=0, path="/p"), deadline=time.monotonic() + 5)
 
 
+def test_a_flood_of_event_names_keeps_the_launchers_counts_bounded():
+    """A worker writes its event lines itself: a candidate that wrote millions of distinct names
+    grew the launcher by 1.2 GB (a hostile review, 2026-12-01). The counts keep a bounded number of
+    names, the harness's own among them, and every event is counted."""
+    from pkb_core.launch.ranks import EVENT_NAMES, OTHER_EVENTS
+
+    def answer(command):
+        flood = b"".join(b'{"event": "n%d"}\n' % i for i in range(5000))
+        return b'{"event": "barrier"}\n' + flood + (json.dumps(
+            {"op": command["op"], "nonce": command["nonce"], "skeleton": {"k": "none"}}) + "\n").encode()
+
+    group = _group(answer)
+    request = candidate.Trial(skeleton={"k": "list", "v": []}, path="/in", slots=[8], out_path="/out")
+    group.command([request], deadline=time.monotonic() + 5)
+    assert len(group.events) <= EVENT_NAMES + 1 and group.events["barrier"] == 1
+    assert sum(group.events.values()) == 5001 and group.events[OTHER_EVENTS] == 5001 - EVENT_NAMES
+
+
 # -- the worker's side: dispatch by the table ------------------------------------------------------------
 class _Channel:
     def __init__(self, lines):

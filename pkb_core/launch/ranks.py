@@ -58,6 +58,10 @@ SUSPECT_MS = 2.0
 #: after a trial's all-to-alls, which a 10 % share flagged).
 LONG_PROBE_S = 0.3
 LONG_PROBE_SHARE = 0.2
+#: Distinct event names a group's counts keep (pkb's harness sends a few); later names count
+#: under :data:`OTHER_EVENTS`.
+EVENT_NAMES = 64
+OTHER_EVENTS = "(other names)"
 
 
 def wait_for_exit(poll, timeout: float):
@@ -108,6 +112,9 @@ class RankGroup:
         self.log = log
         self.remote = remote
         self.group_id = group_id
+        #: How many times each named event came in (the harness's ``barrier``, ...), at most
+        #: :data:`EVENT_NAMES` names (a worker writes these lines itself: a candidate that wrote
+        #: millions of names grew the launcher, outside every cgroup, by 1.2 GB).
         self.events: dict = {}
         self.selector = selectors.DefaultSelector()
         self.workers: list[_Worker] = sorted(workers, key=lambda w: w.rank)
@@ -163,6 +170,13 @@ class RankGroup:
             worker.send(encode(one, worker.nonce))
         return command
 
+    def _count_event(self, name: str) -> None:
+        """Count one event named ``name``; past :data:`EVENT_NAMES` names, a new one counts as
+        :data:`OTHER_EVENTS`."""
+        if name not in self.events and len(self.events) >= EVENT_NAMES:
+            name = OTHER_EVENTS
+        self.events[name] = self.events.get(name, 0) + 1
+
     def gather(self, op: str, answer: type, *, deadline: float, grace: float = ERROR_GRACE_S, watch=None) -> list:
         """Every rank's answer to ``op``, read once with the ``answer`` class (events on the way
         are counted in :attr:`events`); a line that is not JSON or does not fit the class is
@@ -188,8 +202,7 @@ class RankGroup:
                 worker = key.data
                 for message in worker.reader.read_messages():
                     if "event" in message and "op" not in message:
-                        name = str(message["event"])[:40]
-                        self.events[name] = self.events.get(name, 0) + 1
+                        self._count_event(str(message["event"])[:40])
                     elif "malformed" in message:
                         answers.setdefault(worker.rank, Failure(error=f"sent a malformed message "
                                                                       f"({str(message['malformed'])[:100]})"))
