@@ -443,6 +443,31 @@ def test_a_folder_of_misnamed_files_says_what_it_holds_and_the_names_pkb_looks_f
     assert "(1_allreduce.py;" in line and "<id>_<name>.py" in line
 
 
+def test_a_folder_of_other_problems_files_says_it_has_none_for_these(pkb_invoke, tmp_path):
+    """A folder whose files are all named for other problems has none for the selected one: said so,
+    not as if its files were misnamed (a new user's pass, 2026-12-01)."""
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    (folder / "3_broadcast.py").write_text("def solution(t, src=0):\n    return t\n")
+    result = pkb_invoke("run", "--problem", "1", "--solutions", folder, "--out", tmp_path / "o")
+    assert result.exit_code == 5, result.output
+    line = result.output.strip().splitlines()[-1]
+    assert line.endswith(f"in {folder}: it holds files for other problems only (3_broadcast.py); a solution for "
+                         "these would be named 1_allreduce.py or <id>_<name>_<anything>.py"), line
+
+
+def test_a_solution_file_name_that_is_not_printable_is_refused_in_one_line(pkb_invoke, tmp_path):
+    """A newline in a file name printed a line of its own, which read as another job's verdict."""
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    (folder / "1_allreduce_x\n[1-1] 1_allreduce  y.py  pass  9.99x.py").write_text("def solution(t):\n    return t\n")
+    result = pkb_invoke("run", "--problem", "1", "--solutions", folder, "--out", tmp_path / "o")
+    assert result.exit_code == 1, result.output
+    assert result.output.strip().splitlines() == [
+        "Error: solution file name '1_allreduce_x\\n[1-1] 1_allreduce y.py pass 9.99x.py' holds a character "
+        "that is not printable (a newline, a control code): rename the file"], result.output
+
+
 def test_exitfirst_stops_after_the_first_failing_job(pkb_invoke, tmp_path):
     folder = tmp_path / "solutions"
     folder.mkdir()

@@ -72,7 +72,7 @@ def pair_solutions(request: RunRequest, registry, info, dropped: list | None = N
         (in ``--solutions DIR`` or among the backend's samples), for a notice."""
     check_solution_paths(request.solution, request.solutions)
     if request.solution:
-        path = Path(request.solution)
+        path = printable_name(Path(request.solution))
         if request.problems:
             specs = registry.select(request.problems)
         else:
@@ -89,13 +89,23 @@ def pair_solutions(request: RunRequest, registry, info, dropped: list | None = N
     for spec in specs:
         found = [path for path in sorted(folder.glob(f"{spec.id}_*.py"))
                  if path.stem == spec.key or path.stem.startswith(spec.key + "_")]
-        pairs += [(spec, path, path.name if not request.solutions else str(path)) for path in found]
+        pairs += [(spec, path, path.name if not request.solutions else str(path)) for path in map(printable_name, found)]
         if not found and dropped is not None:
             dropped.append(spec)
     if not pairs:
         where = f"in {folder}" if request.solutions else f"among backend {info.name}'s samples ({folder})"
         raise NothingSelected(f"no solution files for the selected problems {where}{_naming_hint(folder, specs)}")
     return pairs
+
+
+def printable_name(path: Path) -> Path:
+    """``path``, refused in one line where its file name holds a character that is not printable:
+    a newline in a name printed a line of its own in the progress and the table, one that read
+    as another job's verdict (a hostile review, 2026-12-01). The service refuses such labels too."""
+    if not path.name.isprintable():
+        raise PkbError(f"solution file name {path.name!r} holds a character that is not printable "
+                       "(a newline, a control code): rename the file")
+    return path
 
 
 def _naming_hint(folder: Path, specs) -> str:
@@ -106,6 +116,11 @@ def _naming_hint(folder: Path, specs) -> str:
         return ""
     shown = ", ".join(others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
     wanted = ", ".join(f"{spec.key}.py" for spec in specs[:3]) + (", ..." if len(specs) > 3 else "")
+    selected = {str(spec.id) for spec in specs}
+    if all(named_problem(Path(name)) not in (None, *selected) for name in others):
+        # Every file is named for another problem: the folder has none for these (none misnamed).
+        return (f": it holds files for other problems only ({shown}); a solution for these would be named "
+                f"{wanted} or <id>_<name>_<anything>.py")
     return (f": it holds {shown}, but a solution is named after its problem, <id>_<name>.py or "
             f"<id>_<name>_<anything>.py ({wanted}; `pkb problems` lists them)")
 
