@@ -15,11 +15,16 @@ from pathlib import Path
 from pkb_core.contracts.record import Record
 
 
-def evaluate(problem, source: str, *, backend: str = "reference", world_size: int = 2, device: str = "auto",
+def evaluate(problem, source: str, *, backend: str | None = None, world_size: int = 2, device: str = "auto",
              trials: int = 5, size: str = "auto", dtype: str = "auto", measure_perf: bool = False,
              timing_modes=(), timeout: float | None = None, out=None, config_dir=None) -> Record:
     """Check ``source`` (a solution file's text) on ``problem`` (an id or ``<id>_<name>``).
 
+    :param backend: the backend whose rules judge it (``triton``, ``cuda``, ...; ``reference``
+        allows torch.distributed); default: the one ``source`` declares (``BACKEND = "name"``, as
+        ``pkb submit`` and the service read it). A source that declares none and no ``backend``
+        is refused, as the service refuses it: a file judged by rules nobody chose passed where
+        its own backend flags it.
     :param out: the run directory for the record, logs and build outputs (default: a
         temporary one, removed afterwards).
     :param config_dir: where ``pkb.toml`` is looked for (default: the current directory).
@@ -45,6 +50,13 @@ def evaluate(problem, source: str, *, backend: str = "reference", world_size: in
         raise BadOption(f"timeout {timeout!r} must be a number of seconds above 0")
     if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
         raise BadOption(f"world_size {world_size!r} must be a whole number of ranks, at least 1")
+    if backend is None:
+        from pkb_core.problem.solution_backend import declared_backend
+
+        backend = declared_backend(source) if isinstance(source, str) else None
+        if backend is None:
+            raise BadOption('no backend: pass backend="NAME" (triton, cuda, ...; "reference" allows '
+                            'torch.distributed) or declare BACKEND = "NAME" in the source (`pkb backends` lists them)')
     session = Session.here(get_plugin_manager(), load_config(config_dir), device=device, backend=backend,
                            world_size=world_size)
     spec = session.registry.get(str(problem))

@@ -33,8 +33,9 @@ def reports(fake_dist, tmp_path, monkeypatch):
 def test_the_record_hook_fires_for_evaluate(reports, tmp_path):
     import pkb_core
 
-    judged = pkb_core.evaluate(1, CORRECT, trials=1, out=tmp_path / "run")
-    empty = pkb_core.evaluate(1, "\n", out=tmp_path / "run")  # answered without a launch: reported too
+    # judged by the backend it declares, as the service reads it (no backend= given)
+    judged = pkb_core.evaluate(1, CORRECT + '\nBACKEND = "reference"\n', trials=1, out=tmp_path / "run")
+    empty = pkb_core.evaluate(1, "\n", backend="reference", out=tmp_path / "run")  # answered without a launch: reported too
     assert (judged.verdict.value, empty.verdict.value) == ("pass", "compile-error")
     assert [(r["problem"], r["verdict"]) for r in reports()] == [("1_allreduce", "pass"),
                                                                   ("1_allreduce", "compile-error")]
@@ -53,6 +54,9 @@ def test_the_record_hook_fires_for_evaluate(reports, tmp_path):
     ({"timing_modes": 5}, "timing modes 5 are not names of modes"),
     ({"timeout": True}, "timeout True must be a number of seconds above 0"),
     ({"measure_perf": "no"}, "measure_perf 'no' is not true or false"),  # was an error blaming the judge
+    # A file judged by the reference backend's rules nobody chose (torch.distributed allowed) passed
+    # where its own backend flags it; the service refuses a submission without one too.
+    ({"backend": None}, 'no backend: pass backend="NAME"'),
 ])
 def test_evaluate_refuses_what_pkb_run_refuses_before_anything_starts(reports, tmp_path, options, words):
     """A new user's ``evaluate(..., trials=0)`` passed with nothing checked, a repeated timing mode
@@ -62,7 +66,7 @@ def test_evaluate_refuses_what_pkb_run_refuses_before_anything_starts(reports, t
     from pkb_core.errors import BadOption
 
     with pytest.raises(BadOption) as refused:
-        pkb_core.evaluate(1, CORRECT, out=tmp_path / "run", **options)
+        pkb_core.evaluate(1, CORRECT, out=tmp_path / "run", **{"backend": "reference", **options})
     assert words in str(refused.value) and "\n" not in str(refused.value)
     assert reports() == [] and not (tmp_path / "run" / "records.jsonl").exists()
 
