@@ -468,6 +468,35 @@ def test_a_solution_file_name_that_is_not_printable_is_refused_in_one_line(pkb_i
         "that is not printable (a newline, a control code): rename the file"], result.output
 
 
+def test_a_second_run_into_a_run_directory_in_use_is_refused_before_it_runs_anything(pkb_invoke, tmp_path):
+    """Two runs into one --out each ran every job and appended its records beside the other's (a new
+    user's pass, 2026-12-01): a live run holds its run directory; the next one is refused in one line
+    (exit 4), and takes the folder once the holder is gone."""
+    import subprocess
+    import sys
+
+    run_dir = tmp_path / "run"
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time; from pathlib import Path; from pkb_core.process.folder_lock import FolderLock; "
+        f"FolderLock.acquire(Path({str(run_dir)!r}), 'run.lock'); print('held', flush=True); time.sleep(60)")],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        for command in (("run", "--backend", "reference", "--problem", "1"),
+                        ("bench", "--backend", "reference", "--problem", "1", "--sizes", "4K")):
+            result = pkb_invoke(*command, "--out", run_dir)
+            assert result.exit_code == 4, result.output
+            assert result.output.strip().splitlines()[-1] == (
+                f"Error: the run directory {run_dir} is in use by another pkb run (pid {holder.pid}): wait for it, "
+                "or give this one another --out"), result.output
+        assert not (run_dir / "records.jsonl").exists()
+    finally:
+        holder.kill()
+        holder.wait()
+    result = pkb_invoke("run", "--backend", "reference", "--problem", "1", "--trials", "1", "--out", run_dir)
+    assert result.exit_code == 0, result.output
+
+
 def test_exitfirst_stops_after_the_first_failing_job(pkb_invoke, tmp_path):
     folder = tmp_path / "solutions"
     folder.mkdir()

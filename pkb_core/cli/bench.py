@@ -107,7 +107,7 @@ def bench(pm, problems, backend, solutions, sizes, nproc, dtype, trials, warmup,
     from pkb_core.baselines import baselines_for
     from pkb_core.cli.config import config_of
     from pkb_core.cli.progress import JobProgress
-    from pkb_core.cli.run import CPU_TIMING_NOTE, FAILING, skipping_notice, writable_paths
+    from pkb_core.cli.run import CPU_TIMING_NOTE, FAILING, hold_run_dir_for_command, skipping_notice, writable_paths
     from pkb_core.contracts.dtypes import ITEMSIZE
     from pkb_core.launch.plan import RunRequest, device_defaults, pair_solutions, skip_recorded
     from pkb_core.launch.session import Session
@@ -150,6 +150,7 @@ def bench(pm, problems, backend, solutions, sizes, nproc, dtype, trials, warmup,
         click.echo("No GPU: CPU mode (gloo, shared-memory heap, Triton interpreter): times are host timings, "
                    "not GPU performance.", err=True)
     writable_paths(run_dir, None)
+    hold_run_dir_for_command(run_dir)
     keys = [job.key for job, _ in rejected] + [job.key for job in jobs + baseline_jobs]
     earlier = skip_recorded(run_dir, keys, force)
     recorded = set(earlier)

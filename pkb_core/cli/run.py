@@ -131,6 +131,7 @@ def run(pm, problems, backend, solution, solutions, nproc, nnodes, node_rank, rd
     dropped = []
     pairs = pair_solutions(request, registry, info, dropped=dropped)
     writable_paths(run_dir, junitxml)
+    hold_run_dir_for_command(run_dir)
     jobs, rejected = session.plan(request, pairs)
     if device == "cpu":  # notices once nothing is left to refuse: a refusal stays one line
         click.echo(f"No GPU: CPU mode (gloo, shared-memory heap, Triton interpreter), size {request.size}."
@@ -363,6 +364,17 @@ def _timing_modes(text) -> tuple:
         return checked_timing_modes(modes)
     except BadOption as exc:
         raise click.BadParameter(str(exc)) from None
+
+
+def hold_run_dir_for_command(run_dir: Path) -> None:
+    """Hold ``run_dir`` while this command runs (:mod:`pkb_core.results.run_lock`: one run at a time
+    in a run directory; another live one refuses this in one line, exit 4), released as it ends."""
+    from pkb_core.results.run_lock import hold_run_dir, release_run_dir
+
+    hold_run_dir(run_dir)
+    context = click.get_current_context(silent=True)
+    if context is not None:
+        context.call_on_close(lambda: release_run_dir(run_dir))
 
 
 def writable_paths(run_dir: Path, junitxml: Path | None) -> None:
