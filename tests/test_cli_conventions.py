@@ -497,6 +497,16 @@ def test_a_second_run_into_a_run_directory_in_use_is_refused_before_it_runs_anyt
     assert result.exit_code == 0, result.output
 
 
+def test_too_few_rounds_to_tell_says_how_many_would(pkb_invoke, tmp_path):
+    """``--iters 5`` read "too few rounds to tell" with nothing saying how many rounds an interval
+    needs (a new user's pass, 2026-12-01): a note under the table says it."""
+    result = pkb_invoke("run", "--backend", "reference", "--problem", "1", "--trials", "1", "--measure-perf",
+                        "--iters", "5", "--min-iters", "5", "--out", tmp_path / "run")
+    assert result.exit_code == 0, result.output
+    assert "note: too few rounds to tell: a speedup's interval needs at least 6 timed rounds; raise --iters " \
+           "(or --min-iters) for more" in result.output
+
+
 def test_exitfirst_stops_after_the_first_failing_job(pkb_invoke, tmp_path):
     folder = tmp_path / "solutions"
     folder.mkdir()

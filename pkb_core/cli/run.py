@@ -95,8 +95,8 @@ def run(pm, problems, backend, solution, solutions, nproc, nnodes, node_rank, rd
         raise click.UsageError("--profile needs --measure-perf (it profiles timed calls)")
     ignored = [] if measure_perf else typed_timing_options(click.get_current_context())
     if ignored and not json_:
-        click.echo(f"note: {', '.join(ignored)} shape the timing, and nothing is timed without --measure-perf: "
-                   "ignored", err=True)
+        click.echo(f"note: {', '.join(ignored)} {'shapes' if len(ignored) == 1 else 'shape'} the timing, and nothing "
+                   "is timed without --measure-perf: ignored", err=True)
     if node_rank >= nnodes:
         raise click.UsageError(f"--node-rank {node_rank} needs --nnodes > {node_rank} (ranks count from 0)")
     if exitfirst and executor.name != "local":
@@ -265,6 +265,11 @@ def diagnostic_notes(records) -> list[str]:
         what = "the judge's clock, not the headline here" if claimable(mode) else "a diagnostic, never claimed"
         notes.append(f"note: {mode} mode beside the headline ({what}): "
                      f"{'; '.join(shown[:DIAGNOSTIC_SHOWN])}{more} (records: stats.modes.{mode})")
+    from pkb_core.conduct.intervals import TOO_FEW, least_rounds
+
+    if any(r.difference == TOO_FEW for r in records):
+        notes.append(f"note: {TOO_FEW}: a speedup's interval needs at least {least_rounds()} timed rounds; "
+                     "raise --iters (or --min-iters) for more")
     unclaimed = sorted({r.timing_mode for r in records if r.speedup and r.timing_mode and not claimable(r.timing_mode)})
     if unclaimed:
         notes.append(f"note: the table's speedups in {' and '.join(unclaimed)} mode are a launcher clock's, whose "

@@ -70,6 +70,14 @@ def _order_index(n: int, level: float) -> int | None:
     return best
 
 
+def least_rounds(level: float = LEVEL) -> int:
+    """The fewest rounds (paired samples) for which an interval at ``level`` exists (6 at 95 %)."""
+    n = 1
+    while _order_index(n, level) is None:
+        n += 1
+    return n
+
+
 def median_interval(samples, level: float = LEVEL) -> tuple[float, float] | None:
     """``(low, high)``: a distribution-free interval covering the population
     median with probability at least ``level``; None with too few samples."""
