@@ -599,6 +599,29 @@ def test_ctrl_c_exits_2_and_the_run_resumes(tmp_path):
     assert ET.parse(tmp_path / "junit.xml").getroot().find("testsuite").get("tests") == "0"
 
 
+def test_ctrl_c_in_bench_says_what_did_not_run_and_how_to_resume(tmp_path):
+    """``pkb bench`` interrupted said only "Interrupted (Ctrl-C)" (a new user's pass, 2026-12-01),
+    where its default --out is a new folder each time: it says, as pkb run does, how to resume."""
+    folder = tmp_path / "solutions"
+    folder.mkdir()
+    shutil.copy(SOLUTIONS / "1_allreduce_hang.py", folder / "1_allreduce_hang.py")
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "pkb_core", "bench", "--backend", "reference", "--solutions", str(folder),
+               "--problem", "1", "--sizes", "4K,8K", "--no-baselines", "--timeout", "100", "--out", str(out)]
+    proc = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.default_int_handler))
+    deadline = time.monotonic() + 120
+    while not list((out / "logs").glob("launch-*.log")) and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    time.sleep(3)  # well inside the hanging job
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=90)
+    assert proc.returncode == 2, (stdout, stderr)
+    assert stderr.strip().splitlines()[-1] == "Interrupted (Ctrl-C)"
+    assert f"interrupted: 2 job(s) not run; the same command with --out {out} resumes" in stderr
+    assert "Traceback" not in stderr
+
+
 def test_a_bug_is_an_internal_error_with_its_traceback(fake_dist, tmp_path):
     fake_dist("pkbtest-boom", {"pkb": {"boom": "pkbtest_boom"}}, {"pkbtest_boom": '''
 import click

@@ -161,6 +161,7 @@ def bench(pm, problems, backend, solutions, sizes, nproc, dtype, trials, warmup,
     session.observe(progress)
     reporter = session.reporter
     pending = [[job for job in batch if job.key not in recorded] for batch in (jobs, baseline_jobs)]
+    interrupted = False
     with session:
         session.refuse(rejected, run_dir, recorded)
         progress.start()
@@ -171,6 +172,10 @@ def bench(pm, problems, backend, solutions, sizes, nproc, dtype, trials, warmup,
                                                       build_timeout=build_timeout, build_workers=build_jobs,
                                                       **limits)
                     batch_session.run(batch, settings)
+        except KeyboardInterrupt:
+            # As pkb run: the table of what finished, and how to resume (a new user's Ctrl-C said only
+            # "Interrupted", and bench's default --out is a new folder each time).
+            interrupted = True
         finally:
             progress.close()
     by_key = {**earlier, **{r.key: r for r in reporter.records}}
@@ -192,6 +197,10 @@ def bench(pm, problems, backend, solutions, sizes, nproc, dtype, trials, warmup,
         click.echo(f"# Jobs not passed : {not_passed}")
         click.echo(f"# Avg bus bandwidth of {library} : " + _gbps(reference_avg))
         click.echo("# Avg bus bandwidth : " + _gbps(average))
+    if interrupted:
+        click.echo(f"interrupted: {len(keys) - len(records)} job(s) not run; the same command with --out {run_dir} "
+                   "resumes", err=True)
+        raise KeyboardInterrupt
     if any(r.verdict in FAILING for r in records):
         raise SystemExit(1)
 
