@@ -201,6 +201,30 @@ def test_pkb_submit_waits_and_exits_like_pkb_run(server, tmp_path):
     assert nobody.returncode == 1 and "cannot reach the service" in nobody.stderr
 
 
+def test_ctrl_c_in_pkb_submit_wait_says_the_jobs_go_on_and_how_to_reach_them(server, tmp_path):
+    """Interrupting ``pkb submit --wait`` stops nothing on the service: it exited 2 without a word (a
+    new user's pass, 2026-12-01); it says the jobs go on, their ids, and how to read or cancel them."""
+    hang = tmp_path / "1_allreduce_hangs.py"
+    hang.write_text("import time\n\n\ndef solution(x):\n    time.sleep(600)\n    return x\n")
+    proc = subprocess.Popen([sys.executable, "-m", "pkb_core", "submit", "--server", server.url, "--backend",
+                             "reference", "--client", "ctrl-c", "--wait", str(hang)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.default_int_handler))
+    job_id = proc.stderr.readline().split()[0]  # the job's line, once it is queued
+    time.sleep(1)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+    try:
+        assert proc.returncode == 2, stderr
+        assert f"interrupted: the 1 job(s) submitted go on on the service ({job_id}); GET {server.url}/v1/jobs/<id> " \
+               f"has each one's state and record, `pkb cancel {job_id}` stops them" in stderr, stderr
+        with Client(server.url) as client:
+            assert not client.get(job_id).state.final
+    finally:
+        with Client(server.url) as client:
+            client.cancel_jobs(None, client="ctrl-c")
+
+
 def _pkb(*args, env=None, timeout=180) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "pkb_core", *args], capture_output=True, text=True, timeout=timeout,
                           env=env)

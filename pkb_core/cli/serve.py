@@ -265,7 +265,16 @@ def submit(ctx, files, url, token, problem, backend, world_size, trials, measure
                 queued.append((path, view))
                 click.echo(_job_line(view, path), err=progress_to_stderr)
             if wait:
-                queued = [(path, service.wait(view.id)) for path, view in queued]
+                try:
+                    queued = [(path, service.wait(view.id)) for path, view in queued]
+                except KeyboardInterrupt:
+                    # Interrupting the wait stops nothing on the service: say so, and where the
+                    # jobs' verdicts are (a new user's Ctrl-C exited 2 without a word).
+                    ids = " ".join(view.id for _, view in queued)
+                    click.echo(f"interrupted: the {len(queued)} job(s) submitted go on on the service ({ids}); "
+                               f"GET {url.rstrip('/')}/v1/jobs/<id> has each one's state and record, "
+                               f"`pkb cancel {ids}` stops them", err=True)
+                    raise
     except ServiceError as exc:
         raise PkbError(_refusal(exc)) from None
     except httpx.HTTPError as exc:
