@@ -106,6 +106,7 @@ BAD_VALUES = [
     (["bench", "--backend", "reference", "--sizes", "-4K"], "--sizes"),
     (["bench", "--backend", "reference", "--sizes", "lots"], "--sizes"),
     (["bench", "--backend", "reference", "--sizes", "4K,4096"], "--sizes"),  # one size twice: two jobs of one key
+    (["bench", "--backend", "reference", "--sizes", "4K,,8K"], "--sizes"),  # the empty entry was dropped silently
     (["bench", "--backend", "reference", "--timing-mode", "latency,latency"], "--timing-mode"),
     (["build", "--backend", "reference", "--build-timeout", "-5"], "--build-timeout"),
     (["build", "--backend", "reference", "--build-jobs", "0"], "--build-jobs"),
@@ -123,6 +124,14 @@ def test_values_that_make_no_sense_are_refused(pkb_invoke, tmp_path, args, optio
     result = pkb_invoke(*args, *(["--out", out] if args[0] in ("run", "bench") else []))
     assert one_error_line(result, 4).startswith(f"Error: Invalid value for '{option}'")
     assert not out.exists()  # refused before anything ran
+
+
+def test_a_sweep_size_of_part_of_an_element_is_refused(pkb_invoke, tmp_path):
+    """``--sizes 3`` ran as one 4-byte element labelled 3 bytes (a new user's pass, 2026-12-01)."""
+    out = tmp_path / "out"
+    result = pkb_invoke("bench", "--backend", "reference", "--sizes", "4K,3", "--dtype", "fp32", "--out", out)
+    assert one_error_line(result, 4) == "Error: --sizes 3 is not a whole number of fp32 elements (4 bytes each)"
+    assert not out.exists()
 
 
 def test_an_error_spanning_lines_is_printed_on_one(pkb_invoke, fake_dist):

@@ -26,7 +26,7 @@ from pkb_core.cli.config_values import ListOption
 from pkb_core.cli.limits import limit_options
 
 from pkb_core.contracts.verdict import Verdict
-from pkb_core.errors import NothingSelected
+from pkb_core.errors import BadOption, NothingSelected
 from pkb_core.plugin.reference_backend import NAME as REFERENCE
 from pkb_core.results.table import render_table
 
@@ -37,6 +37,8 @@ _UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 def parse_sizes(text: str) -> list[int]:
     """``"4K,1M"`` -> bytes (K, M, G are powers of 1024; a trailing B or iB is allowed)."""
     sizes = []
+    if text.strip() and any(not p.strip() for p in text.split(",")):
+        raise click.BadParameter(f"{text!r} has an empty size between its commas")
     for given in (p.strip() for p in text.split(",") if p.strip()):
         part = given.upper()
         text_ = part[:-1] if part.endswith("IB") else part
@@ -116,6 +118,9 @@ def bench(pm, problems, backend, solutions, sizes, nproc, dtype, trials, warmup,
     device, nproc, info = session.device, session.world_size, session.info
     _, dtype = device_defaults(device, dtype=dtype)
     itemsize = ITEMSIZE[dtype]
+    ragged = [nbytes for nbytes in sizes if nbytes % itemsize]
+    if ragged:  # a size of 3 bytes ran as one 4-byte element, labelled 3
+        raise BadOption(f"--sizes {_human(ragged[0])} is not a whole number of {dtype} elements ({itemsize} bytes each)")
     from pkb_core.contracts.modes import headline_mode
 
     # By default the judge's device clock (the headline) with the launcher's clocks beside it as
