@@ -160,6 +160,67 @@ def test_hostile_jobs_meet_their_limits_and_each_next_job_passes(pkb_invoke, tmp
 
 
 @ROOT_ONLY
+def test_a_job_that_uses_up_its_folders_inodes_uses_up_its_own(pkb_invoke, tmp_path):
+    """A job that made empty files in its folder until the file system had no inode left ended the
+    next tenant's job as ``error`` (a hostile review, 2026-12-01: /dev/shm is one pool of inodes that
+    no memory limit counts). Its folder is a tmpfs of its own: it stops at that folder's inodes,
+    the next job passes, and no mount outlives the run."""
+    from pkb_core.launch.scratch import GROUP_INODES
+
+    folder = Path(__file__).parent / "fixtures" / "containment_inodes"
+    result = pkb_invoke("run", "--backend", "reference", "--solutions", folder, "--problem", "1", "--trials", "1",
+                        "--out", tmp_path / "run", "--json")
+    records = {r["solution"].rsplit("/", 1)[-1]: r for r in json.loads(result.stdout)["results"]}
+    filler = records["1_allreduce_a_fills_its_inodes.py"]
+    assert filler["verdict"] == "error" and "No space left on device" in filler["reason"], filler["reason"]
+    made = int(filler["reason"].split("made ")[1].split(" files")[0])
+    assert GROUP_INODES - 100 < made < GROUP_INODES, filler["reason"]  # its own folder's, not /dev/shm's
+    assert records["1_allreduce_b_honest.py"]["verdict"] == "pass", records["1_allreduce_b_honest.py"]["reason"]
+    launches = [log.stem.split("-", 1)[1] for log in (tmp_path / "run" / "logs").glob("launch-*.log")]
+    with open("/proc/self/mountinfo") as mounts:
+        table = mounts.read()
+    assert launches and not any(f"/dev/shm/pkb-{launch}" in table for launch in launches), launches
+
+
+@ROOT_ONLY
+def test_a_full_dev_shm_leaves_a_launchs_folders_their_room(tmp_path):
+    """A job that fills ``/dev/shm`` itself (its inodes) left no room for another launch's or job's
+    folders. A launch folder is a tmpfs of its own, and each group's in it: with ``/dev/shm`` full
+    (a private one of 200 inodes, in a mount namespace of the test's own), a launch made before the
+    flood still makes a new group's folder and its files."""
+    import shutil as _shutil
+    import subprocess
+    import sys
+
+    if _shutil.which("unshare") is None:
+        pytest.skip("needs unshare(1)")
+    script = """
+import os, sys
+from pkb_core.launch.scratch import Scratch
+scratch = Scratch.for_launch("fulltest")
+first = scratch.group("job-a", uid=0x70000123)
+made = 0
+while True:  # the flood, in /dev/shm itself
+    try:
+        os.close(os.open(f"/dev/shm/flood-{made}", os.O_CREAT | os.O_WRONLY, 0o600))
+    except OSError:
+        break
+    made += 1
+second = scratch.group("job-b", uid=0x70000124)
+for i in range(50):
+    open(os.path.join(second, f"parcel-{i}"), "w").close()
+scratch.remove()
+print("ok", made, sorted(os.listdir("/dev/shm"))[:1])
+"""
+    shell = ("mount --make-rprivate / && mount -t tmpfs -o size=64m,nr_inodes=200 tmpfs /dev/shm && "
+             f"exec {sys.executable} -c '{script}'")
+    done = subprocess.run(["unshare", "-m", "sh", "-c", shell], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.startswith("ok "), (done.stdout, done.stderr)
+    assert 150 < int(done.stdout.split()[1]) < 200  # the flood filled it
+    assert done.stdout.split(" ", 2)[2].strip() == "['flood-0']"  # the launch folder is gone with its mounts
+
+
+@ROOT_ONLY
 def test_the_job_after_an_attack_times_as_it_does_alone(pkb_invoke, tmp_path):
     """The fork chain burned both cores for 40 s after its job, and the next job's reference read
     16 ms against 2.5-3.1 ms. Timed in one batch, the same honest file after a fork chain, a

@@ -12,6 +12,11 @@ by a link), so no process of a launch uses ``/dev/shm`` itself:
                                   parcels (the judge writes its inputs there), its scratch
 ```
 
+The launch folder and each candidate group's folder are file systems of their own where pkb runs
+as root (:mod:`pkb_core.process.own_mounts`: a tmpfs each, a group's of at most
+:data:`GROUP_INODES` files), so that no job can use up the inodes or the room another job's files
+need, whatever it makes in its own folder or in ``/dev/shm`` itself.
+
 A candidate group runs as a user of its own (:mod:`pkb_core.confine.sandbox`),
 so it can open only its own job's folder: not the judge's, not another job's
 (whose names it does not know and could not enter), not the launch folder's
@@ -31,6 +36,11 @@ import stat
 import tempfile
 
 from pkb_core.errors import PkbError
+from pkb_core.process.own_mounts import mount_own_tmpfs, remove_tree
+
+#: Files and folders a candidate group's folder holds at most (its heap segments, parcels, gate
+#: regions and compiled kernels are hundreds; pkb's own kernels, copied in, under a thousand).
+GROUP_INODES = 1 << 16
 
 
 def shm_root() -> str:
@@ -61,6 +71,7 @@ class Scratch:
             os.mkdir(self.path, 0o711)
             os.chmod(self.path, 0o711)  # whatever the umask
             warden().watch(folder=self.path)
+            mount_own_tmpfs(self.path, mode=0o711)  # only pkb writes here: no count of files
             _write_owner(self.path)
         except FileExistsError:
             # Another node of this launch on the same machine made it; anything
@@ -83,6 +94,8 @@ class Scratch:
             _check_owned(folder, owner, 0o700)
             return folder
         os.chmod(folder, 0o700)
+        if uid is not None:  # a candidate group's: what it makes there counts against its own inodes
+            mount_own_tmpfs(folder, mode=0o700, owner=owner, inodes=GROUP_INODES)
         if seed is not None:
             _copy_seed(str(seed), folder)
         if owner != os.geteuid():
@@ -92,13 +105,13 @@ class Scratch:
         return folder
 
     def remove_group(self, name: str) -> None:
-        shutil.rmtree(os.path.join(self.path, name), ignore_errors=True)
+        remove_tree(os.path.join(self.path, name))
 
     def remove(self) -> None:
         if self.made:
             from pkb_core.process.warden import warden
 
-            shutil.rmtree(self.path, ignore_errors=True)
+            remove_tree(self.path)
             warden().forget(folder=self.path)
             self.made = False
 
@@ -186,7 +199,7 @@ def sweep_stale_now() -> None:
         except (OSError, ValueError):
             continue  # not a folder this pkb made (or its maker is writing it now)
         if _start_time(int(pid)) != started:
-            shutil.rmtree(folder, ignore_errors=True)
+            remove_tree(folder)
 
 
 def _check_owned(path: str, uid: int, mode: int) -> None:

@@ -119,6 +119,7 @@ def watch_owner(owner: int, stream) -> dict:
 def clean(listed: dict) -> None:
     """End and remove everything ``listed`` (cgroups and sessions first, then files)."""
     from pkb_core.process.cgroups import Cgroup
+    from pkb_core.process.own_mounts import remove_tree
     from pkb_core.process.sessions import kill_sessions
 
     items = list(listed.values())
@@ -135,7 +136,7 @@ def clean(listed: dict) -> None:
         kill_sessions(sessions)
     for item in items:
         if "folder" in item and str(item["folder"]).startswith("/"):
-            shutil.rmtree(item["folder"], ignore_errors=True)
+            remove_tree(item["folder"])  # a launch folder is a mount of its own (own_mounts)
     users = [int(item["user"]) for item in items if "user" in item]
     if users:
         sweep_users(users)
