@@ -425,8 +425,9 @@ def summary_table(records) -> str:
         # No interval, no speedup shown: a bare ratio of a few rounds means nothing.
         times = [r.reference_ms, r.solution_ms, r.speedup if ci else None,
                  f"[{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "", r.difference or ""] if timed else []
-        rows.append([r.problem, r.solution, r.world_size, r.size, r.verdict, *times, r.reason])
-    headers = ["problem", "solution", "W", "size", "verdict"] + (
+        rows.append([r.problem, r.solution, r.world_size, r.size, r.dtype, r.verdict, *times, r.reason])
+    # dtype: a --dtype bf16 run's table read like an fp32 one's (a new user's pass)
+    headers = ["problem", "solution", "W", "size", "dtype", "verdict"] + (
         ["ref ms", "sol ms", "speedup", "95% interval", "vs reference"] if timed else [])
     return render_table(headers + ["reason"], rows)
 
