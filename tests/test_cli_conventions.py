@@ -437,32 +437,27 @@ def test_nothing_selected_exits_5(pkb_invoke, tmp_path, args, message):
     assert not (tmp_path / "o").exists()
 
 
-def test_a_folder_of_misnamed_files_says_what_it_holds_and_the_names_pkb_looks_for(pkb_invoke, tmp_path):
-    """A newcomer's file named a little off (skipped without a word before) is named in the error,
-    with the naming rule and the selected problem's file name."""
+@pytest.mark.parametrize("files, words", [
+    # A newcomer's file named a little off (skipped without a word before): named, with the naming
+    # rule and the selected problem's file name.
+    (("1_allredce.py", "allreduce_mine.py"), "it holds 1_allredce.py, allreduce_mine.py, but a solution is named "
+                                             "after its problem, <id>_<name>.py or <id>_<name>_<anything>.py "
+                                             "(1_allreduce.py;"),
+    # Files all named for other problems: the folder has none for this one, and none is misnamed
+    # (a new user's pass, 2026-12-01).
+    (("3_broadcast.py",), "it holds files for other problems only (3_broadcast.py); a solution for these would be "
+                          "named 1_allreduce.py or <id>_<name>_<anything>.py"),
+])
+def test_a_folder_without_the_problems_file_says_what_it_holds_and_the_names_pkb_looks_for(pkb_invoke, tmp_path,
+                                                                                          files, words):
     folder = tmp_path / "mine"
     folder.mkdir()
-    (folder / "1_allredce.py").write_text("def solution(t):\n    return t\n")
-    (folder / "allreduce_mine.py").write_text("def solution(t):\n    return t\n")
+    for name in files:
+        (folder / name).write_text("def solution(t):\n    return t\n")
     result = pkb_invoke("run", "--problem", "1", "--solutions", folder, "--out", tmp_path / "o")
     assert result.exit_code == 5, result.output
     line = result.output.strip().splitlines()[-1]
-    assert line.startswith(f"Error: no solution files for the selected problems in {folder}: it holds "
-                           "1_allredce.py, allreduce_mine.py, but a solution is named after its problem"), line
-    assert "(1_allreduce.py;" in line and "<id>_<name>.py" in line
-
-
-def test_a_folder_of_other_problems_files_says_it_has_none_for_these(pkb_invoke, tmp_path):
-    """A folder whose files are all named for other problems has none for the selected one: said so,
-    not as if its files were misnamed (a new user's pass, 2026-12-01)."""
-    folder = tmp_path / "mine"
-    folder.mkdir()
-    (folder / "3_broadcast.py").write_text("def solution(t, src=0):\n    return t\n")
-    result = pkb_invoke("run", "--problem", "1", "--solutions", folder, "--out", tmp_path / "o")
-    assert result.exit_code == 5, result.output
-    line = result.output.strip().splitlines()[-1]
-    assert line.endswith(f"in {folder}: it holds files for other problems only (3_broadcast.py); a solution for "
-                         "these would be named 1_allreduce.py or <id>_<name>_<anything>.py"), line
+    assert line.startswith(f"Error: no solution files for the selected problems in {folder}: {words}"), line
 
 
 def test_a_solution_file_name_that_is_not_printable_is_refused_in_one_line(pkb_invoke, tmp_path):
@@ -588,12 +583,10 @@ def test_junitxml_has_one_testcase_per_job_by_verdict(pkb_invoke, tmp_path):
     assert error.get("type") == "compile-error" and "syntax error" in error.text
 
 
-def test_ctrl_c_exits_2_and_the_run_resumes(tmp_path):
-    out = tmp_path / "out"
-    command = [sys.executable, "-m", "pkb_core", "run", "--solution", str(SOLUTIONS / "1_allreduce_hang.py"),
-               "--problem", "1,2", "--trials", "1", "--timeout", "100", "--out", str(out),
-               "--junitxml", str(tmp_path / "junit.xml")]
-    proc = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+def _interrupt_inside_a_hanging_job(command, cwd, out) -> None:
+    """Run ``command`` (its --out ``out``), send it SIGINT a few seconds into its first job (which
+    hangs), and check it exits 2 saying the two jobs were not run and how to resume."""
+    proc = subprocess.Popen(command, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.default_int_handler))
     deadline = time.monotonic() + 120
     while not list((out / "logs").glob("launch-*.log")) and time.monotonic() < deadline and proc.poll() is None:
@@ -605,6 +598,14 @@ def test_ctrl_c_exits_2_and_the_run_resumes(tmp_path):
     assert stderr.strip().splitlines()[-1] == "Interrupted (Ctrl-C)"
     assert f"interrupted: 2 job(s) not run; the same command with --out {out} resumes" in stderr
     assert "Traceback" not in stderr
+
+
+def test_ctrl_c_exits_2_and_the_run_resumes(tmp_path):
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "pkb_core", "run", "--solution", str(SOLUTIONS / "1_allreduce_hang.py"),
+               "--problem", "1,2", "--trials", "1", "--timeout", "100", "--out", str(out),
+               "--junitxml", str(tmp_path / "junit.xml")]
+    _interrupt_inside_a_hanging_job(command, tmp_path, out)
     assert ET.parse(tmp_path / "junit.xml").getroot().find("testsuite").get("tests") == "0"
 
 
@@ -617,18 +618,7 @@ def test_ctrl_c_in_bench_says_what_did_not_run_and_how_to_resume(tmp_path):
     out = tmp_path / "out"
     command = [sys.executable, "-m", "pkb_core", "bench", "--backend", "reference", "--solutions", str(folder),
                "--problem", "1", "--sizes", "4K,8K", "--no-baselines", "--timeout", "100", "--out", str(out)]
-    proc = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.default_int_handler))
-    deadline = time.monotonic() + 120
-    while not list((out / "logs").glob("launch-*.log")) and time.monotonic() < deadline and proc.poll() is None:
-        time.sleep(0.2)
-    time.sleep(3)  # well inside the hanging job
-    proc.send_signal(signal.SIGINT)
-    stdout, stderr = proc.communicate(timeout=90)
-    assert proc.returncode == 2, (stdout, stderr)
-    assert stderr.strip().splitlines()[-1] == "Interrupted (Ctrl-C)"
-    assert f"interrupted: 2 job(s) not run; the same command with --out {out} resumes" in stderr
-    assert "Traceback" not in stderr
+    _interrupt_inside_a_hanging_job(command, tmp_path, out)
 
 
 def test_a_bug_is_an_internal_error_with_its_traceback(fake_dist, tmp_path):
