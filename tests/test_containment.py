@@ -161,10 +161,10 @@ def test_hostile_jobs_meet_their_limits_and_each_next_job_passes(pkb_invoke, tmp
 
 @ROOT_ONLY
 def test_a_job_that_uses_up_its_folders_inodes_uses_up_its_own(pkb_invoke, tmp_path):
-    """A job that made empty files in its folder until the file system had no inode left ended the
-    next tenant's job as ``error`` (a hostile review, 2026-12-01: /dev/shm is one pool of inodes that
-    no memory limit counts). Its folder is a tmpfs of its own: it stops at that folder's inodes,
-    the next job passes, and no mount outlives the run."""
+    """A job that made empty files in its folder (or in /dev/shm) until the file system had no inode
+    left ended the next tenant's job as ``error`` (hostile reviews, 2026-12-01: /dev/shm is one pool
+    of inodes that no memory limit counts). Its folder is a tmpfs of its own, and its /dev/shm that
+    folder: it stops at that folder's inodes, the next job passes, and no mount outlives the run."""
     from pkb_core.launch.scratch import GROUP_INODES
 
     folder = Path(__file__).parent / "fixtures" / "containment_inodes"
@@ -176,6 +176,9 @@ def test_a_job_that_uses_up_its_folders_inodes_uses_up_its_own(pkb_invoke, tmp_p
     made = int(filler["reason"].split("made ")[1].split(" files")[0])
     assert GROUP_INODES - 100 < made < GROUP_INODES, filler["reason"]  # its own folder's, not /dev/shm's
     assert records["1_allreduce_b_honest.py"]["verdict"] == "pass", records["1_allreduce_b_honest.py"]["reason"]
+    # What a job makes in /dev/shm lands in its own folder: its /dev/shm is that folder.
+    own = records["1_allreduce_c_checks_its_dev_shm.py"]
+    assert own["verdict"] == "pass" and not own.get("lockdown_gaps"), own
     launches = [log.stem.split("-", 1)[1] for log in (tmp_path / "run" / "logs").glob("launch-*.log")]
     with open("/proc/self/mountinfo") as mounts:
         table = mounts.read()

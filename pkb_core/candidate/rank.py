@@ -359,7 +359,7 @@ def _lock_down(job: Job, run_dir, *, network: bool, scratch: str | None, uid: in
     readable.append(str(cache_dir()))
     missing = lock_down(network=network, read_only=protected_caches(), hidden=[run_dir],
                         writable=[p for p in (scratch, "/dev/shm") if p], user=uid,
-                        expose=readable)
+                        expose=readable, dev_shm=scratch)  # its /dev/shm is its own folder
     if uid is None:
         missing.append("a user of its own (the launcher is not root): other processes of your user "
                        "and the files it can write are reachable")

@@ -209,7 +209,7 @@ def protected_caches() -> list[str]:
 
 
 def lock_down(*, network: bool, read_only=(), writable=(), hidden=(), user: int | None = None,
-              expose=(), revealed=(), own_tmpfs=(), layered=(), temp_roots=()) -> list[str]:
+              expose=(), revealed=(), own_tmpfs=(), layered=(), temp_roots=(), dev_shm=None) -> list[str]:
     """Apply the lockdown to this process; return what could not be applied.
 
     :param network: ``False`` refuses new internet sockets (custom-kernel
@@ -240,6 +240,8 @@ def lock_down(*, network: bool, read_only=(), writable=(), hidden=(), user: int 
         them ``writable`` too.
     :param temp_roots: folders besides the machine's temporary folders that hold other runs'
         files (where a builder's temporary folder was made): hidden like them.
+    :param dev_shm: a folder inside ``/dev/shm`` this process sees as ``/dev/shm`` too (a
+        candidate group's own: :func:`pkb_core.confine.sandbox.own_dev_shm`); name both writable.
 
     In a private mount namespace the process also gets a ``/tmp`` and a ``/proc`` of its own
     (:mod:`pkb_core.confine.views`): the machine's temporary folders are covered, with only
@@ -256,6 +258,10 @@ def lock_down(*, network: bool, read_only=(), writable=(), hidden=(), user: int 
     if problem:
         missing.append(f"read-only file system: {problem}")
     else:
+        if dev_shm is not None:
+            problem = sandbox.own_dev_shm(libc, dev_shm)
+            if problem:
+                missing.append(problem)
         for folder, size in own_tmpfs:
             problem = sandbox.own_tmpfs(libc, folder, size, owner=user)
             if problem:

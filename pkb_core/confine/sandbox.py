@@ -103,6 +103,38 @@ def own_tmpfs(libc, path: str, size_bytes: int | None, owner: int | None = None)
     return None
 
 
+def own_dev_shm(libc, folder: str, root: str = "/dev/shm") -> str | None:
+    """See ``folder`` (a candidate group's shared-memory folder inside ``root``, a tmpfs of its own:
+    :mod:`pkb_core.process.own_mounts`) as ``root`` too, and still at its own path, in this
+    process's mount namespace; or say why not. What the group's processes make in ``/dev/shm``
+    (NCCL's files, anything of the solution's) then lands in the group's folder, shared by its
+    ranks (each binds the same folder) and counted against its inodes and its memory: a job that
+    made files in ``/dev/shm`` until it was full ended other tenants' builds and lanes (a hostile
+    review, 2026-12-01). The folder's own path inside ``root`` is made inside the folder (root's
+    folders, 0711) as the point its second bind is mounted on. Call inside :func:`private_mounts`,
+    before :func:`seal` (which names ``root`` and ``folder`` writable)."""
+    folder, root = os.path.realpath(folder), os.path.realpath(root)
+    if not under(folder, root) or folder == root:
+        return f"a /dev/shm of its own ({folder} is not inside {root})"
+    parts = os.path.relpath(folder, root).split(os.sep)
+    try:
+        os.makedirs(os.path.join(folder, *parts), mode=0o711, exist_ok=True)
+        for depth in range(1, len(parts) + 1):  # 0711 whatever the umask: the group's user traverses them
+            os.chmod(os.path.join(folder, *parts[:depth]), 0o711)
+        fd = os.open(folder, os.O_PATH | os.O_DIRECTORY)
+    except OSError as exc:
+        return f"a /dev/shm of its own ({exc.strerror})"
+    try:
+        source = f"/proc/self/fd/{fd}".encode()
+        if libc.mount(source, root.encode(), None, _MS_BIND, None) != 0:
+            return _fail(f"a /dev/shm of its own ({folder} on {root})")
+        if libc.mount(source, folder.encode(), None, _MS_BIND, None) != 0:
+            return _fail(f"a /dev/shm of its own ({folder} at its own path)")
+    finally:
+        os.close(fd)
+    return None
+
+
 def mount_table() -> list[tuple[str, list[str], str]]:
     """``(mount point, mount options, file system)`` of this namespace's mounts, outermost first
     (``/proc/self/mountinfo``)."""
@@ -169,8 +201,9 @@ def seal(libc, *, writable=(), read_only=(), hidden=(), revealed=(), temp=()) ->
             missing.append(_fail(f"read-only {_SYSCTLS}"))
     for path in writable:
         target = path.encode()
+        # nosuid, nodev: a writable folder holds no set-uid program or device a process could use
         if libc.mount(target, target, None, _MS_BIND | _MS_REC, None) != 0 or \
-                libc.mount(None, target, None, _MS_BIND | _MS_REMOUNT, None) != 0:
+                libc.mount(None, target, None, _MS_BIND | _MS_REMOUNT | _MS_NOSUID | _MS_NODEV, None) != 0:
             missing.append(_fail(f"writable {path}"))
     for path in read_only:
         path = os.path.realpath(str(path))
