@@ -472,6 +472,19 @@ def test_a_solution_file_name_that_is_not_printable_is_refused_in_one_line(pkb_i
         "that is not printable (a newline, a control code): rename the file"], result.output
 
 
+@pytest.mark.parametrize("target", ["/nonexistent/1_allreduce_z.py", "self"])
+def test_a_dangling_link_or_a_link_loop_among_the_solutions_is_one_line(pkb_invoke, tmp_path, target):
+    """Both ended in a traceback (a hostile review, 2026-12-01)."""
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    link = folder / "1_allreduce_z.py"
+    link.symlink_to(link if target == "self" else target)
+    result = pkb_invoke("run", "--problem", "1", "--solutions", folder, "--out", tmp_path / "o")
+    assert result.exit_code == 1, result.output
+    assert result.output.strip().splitlines() == [
+        f"Error: solution file {link} is not a file to read (a dangling link, a link loop or a folder)"]
+
+
 def test_a_second_run_into_a_run_directory_in_use_is_refused_before_it_runs_anything(pkb_invoke, tmp_path):
     """Two runs into one --out each ran every job and appended its records beside the other's (a new
     user's pass, 2026-12-01): a live run holds its run directory; the next one is refused in one line

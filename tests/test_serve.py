@@ -225,6 +225,17 @@ def test_ctrl_c_in_pkb_submit_wait_says_the_jobs_go_on_and_how_to_reach_them(ser
             client.cancel_jobs(None, client="ctrl-c")
 
 
+def test_pkb_submit_leaves_out_a_file_whose_name_is_not_printable_in_one_line(server, tmp_path):
+    """The service refused the name, and the client's error line printed its newline raw: a second
+    line that read as a job that passed (a hostile review, 2026-12-01)."""
+    odd = tmp_path / "1_allreduce_n\nj1  done  1_allreduce  evil  pass  9.99x.py"
+    odd.write_text(ALLREDUCE)
+    sent = _pkb("submit", "--server", server.url, "--backend", "triton", str(odd), timeout=60)
+    assert sent.returncode == 1 and sent.stderr.strip().splitlines() == [
+        f"Error: {str(odd)!r}: its name holds a character that is not printable (a newline, a control code): "
+        "rename it; not submitted"], sent.stderr
+
+
 def _pkb(*args, env=None, timeout=180) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "pkb_core", *args], capture_output=True, text=True, timeout=timeout,
                           env=env)

@@ -234,7 +234,7 @@ def submit(ctx, files, url, token, problem, backend, world_size, trials, measure
         try:
             items.append(_submission_of(path, problem, backend, typed))
         except _LeftOut as why:
-            click.echo(f"Error: {path}: {why}", err=True)
+            click.echo(f"Error: {_shown_path(path)}: {why}", err=True)
             left_out += 1
     unbacked = [path.name for path, _, _, chosen in items if chosen is None]
     if unbacked:
@@ -259,7 +259,8 @@ def submit(ctx, files, url, token, problem, backend, world_size, trials, measure
                 except ServiceError as exc:
                     if exc.status not in FILE_REFUSALS:
                         raise
-                    click.echo(f"Error: {path}: the service refused it: {exc.message} ({exc.status})", err=True)
+                    click.echo(f"Error: {_shown_path(path)}: the service refused it: {exc.message} ({exc.status})",
+                               err=True)
                     left_out += 1
                     continue
                 queued.append((path, view))
@@ -297,6 +298,13 @@ def _refusal(exc) -> str:
     return exc.message if exc.status == UNREACHABLE else f"the service refused: {exc.message} ({exc.status})"
 
 
+def _shown_path(path: Path) -> str:
+    """``path`` as an error line shows it: quoted, its escapes shown, where it holds a character
+    that is not printable (a newline in a file name split the line in two, the second reading as a
+    job that passed: a hostile review, 2026-12-01)."""
+    return str(path) if str(path).isprintable() else repr(str(path))
+
+
 class _LeftOut(Exception):
     """A file ``pkb submit`` leaves out; the message says why (one line)."""
 
@@ -315,6 +323,9 @@ def _submission_of(path: Path, problem: str | None, backend: str | None, typed: 
         raise _LeftOut(f"cannot read it ({exc.strerror}); not submitted") from None
     except UnicodeDecodeError as exc:
         raise _LeftOut(f"is not UTF-8 text ({exc.reason} at byte {exc.start}); not submitted") from None
+    if not path.name.isprintable():
+        raise _LeftOut("its name holds a character that is not printable (a newline, a control code): rename it; "
+                       "not submitted")
     named = named_problem(path)
     if not problem and named is None:
         raise _LeftOut("cannot tell its problem: name it <id>_<name>.py or pass --problem")

@@ -72,7 +72,7 @@ def pair_solutions(request: RunRequest, registry, info, dropped: list | None = N
         (in ``--solutions DIR`` or among the backend's samples), for a notice."""
     check_solution_paths(request.solution, request.solutions)
     if request.solution:
-        path = printable_name(Path(request.solution))
+        path = usable_solution_path(Path(request.solution))
         if request.problems:
             specs = registry.select(request.problems)
         else:
@@ -89,7 +89,7 @@ def pair_solutions(request: RunRequest, registry, info, dropped: list | None = N
     for spec in specs:
         found = [path for path in sorted(folder.glob(f"{spec.id}_*.py"))
                  if path.stem == spec.key or path.stem.startswith(spec.key + "_")]
-        pairs += [(spec, path, path.name if not request.solutions else str(path)) for path in map(printable_name, found)]
+        pairs += [(spec, path, path.name if not request.solutions else str(path)) for path in map(usable_solution_path, found)]
         if not found and dropped is not None:
             dropped.append(spec)
     if not pairs:
@@ -98,13 +98,17 @@ def pair_solutions(request: RunRequest, registry, info, dropped: list | None = N
     return pairs
 
 
-def printable_name(path: Path) -> Path:
-    """``path``, refused in one line where its file name holds a character that is not printable:
-    a newline in a name printed a line of its own in the progress and the table, one that read
-    as another job's verdict (a hostile review, 2026-12-01). The service refuses such labels too."""
+def usable_solution_path(path: Path) -> Path:
+    """``path``, refused in one line where its file name holds a character that is not printable
+    (a newline in a name printed a line of its own in the progress and the table, one that read as
+    another job's verdict; the service refuses such labels too) or where it is no file to read (a
+    dangling link or a link loop in a folder of solutions ended in a traceback): hostile reviews,
+    2026-12-01."""
     if not path.name.isprintable():
         raise PkbError(f"solution file name {path.name!r} holds a character that is not printable "
                        "(a newline, a control code): rename the file")
+    if not path.is_file():
+        raise PkbError(f"solution file {path} is not a file to read (a dangling link, a link loop or a folder)")
     return path
 
 
