@@ -543,4 +543,4 @@ def test_writing_a_backend_md_heap_solution_passes(tracing, tmp_path):
     (tmp_path / "1_allreduce_heap.py").write_text(block.text)
     result = run_python(["-m", "pkb_core", "run", "--backend", "tracing", "--solution", "1_allreduce_heap.py"],
                         tmp_path, env)
-    assert re.search(r"^1_allreduce +1_allreduce_heap\.py +2 +tiny +pass\b", result.stdout, re.M), result.stdout
+    assert re.search(r"^1_allreduce +1_allreduce_heap\.py +2 +tiny +fp32 +pass\b", result.stdout, re.M), result.stdout

@@ -380,15 +380,14 @@ def test_a_side_that_truncates_its_region_ends_its_own_job_not_the_next(pkb_invo
     assert records["1_allreduce_b_honest.py"]["verdict"] == "pass", records["1_allreduce_b_honest.py"]
 
 
-def test_a_solution_that_fills_the_shared_memory_is_flagged_not_the_judges_error(tmp_path):
-    """A candidate can fill the shared-memory filesystem it shares with the judge (a file in its
-    own folder, or in ``/dev/shm``), so that the timekeeper's next gate region has no room: the
-    timekeeper died of SIGBUS touching the region's pages and the job read as the judge's
-    ``error`` ("the timekeeper exited (status -7)"), a verdict a reward loop may retry or not
-    count. Now every region is allocated before it is touched (a full filesystem is an ENOSPC, not
-    a SIGBUS), and the judge finds whose files hold the room: the candidate's, ``flagged``; the
-    next job of the run passes. Run in a mount namespace of its own with a 128 MiB ``/dev/shm``
-    (a container's is often 64 MiB); the machine's own is never filled."""
+def test_a_solution_that_fills_the_shared_memory_leaves_the_judge_and_other_jobs_their_room(tmp_path):
+    """A candidate could fill the shared-memory filesystem it shared with the judge (a file in its
+    own folder, or in ``/dev/shm``), so that the timekeeper's next gate region had no room: the
+    timekeeper died of SIGBUS and the job read as the judge's ``error``; then every region was
+    allocated before it was touched and the job ``flagged``. Now a group's ``/dev/shm`` is its own
+    folder, a tmpfs of its own: 256 MiB of ballast in a 128 MiB ``/dev/shm`` lands in the group's
+    folder, the machine's is untouched, and both jobs pass. Run in a mount namespace of its own
+    with a 128 MiB ``/dev/shm`` (a container's is often 64 MiB); the machine's own is never filled."""
     import os
     import subprocess
     import sys
@@ -412,8 +411,7 @@ def test_a_solution_that_fills_the_shared_memory_is_flagged_not_the_judges_error
         pytest.skip(f"no mount namespace with a tmpfs of its own here: {done.stderr.strip()[-200:]}")
     records = {r["solution"].rsplit("/", 1)[-1]: r for r in json.loads(out.read_text())["results"]}
     filled = records["1_allreduce_a_fills_the_shared_memory.py"]
-    assert filled["verdict"] == "flagged" and "/dev/shm is full" in filled["reason"] and \
-        "the solution filled the shared memory" in filled["reason"], filled["reason"]
+    assert filled["verdict"] == "pass", filled["reason"]  # its ballast filled its own folder alone
     assert records["1_allreduce_b_honest.py"]["verdict"] == "pass", records["1_allreduce_b_honest.py"]["reason"]
 
 

@@ -109,7 +109,8 @@ def bench(pm, problems, backend, solutions, sizes, nproc, dtype, trials, warmup,
     from pkb_core.baselines import baselines_for
     from pkb_core.cli.config import config_of
     from pkb_core.cli.progress import JobProgress
-    from pkb_core.cli.run import CPU_TIMING_NOTE, FAILING, hold_run_dir_for_command, skipping_notice, writable_paths
+    from pkb_core.cli.run import (CPU_QUICK_BYTES, CPU_TIMING_NOTE, FAILING, hold_run_dir_for_command,
+                                  skipping_notice, writable_paths)
     from pkb_core.contracts.dtypes import ITEMSIZE
     from pkb_core.launch.plan import RunRequest, device_defaults, pair_solutions, skip_recorded
     from pkb_core.launch.session import Session
@@ -120,7 +121,8 @@ def bench(pm, problems, backend, solutions, sizes, nproc, dtype, trials, warmup,
     itemsize = ITEMSIZE[dtype]
     ragged = [nbytes for nbytes in sizes if nbytes % itemsize]
     if ragged:  # a size of 3 bytes ran as one 4-byte element, labelled 3
-        raise BadOption(f"--sizes {_human(ragged[0])} is not a whole number of {dtype} elements ({itemsize} bytes each)")
+        raise BadOption(f"--sizes {_human(ragged[0])} is not a whole number of {dtype} elements "
+                        f"({itemsize} bytes each)")
     from pkb_core.contracts.modes import headline_mode
 
     # By default the judge's device clock (the headline) with the launcher's clocks beside it as
@@ -154,6 +156,10 @@ def bench(pm, problems, backend, solutions, sizes, nproc, dtype, trials, warmup,
     if device == "cpu":
         click.echo("No GPU: CPU mode (gloo, shared-memory heap, Triton interpreter): times are host timings, "
                    "not GPU performance.", err=True)
+        slow = [nbytes for nbytes in sizes if nbytes > CPU_QUICK_BYTES]
+        if slow:
+            click.echo(f"note: sizes above {_human(CPU_QUICK_BYTES)} ({', '.join(map(_human, slow))}) can take "
+                       "minutes a job on the CPU; --sizes 4K,64K,1M sweeps in seconds", err=True)
     writable_paths(run_dir, None)
     hold_run_dir_for_command(run_dir)
     keys = [job.key for job, _ in rejected] + [job.key for job in jobs + baseline_jobs]

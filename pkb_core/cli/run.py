@@ -136,6 +136,9 @@ def run(pm, problems, backend, solution, solutions, nproc, nnodes, node_rank, rd
     if device == "cpu":  # notices once nothing is left to refuse: a refusal stays one line
         click.echo(f"No GPU: CPU mode (gloo, shared-memory heap, Triton interpreter), size {request.size}."
                    + (" Times are host timings, not GPU performance." if measure_perf else ""), err=True)
+        if request.size not in CPU_QUICK_SIZES:  # a new user's --size large printed nothing for minutes
+            click.echo(f"note: size {request.size} on the CPU can take minutes a job (the tiny size, CPU mode's "
+                       "default, takes seconds)", err=True)
         crowded = executor.runs_here and crowded_cores_warning(nproc)
         if crowded:
             click.echo(crowded, err=True)
@@ -287,6 +290,12 @@ def unavailable_notes(records) -> list[str]:
                     for mode, timing in record.stats.modes.items() if timing.unavailable)
     return [f"note: --timing-mode {mode} did not time {n} job(s) here: {why}" for (mode, why), n in found.items()]
 
+
+#: Sizes a CPU-mode job runs in seconds (larger ones move megabytes through Triton's interpreter
+#: and gloo: minutes a job, and a run printed nothing meanwhile).
+CPU_QUICK_SIZES = ("tiny",)
+#: The same for a sweep's message sizes, in bytes per rank.
+CPU_QUICK_BYTES = 1 << 20
 
 #: Printed under the table of a timed CPU-mode run.
 CPU_TIMING_NOTE = ("note: CPU mode: times are host timings (gloo over shared memory, Triton's interpreter), "

@@ -89,7 +89,8 @@ def pair_solutions(request: RunRequest, registry, info, dropped: list | None = N
     for spec in specs:
         found = [path for path in sorted(folder.glob(f"{spec.id}_*.py"))
                  if path.stem == spec.key or path.stem.startswith(spec.key + "_")]
-        pairs += [(spec, path, path.name if not request.solutions else str(path)) for path in map(usable_solution_path, found)]
+        pairs += [(spec, path, path.name if not request.solutions else str(path))
+                  for path in map(usable_solution_path, found)]
         if not found and dropped is not None:
             dropped.append(spec)
     if not pairs:
