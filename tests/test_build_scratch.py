@@ -92,6 +92,22 @@ def test_a_builds_temporary_space_is_bounded_and_gone_however_the_build_ends(pkb
         == {0o600}
 
 
+@ROOT_ONLY
+def test_a_build_that_makes_files_until_it_cannot_fills_its_own_output_folder(pkb_invoke, tmp_path, monkeypatch):
+    """What a build adds to its view of pkb's cache lands in its output folder, which lay in
+    /dev/shm itself: a build making empty files there (no memory limit counts them) could use up
+    the inodes that every job's folder needs (a hostile review, 2026-12-01). The folder is a tmpfs
+    of its own: the build stops at its inodes."""
+    from pkb_core.compile.output import BUILD_INODES
+
+    monkeypatch.setenv("PKB_CACHE_DIR", str(tmp_path / "cache"))
+    result = pkb_invoke("build", "--backend", "reference", "--solutions", FIXTURES / "build_inodes", "--problem", "1",
+                        "--build-timeout", "60", "--json")
+    build = json.loads(result.stdout.splitlines()[0])["build"]
+    made = int(build["message"].split("made ")[1].split(" files")[0])
+    assert BUILD_INODES - 100 < made < BUILD_INODES, build["message"]
+
+
 def test_a_build_folder_outlives_no_maker_killed_outright(tmp_path):
     """``kill -9`` of ``pkb build`` while its build hangs: the maker runs no code, its warden ends the
     build's processes and removes the build's folders (the build's temporary one, pkb build's own)."""

@@ -67,8 +67,9 @@ EXPECTED = {
     "1_allreduce_c10_works_while_placed.py": ("pass", ""),
     "1_allreduce_honest_peer_reads.py": ("pass", ""),
 }
-#: Attacks on the timing that now gain nothing: each really costs 4 ms (c3) or 10 ms (c10) a call,
-#: far more than the reference's all-reduce, and must never read faster (before: 47x, 56x, 199x).
+#: Attacks on the timing that now gain nothing: each really costs 10 ms a call, far more than the
+#: reference's all-reduce, and must never read faster (before: 47x, 56x, 199x). (c3 cost 4 ms until
+#: a CI run beside two busy loops read it "faster" in latency mode, 2026-12-01.)
 GAIN_NOTHING = ("1_allreduce_c3_forges_timer.py", "1_allreduce_c10_first_call_does_the_batch.py",
                 "1_allreduce_c10_reports_one_call.py", "1_allreduce_c10_works_while_placed.py")
 #: Attacks on the launcher's clock's own commands (latency mode's ``time`` answer and its parcels):
@@ -98,7 +99,7 @@ def _gain_nothing(by_file: dict) -> None:
         record = by_file[name]
         assert record["difference"] != "faster" and not (record.get("claimed_speedup") or 0) > 1, (name, record)
         # The clock pkb reads saw every call's cost, whatever the process said about itself.
-        assert record["solution_ms"] > (4.0 if "c3" in name else 10.0), (name, record)
+        assert record["solution_ms"] > 10.0, (name, record)
 
 
 def test_every_class_of_attack_is_caught_and_the_honest_control_passes(pkb_invoke, plainpy, fixtures, tmp_path):

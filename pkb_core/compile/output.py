@@ -10,7 +10,10 @@ the build's processes are ended and only if it succeeded, publishes what is new 
 
 The folder lies in ``/dev/shm`` (:data:`ROOT`): an overlay's upper layer cannot lie on an overlay
 file system (a container's disk), and memory written there is charged to the writer's cgroup,
-so a build's output is bounded by its memory limit like its temporary folder. It is named after
+so a build's output is bounded by its memory limit like its temporary folder; where pkb runs as
+root the folder is a tmpfs of its own (:data:`BUILD_INODES` files at most), so that a build that
+makes files until none can be made fills its own folder, not ``/dev/shm``, whose inodes other
+jobs' folders need (a hostile review, 2026-12-01). It is named after
 its maker (:mod:`pkb_core.process.temp_folders`: removed by the maker's warden if the maker is
 killed outright, swept by the next phase), and is the launcher's alone (0700); its upper layer
 is the build's user's.
@@ -49,9 +52,13 @@ from pathlib import Path
 
 from pkb_core.cache import JUDGE_TRITON
 from pkb_core.confine.overlay import UPPER, WORK
+from pkb_core.process.own_mounts import mount_own_tmpfs
 
 #: Where output folders are made (see the module docstring).
 ROOT = "/dev/shm"
+#: Files and folders a build's output folder holds at most (a build writes tens; a cache of
+#: Triton kernels, hundreds).
+BUILD_INODES = 1 << 16
 #: The names of output folders (``<ROOT>/pkb-build-output-<pid>-<start>-<random>``).
 PREFIX = "pkb-build-output-"
 #: pkb's own folders of the cache that decide verdicts: never published into (the build outcomes,
@@ -111,6 +118,10 @@ def make(user: int, cache: Path) -> str:
 
     folder = temp_folders.make(PREFIX, ROOT)
     try:
+        # A file system of its own (where pkb runs as root): what the build writes through its
+        # view of the cache counts against this folder's inodes, not /dev/shm's, which other jobs
+        # need (pkb_core.process.own_mounts; its upper and work folders lie on it together).
+        mount_own_tmpfs(folder, mode=0o700, inodes=BUILD_INODES)
         upper = os.path.join(folder, UPPER)
         os.mkdir(os.path.join(folder, WORK), 0o700)
         tops = [entry.name for entry in os.scandir(cache)

@@ -23,11 +23,11 @@ import contextlib
 import os
 import re
 import secrets
-import shutil
 import stat
 import tempfile
 import time
 
+from pkb_core.process.own_mounts import remove_tree
 #: Seconds after which a folder of the unnamed form (no maker in its name) counts as left behind:
 #: far longer than any build may take.
 UNNAMED_AGE_S = 24 * 3600
@@ -62,7 +62,7 @@ def remove(path: str) -> None:
     """Remove ``path`` and everything in it, and tell the warden it is done."""
     from pkb_core.process.warden import warden
 
-    shutil.rmtree(path, ignore_errors=True)
+    remove_tree(path)  # a build's output folder is a mount of its own (compile/output.py)
     warden().forget(folder=path)
 
 
@@ -107,6 +107,6 @@ def sweep(prefix: str, root: str | None = None, now: float | None = None) -> lis
         else:
             stale = bool(_UNNAMED.fullmatch(rest)) and now - st.st_mtime > UNNAMED_AGE_S
         if stale:
-            shutil.rmtree(path, ignore_errors=True)
+            remove_tree(path)
             removed.append(path)
     return removed
