@@ -27,6 +27,8 @@ Commands (each answered with the same ``op``; their request and answer classes a
 """
 from __future__ import annotations
 
+import time
+
 import torch
 import torch.distributed as dist
 
@@ -41,6 +43,7 @@ from pkb_core.errors import BackendUnavailable, CompileError, SolutionFailed, So
 from pkb_core.harness.parcel import TRUSTED, linear_of, pack, packed_size, stand_in_outputs, unpack
 from pkb_core.problem.contract import read_spec
 from pkb_core.candidate.sealed import is_refusal
+from pkb_core.candidate.stagger import Stagger
 from pkb_core.harness.timing import BatchTimer, DeviceBarrierTimeout
 from pkb_core.harness.trees import linear_tensors, restore
 
@@ -63,6 +66,7 @@ class CandidateRank:
         self.run_dir = run_dir
         self.send_event = send_event
         self.harness_barrier = StoreBarrier(store, world_size, device, prefix="pkb-harness")
+        self.stagger = Stagger()
         self.groups = {}
 
     # -- setup ------------------------------------------------------------------
@@ -202,13 +206,22 @@ class CandidateRank:
         args = unpack(request.skeleton, request.path, limits=TRUSTED, device=self.device, make_group=self.make_group)
         placed = self.slots.place(args, request.slots)
         self.harness_barrier()  # every rank's inputs are in place before any solution reads its peers
+        late = request.late_rank == self.rank
+        if late:
+            self.stagger.hold()
+        started = time.monotonic()
         fn = self.pm.hook.pkb_backend_launch(state=self.state, program=self.program, inputs=placed)
         out = self._call(fn)
         # The arguments go back as the buffers that were passed in, whatever the
         # solution did to the argument lists it was handed (problem 21 updates
         # list elements in place: rebinding them must not count).
         after = self.slots.rebuild(args)
-        return Packed(skeleton=pack({"out": out, "args": after}, request.out_path))
+        packed = Packed(skeleton=pack({"out": out, "args": after}, request.out_path))
+        staggered = request.late_rank is not None
+        self.stagger.took(time.monotonic() - started, waited_on_peer=staggered and not late)
+        if staggered and not late:
+            self.stagger.scrub(self.slots.buffers)
+        return packed
 
     # -- timing -----------------------------------------------------------------
     def _place_pool(self, skeleton, path, slots) -> bool:

@@ -29,6 +29,7 @@ from pkb_core.contracts.messages import Parcel, ProfileRequest
 from pkb_core.contracts.timing import Timing
 from pkb_core.contracts.verdict import Verdict
 from pkb_core.conduct.answers import combine, slot_sizes
+from pkb_core.conduct.staggered_trials import late_rank, staggered_note
 from pkb_core.contracts.outcome import JobEnded, Outcome
 
 
@@ -351,7 +352,8 @@ class JobRun:
         skeletons = [a.skeleton for a in self.ask_judge([judge.DrawInputs(trial=trial, path=p) for p in inputs])]
         slots = slot_sizes(skeletons)
         self.set_bytes = max(self.set_bytes, sum(slots))
-        answers = self.ask_candidate([candidate.Trial(skeleton=s, path=p, slots=slots, out_path=o)
+        late = late_rank(trial, self.nproc)
+        answers = self.ask_candidate([candidate.Trial(skeleton=s, path=p, slots=slots, out_path=o, late_rank=late)
                                    for s, p, o in zip(skeletons, inputs, outputs)])
         dryrun = self.job.mode == "dryrun"
         found = combine(self.ask_judge([
@@ -361,7 +363,10 @@ class JobRun:
             self.ask_judge(judge.Save(slug=self.job.slug, dryrun=dryrun))
         self.parcels.discard(inputs, outputs)
         if found:
-            raise JobEnded(*found)
+            verdict, reason, finding = found
+            if late is not None and verdict == Verdict.FAIL:
+                reason = f"{reason} ({staggered_note(late)})"
+            raise JobEnded(verdict, reason, finding)
 
     def _timing(self):
         from pkb_core.conduct.timed_rounds import time_job

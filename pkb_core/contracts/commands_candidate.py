@@ -37,13 +37,16 @@ class SetupDone(Answer):
 class Trial(Request):
     """Place one trial's inputs (the judge's parcel), call the solution once, write its
     outputs and arguments to a parcel at ``out_path``. ``slots``: each tensor leaf's byte
-    count, the largest over the ranks (every rank allocates the same buffers)."""
+    count, the largest over the ranks (every rank allocates the same buffers). ``late_rank``:
+    the rank that starts its call late, the others overwriting their inputs once theirs has
+    returned (:mod:`pkb_core.conduct.staggered_trials`); None: every rank in step."""
 
     OP = "trial"
     skeleton: typing.Any
     path: str
     slots: list[int]
     out_path: str
+    late_rank: int | None = None
 
 
 @attrs.frozen(kw_only=True)

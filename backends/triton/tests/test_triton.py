@@ -119,6 +119,64 @@ def test_a_kernel_the_gpu_compiler_refuses_fails_on_the_cpu_too(pkb_invoke, tmp_
         record["reason"]
 
 
+
+# A pull all-reduce (every rank reads every rank's input) with the barriers it needs left out:
+# the one before its reads (the harness's own barrier puts every input in place, so this one
+# is not needed here), the one after them, or both.
+_PULL_WITHOUT_BARRIERS = textwrap.dedent('''
+    import torch
+    import triton
+    import triton.language as tl
+
+    from pkb_triton import barrier, peer_ptr, peers
+
+    BEFORE, AFTER = {before}, {after}
+
+
+    @triton.jit
+    def _allreduce(out, ptrs, pads, rank, n, WORLD: tl.constexpr, BLOCK: tl.constexpr, BEFORE: tl.constexpr,
+                   AFTER: tl.constexpr):
+        if BEFORE:
+            barrier(pads, rank, WORLD, 0)
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        acc = tl.zeros([BLOCK], dtype=tl.float32)
+        for i in tl.static_range(WORLD):
+            acc += tl.load(peer_ptr(ptrs, (rank + i) % WORLD, out) + offs, mask=offs < n).to(tl.float32)
+        tl.store(out + offs, acc.to(out.dtype.element_ty), mask=offs < n)
+        if AFTER:
+            barrier(pads, rank, WORLD, 0)
+
+
+    def solution(tensor):
+        sym = peers(tensor)
+        out = torch.empty_like(tensor)
+        n = tensor.numel()
+        _allreduce[(triton.cdiv(n, 1024),)](out, sym.ptrs, sym.pads, sym.rank, n, WORLD=sym.world_size, BLOCK=1024,
+                                            BEFORE=BEFORE, AFTER=AFTER)
+        return out
+''')
+
+
+def test_a_rank_that_reads_a_peer_after_it_returned_fails_a_staggered_trial(pkb_invoke, tmp_path):
+    """From the second trial on one rank starts late and the others overwrite their inputs once they
+    return (pkb_core.conduct.staggered_trials): a pull all-reduce without the barrier after its
+    reads, which passes whenever the ranks run in step (the first trial, the CPU's usual case),
+    fails in the second trial with a reason that names the stagger; with that barrier it passes
+    all five."""
+    folder = tmp_path / "solutions"
+    folder.mkdir()
+    for name, before, after in (("none", False, False), ("before", True, False), ("both", True, True)):
+        (folder / f"1_allreduce_{name}.py").write_text(_PULL_WITHOUT_BARRIERS.format(before=before, after=after))
+    result = pkb_invoke("run", "--backend", "triton", "--device", "cpu", "--solutions", folder, "--nproc", 2,
+                        "--trials", 5, "--json", "--out", tmp_path / "run")
+    by_name = {Path(r["solution"]).stem: r for r in json.loads(result.stdout)["results"]}
+    for name in ("1_allreduce_none", "1_allreduce_before"):
+        record = by_name[name]
+        assert record["verdict"] == "fail" and record["trials"] == 1, (name, record)
+        assert record["reason"].startswith("trial 1: rank 1: out:"), record["reason"]
+        assert "rank 1 started this trial's call late" in record["reason"], record["reason"]
+    assert by_name["1_allreduce_both"]["verdict"] == "pass", by_name["1_allreduce_both"]
+
 # An all-reduce whose grid is one program wider than the barrier's signal pad holds.
 _WIDER_THAN_THE_PAD = textwrap.dedent('''
     import torch
