@@ -262,3 +262,21 @@ def test_outcomes_stored_at_once_by_threads_of_one_process_all_land(tmp_path):
     assert not failures, failures[:3]
     assert json.loads(path.read_text())["ok"] is True
     assert [p.name for p in path.parent.iterdir()] == ["key.json"]  # no temporary file left
+
+
+def test_a_file_that_is_no_solution_file_is_refused_before_any_builder(pkb_invoke, tmp_path):
+    """An empty file and one that is not UTF-8 get ``compile-error`` from the compile phase itself,
+    in one line (a builder that decoded the binary file died with a traceback in its log, and the
+    job read "the build process exited with status 1 without an answer")."""
+    folder = tmp_path / "solutions"
+    folder.mkdir()
+    (folder / "1_allreduce_binary.py").write_bytes(b"\x7fELF\x02\x01\x01\x00\x00\x00\xff\xfe\x00")
+    (folder / "1_allreduce_empty.py").write_text("\n  \n")
+    result = pkb_invoke("run", "--backend", "reference", "--solutions", folder, "--problem", "1", "--json",
+                        "--out", tmp_path / "run")
+    records = {r["solution"].rsplit("/", 1)[-1]: r for r in json.loads(result.stdout)["results"]}
+    assert records["1_allreduce_binary.py"]["verdict"] == "compile-error"
+    assert records["1_allreduce_binary.py"]["reason"] == ("the file is not UTF-8 text (invalid start byte at byte "
+                                                          "10); a solution file is UTF-8 Python")
+    assert records["1_allreduce_empty.py"]["verdict"] == "compile-error"
+    assert records["1_allreduce_empty.py"]["reason"].startswith("the source is empty")

@@ -18,6 +18,9 @@ VERDICTS_OF_BAD_SOLUTIONS = {
     "1_allreduce_syntax.py": ("compile-error", "syntax error"),
     "1_allreduce_symm_mem_style.py": ("pass", ""),
     "1_allreduce_unreadable_on_one_rank.py": ("fail", "trial 1: rank 0: the solution's outputs could not be read"),
+    "1_allreduce_forges_an_overflowing_shape.py": ("fail", "trial 0: rank 0: the solution's outputs could not be read: "
+                                                           "out['out']: a shape of more than"),
+    "1_allreduce_exits_cleanly.py": ("crash", "exited with status 0 before it answered"),
 }
 
 

@@ -372,3 +372,34 @@ def test_a_tokens_file_that_cannot_be_used_is_one_line_and_exit_4(tmp_path, text
     [line] = _errors(result.stderr)
     assert result.returncode == 4 and words in line, result.stderr
     assert not (tmp_path / "data").exists()  # refused before the service touched anything
+
+
+HANGS_ON_IMPORT = "import time\n\ntime.sleep(1000)\n\ndef solution(x):\n    return x\n"
+
+
+def test_a_client_whose_builds_hang_leaves_a_builder_to_others_and_its_cancel_kills_them(tmp_path):
+    """One client's sources that hang their builds hold one of two builders at most (a builder
+    stays for every other client: another's honest job passes while they hang), and cancelling
+    them kills their builds at once (a hung build held its builder until the build limit, 600 s by
+    default, after its job was cancelled, and the cancelling client's next job waited behind it)."""
+    service = Server(tmp_path / "data", "--devices", "2", "--timeout", "30", "--build-jobs", "2",
+                     "--build-timeout", "500")
+    try:
+        with Client(service.url, timeout=120) as client:
+            hung = [client.submit(1, HANGS_ON_IMPORT + f"# {i}\n", backend="reference", client="alice")
+                    for i in range(3)]
+            deadline = time.monotonic() + 30
+            while client.get(hung[0].id).state.value != "building" and time.monotonic() < deadline:
+                time.sleep(0.1)
+            other = client.submit(1, ALLREDUCE, backend="triton", client="bob")
+            assert client.wait(other.id, timeout=90).record.verdict.value == "pass"
+            assert [client.get(job.id).state.value for job in hung] == ["building", "queued", "queued"]
+            for job in hung:
+                assert client.cancel(job.id).state.value == "cancelled"
+            started = time.monotonic()
+            again = client.submit(1, ALLREDUCE + "\n# again\n", backend="triton", client="alice")
+            assert client.wait(again.id, timeout=90).record.verdict.value == "pass"
+            assert time.monotonic() - started < 60
+            assert [client.get(job.id).state.value for job in hung] == ["cancelled"] * 3
+    finally:
+        service.stop()

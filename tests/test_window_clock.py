@@ -320,6 +320,9 @@ def test_window_mode_judges_honest_and_hostile_solutions(pkb_invoke, tmp_path):
     # is never given one to be wrong on (every other set was, and a timed call could tell which).
     integers = records["1_allreduce_wrong_on_integer_timed_sets.py"]
     assert integers["verdict"] == "pass", integers
+    # Layouts the judge cannot make tensors of are the candidate's failure, not the judge's error.
+    forged = records["1_allreduce_forges_its_layouts.py"]
+    assert forged["verdict"] == "fail" and "its outputs could not be read back" in forged["reason"], forged
 
 
 def test_problems_whose_sets_hold_layers_or_vary_by_trial_time_in_every_mode(pkb_invoke, tmp_path, monkeypatch):

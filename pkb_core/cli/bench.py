@@ -22,6 +22,7 @@ from pathlib import Path
 
 import click
 
+from pkb_core.cli.numbers import FiniteFloatRange
 from pkb_core.cli.config_values import ListOption
 from pkb_core.cli.limits import limit_options
 
@@ -86,9 +87,9 @@ def _read_sizes(ctx, param, value) -> list[int]:
 @click.option("--warmup", type=click.IntRange(min=0), default=20, show_default=True, help="Warm-up iterations.")
 @click.option("--iters", type=click.IntRange(min=1), default=50, show_default=True, help="Timed iterations.")
 @click.option("--device", type=click.Choice(["auto", "cuda", "cpu"]), default="auto")
-@click.option("--timeout", "job_timeout", type=click.FloatRange(min=0, min_open=True), default=None,
+@click.option("--timeout", "job_timeout", type=FiniteFloatRange(min=0, min_open=True), default=None,
               help="Seconds per job (default 120 CPU, 300 GPU).")
-@click.option("--build-timeout", type=click.FloatRange(min=0, min_open=True), default=600.0, show_default=True,
+@click.option("--build-timeout", type=FiniteFloatRange(min=0, min_open=True), default=600.0, show_default=True,
               help="Seconds one solution's build may take in the compile phase before any job runs.")
 @click.option("--build-jobs", type=click.IntRange(min=1), default=None,
               help="Builds at once in the compile phase (default: by the node's cores and memory).")

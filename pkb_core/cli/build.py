@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from pkb_core.cli.numbers import FiniteFloatRange
 from pkb_core.cli.config_values import ListOption
 from pkb_core.contracts.verdict import Verdict
 
@@ -20,7 +21,7 @@ from pkb_core.contracts.verdict import Verdict
               help="Ids, names, categories or ranges (default: all).")
 @click.option("--device", type=click.Choice(["auto", "cuda", "cpu"]), default="auto", show_default=True,
               help="The device type the builds are for (nothing runs on it).")
-@click.option("--build-timeout", type=click.FloatRange(min=0, min_open=True), default=600.0, show_default=True,
+@click.option("--build-timeout", type=FiniteFloatRange(min=0, min_open=True), default=600.0, show_default=True,
               help="Seconds one build may take.")
 @click.option("--build-jobs", type=click.IntRange(min=1), default=None, help="Builds at once (default: by cores and memory).")
 @click.option("--json", "json_", is_flag=True,

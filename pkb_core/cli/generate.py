@@ -5,6 +5,7 @@ from pathlib import Path
 
 import click
 
+from pkb_core.cli.numbers import FiniteFloatRange
 from pkb_core.errors import PkbError
 from pkb_core.cli.config_values import ListOption
 from pkb_core.cli.prompt import prompt_options, prompt_request
@@ -20,7 +21,7 @@ from pkb_core.cli.prompt import prompt_options, prompt_request
 @click.option("--samples", type=click.IntRange(min=1), default=1, show_default=True,
               help="Replies per problem (files <id>_<name>_<k>.py when more than one).")
 @click.option("--out", default=None, help="Output directory (default generated/<backend>/<model>).")
-@click.option("--temperature", type=click.FloatRange(min=0), default=None,
+@click.option("--temperature", type=FiniteFloatRange(min=0), default=None,
               help="Sampling temperature, 0 or more (default: the provider's).")
 @click.option("--max-tokens", type=click.IntRange(min=1), default=None,
               help="Reply length limit (default: the provider's).")
@@ -34,13 +35,13 @@ from pkb_core.cli.prompt import prompt_options, prompt_request
 @click.option("--measure-perf", is_flag=True, help="With --rounds: time each passing file; the feedback gives the "
                                                    "speedup and the speed-of-light fraction.")
 @click.option("--trials", type=click.IntRange(min=1), default=5, show_default=True, help="With --rounds: checked trials.")
-@click.option("--timeout", type=click.FloatRange(min=1), default=None, help="With --rounds: seconds a job may run.")
+@click.option("--timeout", type=FiniteFloatRange(min=1), default=None, help="With --rounds: seconds a job may run.")
 @click.option("--stop-when-no-improvement", is_flag=True,
               help="With --rounds: stop a problem after a round that did not beat its best one.")
 @click.option("--max-tokens-total", type=click.IntRange(min=1), default=None,
               help="With --rounds: start no round once this many tokens were used (the provider's counts, "
                    "else characters / 4).")
-@click.option("--max-wall-time", type=click.FloatRange(min=0), default=None,
+@click.option("--max-wall-time", type=FiniteFloatRange(min=0), default=None,
               help="With --rounds: start no round after this many seconds.")
 @click.pass_obj
 def generate(pm, problems, backend, device, precision, hardware, size, nproc, template, model, provider, samples,

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import click
 
+from pkb_core.cli.numbers import FiniteFloatRange
 from pkb_core.errors import PkbError
 from pkb_core.plugin.reference_backend import NAME as REFERENCE
 from pkb_core.cli.config_values import ListOption
@@ -57,11 +58,11 @@ from pkb_core.plugin.hookspecs import hookimpl
 @click.option("--min-iters", type=click.IntRange(min=1), default=None,
               help="At least this many timed calls per side and mode (default by size: 10, 100, 50; at most --iters).")
 @click.option("--device", type=click.Choice(["auto", "cuda", "cpu"]), default="auto", show_default=True)
-@click.option("--build-timeout", type=click.FloatRange(min=0, min_open=True), default=600.0, show_default=True,
+@click.option("--build-timeout", type=FiniteFloatRange(min=0, min_open=True), default=600.0, show_default=True,
               help="Seconds one solution's build may take in the compile phase before any job runs.")
 @click.option("--build-jobs", type=click.IntRange(min=1), default=None,
               help="Builds at once in the compile phase (default: by the node's cores and memory).")
-@click.option("--timeout", "job_timeout", type=click.FloatRange(min=0, min_open=True), default=None,
+@click.option("--timeout", "job_timeout", type=FiniteFloatRange(min=0, min_open=True), default=None,
               help="Seconds a job may run before it is a timeout (default 120 on CPU, 300 on GPU).")
 @click.option("--out", default=None,
               help="Run directory (default runs/<time>); a rerun into it skips recorded jobs (see --force).")

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import click
 
+from pkb_core.cli.numbers import FiniteFloatRange
 from pkb_core.cli.limits import limit_options
 from pkb_core.errors import CannotStart, PkbError
 from pkb_core.serve.quota import DEFAULT_MAX_JOBS, DEFAULT_MAX_SOURCE_BYTES
@@ -36,10 +37,13 @@ LOCALHOST = ("127.0.0.1", "::1", "localhost")
               help="Jobs waiting at most; more are refused with 429.")
 @click.option("--max-source-kb", type=click.IntRange(min=1), default=512, show_default=True,
               help="Largest solution source accepted.")
-@click.option("--timeout", "job_timeout", type=click.FloatRange(min=0, min_open=True), default=None,
+@click.option("--timeout", "job_timeout", type=FiniteFloatRange(min=0, min_open=True), default=None,
               help="Seconds a job may run (default 120 on CPU, 300 on GPU; a submission may ask for less).")
 @click.option("--build-jobs", type=click.IntRange(min=1), default=None,
-              help="Builds at once in the compile pool (default: by cores and memory).")
+              help="Builds at once in the compile pool (default: by cores and memory); one client holds all "
+                   "but one of them at most.")
+@click.option("--build-timeout", type=FiniteFloatRange(min=0, min_open=True), default=600.0, show_default=True,
+              help="Seconds one solution's build may take before it is a compile-error.")
 @click.option("--token", envvar="PKB_SERVE_TOKEN", default=None,
               help="Bearer token every request must carry (env PKB_SERVE_TOKEN): the admin's, which sees every "
                    "job; required beyond localhost, unless --tokens gives tokens.")
@@ -51,17 +55,17 @@ LOCALHOST = ("127.0.0.1", "::1", "localhost")
                    "more are refused with 429.")
 @click.option("--client-max-source-mb", type=click.IntRange(min=1), default=DEFAULT_MAX_SOURCE_BYTES >> 20,
               show_default=True, help="MiB of sources one client keeps at most; more are refused with 429.")
-@click.option("--retention-days", type=click.FloatRange(min=0), default=30.0, show_default=True,
+@click.option("--retention-days", type=FiniteFloatRange(min=0), default=30.0, show_default=True,
               help="Days a finished job (its record and source) is kept; pruned at start and hourly (0: for ever).")
 @click.option("--ray", "ray_address", is_flag=False, flag_value="auto", default=None, metavar="[ADDRESS]",
               help="Place groups as Ray actors on the Ray cluster at ADDRESS (alone: the one this node is in); "
                    "needs pkb[ray].")
-@click.option("--place-timeout", type=click.FloatRange(min=0, min_open=True), default=600.0, show_default=True,
+@click.option("--place-timeout", type=FiniteFloatRange(min=0, min_open=True), default=600.0, show_default=True,
               help="Seconds a job waits for a world size no node can hold before it is an error (--ray).")
 @click.pass_obj
 @limit_options  # --memory-limit, --max-processes, --log-cap: pkb_core/cli/limits.py
-def serve(pm, host, port, data_dir, device, devices, max_queued, max_source_kb, job_timeout, build_jobs, token,
-          tokens_file, client_max_jobs, client_max_source_mb, retention_days, ray_address, place_timeout, limits):
+def serve(pm, host, port, data_dir, device, devices, max_queued, max_source_kb, job_timeout, build_jobs, build_timeout,
+          token, tokens_file, client_max_jobs, client_max_source_mb, retention_days, ray_address, place_timeout, limits):
     """Run the reward service: an HTTP queue of jobs on warm groups of this node, or of a Ray cluster's
     nodes with --ray (docs/serve.md)."""
     _serve_extra("pkb serve", "fastapi", "uvicorn")
@@ -94,6 +98,7 @@ def serve(pm, host, port, data_dir, device, devices, max_queued, max_source_kb, 
             raise PkbError(f"--devices {devices} but only {available} GPU(s) here")
     config = ServiceConfig(data_dir=data_dir, device=device, devices=devices, max_queued=max_queued,
                            max_source_bytes=max_source_kb << 10, job_timeout=job_timeout, build_workers=build_jobs,
+                           build_timeout=build_timeout,
                            place_timeout=place_timeout, limits=limits, client_max_jobs=client_max_jobs,
                            client_max_source_bytes=client_max_source_mb << 20, retention_days=retention_days)
     from pkb_core.process.reaper import become_subreaper
@@ -205,7 +210,7 @@ def _server_options(command):
 @click.option("--nproc", "world_size", type=click.IntRange(min=1), default=None, help="World size (default 2).")
 @click.option("--trials", type=click.IntRange(min=1), default=5, show_default=True)
 @click.option("--measure-perf", is_flag=True, help="Time each job against the reference (--wait prints the speedup).")
-@click.option("--timeout", "job_timeout", type=click.FloatRange(min=0, min_open=True), default=None,
+@click.option("--timeout", "job_timeout", type=FiniteFloatRange(min=0, min_open=True), default=None,
               help="Seconds each job may run (default: the service's --timeout; at most 3600).")
 @click.option("--priority", type=int, default=0, show_default=True)
 @click.option("--client", default=None, help="Client tag for the fair share (default: $USER).")

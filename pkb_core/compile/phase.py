@@ -53,6 +53,10 @@ from pkb_core.process.channel import REPLY_FD_ENV
 
 #: Seconds one build may take unless told otherwise.
 BUILD_TIMEOUT_S = 600.0
+
+
+class BuildCancelled(Exception):
+    """The phase was stopped by its ``cancelled`` event; its builders were killed."""
 #: The names of builds' temporary folders (``<tmp>/pkb-build-<pid>-<start>-<random>``).
 SCRATCH_PREFIX = "pkb-build-"
 
@@ -70,7 +74,7 @@ class BuildPhase:
     def __init__(self, *, backend: str, device: str, run_dir: Path, options: dict | None = None, preload=(),
                  workers: int | None = None, timeout: float = BUILD_TIMEOUT_S, on_result=None, starter=None,
                  memory_mib: int | None = None, max_processes: int | None = None, log_cap_mib: int | None = None,
-                 hidden=(), environment=()):
+                 hidden=(), environment=(), cancelled=None):
         self.backend = backend
         self.device = device
         self.run_dir = Path(run_dir)
@@ -94,6 +98,9 @@ class BuildPhase:
         self.hidden = tuple(str(folder) for folder in hidden)
         #: The backend's own variables a builder gets besides pkb's allow-list (``BackendInfo.environment``).
         self.environment = tuple(environment)
+        #: A :class:`threading.Event` set to stop the phase (the service's cancel of a job that builds):
+        #: its builders are killed and :meth:`run` raises :class:`BuildCancelled`.
+        self.cancelled = cancelled
         self.summary: dict = {}
         #: The users of this phase's builds alive (each build runs as a user of its own).
         self._users: set[int] = set()
@@ -145,6 +152,8 @@ class BuildPhase:
                     running.append(self._start(solution, problem_path))
                     building.add(content[solution])
                 time.sleep(0.05)
+                if self.cancelled is not None and self.cancelled.is_set():
+                    raise BuildCancelled()
                 for build in list(running):
                     result = self._finished(build)
                     if result is not None:
@@ -166,19 +175,29 @@ class BuildPhase:
         return results
 
     def _refusals(self, solutions) -> dict:
-        """``{solution: BuildResult}`` for the solutions refused from their text alone
-        (:func:`pkb_core.candidate.solution.source_refusal`: an import the backend
-        cannot serve, a multicast call pkb cannot watch where multicast is off):
-        ``unsupported`` at once, no builder started, nothing cached (the answer
+        """``{solution: BuildResult}`` for the solutions refused from their text alone: no
+        solution file (empty, not UTF-8: :func:`pkb_core.compile.source_defects.file_defect`),
+        ``compile-error``; an import the backend cannot serve, a multicast call pkb cannot watch
+        where multicast is off (:func:`pkb_core.candidate.solution.source_refusal`),
+        ``unsupported``. At once, no builder started, nothing cached (the answer
         depends on this machine's settings, and costs a read)."""
         from pkb_core.candidate.solution import source_refusal
+        from pkb_core.compile.source_defects import file_defect
         from pkb_core.plugin.manager import backend_infos, get_plugin_manager
+        from pkb_core.problem.source import read_solution
 
         info = backend_infos(get_plugin_manager(backend=self.backend)).get(self.backend)
         if info is None:
             return {}  # the builder reports the missing backend
         refused = {}
         for solution in solutions:
+            try:
+                defect = file_defect(read_solution(solution))
+            except OSError:
+                defect = None  # the builder says why it cannot be read
+            if defect:
+                refused[solution] = BuildResult(False, defect, 0.0)
+                continue
             reason = source_refusal(info, solution, self.device)
             if reason:
                 refused[solution] = BuildResult(False, reason, 0.0, verdict=Verdict.UNSUPPORTED)

@@ -6,7 +6,8 @@ source cut in the middle of a character, or a client that decoded bytes with
 larger than a service keeps. Each is that one submission's ``compile-error``,
 with the reason, exactly like a file that does not parse: the reward service
 (:mod:`pkb_core.serve.intake`) records it as a job like any other, and
-:func:`pkb_core.evaluate` returns it, without starting a builder. So a batch of
+``pkb run``'s compile phase (:meth:`pkb_core.compile.phase.CompilePhase._refusals`) and
+:func:`pkb_core.evaluate` return it, without starting a builder. So a batch of
 completions gets one record per completion, whatever one of them holds.
 """
 from __future__ import annotations
@@ -33,3 +34,13 @@ def source_defect(source: str, max_bytes: int | None = None) -> str | None:
     if not source.strip():
         return "the source is empty: no code was submitted (a solution file defines solution(...))"
     return None
+
+
+def file_defect(data: bytes) -> str | None:
+    """Why a solution file's bytes ``data`` are no solution file before anything builds it (one
+    line), or None: the same refusals as :func:`source_defect`, for a file read from disk."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return f"the file is not UTF-8 text ({exc.reason} at byte {exc.start}); a solution file is UTF-8 Python"
+    return source_defect(text)

@@ -57,6 +57,11 @@ class Limits:
 
 
 UNTRUSTED = Limits()
+
+#: A tensor's dimensions, and its elements with every zero dimension counted as one, at most (a
+#: shape beyond them is no tensor torch can make).
+MAX_DIMS = 64
+MAX_ELEMENTS = 2 ** 62
 TRUSTED = Limits(max_depth=10_000, max_nodes=10**9, max_str=10**9,
                  kinds=UNTRUSTED.kinds | {"group", "linear"})
 
@@ -230,8 +235,12 @@ class _Reader:
         if dtype is None:
             raise ParcelError(f"{where}: unknown dtype {node.get('dtype')!r}")
         shape, at, n = node.get("shape"), node.get("at"), node.get("n")
-        if not (isinstance(shape, list) and all(type(d) is int and d >= 0 for d in shape)):
-            raise ParcelError(f"{where}: bad shape {shape!r}")
+        if not (isinstance(shape, list) and len(shape) <= MAX_DIMS and all(type(d) is int and d >= 0 for d in shape)):
+            raise ParcelError(f"{where}: bad shape {str(shape)[:200]}")
+        # torch multiplies every dimension, a zero one too, in 64 bits: a shape of no elements whose
+        # other dimensions overflow would pass the byte count below and fail in reshape
+        if math.prod(max(d, 1) for d in shape) > MAX_ELEMENTS:
+            raise ParcelError(f"{where}: a shape of more than {MAX_ELEMENTS} elements ({str(shape)[:200]})")
         itemsize = torch.empty((), dtype=dtype).element_size()
         if type(at) is not int or type(n) is not int or at < 0 or n != math.prod(shape) * itemsize:
             raise ParcelError(f"{where}: {n!r} bytes at {at!r} do not hold a {dtype_name(dtype)} tensor of shape {shape}")
@@ -377,15 +386,28 @@ def pack_into(tree, buffer: torch.Tensor, *, group_blocks=None, copies: str = "e
     return skeleton
 
 
-def skeleton_end(skeleton) -> int:
-    """Where the last tensor a skeleton describes ends: the bytes of its buffer it fills."""
-    if isinstance(skeleton, dict):
-        own = skeleton.get("at", 0) + skeleton.get("n", 0) if skeleton.get("k") == "tensor" else 0
-        inner = [skeleton_end(v) for key, v in skeleton.items() if key in ("v", "weight", "bias")]
-        return max([own, *inner])
-    if isinstance(skeleton, list):
-        return max([0, *(skeleton_end(item) for item in skeleton)])
-    return 0
+def skeleton_end(skeleton, limits: Limits = UNTRUSTED) -> int:
+    """Where the last tensor a skeleton describes ends: the bytes of its buffer it fills.
+
+    :raises ParcelError: the skeleton is deeper or larger than ``limits`` allow, or a tensor's
+        ``at`` or ``n`` is not a whole number of bytes (a candidate's skeleton is read here before
+        the bytes it describes)."""
+    end, nodes, pending = 0, 0, [(skeleton, 0)]
+    while pending:
+        node, depth = pending.pop()
+        nodes += 1
+        if depth > limits.max_depth or nodes > limits.max_nodes:
+            raise ParcelError("the layout is too deep or too large")
+        if isinstance(node, dict):
+            if node.get("k") == "tensor":
+                at, n = node.get("at", 0), node.get("n", 0)
+                if type(at) is not int or type(n) is not int or at < 0 or n < 0:
+                    raise ParcelError(f"a tensor of {str(n)[:40]} bytes at {str(at)[:40]}")
+                end = max(end, at + n)
+            pending.extend((v, depth + 1) for key, v in node.items() if key in ("v", "weight", "bias"))
+        elif isinstance(node, list):
+            pending.extend((item, depth + 1) for item in node)
+    return end
 
 
 def packed_size(tree) -> int:

@@ -42,7 +42,7 @@ from pkb_core.contracts.commands_judge import (JUDGE_SIDES, Armed, ArmWindows, C
 from pkb_core.contracts.messages import Done, Finding, Packed, Parcel, Profiled, ProfileRequest, Warmed
 from pkb_core.contracts.verdict import Verdict
 from pkb_core.contracts.dtypes import torch_dtype
-from pkb_core.errors import mib_text
+from pkb_core.errors import describe, mib_text
 from pkb_core.judge.check import EXACT_TOLERANCE, Finding as Difference, compare
 from pkb_core.judge.clock import NoRoom, TimekeeperFailed
 from pkb_core.harness import mask
@@ -142,8 +142,6 @@ class JudgeRank:
             ref_out = self.problem.reference(*ref_args)
             self._sync()
         except Exception as exc:  # noqa: BLE001 - a reference that raises is the job's error
-            from pkb_core.errors import describe
-
             return Finding(verdict=Verdict.ERROR, reason=f"the reference raised {describe(exc)}")
         self.last_reference = ref_out
         self.ref_out_bytes = packed_size({"out": ref_out, "args": ref_args})
@@ -213,8 +211,10 @@ class JudgeRank:
         limits = UNTRUSTED if budget is None else dataclasses.replace(UNTRUSTED, max_bytes=2 * budget + (1 << 20))
         try:
             value = unpack(candidate.skeleton, candidate.path, device=self.device, limits=limits)
-        except (ParcelError, KeyError, TypeError) as exc:
+        except ParcelError as exc:
             return f"the solution's outputs could not be read: {exc}"
+        except Exception as exc:  # noqa: BLE001 - whatever its description makes fail is the candidate's
+            return f"the solution's outputs could not be read: {describe(exc)}"
         if not (isinstance(value, dict) and set(value) == {"out", "args"}):
             return "the solution's outputs could not be read: not the harness's parcel"
         return value
@@ -620,9 +620,10 @@ class JudgeRank:
                                       f"the {kept} bytes it said it filled before its done (the `used` word), "
                                       "which is all its snapshot holds")
                 received = unpack_from(skeletons[index], keeper.snap[at:at + kept], limits=budget)
-            except ParcelError as exc:
+            except Exception as exc:  # noqa: BLE001 - whatever its description makes fail is the candidate's
+                shown = exc if isinstance(exc, ParcelError) else describe(exc)
                 return Finding(verdict=Verdict.FAIL, reason=f"timed call {index}: its outputs could not be read "
-                                                            f"back ({exc})")
+                                                            f"back ({shown})")
             if not (isinstance(received, dict) and set(received) == {"out", "args"}):
                 return Finding(verdict=Verdict.FAIL, reason=f"timed call {index}: its outputs could not be read back")
             unpacked = time.perf_counter()

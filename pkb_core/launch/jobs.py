@@ -50,14 +50,15 @@ def run_jobs(jobs: list[Job], settings: LaunchSettings, reporter: Reporter | Non
 
 
 def compile_phase(jobs: list[Job], settings: LaunchSettings, reporter: Reporter | None = None,
-                  starter=None) -> tuple[list[Job], list[Record]]:
+                  starter=None, cancelled=None) -> tuple[list[Job], list[Record]]:
     """Build every job's solution ahead of its launch; ``(the jobs that built, the
     records of those that did not)``.
 
     Each job gets ``compile`` (seconds, whether it came from the cache); the
     ones that failed are recorded as ``compile-error`` (or ``unsupported``)
     here (on the node that writes records). ``starter``: how builders start
-    (:attr:`pkb_core.compile.phase.BuildPhase.starter`)."""
+    (:attr:`pkb_core.compile.phase.BuildPhase.starter`); ``cancelled``: an event that stops the
+    phase (:attr:`pkb_core.compile.phase.BuildPhase.cancelled`)."""
     from pkb_core.compile.phase import BuildPhase
 
     reporter = reporter or Reporter()
@@ -65,7 +66,8 @@ def compile_phase(jobs: list[Job], settings: LaunchSettings, reporter: Reporter 
                        options=settings.options, preload=settings.preload, workers=settings.build_workers,
                        timeout=settings.build_timeout, on_result=reporter.build, starter=starter,
                        memory_mib=settings.memory_mib, max_processes=settings.max_processes,
-                       log_cap_mib=settings.log_cap_mib, hidden=settings.hidden, environment=settings.environment)
+                       log_cap_mib=settings.log_cap_mib, hidden=settings.hidden, environment=settings.environment,
+                       cancelled=cancelled)
     results = phase.run([(job.solution, job.problem_path) for job in jobs])
     built, records = [], []
     for job in jobs:

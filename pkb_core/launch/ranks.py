@@ -185,6 +185,7 @@ class RankGroup:
         answers: dict = {}
         first_error_at = None
         dead_at = None
+        next_exit_poll = time.monotonic() + CANCEL_POLL_S
         while len(answers) < len(self.workers):
             now = time.monotonic()
             limit = deadline
@@ -217,12 +218,17 @@ class RankGroup:
                     self.selector.unregister(key.fd)
                     if worker.rank not in answers:
                         dead_at = dead_at or time.monotonic()
+            if dead_at is None and time.monotonic() >= next_exit_poll:
+                # A rank's pipe stays open while a child of its holds it: its exit is read too
+                next_exit_poll = time.monotonic() + CANCEL_POLL_S
+                if any(w.proc.poll() is not None for w in self.workers if w.rank not in answers):
+                    dead_at = time.monotonic()
         errors = [(r, a) for r, a in sorted(answers.items()) if isinstance(a, Failure)]
         if len(answers) == len(self.workers):
             if errors:
                 raise self._error(errors[0])
             return [answers[w.rank] for w in self.workers]
-        died = self._deaths()
+        died = self._deaths(answered=set(answers))
         refusal = self.store_refusal()
         if refusal:
             raise JobEnded(Verdict.FLAGGED, f"{refusal} ({self.phases()})")
@@ -265,8 +271,9 @@ class RankGroup:
     def phases(self) -> str:
         return ", ".join(f"{self.label} {w.rank}: {w.phase}" for w in self.workers)
 
-    def _deaths(self) -> str | None:
-        """``"<label> r died with SIGxxx"`` for the first process that died, else None."""
+    def _deaths(self, answered: set = frozenset()) -> str | None:
+        """``"<label> r died with SIGxxx"`` for the first process that died, else None; a rank
+        not among ``answered`` that exited, with status 0 too, died before its answer."""
         time.sleep(0.05)
         found = []
         for worker in self.workers:
@@ -279,6 +286,8 @@ class RankGroup:
                 found.append((name in ("SIGKILL", "SIGTERM"), f"{self.label} {worker.rank} died with {name}"))
             elif code != 0:
                 found.append((True, f"{self.label} {worker.rank} exited with status {code}"))
+            elif worker.rank not in answered:
+                found.append((True, f"{self.label} {worker.rank} exited with status 0 before it answered"))
         found.sort(key=lambda item: item[0])
         return found[0][1] if found else None
 

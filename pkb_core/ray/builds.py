@@ -95,19 +95,46 @@ class RayBuilds:
     def __init__(self, workers: int):
         self.workers = workers
         self._gate = threading.BoundedSemaphore(workers)
+        #: Each build's task while it runs, by job id, and the ids cancelled before theirs began.
+        self._tasks: dict[str, ray.ObjectRef] = {}
+        self._cancelled: set[str] = set()
+        self._lock = threading.Lock()
 
-    def submit(self, job: Job, settings: LaunchSettings, done) -> None:
+    def submit(self, job: Job, settings: LaunchSettings, done, job_id: str) -> None:
         source = Path(job.solution).read_text() if job.solution else ""
-        threading.Thread(target=self._run, args=(job, settings, source, done), daemon=True,
+        threading.Thread(target=self._run, args=(job, settings, source, done, job_id), daemon=True,
                          name="pkb-ray-build").start()
 
-    def _run(self, job, settings, source, done) -> None:
+    def cancel(self, job_id: str) -> None:
+        """Stop the job's task (Ray kills its worker, and the builder with it), or keep it from starting."""
+        with self._lock:
+            task = self._tasks.get(job_id)
+            self._cancelled.add(job_id)
+        if task is not None:
+            ray.cancel(task, force=True)
+
+    def _run(self, job, settings, source, done, job_id) -> None:
+        from pkb_core.serve.builds import CANCELLED
+
         with self._gate:
+            with self._lock:
+                if job_id in self._cancelled:
+                    self._cancelled.discard(job_id)
+                    done(None, None, CANCELLED)
+                    return
+                task = self._tasks[job_id] = build_task.remote(job.to_json(), source, settings.to_json())
             try:
-                built, record, error = ray.get(build_task.remote(job.to_json(), source, settings.to_json()))
-            except Exception as exc:  # noqa: BLE001 - a task Ray lost (its node left): this job's error
-                done(None, None, f"the build's Ray task failed: {type(exc).__name__}: {str(exc)[:300]}")
+                built, record, error = ray.get(task)
+            except Exception as exc:  # noqa: BLE001 - a task Ray lost (its node left), or cancelled: this job's error
+                with self._lock:
+                    cancelled = job_id in self._cancelled
+                done(None, None, CANCELLED if cancelled else
+                     f"the build's Ray task failed: {type(exc).__name__}: {str(exc)[:300]}")
                 return
+            finally:
+                with self._lock:
+                    self._tasks.pop(job_id, None)
+                    self._cancelled.discard(job_id)
         record = Record.from_json(record) if record else None
         if record is not None:  # the task wrote it in its own folder, gone with it: the service's copy
             from pkb_core.serve.service import write_copy

@@ -66,9 +66,14 @@ class BuildPool(Protocol):
 
     workers: int
 
-    def submit(self, job: Any, settings: LaunchSettings, done: Callable) -> None:
-        """Build ``job``, then call ``done(built job or None, record or None, error or None)``; a
-        record (of a solution that did not build) has been written to ``settings.run_dir`` then."""
+    def submit(self, job: Any, settings: LaunchSettings, done: Callable, job_id: str) -> None:
+        """Build ``job`` (the service's job ``job_id``), then call ``done(built job or None, record or
+        None, error or None)``; a record (of a solution that did not build) has been written to
+        ``settings.run_dir`` then."""
+
+    def cancel(self, job_id: str) -> None:
+        """Stop ``job_id``'s build if it still runs (its job was cancelled): its builder is killed and
+        ``done`` is called with an error. A build already finished or unknown: nothing."""
 
     def stop(self) -> None:
         """Stop taking builds."""

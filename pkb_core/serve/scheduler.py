@@ -74,8 +74,10 @@ class Scheduler:
         self.place_timeout = place_timeout
         #: When each job that no group could ever hold began to wait (monotonic seconds).
         self._unplaceable: dict[str, float] = {}
-        #: Ids of the jobs whose builds are in the compile pool.
-        self.building: set[str] = set()
+        #: The jobs whose builds are in the compile pool: their clients, by job id.
+        self.building: dict[str, str] = {}
+        #: When each client's recent builds started (the builds' fair share counts those of the last window).
+        self.build_starts: dict[str, collections.deque] = {}
         #: The compile pool (:mod:`pkb_core.serve.builds`): this node's, or Ray tasks anywhere in the cluster.
         self.builds: BuildPool = self.placement.build_pool(build_workers, self.data_dir / "logs" / "builders.log")
         self.build_workers = build_workers
@@ -95,15 +97,22 @@ class Scheduler:
         self._wake.set()
 
     def cancel(self, job_id: str) -> None:
-        """Cancel a job: a waiting one at once, a running one by killing its candidate."""
+        """Cancel a job: a waiting one at once (its build, if it builds, is killed), a running one by
+        killing its candidate."""
         from pkb_core.serve.store import WAITING
 
         if self.store.set_state(job_id, JobState.CANCELLED, note="cancelled before it ran", only_from=WAITING):
-            self.lane_keys.pop(job_id, None)
+            self.cancelled_waiting(job_id)
             return
         for lane in list(self.lanes.values()):
             if lane.job_id == job_id:
                 lane.cancel(job_id)
+
+    def cancelled_waiting(self, job_id: str) -> None:
+        """``job_id``, waiting, was cancelled in the store: forget its lane, stop its build."""
+        self.lane_keys.pop(job_id, None)
+        if job_id in self.building:
+            self.builds.cancel(job_id)
 
     def stop(self) -> None:
         """Stop the loop, the lanes (each after its running job is killed with it) and the builds."""
@@ -149,13 +158,31 @@ class Scheduler:
 
     # -- builds --------------------------------------------------------------------------
     def _start_builds(self, queued: list) -> None:
-        for item in sorted(queued, key=lambda w: -w["priority"]):
-            if len(self.building) >= self.build_workers:
+        """Start builds of ``queued`` jobs while the pool has room: higher priority first, then the
+        client with the fewest builds running, then the fewest started in the last
+        :data:`SHARE_WINDOW_S`, then submission order; no client holds more than
+        :meth:`builds_per_client` builds at once, so one client's sources that build slowly (or
+        hang until the build limit) leave a builder to every other client's."""
+        now = time.monotonic()
+        for client, starts in list(self.build_starts.items()):
+            while starts and starts[0] < now - SHARE_WINDOW_S:
+                starts.popleft()
+            if not starts:
+                del self.build_starts[client]
+        remaining = list(queued)  # in submission order (min() keeps the earliest of equals)
+        while remaining and len(self.building) < self.build_workers:
+            running = collections.Counter(self.building.values())
+            eligible = [w for w in remaining if running[w["client"]] < self.builds_per_client()]
+            if not eligible:
                 return
+            item = min(eligible, key=lambda w: (-w["priority"], running[w["client"]],
+                                                len(self.build_starts.get(w["client"], ()))))
+            remaining.remove(item)
             if self.store.set_state(item["id"], JobState.BUILDING, note="", only_from=(JobState.QUEUED,)):
                 job = Job.from_json(item["job"])
                 key = self._key(item)
-                self.building.add(item["id"])
+                self.building[item["id"]] = item["client"]
+                self.build_starts.setdefault(item["client"], collections.deque()).append(now)
                 done = self._built_callback(item["id"], job, key)
                 try:
                     settings = self.settings_for(key)
@@ -164,13 +191,22 @@ class Scheduler:
 
                     done(None, None, f"the job's launch could not be set up: {describe(exc)}")
                     continue
-                self.builds.submit(job, settings, done)
+                self.builds.submit(job, settings, done, item["id"])
+
+    def builds_per_client(self) -> int:
+        """The most builds one client holds at once: all but one of the pool's (all of a pool of one)."""
+        return max(1, self.build_workers - 1)
 
     def _built_callback(self, job_id: str, job: Job, key: tuple):
         """What the compile pool calls with a build's outcome (from its thread): the outcome goes
-        through the results queue to the loop (an error's record is the scheduler's own, to write)."""
+        through the results queue to the loop (an error's record is the scheduler's own, to write;
+        a build stopped by its job's cancel has none)."""
+        from pkb_core.serve.builds import CANCELLED
+
         def done(built, record, error):
-            if error is not None:
+            if error == CANCELLED:
+                built = record = None
+            elif error is not None:
                 record = self._error_record(job, key, error)
             self._results.put(("built", job_id, built, record, error is not None))
             self.wake()
@@ -286,7 +322,7 @@ class Scheduler:
     def _on_result(self, kind, *args) -> None:
         if kind == "built":
             job_id, job, record, own = args
-            self.building.discard(job_id)
+            self.building.pop(job_id, None)
             if record is not None:
                 self.lane_keys.pop(job_id, None)
                 self.report(job_id, record, write=own)  # not own: the build pool wrote it (protocols.BuildPool)

@@ -288,7 +288,7 @@ class Service:
         selection = dict(ids=request.ids, client=request.client, owner=caller.owner)
         cancelled = self.store.cancel_waiting(**selection)
         for job_id in cancelled:
-            self.scheduler.lane_keys.pop(job_id, None)
+            self.scheduler.cancelled_waiting(job_id)
         running = self.store.ids(**selection, states=(JobState.RUNNING,))
         for job_id in running:
             self.scheduler.cancel(job_id)
