@@ -154,3 +154,14 @@ def test_a_difference_below_six_digits_is_shown_with_the_digits_it_needs():
     line = compare(ref * (1 + 1e-6), ref, {"rtol": 0.0, "atol": 0.0})
     assert "(got 33.000030517578125, expected 33.0)" in line, line
     assert "(got 1, expected 0)" in compare(ref + 1, ref, {"rtol": 0.0, "atol": 0.0})
+
+
+def test_python_float_outputs_match_infinities_and_nan_only_themselves():
+    """A float output (no built-in problem returns one; a problem pack's may) of -inf where +inf is
+    expected differs (the tolerance's inf had read it equal), and +inf matches +inf (inf - inf is
+    NaN, which had read it different)."""
+    inf = float("inf")
+    assert compare(-inf, inf) is not None and compare(1.0, inf) is not None and compare(inf, 1.0) is not None
+    assert compare(inf, inf) is None and compare(-inf, -inf) is None
+    assert compare(float("nan"), float("nan")) is None and compare(float("nan"), 1.0) is not None
+    assert compare(1.0 + 1e-14, 1.0) is None and compare(1.1, 1.0) is not None

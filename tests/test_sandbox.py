@@ -224,3 +224,47 @@ def test_libraries_that_write_under_home_work_as_the_jobs_user(pkb_invoke, plain
                         "--out", tmp_path / "run", "--json", "--timeout", "60")
     (record,) = _records(result).values()
     assert record["verdict"] == "pass", record["reason"]
+
+
+_LISTS_SHARED_MEMORY_MOUNTS = '''
+import torch.distributed as dist
+
+
+def solution(tensor):
+    points = set()
+    with open("/proc/self/mountinfo") as info:
+        for line in info:
+            point = line.split()[4]
+            if point == "/dev/shm" or point.startswith("/dev/shm/"):
+                points.add(point)
+    chain = sorted(points, key=len)
+    if any(not inner.startswith(outer) for outer, inner in zip(chain, chain[1:])):
+        raise ValueError(f"mounts of other folders in /dev/shm: {chain}")
+    out = tensor.clone()
+    dist.all_reduce(out)
+    return out
+'''
+
+
+@ROOT_ONLY
+def test_a_candidate_lists_no_other_jobs_folders_among_its_mounts(pkb_invoke, tmp_path):
+    """Another launch's folder in ``/dev/shm`` (a tmpfs of its own, as every launch's, group's and
+    build's is) was listed in a candidate's ``/proc/self/mountinfo`` under its own ``/dev/shm``,
+    with its name and its user (a hostile review saw another session's job folder): a candidate's
+    namespace now holds, in ``/dev/shm``, its own folder and its ancestors alone."""
+    other = Path("/dev/shm") / f"pkb-othertest-{os.getpid()}"
+    other.mkdir()
+    try:
+        if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(other)]).returncode != 0:
+            pytest.skip("cannot mount a tmpfs here")
+        try:
+            solution = tmp_path / "1_allreduce.py"
+            solution.write_text(_LISTS_SHARED_MEMORY_MOUNTS)
+            result = pkb_invoke("run", "--backend", "reference", "--solution", solution, "--trials", "1", "--json",
+                                "--out", tmp_path / "run")
+            (record,) = json.loads(result.stdout)["results"]
+            assert record["verdict"] == "pass", record["reason"]
+        finally:
+            subprocess.run(["umount", str(other)])
+    finally:
+        other.rmdir()

@@ -160,7 +160,8 @@ def bench(pm, problems, backend, solutions, sizes, nproc, dtype, trials, warmup,
         slow = [nbytes for nbytes in sizes if nbytes > CPU_QUICK_BYTES]
         if slow:
             click.echo(f"note: sizes above {_human(CPU_QUICK_BYTES)} ({', '.join(map(_human, slow))}) can take "
-                       "minutes a job on the CPU; --sizes 4K,64K,1M sweeps in seconds", err=True)
+                       "minutes a job on the CPU (1M: about two); --sizes 4K,16K,64K takes seconds to tens of "
+                       "seconds a job", err=True)
     writable_paths(run_dir, None)
     hold_run_dir_for_command(run_dir)
     keys = [job.key for job, _ in rejected] + [job.key for job in jobs + baseline_jobs]

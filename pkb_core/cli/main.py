@@ -40,6 +40,7 @@ BUILTIN_COMMANDS = [
     "pkb_core.cli.import_pkb:import_pkb",
     "pkb_core.cli.serve:serve",
     "pkb_core.cli.serve:submit",
+    "pkb_core.cli.serve:jobs",
     "pkb_core.cli.serve:cancel",
 ]
 

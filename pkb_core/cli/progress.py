@@ -78,10 +78,15 @@ def speedup_text(record) -> str:
     ``""`` for a record that was not timed."""
     # A speedup is shown only with its interval; without one, only that it cannot be told.
     ci = record.speedup_ci
-    parts = [f"{record.speedup:.2f}x [{ci[0]:.2f}, {ci[1]:.2f}]"] if record.speedup and ci else []
+    parts = [f"{_ratio(record.speedup)}x [{_ratio(ci[0])}, {_ratio(ci[1])}]"] if record.speedup and ci else []
     if record.difference:
         parts.append(record.difference + (" (host timing)" if record.clock == "host" else ""))
     return "  ".join(parts)
+
+
+def _ratio(value: float) -> str:
+    """A speedup with two decimals, or two significant digits below 0.1 (0.003 read "0.00")."""
+    return f"{value:.2f}" if value >= 0.1 else f"{value:.2g}"
 
 
 #: How much of a reason a job line shows (the record keeps all of it).

@@ -197,7 +197,14 @@ def _server_options(command):
     command = click.option("--token", envvar="PKB_SERVE_TOKEN", default=None,
                            help="The service's token (env PKB_SERVE_TOKEN).")(command)
     return click.option("--server", "url", envvar="PKB_SERVER", default="http://127.0.0.1:8765", show_default=True,
-                        help="The service's URL (env PKB_SERVER).")(command)
+                        callback=_service_url, help="The service's URL (env PKB_SERVER).")(command)
+
+
+def _service_url(ctx, param, url: str) -> str:
+    """``url`` with its scheme (``localhost:8765`` read as the scheme ``localhost``: refused in words)."""
+    if "://" not in url:
+        raise click.BadParameter(f"{url!r} has no scheme: http://{url}, say")
+    return url
 
 
 @click.command()
@@ -231,6 +238,7 @@ def submit(ctx, files, url, token, problem, backend, world_size, trials, measure
     import httpx
 
     from pkb_core.client import Client, ServiceError
+    from pkb_core.client.http import UNREACHABLE
     from pkb_core.contracts.verdict import FAILING
 
     typed = ctx.get_parameter_source("backend") == ParameterSource.COMMANDLINE
@@ -271,16 +279,22 @@ def submit(ctx, files, url, token, problem, backend, world_size, trials, measure
                 queued.append((path, view))
                 click.echo(_job_line(view, path), err=progress_to_stderr)
             if wait:
+                ids = " ".join(view.id for _, view in queued)
                 try:
                     queued = [(path, service.wait(view.id)) for path, view in queued]
                 except KeyboardInterrupt:
                     # Interrupting the wait stops nothing on the service: say so, and where the
                     # jobs' verdicts are (a new user's Ctrl-C exited 2 without a word).
-                    ids = " ".join(view.id for _, view in queued)
                     click.echo(f"interrupted: the {len(queued)} job(s) submitted go on on the service ({ids}); "
-                               f"GET {url.rstrip('/')}/v1/jobs/<id> has each one's state and record, "
-                               f"`pkb cancel {ids}` stops them", err=True)
+                               f"`pkb jobs {ids}` shows them, `pkb cancel {ids}` stops them", err=True)
                     raise
+                except ServiceError as exc:
+                    if exc.status != UNREACHABLE:
+                        raise
+                    # The service went away under the wait: its jobs are in its store, not lost.
+                    raise PkbError(f"{exc.message}; the {len(queued)} job(s) submitted ({ids}) are kept by the "
+                                   f"service, which queues them again when it starts: `pkb jobs {ids} --wait` "
+                                   "waits for them") from None
     except ServiceError as exc:
         raise PkbError(_refusal(exc)) from None
     except httpx.HTTPError as exc:
@@ -364,6 +378,47 @@ def _job_line(view, path: Path) -> str:
     if len(lines) > REASON_LINES:
         shown.append(f"    ({len(lines) - REASON_LINES} more line(s): pkb submit --wait --json has them)")
     return "\n".join(shown)
+
+
+@click.command()
+@click.argument("job_ids", nargs=-1)
+@_server_options
+@click.option("--wait", is_flag=True, help="Wait until each of the jobs is finished.")
+@click.option("--json", "json_", is_flag=True, help="Print the jobs as JSON (with their records).")
+def jobs(job_ids, url, token, wait, json_):
+    """Jobs of a running `pkb serve`: those named (as `pkb submit` printed their ids), else the
+    newest ones the token may see; one line each, with the verdict and reason once finished.
+
+    Exit status 1 if a finished job failed (as `pkb submit --wait`)."""
+    _serve_extra("pkb jobs", "httpx")
+    import httpx
+
+    from pkb_core.client import Client, ServiceError
+    from pkb_core.contracts.verdict import FAILING
+
+    try:
+        with Client(url, token=token) as service:
+            if not job_ids:
+                if wait:
+                    raise click.UsageError("--wait needs the ids of the jobs to wait for")
+                views = service.jobs()
+            else:
+                views = [service.wait(job_id) if wait else service.get(job_id) for job_id in job_ids]
+    except ServiceError as exc:
+        raise PkbError(_refusal(exc)) from None
+    except httpx.HTTPError as exc:
+        raise PkbError(f"cannot reach the service at {url}: {exc}") from None
+    except KeyboardInterrupt:
+        click.echo("interrupted: the jobs go on on the service", err=True)
+        raise
+    if json_:
+        click.echo(json.dumps([view.to_json() for view in views], indent=2))
+    else:
+        for view in views:
+            label = Path(view.record.solution).name if view.record is not None and view.record.solution else "-"
+            click.echo(_job_line(view, Path(label)))
+    if any(view.record is not None and view.record.verdict in FAILING for view in views):
+        raise SystemExit(1)
 
 
 @click.command()

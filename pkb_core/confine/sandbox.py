@@ -48,6 +48,8 @@ SANDBOX_UID_SPAN = 1 << 24
 _CLONE_NEWNS = 0x00020000
 _MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 0x1, 0x2, 0x4, 0x8
 _MS_REMOUNT, _MS_BIND, _MS_REC, _MS_PRIVATE = 0x20, 0x1000, 0x4000, 0x40000
+#: umount2(2): detach a mount now, whatever still uses it.
+_MNT_DETACH = 2
 _FLAG_BY_OPTION = {"nosuid": _MS_NOSUID, "nodev": _MS_NODEV, "noexec": _MS_NOEXEC}
 #: Mounts left as they are: kernel interfaces whose writable files are per
 #: process or guarded by their own permission checks. ``/sys`` (the cgroup file
@@ -124,6 +126,13 @@ def own_dev_shm(libc, folder: str, root: str = "/dev/shm") -> str | None:
         fd = os.open(folder, os.O_PATH | os.O_DIRECTORY)
     except OSError as exc:
         return f"a /dev/shm of its own ({exc.strerror})"
+    # Other jobs' folders in root (other launches', groups', builds' tmpfs mounts) would still be
+    # listed in this namespace's /proc/self/mountinfo under the bind, with their names and users: a
+    # hostile review read another session's job folder there. Detached here (this namespace only),
+    # innermost first; the folder, what it holds and its ancestors stay.
+    for point, _, _ in reversed(mount_table()):
+        if under(point, root) and point != root and not under(folder, point) and not under(point, folder):
+            libc.umount2(point.encode(), _MNT_DETACH)  # one that will not go is still covered by the bind
     try:
         source = f"/proc/self/fd/{fd}".encode()
         if libc.mount(source, root.encode(), None, _MS_BIND, None) != 0:

@@ -214,7 +214,10 @@ def _compare_scalar(cand, ref, tolerance) -> str | None:
         return f"got {_type_name(cand)} {cand!r}, expected {_type_name(ref)} {ref!r}"
     if isinstance(ref, float):
         rtol, atol = tolerance_for(torch.float64, tolerance)
-        ok = (math.isnan(ref) and math.isnan(cand)) or abs(cand - ref) <= atol * abs(ref) + rtol * abs(ref)
+        if not (math.isfinite(ref) and math.isfinite(cand)):  # NaN only for NaN, an infinity only for itself
+            ok = (math.isnan(ref) and math.isnan(cand)) or cand == ref
+        else:
+            ok = abs(cand - ref) <= atol * abs(ref) + rtol * abs(ref)
         return None if ok else f"got {cand!r}, expected {ref!r}"
     if isinstance(ref, (bool, int, str, type(None), torch.Size)):
         return None if cand == ref else f"got {cand!r}, expected {ref!r}"

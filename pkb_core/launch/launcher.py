@@ -569,6 +569,8 @@ class Launch:
             healthy = outcome.verdict not in (Verdict.TIMEOUT, Verdict.CRASH, Verdict.ERROR, Verdict.CANCELLED)
             self._stop(candidates, stacks=outcome.verdict == Verdict.TIMEOUT,
                        deadline=time.monotonic() + JUDGE_GRACE_S if healthy else None)
+            if outcome.verdict == Verdict.TIMEOUT and self.job_log(run_id).exists():
+                outcome.reason = f"{outcome.reason} (where each rank was: the Python stacks in {self.job_log(run_id)})"
             parcels.remove()
             outcome.phases["stop"] = round(time.time() - stopping, 3)
         if candidates.cancelled and outcome.verdict != Verdict.CANCELLED:

@@ -113,7 +113,8 @@ class Intake:
             raise Refused(str(exc), 404) from None
         world_size = submission.world_size or 2
         if world_size > self.devices:
-            raise Refused(f"world size {world_size} but this node gives groups {self.devices} device(s)")
+            raise Refused(f"world size {world_size} but this node gives groups {self.devices} device(s) (the "
+                          f"service's pkb serve --devices)")
         defect = source_defect(submission.source, self.max_source_bytes)
         # A source that is no solution file is not written: its job is planned without one and never runs.
         path = None if defect else self._write_source(submission.source, spec.key)

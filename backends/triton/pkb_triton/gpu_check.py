@@ -33,7 +33,8 @@ _INSTALLED = False
 
 
 class RefusedOnGpu(Exception):
-    """A kernel that Triton's interpreter ran and its compiler refuses for the GPU."""
+    """A kernel that Triton's compiler refuses for the GPU (checked at its launch, before the
+    interpreter runs it)."""
 
     #: The message names the kernel's own line: where in pkb it was raised is no news.
     pkb_refusal = True
@@ -223,5 +224,6 @@ def _describe(fn, refused, made_constexpr: list[str]) -> str:
         names = ", ".join(f"`{name}`" for name in made_constexpr)
         hint = (f"; a GPU launch makes an int argument equal to 1 a constexpr ({names} here): "
                 "`tl.cast(x, tl.int64)` takes both")
-    return (f"Triton's compiler refuses kernel `{fn.__name__}` for the GPU (sm_{TARGET_ARCH}), which the "
-            f"interpreter ran ({place}): {said}{hint}")
+    # Checked before the interpreter runs the launch: what the interpreter would refuse too (an
+    # undefined name) is said here, so the words claim no run of it
+    return f"Triton's compiler refuses kernel `{fn.__name__}` for the GPU (sm_{TARGET_ARCH}) ({place}): {said}{hint}"

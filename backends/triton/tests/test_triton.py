@@ -114,7 +114,7 @@ def test_a_kernel_the_gpu_compiler_refuses_fails_on_the_cpu_too(pkb_invoke, tmp_
     (record,) = json.loads(result.stdout)["results"]
     assert record["verdict"] == "error", record
     line = _REFUSED_ON_GPU.splitlines().index("    while start < n:") + 1
-    assert ("Triton's compiler refuses kernel `_allreduce` for the GPU (sm_90), which the interpreter ran "
+    assert ("Triton's compiler refuses kernel `_allreduce` for the GPU (sm_90) "
             f"(1_allreduce.py:{line}): AssertionError(\"Loop carried variable p changed type") in record["reason"], \
         record["reason"]
 
@@ -324,10 +324,10 @@ def test_the_check_binds_a_launch_as_a_gpu_launch_does_and_names_the_line_that_f
                           env=dict(os.environ, TRITON_INTERPRET="1"), capture_output=True, text=True, timeout=120)
     assert proc.stdout.splitlines() == [
         "0 ran",
-        "1 Triton's compiler refuses kernel `_k` for the GPU (sm_90), which the interpreter ran (kernel.py:8): "
+        "1 Triton's compiler refuses kernel `_k` for the GPU (sm_90) (kernel.py:8): "
         "AttributeError(\"'int' object has no attribute 'to'\"); a GPU launch makes an int argument equal to 1 a "
         "constexpr (`rank` here): `tl.cast(x, tl.int64)` takes both",
-        "Triton's compiler refuses kernel `_calls_it` for the GPU (sm_90), which the interpreter ran (kernel.py:14, "
+        "Triton's compiler refuses kernel `_calls_it` for the GPU (sm_90) (kernel.py:14, "
         "in `_helper`): arange's range must be a power of 2"], proc.stdout + proc.stderr
 
 
