@@ -585,3 +585,18 @@ def test_a_wait_for_a_full_queue_is_told_to_the_caller():
     assert _waiting_for_room(long, lambda seconds, line: told.append((seconds, line))) == 60.0
     assert told[-1] == (60.0, "")
     assert _waiting_for_room(full, None) == 7.0  # no hook: the wait alone
+
+
+def test_pkb_jobs_shows_and_waits_for_jobs_by_id(server):
+    """`pkb jobs ID... --wait` prints each job's line once finished (the verdict and the file), exit 0
+    when none failed; without ids, the newest jobs; a URL without its scheme is refused in words."""
+    with Client(server.url) as client:
+        job = client.submit(1, ALLREDUCE + "\n# pkb jobs\n", backend="triton", client="cli-jobs",
+                            label="1_mine-{job}.py")
+    waited = _pkb("jobs", job.id, "--wait", "--server", server.url)
+    assert waited.returncode == 0, waited.stderr
+    assert waited.stdout.startswith(f"{job.id}  done") and "  pass" in waited.stdout, waited.stdout
+    listed = _pkb("jobs", "--server", server.url)
+    assert listed.returncode == 0 and job.id in listed.stdout, listed.stderr
+    bare = _pkb("jobs", job.id, "--server", server.url.split("://", 1)[1])
+    assert bare.returncode == 4 and "has no scheme: http://" in bare.stderr, bare.stderr
