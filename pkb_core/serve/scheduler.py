@@ -19,10 +19,11 @@ a stream of small ones. A job whose world size the placement can never hold
 (no node of a Ray cluster has that many) waits with the reason in its note and
 is recorded as ``error`` after ``place_timeout`` seconds.
 
-Order: higher priority first; within a priority, the client that started the
-fewest jobs in the last :data:`SHARE_WINDOW_S` seconds goes first (so one
-client's thousand submissions cannot starve another's one: clients take turns),
-then submission order.
+Order (:mod:`pkb_core.serve.fair_share`): higher priority first (a tenant's never above 0 across
+tenants); then the account (a token's client, else the submission's client tag) that started the
+fewest jobs in the last :data:`SHARE_WINDOW_S` seconds (so one account's thousand submissions
+cannot starve another's one: accounts take turns); then the job's own priority, then submission
+order. Builds likewise, counting the builds each account has running first.
 """
 from __future__ import annotations
 
@@ -36,6 +37,7 @@ from pathlib import Path
 from pkb_core.contracts.job import Job
 from pkb_core.contracts.serve import GroupView, JobState, LaneResult
 from pkb_core.contracts.verdict import Verdict
+from pkb_core.serve.fair_share import account, order_key
 from pkb_core.serve.placement import LocalDevices
 from pkb_core.serve.protocols import BuildPool, Lane, Placement
 from pkb_core.serve.store import JobStore
@@ -74,14 +76,14 @@ class Scheduler:
         self.place_timeout = place_timeout
         #: When each job that no group could ever hold began to wait (monotonic seconds).
         self._unplaceable: dict[str, float] = {}
-        #: The jobs whose builds are in the compile pool: their clients, by job id.
+        #: The jobs whose builds are in the compile pool: their accounts, by job id.
         self.building: dict[str, str] = {}
-        #: When each client's recent builds started (the builds' fair share counts those of the last window).
+        #: When each account's recent builds started (the builds' fair share counts those of the last window).
         self.build_starts: dict[str, collections.deque] = {}
         #: The compile pool (:mod:`pkb_core.serve.builds`): this node's, or Ray tasks anywhere in the cluster.
         self.builds: BuildPool = self.placement.build_pool(build_workers, self.data_dir / "logs" / "builders.log")
         self.build_workers = build_workers
-        #: When each client's recent jobs started (the fair share counts those of the last window).
+        #: When each account's recent jobs started (the fair share counts those of the last window).
         self.served: dict[str, collections.deque] = {}
         self._results: queue.Queue = queue.Queue()
         self._wake = threading.Event()
@@ -158,11 +160,11 @@ class Scheduler:
 
     # -- builds --------------------------------------------------------------------------
     def _start_builds(self, queued: list) -> None:
-        """Start builds of ``queued`` jobs while the pool has room: higher priority first, then the
-        client with the fewest builds running, then the fewest started in the last
-        :data:`SHARE_WINDOW_S`, then submission order; no client holds more than
-        :meth:`builds_per_client` builds at once, so one client's sources that build slowly (or
-        hang until the build limit) leave a builder to every other client's."""
+        """Start builds of ``queued`` jobs while the pool has room, in :mod:`pkb_core.serve.fair_share`'s
+        order, an account's share its builds running, then those started in the last
+        :data:`SHARE_WINDOW_S`; no account holds more than :meth:`builds_per_client` builds at once,
+        so one client's sources that build slowly (or hang until the build limit) leave a builder to
+        every other client's."""
         now = time.monotonic()
         for client, starts in list(self.build_starts.items()):
             while starts and starts[0] < now - SHARE_WINDOW_S:
@@ -172,17 +174,17 @@ class Scheduler:
         remaining = list(queued)  # in submission order (min() keeps the earliest of equals)
         while remaining and len(self.building) < self.build_workers:
             running = collections.Counter(self.building.values())
-            eligible = [w for w in remaining if running[w["client"]] < self.builds_per_client()]
+            eligible = [w for w in remaining if running[account(w)] < self.builds_per_client()]
             if not eligible:
                 return
-            item = min(eligible, key=lambda w: (-w["priority"], running[w["client"]],
-                                                len(self.build_starts.get(w["client"], ()))))
+            item = min(eligible, key=lambda w: order_key(
+                w, lambda name: (running[name], len(self.build_starts.get(name, ())))))
             remaining.remove(item)
             if self.store.set_state(item["id"], JobState.BUILDING, note="", only_from=(JobState.QUEUED,)):
                 job = Job.from_json(item["job"])
                 key = self._key(item)
-                self.building[item["id"]] = item["client"]
-                self.build_starts.setdefault(item["client"], collections.deque()).append(now)
+                self.building[item["id"]] = account(item)
+                self.build_starts.setdefault(account(item), collections.deque()).append(now)
                 done = self._built_callback(item["id"], job, key)
                 try:
                     settings = self.settings_for(key)
@@ -232,7 +234,7 @@ class Scheduler:
         # In submission order (min() below keeps the earliest of equals); jobs no group can hold reserve nothing.
         remaining = [item for item in ready if not self._unplaceable_job(item, self._key(item))]
         while remaining:
-            item = min(remaining, key=lambda w: (-w["priority"], len(self.served.get(w["client"], ()))))
+            item = min(remaining, key=lambda w: order_key(w, lambda name: len(self.served.get(name, ()))))
             remaining.remove(item)
             key = self._key(item)
             lane = self._idle_lane(key) or (None if reserved else self._new_lane(key))
@@ -248,7 +250,7 @@ class Scheduler:
                 continue  # cancelled meanwhile
             self.lane_keys.pop(item["id"], None)  # running: a lane of its kind holds it
             if lane.run(item["id"], Job.from_json(item["job"])):
-                self.served.setdefault(item["client"], collections.deque()).append(now)
+                self.served.setdefault(account(item), collections.deque()).append(now)
             else:
                 self.store.set_state(item["id"], JobState.READY, note="its group was gone; waiting again")
 

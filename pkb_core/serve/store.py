@@ -308,12 +308,13 @@ class JobStore:
         return _view(rows[0]) if rows else None
 
     def waiting(self) -> list[dict]:
-        """Jobs not yet scheduled, oldest first: ``{id, state, client, priority, world_size, submission, job}``.
+        """Jobs not yet scheduled, oldest first: ``{id, state, client, owner, priority, world_size, submission,
+        job}``.
 
         The scheduler asks on every pass; a submission (its source text) is read
         and parsed once, on the first pass that sees it, and kept while the job
         waits (1000 waiting submissions of 24 KB took 82 ms a pass parsed anew)."""
-        rows = self._run("SELECT id, state, client, priority, world_size, job FROM jobs "
+        rows = self._run("SELECT id, state, client, priority, world_size, job, owner FROM jobs "
                          f"WHERE state IN ({', '.join('?' * len(WAITING))}) ORDER BY seq",
                          tuple(s.value for s in WAITING))
         known = self._waiting_submissions
@@ -325,7 +326,7 @@ class JobStore:
                 known[job_id] = Submission.from_json(json.loads(text))
         self._waiting_submissions = {r[0]: known[r[0]] for r in rows}
         return [{"id": r[0], "state": JobState(r[1]), "client": r[2], "priority": r[3], "world_size": r[4],
-                 "submission": known[r[0]], "job": json.loads(r[5]) if r[5] else None}
+                 "submission": known[r[0]], "job": json.loads(r[5]) if r[5] else None, "owner": r[6]}
                 for r in rows]
 
     def counts(self) -> dict[str, int]:
