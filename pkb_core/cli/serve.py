@@ -389,7 +389,7 @@ def jobs(job_ids, url, token, wait, json_):
     """Jobs of a running `pkb serve`: those named (as `pkb submit` printed their ids), else the
     newest ones the token may see; one line each, with the verdict and reason once finished.
 
-    Exit status 1 if a finished job failed (as `pkb submit --wait`)."""
+    Exit status 1 if a job named failed (as `pkb submit --wait`)."""
     _serve_extra("pkb jobs", "httpx")
     import httpx
 
@@ -417,7 +417,7 @@ def jobs(job_ids, url, token, wait, json_):
         for view in views:
             label = Path(view.record.solution).name if view.record is not None and view.record.solution else "-"
             click.echo(_job_line(view, Path(label)))
-    if any(view.record is not None and view.record.verdict in FAILING for view in views):
+    if job_ids and any(view.record is not None and view.record.verdict in FAILING for view in views):
         raise SystemExit(1)
 
 
