@@ -291,7 +291,8 @@ def test_pkb_submit_takes_each_files_declared_backend_and_leaves_out_only_the_ba
     assert refused.returncode == 1 and refused.stdout == ""
     assert _errors(refused.stderr) == [
         f'Error: {declared}: it declares BACKEND = "triton" but --backend reference was given; not submitted',
-        f"Error: {plain}: the service refused it: timeout 5000.0 is out of range (above 0, at most 3600 s) (422)"]
+        f"Error: {plain}: the service refused it: timeout 5000.0 is out of range (above 0, at most 30 s on this "
+        "service) (422)"]  # the service's own --timeout bounds what a submission asks for
 
 
 def test_a_file_that_does_not_parse_still_declares_its_backend_by_its_own_line():

@@ -323,6 +323,8 @@ def test_window_mode_judges_honest_and_hostile_solutions(pkb_invoke, tmp_path):
     # Layouts the judge cannot make tensors of are the candidate's failure, not the judge's error.
     forged = records["1_allreduce_forges_its_layouts.py"]
     assert forged["verdict"] == "fail" and "its outputs could not be read back" in forged["reason"], forged
+    unlaid = records["1_allreduce_answers_no_layouts.py"]
+    assert unlaid["verdict"] == "fail" and "no layout was given" in unlaid["reason"], unlaid
 
 
 def test_problems_whose_sets_hold_layers_or_vary_by_trial_time_in_every_mode(pkb_invoke, tmp_path, monkeypatch):

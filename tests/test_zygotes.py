@@ -86,3 +86,21 @@ def test_the_base_forks_the_judges_zygote_and_the_judges_variables_reach_no_othe
 def _children(pid: int) -> set:
     return {int(child) for task in os.listdir(f"/proc/{pid}/task")
             for child in open(f"/proc/{pid}/task/{task}/children").read().split()}
+
+
+def test_a_new_child_never_inherits_the_exit_of_an_earlier_child_of_its_pid():
+    """Pids wrap (32768 of them, within minutes on a busy machine): a child forked with the pid of
+    one that exited earlier read that exit as its own, and the launcher, which reads its ranks'
+    exits while it waits for their answers, called an honest rank dead ("exited with status 0
+    before it answered")."""
+    from pkb_core.launch.zygotes import _Forked, _Zygote
+
+    zygote = object.__new__(_Zygote)
+    zygote.exits, zygote.pending = {}, []
+    zygote._take([{"exited": 4242, "code": 0}])  # an earlier child of pid 4242 ended
+    zygote._take([{"pid": 4242}])  # the zygote forked a new one with that pid
+    assert 4242 not in zygote.exits and zygote.pending == [{"pid": 4242}]
+    zygote.read_exits = lambda: None
+    assert _Forked(zygote, 4242).poll() is None
+    zygote._take([{"exited": 4242, "code": 3}])  # the new one's own exit
+    assert _Forked(zygote, 4242).poll() == 3

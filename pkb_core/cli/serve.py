@@ -64,8 +64,9 @@ LOCALHOST = ("127.0.0.1", "::1", "localhost")
               help="Seconds a job waits for a world size no node can hold before it is an error (--ray).")
 @click.pass_obj
 @limit_options  # --memory-limit, --max-processes, --log-cap: pkb_core/cli/limits.py
-def serve(pm, host, port, data_dir, device, devices, max_queued, max_source_kb, job_timeout, build_jobs, build_timeout,
-          token, tokens_file, client_max_jobs, client_max_source_mb, retention_days, ray_address, place_timeout, limits):
+def serve(pm, host, port, data_dir, device, devices, max_queued, max_source_kb, job_timeout, build_jobs,
+          build_timeout, token, tokens_file, client_max_jobs, client_max_source_mb, retention_days, ray_address,
+          place_timeout, limits):
     """Run the reward service: an HTTP queue of jobs on warm groups of this node, or of a Ray cluster's
     nodes with --ray (docs/serve.md)."""
     _serve_extra("pkb serve", "fastapi", "uvicorn")
@@ -292,7 +293,7 @@ def submit(ctx, files, url, token, problem, backend, world_size, trials, measure
                     if exc.status != UNREACHABLE:
                         raise
                     # The service went away under the wait: its jobs are in its store, not lost.
-                    raise PkbError(f"{exc.message}; the {len(queued)} job(s) submitted ({ids}) are kept by the "
+                    raise PkbError(f"{exc.message.rstrip('.')}; the {len(queued)} job(s) submitted ({ids}) are kept by the "
                                    f"service, which queues them again when it starts: `pkb jobs {ids} --wait` "
                                    "waits for them") from None
     except ServiceError as exc:
@@ -453,5 +454,6 @@ def cancel(job_ids, url, token, client, all_, json_):
     click.echo(f"cancelled {len(answer.cancelled)} waiting job(s); stopping {len(answer.stopping)} running"
                + (f": {', '.join(answer.stopping)}" if answer.stopping else ""))
     untouched = [job_id for job_id in job_ids if job_id not in {*answer.cancelled, *answer.stopping}]
-    if untouched:
+    if untouched:  # a job named and not cancelled is the command's failure (exit 1), as in `pkb jobs`
         click.echo(f"not cancelled (finished already, or unknown): {', '.join(untouched)}")
+        raise SystemExit(1)

@@ -267,7 +267,7 @@ class Batches:
         if check:
             indices = list(range(k)) if snapshots is None else snapshots
             checking = time.monotonic()
-            findings = run.ask_judge([judge.CheckWindows(indices=indices, skeletons=a.skeletons) for a in answers])
+            findings = run.ask_judge([judge.CheckWindows(indices=indices, skeletons=layouts(a)) for a in answers])
             found = combine(findings, "rank")
             if found:
                 raise JobEnded(*found)
@@ -287,7 +287,7 @@ class Batches:
         if all(isinstance(h, (int, float)) and 0 <= h < 1e9 for h in reported):
             self.host.setdefault(side, []).append(max(reported))
         if answers and side in REFERENCE_GROUP_SIDES:
-            filled = [skeleton_end(s) for a in answers for s in a.skeletons]
+            filled = [skeleton_end(s) for a in answers for s in layouts(a)]
             self.exported[side] = max(self.exported.get(side, 0), *filled)
         if answers:  # a group's own events around its calls (PKB_CALL_EVENTS=on), each rank's
             for kind, own in (("call", [a.call_event_us for a in answers]),
@@ -688,3 +688,11 @@ def null_is_floor(raw: dict) -> bool:
     """Whether both sides' windows reached the judge's empty hand-off (see :func:`_judge_against_null`)."""
     floor = statistics.median(raw["null"]) - below_null_slack(raw["null"])
     return all(statistics.median(raw[side]) >= floor for side in ("reference", "candidate"))
+
+
+def layouts(answer) -> list:
+    """A side's word on where each call's outputs lie (``WindowsRan.skeletons``), as the judge's
+    request takes it: a list, or none at all (then every checked call is "no layout was given",
+    the side's ``fail``). Anything else it answered had the judge refuse the request, and the job
+    read as the judge's ``error`` (a hostile review)."""
+    return answer.skeletons if isinstance(answer.skeletons, list) else []

@@ -98,11 +98,17 @@ class _Zygote:
             self._take(self.reader.read_messages())
 
     def _take(self, messages):
+        """Record exits and keep other messages, in the order the zygote sent them."""
         for message in messages:
             if "exited" in message:
                 self.exits[message["exited"]] = message["code"]
-            else:
-                self.pending.append(message)
+                continue
+            if "pid" in message:
+                # A new child: an exit of its pid read so far was an earlier child's, which the
+                # zygote reaped before the kernel could give the pid again (pids wrap within
+                # minutes on a busy machine; that stale exit read as this child's death)
+                self.exits.pop(message["pid"], None)
+            self.pending.append(message)
 
     def read_exits(self):
         with self.lock:

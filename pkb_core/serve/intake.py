@@ -153,10 +153,16 @@ class Intake:
 
     def lane_key(self, submission: Submission, world_size: int) -> tuple:
         """``(backend, world size, job timeout)``: what a lane must have been started with to run the job."""
+        return submission.backend, world_size, float(min(submission.timeout or self.longest_timeout(),
+                                                         self.longest_timeout()))
+
+    def longest_timeout(self) -> float:
+        """The most seconds a job may run here: the service's ``--timeout`` (by default the device's
+        default), never above ``max_timeout``; a submission may ask for less, never more (a tenant's
+        ``timeout`` of 3000 held a lane of a 20 s service for as long)."""
         from pkb_core.launch.plan import default_job_timeout
 
-        timeout = min(submission.timeout or self.job_timeout or default_job_timeout(self.device), self.max_timeout)
-        return submission.backend, world_size, float(timeout)
+        return min(self.job_timeout or default_job_timeout(self.device), self.max_timeout)
 
     def _check(self, submission: Submission) -> None:
         from pkb_core.contracts.modes import MODES
@@ -175,8 +181,9 @@ class Intake:
         unknown = [m for m in submission.timing_modes if m not in MODES]
         if unknown:
             raise Refused(f"timing mode {', '.join(unknown) or '(none)'} is not one of {', '.join(MODES)}")
-        if submission.timeout is not None and not 0 < submission.timeout <= self.max_timeout:
-            raise Refused(f"timeout {submission.timeout} is out of range (above 0, at most {self.max_timeout:.0f} s)")
+        if submission.timeout is not None and not 0 < submission.timeout <= self.longest_timeout():
+            raise Refused(f"timeout {submission.timeout} is out of range (above 0, at most "
+                          f"{self.longest_timeout():g} s on this service)")
         for name in ("client", "label"):
             value = getattr(submission, name)
             if value is not None and (len(value) > MAX_TAG or not value.isprintable()):
