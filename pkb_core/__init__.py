@@ -22,7 +22,9 @@ For backend plugins
     preloaded libraries (:func:`mapped_paths`, :func:`preload_errors`), :func:`cache_dir` (the root of
     pkb's cache: ``$PKB_CACHE_DIR``, ``$XDG_CACHE_HOME/pkb`` or ``~/.cache/pkb``); for a backend's
     builds: :class:`PrecompiledHeader`, :func:`ensure_pch`, :func:`pch_flags` (pkb's precompiled
-    headers), :func:`build_notice`, :func:`file_lock`, :func:`write_atomic` (a cache several builders fill).
+    headers), :func:`build_notice`, :func:`file_lock`, :func:`write_atomic` (a cache several builders fill);
+    for a backend that runs kernels in an interpreter: :data:`LATE_READS` (a staggered trial's gate
+    on the late rank's reads, told of each atomic operation and read).
 For symmetric heaps
     :func:`handle_of`, :func:`peer_offset`, :func:`register_allocation`,
     :class:`MappedHandle`, :class:`SharedMemoryHeap`, :class:`TorchSymmetricHeap`.
@@ -60,6 +62,7 @@ _EXPORTS = {
     "describe": "pkb_core.errors",
     "load_module": "pkb_core.candidate.solution",
     "load_solution": "pkb_core.candidate.solution",
+    "LATE_READS": "pkb_core.candidate.late_reads",
     "Completion": "pkb_core.generate.providers",
     "refine": "pkb_core.refinement",
     "ModelSettings": "pkb_core.generate.providers",

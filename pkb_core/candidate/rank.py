@@ -43,6 +43,7 @@ from pkb_core.errors import BackendUnavailable, CompileError, SolutionFailed, So
 from pkb_core.harness.parcel import TRUSTED, linear_of, pack, packed_size, stand_in_outputs, unpack
 from pkb_core.problem.contract import read_spec
 from pkb_core.candidate.sealed import is_refusal
+from pkb_core.candidate.late_reads import LATE_READS, returned_path, say_returned
 from pkb_core.candidate.stagger import Stagger
 from pkb_core.harness.timing import BatchTimer, DeviceBarrierTimeout
 from pkb_core.harness.trees import linear_tensors, restore
@@ -67,6 +68,8 @@ class CandidateRank:
         self.send_event = send_event
         self.harness_barrier = StoreBarrier(store, world_size, device, prefix="pkb-harness")
         self.stagger = Stagger()
+        #: Trials this rank has run (every rank of the group runs the same ones).
+        self.trials = 0
         self.groups = {}
 
     # -- setup ------------------------------------------------------------------
@@ -206,21 +209,30 @@ class CandidateRank:
         args = unpack(request.skeleton, request.path, limits=TRUSTED, device=self.device, make_group=self.make_group)
         placed = self.slots.place(args, request.slots)
         self.harness_barrier()  # every rank's inputs are in place before any solution reads its peers
-        late = request.late_rank == self.rank
+        staggered, late = request.late_rank is not None, request.late_rank == self.rank
+        self.trials += 1
+        tag = f"{self.run_id}-{self.trials}"  # every rank counts the same trials
         if late:
             self.stagger.hold()
+            if self.shm_dir:  # the group's own folder: where the others say they returned
+                LATE_READS.arm([returned_path(self.shm_dir, tag, r) for r in range(self.world_size) if r != self.rank],
+                               self.stagger.hold_s())
         started = time.monotonic()
-        fn = self.pm.hook.pkb_backend_launch(state=self.state, program=self.program, inputs=placed)
-        out = self._call(fn)
+        try:
+            fn = self.pm.hook.pkb_backend_launch(state=self.state, program=self.program, inputs=placed)
+            out = self._call(fn)
+        finally:
+            LATE_READS.disarm()
         # The arguments go back as the buffers that were passed in, whatever the
         # solution did to the argument lists it was handed (problem 21 updates
         # list elements in place: rebinding them must not count).
         after = self.slots.rebuild(args)
         packed = Packed(skeleton=pack({"out": out, "args": after}, request.out_path))
-        staggered = request.late_rank is not None
         self.stagger.took(time.monotonic() - started, waited_on_peer=staggered and not late)
         if staggered and not late:
             self.stagger.scrub(self.slots.buffers)
+            if self.shm_dir:
+                say_returned(self.shm_dir, tag, self.rank)
         return packed
 
     # -- timing -----------------------------------------------------------------

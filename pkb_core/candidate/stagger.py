@@ -10,7 +10,9 @@ after it.
 
 Every other rank, once its answer is packed, fills the buffers pkb handed it with ``0xff`` bytes
 (NaN in floating point, -1 in integers): what a caller may do with its inputs once a call has
-returned, and what a peer that is still reading them then reads.
+returned, and what a peer that is still reading them then reads; then it says so
+(:mod:`pkb_core.candidate.late_reads`, whose gate holds the late rank's reads for it where a
+backend runs its kernels in an interpreter).
 """
 from __future__ import annotations
 
@@ -29,10 +31,14 @@ class Stagger:
     def __init__(self):
         self.shortest_s: float | None = None
 
+    def hold_s(self) -> float:
+        """How long the late rank holds: twice its shortest call, within the bounds."""
+        shortest = self.shortest_s if self.shortest_s is not None else MOST_HOLD_S
+        return min(MOST_HOLD_S, max(LEAST_HOLD_S, 2 * shortest))
+
     def hold(self) -> None:
         """Start late: sleep before the call (this rank is the trial's late one)."""
-        shortest = self.shortest_s if self.shortest_s is not None else MOST_HOLD_S
-        time.sleep(min(MOST_HOLD_S, max(LEAST_HOLD_S, 2 * shortest)))
+        time.sleep(self.hold_s())
 
     def took(self, seconds: float, *, waited_on_peer: bool) -> None:
         """One call's span (call and packing); kept only where no late peer was waited on."""

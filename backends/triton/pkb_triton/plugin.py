@@ -97,9 +97,10 @@ def pkb_backend_init(ctx):
     from pkb_triton import _runtime
 
     if _interpreting():
-        from pkb_triton import gpu_check
+        from pkb_triton import gpu_check, interpreter_gate
 
         gpu_check.install()  # a kernel the interpreter runs and the GPU's compiler refuses fails here too
+        interpreter_gate.install()  # a staggered trial's late rank reads once the others have returned
     # The job's name keeps the CPU workspace heap's shared-memory files apart
     # from the harness's (and the launcher sweeps them with the job's).
     return _runtime.start(ctx, f"{ctx.run_id}-ws")
