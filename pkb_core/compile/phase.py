@@ -53,12 +53,12 @@ from pkb_core.process.channel import REPLY_FD_ENV
 
 #: Seconds one build may take unless told otherwise.
 BUILD_TIMEOUT_S = 600.0
+#: The names of builds' temporary folders (``<tmp>/pkb-build-<pid>-<start>-<random>``).
+SCRATCH_PREFIX = "pkb-build-"
 
 
 class BuildCancelled(Exception):
     """The phase was stopped by its ``cancelled`` event; its builders were killed."""
-#: The names of builds' temporary folders (``<tmp>/pkb-build-<pid>-<start>-<random>``).
-SCRATCH_PREFIX = "pkb-build-"
 
 
 class BuildPhase:

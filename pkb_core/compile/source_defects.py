@@ -6,7 +6,7 @@ source cut in the middle of a character, or a client that decoded bytes with
 larger than a service keeps. Each is that one submission's ``compile-error``,
 with the reason, exactly like a file that does not parse: the reward service
 (:mod:`pkb_core.serve.intake`) records it as a job like any other, and
-``pkb run``'s compile phase (:meth:`pkb_core.compile.phase.CompilePhase._refusals`) and
+``pkb run``'s compile phase (:meth:`pkb_core.compile.phase.BuildPhase._refusals`) and
 :func:`pkb_core.evaluate` return it, without starting a builder. So a batch of
 completions gets one record per completion, whatever one of them holds.
 """

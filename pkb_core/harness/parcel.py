@@ -57,13 +57,13 @@ class Limits:
 
 
 UNTRUSTED = Limits()
-
-#: A tensor's dimensions, and its elements with every zero dimension counted as one, at most (a
-#: shape beyond them is no tensor torch can make).
-MAX_DIMS = 64
-MAX_ELEMENTS = 2 ** 62
 TRUSTED = Limits(max_depth=10_000, max_nodes=10**9, max_str=10**9,
                  kinds=UNTRUSTED.kinds | {"group", "linear"})
+
+#: A tensor's dimensions, and its elements with every zero dimension counted as one, at most (a
+#: shape beyond them is no tensor torch can make), whatever the limits.
+MAX_DIMS = 64
+MAX_ELEMENTS = 2 ** 62
 
 
 def dtype_name(dtype) -> str:

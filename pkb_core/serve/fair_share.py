@@ -16,7 +16,7 @@ token, or none: one party submits every job and tags them as it likes). The orde
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 
 def account(item: dict) -> str:
@@ -24,9 +24,10 @@ def account(item: dict) -> str:
     return item["owner"] if item.get("owner") is not None else item["client"]
 
 
-def order_key(item: dict, started: Callable[[str], int]) -> tuple:
+def order_key(item: dict, started: Callable[[str], Any]) -> tuple:
     """The key :func:`min` picks the next job by (see the module docstring); ``started(account)``:
-    how many of the account's jobs count against its share now."""
+    how much of the account's share it has used now (a count, or a tuple of counts compared in
+    order: the compile pool's builds running, then started lately)."""
     tenant = item.get("owner") is not None
     across = min(item["priority"], 0) if tenant else item["priority"]
     return -across, started(account(item)), -item["priority"]
