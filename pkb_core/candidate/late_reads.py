@@ -8,9 +8,11 @@ only if the late rank's reads outlast the others' return, which on the CPU they 
 user's such file failed 1 run of 7 at five trials). So, in a staggered trial, once the late rank's
 kernel has made its first atomic operation (the arrival of a barrier, or of any handshake of the
 kernel's own), each of its later reads first waits until every other rank has returned from its
-call and overwritten its inputs, or until the hold's time has run out (a kernel that does wait
-for its peers: the others cannot return before the late rank arrives at their closing barrier,
-so this costs a correct kernel that time once per trial, at most :data:`pkb_core.candidate.stagger.MOST_HOLD_S`).
+call and overwritten its inputs, or until :data:`pkb_core.candidate.stagger.MOST_HOLD_S` has run
+out (a kernel that does wait for its peers: the others cannot return before the late rank
+arrives at their closing barrier, so this costs a correct kernel that time once per staggered
+trial; the whole of it, not the late start's shorter hold, so that a loaded machine's slow
+return is still waited for).
 The others say they have returned with a file each in the group's own shared-memory folder.
 
 Backends call :data:`LATE_READS`'s :meth:`~LateReads.synchronising` before each atomic operation
@@ -31,6 +33,7 @@ class LateReads:
 
     def __init__(self):
         self._waiting_for: list[str] = []
+        self._budget = 0.0
         self._deadline = 0.0
         self._armed = False
 

@@ -44,7 +44,7 @@ from pkb_core.harness.parcel import TRUSTED, linear_of, pack, packed_size, stand
 from pkb_core.problem.contract import read_spec
 from pkb_core.candidate.sealed import is_refusal
 from pkb_core.candidate.late_reads import LATE_READS, returned_path, say_returned
-from pkb_core.candidate.stagger import Stagger
+from pkb_core.candidate.stagger import MOST_HOLD_S, Stagger
 from pkb_core.harness.timing import BatchTimer, DeviceBarrierTimeout
 from pkb_core.harness.trees import linear_tensors, restore
 
@@ -216,7 +216,7 @@ class CandidateRank:
             self.stagger.hold()
             if self.shm_dir:  # the group's own folder: where the others say they returned
                 LATE_READS.arm([returned_path(self.shm_dir, tag, r) for r in range(self.world_size) if r != self.rank],
-                               self.stagger.hold_s())
+                               MOST_HOLD_S)
         started = time.monotonic()
         try:
             fn = self.pm.hook.pkb_backend_launch(state=self.state, program=self.program, inputs=placed)
