@@ -166,11 +166,7 @@ class Scheduler:
         so one client's sources that build slowly (or hang until the build limit) leave a builder to
         every other client's."""
         now = time.monotonic()
-        for client, starts in list(self.build_starts.items()):
-            while starts and starts[0] < now - SHARE_WINDOW_S:
-                starts.popleft()
-            if not starts:
-                del self.build_starts[client]
+        _forget_before(self.build_starts, now - SHARE_WINDOW_S)
         remaining = list(queued)  # in submission order (min() keeps the earliest of equals)
         while remaining and len(self.building) < self.build_workers:
             running = collections.Counter(self.building.values())
@@ -224,11 +220,7 @@ class Scheduler:
     # -- placing ready jobs on lanes ------------------------------------------------------
     def _dispatch(self, ready: list) -> None:
         now = time.monotonic()
-        for client, starts in list(self.served.items()):
-            while starts and starts[0] < now - SHARE_WINDOW_S:
-                starts.popleft()
-            if not starts:
-                del self.served[client]
+        _forget_before(self.served, now - SHARE_WINDOW_S)
         self.placement.prune({item["world_size"] for item in ready})
         reserved = False
         # In submission order (min() below keeps the earliest of equals); jobs no group can hold reserve nothing.
@@ -367,3 +359,13 @@ class Scheduler:
             before = "; ".join(job.reruns or ()) or "unknown"
             reason = f"{result.error}; it ran {attempts} times (before: {before})"
             self.report(job_id, self._error_record(job, (job.backend, world_size), reason), write=True)
+
+
+def _forget_before(starts_by_account: dict, since: float) -> None:
+    """Drop the starts before ``since`` from each account's (oldest first), and the accounts left
+    with none: what the fair share counts is the last window's."""
+    for name, starts in list(starts_by_account.items()):
+        while starts and starts[0] < since:
+            starts.popleft()
+        if not starts:
+            del starts_by_account[name]
