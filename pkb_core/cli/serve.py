@@ -8,6 +8,7 @@ directory another service holds (:mod:`pkb_core.serve.data_lock`).
 """
 from __future__ import annotations
 
+import contextlib
 import importlib
 import ipaddress
 import json
@@ -236,8 +237,6 @@ def submit(ctx, files, url, token, problem, backend, world_size, trials, measure
     from click.core import ParameterSource
 
     _serve_extra("pkb submit", "httpx")
-    import httpx
-
     from pkb_core.client import Client, ServiceError
     from pkb_core.client.http import UNREACHABLE
     from pkb_core.contracts.verdict import FAILING
@@ -264,7 +263,7 @@ def submit(ctx, files, url, token, problem, backend, world_size, trials, measure
         # A full queue is retried (Client): said, rather than a silent wait a service user killed.
         click.echo(f"{line or 'the queue is full'}: submitting again in {seconds:g} s", err=True)
 
-    try:
+    with _service_calls(url):
         with Client(url, token=token, on_full=waiting_for_room) as service:
             for path, problem_id, text, chosen in items:
                 try:
@@ -296,10 +295,6 @@ def submit(ctx, files, url, token, problem, backend, world_size, trials, measure
                     raise PkbError(f"{exc.message.rstrip('.')}; the {len(queued)} job(s) submitted ({ids}) are kept by the "
                                    f"service, which queues them again when it starts: `pkb jobs {ids} --wait` "
                                    "waits for them") from None
-    except ServiceError as exc:
-        raise PkbError(_refusal(exc)) from None
-    except httpx.HTTPError as exc:
-        raise PkbError(f"cannot reach the service at {url}: {exc}") from None
     if json_:
         click.echo(json.dumps([view.to_json() for _, view in queued], indent=2))
     elif wait:
@@ -316,6 +311,22 @@ def _refusal(exc) -> str:
     from pkb_core.client.http import UNREACHABLE
 
     return exc.message if exc.status == UNREACHABLE else f"the service refused: {exc.message} ({exc.status})"
+
+
+@contextlib.contextmanager
+def _service_calls(url: str):
+    """The service's refusal, or no answer from it, as one ``Error:`` line (what every command-line
+    client of ``pkb serve`` says when a call fails)."""
+    import httpx
+
+    from pkb_core.client import ServiceError
+
+    try:
+        yield
+    except ServiceError as exc:
+        raise PkbError(_refusal(exc)) from None
+    except httpx.HTTPError as exc:
+        raise PkbError(f"cannot reach the service at {url}: {exc}") from None
 
 
 def _shown_path(path: Path) -> str:
@@ -392,23 +403,15 @@ def jobs(job_ids, url, token, wait, json_):
 
     Exit status 1 if a job named failed (as `pkb submit --wait`)."""
     _serve_extra("pkb jobs", "httpx")
-    import httpx
-
-    from pkb_core.client import Client, ServiceError
+    from pkb_core.client import Client
     from pkb_core.contracts.verdict import FAILING
 
+    if wait and not job_ids:
+        raise click.UsageError("--wait needs the ids of the jobs to wait for")
     try:
-        with Client(url, token=token) as service:
-            if not job_ids:
-                if wait:
-                    raise click.UsageError("--wait needs the ids of the jobs to wait for")
-                views = service.jobs()
-            else:
-                views = [service.wait(job_id) if wait else service.get(job_id) for job_id in job_ids]
-    except ServiceError as exc:
-        raise PkbError(_refusal(exc)) from None
-    except httpx.HTTPError as exc:
-        raise PkbError(f"cannot reach the service at {url}: {exc}") from None
+        with _service_calls(url), Client(url, token=token) as service:
+            views = ([service.wait(job_id) if wait else service.get(job_id) for job_id in job_ids] if job_ids
+                     else service.jobs())
     except KeyboardInterrupt:
         click.echo("interrupted: the jobs go on on the service", err=True)
         raise
@@ -437,17 +440,10 @@ def cancel(job_ids, url, token, client, all_, json_):
     if all_ and (job_ids or client):
         raise click.UsageError("--all cancels every unfinished job: give it without job ids or --client")
     _serve_extra("pkb cancel", "httpx")
-    import httpx
+    from pkb_core.client import Client
 
-    from pkb_core.client import Client, ServiceError
-
-    try:
-        with Client(url, token=token) as service:
-            answer = service.cancel_jobs(job_ids or None, client=client, all=all_)
-    except ServiceError as exc:
-        raise PkbError(_refusal(exc)) from None
-    except httpx.HTTPError as exc:
-        raise PkbError(f"cannot reach the service at {url}: {exc}") from None
+    with _service_calls(url), Client(url, token=token) as service:
+        answer = service.cancel_jobs(job_ids or None, client=client, all=all_)
     if json_:
         click.echo(json.dumps(answer.to_json(), indent=2))
         return
