@@ -21,7 +21,8 @@ from __future__ import annotations
 import ctypes
 import os
 
-_MS_NOSUID, _MS_NODEV = 0x2, 0x4
+from pkb_core.process.mount_flags import MS_NODEV, MS_NOSUID
+
 #: The layers inside a build's output folder (the upper must be empty at the start; the work
 #: folder is the overlay's own, on the same file system).
 UPPER, WORK = "upper", "work"
@@ -39,7 +40,7 @@ def mount_overlay(libc, folder: str, output: str) -> str | None:
     folder = os.path.realpath(str(folder))
     upper, work = os.path.join(output, UPPER), os.path.join(output, WORK)
     options = f"lowerdir={_escaped(folder)},upperdir={_escaped(upper)},workdir={_escaped(work)}"
-    if libc.mount(b"overlay", folder.encode(), b"overlay", _MS_NOSUID | _MS_NODEV, options.encode()) != 0:
+    if libc.mount(b"overlay", folder.encode(), b"overlay", MS_NOSUID | MS_NODEV, options.encode()) != 0:
         return (f"pkb's cache seen through a layer of the build's own ({os.strerror(ctypes.get_errno())}): "
                 "the cache is read-only to the build, and what it builds is not kept")
     return None

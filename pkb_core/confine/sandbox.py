@@ -37,6 +37,8 @@ import secrets
 import stat
 import sys
 
+from pkb_core.process.mount_flags import (CLONE_NEWNS, MNT_DETACH, MS_BIND, MS_NODEV, MS_NOEXEC, MS_NOSUID,
+                                          MS_PRIVATE, MS_RDONLY, MS_REC, MS_REMOUNT, libc as _libc)
 from pkb_core.process.sessions import die_with_parent
 
 #: First uid (and gid) of candidate groups: far above any real user or a
@@ -45,12 +47,7 @@ SANDBOX_UID_BASE = 0x70000000
 #: How many uids candidate groups draw from.
 SANDBOX_UID_SPAN = 1 << 24
 
-_CLONE_NEWNS = 0x00020000
-_MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 0x1, 0x2, 0x4, 0x8
-_MS_REMOUNT, _MS_BIND, _MS_REC, _MS_PRIVATE = 0x20, 0x1000, 0x4000, 0x40000
-#: umount2(2): detach a mount now, whatever still uses it.
-_MNT_DETACH = 2
-_FLAG_BY_OPTION = {"nosuid": _MS_NOSUID, "nodev": _MS_NODEV, "noexec": _MS_NOEXEC}
+_FLAG_BY_OPTION = {"nosuid": MS_NOSUID, "nodev": MS_NODEV, "noexec": MS_NOEXEC}
 #: Mounts left as they are: kernel interfaces whose writable files are per
 #: process or guarded by their own permission checks. ``/sys`` (the cgroup file
 #: system included) and ``/proc/sys`` are read-only like every other mount: a
@@ -73,19 +70,15 @@ def can_switch_user() -> bool:
     return os.geteuid() == 0
 
 
-def _libc():
-    return ctypes.CDLL(None, use_errno=True)
-
-
 def _fail(what: str) -> str:
     return f"{what} ({os.strerror(ctypes.get_errno())})"
 
 
 def private_mounts(libc) -> str | None:
     """Enter a mount namespace of this process's own, detached from the host's."""
-    if libc.unshare(_CLONE_NEWNS) != 0:
+    if libc.unshare(CLONE_NEWNS) != 0:
         return _fail("private mount namespace: needs CAP_SYS_ADMIN")
-    if libc.mount(None, b"/", None, _MS_REC | _MS_PRIVATE, None) != 0:
+    if libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None) != 0:
         return _fail("private mounts")
     return None
 
@@ -100,7 +93,7 @@ def own_tmpfs(libc, path: str, size_bytes: int | None, owner: int | None = None)
     options = "mode=0700" + (f",size={int(size_bytes)}" if size_bytes else "")
     if owner is not None:
         options += f",uid={int(owner)},gid={int(owner)}"
-    if libc.mount(b"tmpfs", str(path).encode(), b"tmpfs", _MS_NOSUID | _MS_NODEV, options.encode()) != 0:
+    if libc.mount(b"tmpfs", str(path).encode(), b"tmpfs", MS_NOSUID | MS_NODEV, options.encode()) != 0:
         return _fail(f"a bounded temporary folder at {path}")
     return None
 
@@ -132,12 +125,12 @@ def own_dev_shm(libc, folder: str, root: str = "/dev/shm") -> str | None:
     # innermost first; the folder, what it holds and its ancestors stay.
     for point, _, _ in reversed(mount_table()):
         if under(point, root) and point != root and not under(folder, point) and not under(point, folder):
-            libc.umount2(point.encode(), _MNT_DETACH)  # one that will not go is still covered by the bind
+            libc.umount2(point.encode(), MNT_DETACH)  # one that will not go is still covered by the bind
     try:
         source = f"/proc/self/fd/{fd}".encode()
-        if libc.mount(source, root.encode(), None, _MS_BIND, None) != 0:
+        if libc.mount(source, root.encode(), None, MS_BIND, None) != 0:
             return _fail(f"a /dev/shm of its own ({folder} on {root})")
-        if libc.mount(source, folder.encode(), None, _MS_BIND, None) != 0:
+        if libc.mount(source, folder.encode(), None, MS_BIND, None) != 0:
             return _fail(f"a /dev/shm of its own ({folder} at its own path)")
     finally:
         os.close(fd)
@@ -198,28 +191,28 @@ def seal(libc, *, writable=(), read_only=(), hidden=(), revealed=(), temp=()) ->
     for point, flags in _mounts():
         if any(under(point, keep) for keep in _KEEP) or any(under(point, w) for w in writable):
             continue
-        if libc.mount(None, point.encode(), None, _MS_BIND | _MS_REMOUNT | _MS_RDONLY | flags, None) != 0:
+        if libc.mount(None, point.encode(), None, MS_BIND | MS_REMOUNT | MS_RDONLY | flags, None) != 0:
             missing.append(_fail(f"read-only {point}"))
     for folder, paths in temp:
         missing += cover(libc, folder, paths)
     if os.path.isdir(_SYSCTLS):
         target = _SYSCTLS.encode()
-        if libc.mount(target, target, None, _MS_BIND, None) != 0 or \
-                libc.mount(None, target, None, _MS_BIND | _MS_REMOUNT | _MS_RDONLY | _MS_NOSUID | _MS_NODEV |
-                           _MS_NOEXEC, None) != 0:
+        if libc.mount(target, target, None, MS_BIND, None) != 0 or \
+                libc.mount(None, target, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV |
+                           MS_NOEXEC, None) != 0:
             missing.append(_fail(f"read-only {_SYSCTLS}"))
     for path in writable:
         target = path.encode()
         # nosuid, nodev: a writable folder holds no set-uid program or device a process could use
-        if libc.mount(target, target, None, _MS_BIND | _MS_REC, None) != 0 or \
-                libc.mount(None, target, None, _MS_BIND | _MS_REMOUNT | _MS_NOSUID | _MS_NODEV, None) != 0:
+        if libc.mount(target, target, None, MS_BIND | MS_REC, None) != 0 or \
+                libc.mount(None, target, None, MS_BIND | MS_REMOUNT | MS_NOSUID | MS_NODEV, None) != 0:
             missing.append(_fail(f"writable {path}"))
     for path in read_only:
         path = os.path.realpath(str(path))
         if any(under(path, w) for w in writable):
             target = path.encode()
-            if libc.mount(target, target, None, _MS_BIND | _MS_REC, None) != 0 or \
-                    libc.mount(None, target, None, _MS_BIND | _MS_REMOUNT | _MS_RDONLY, None) != 0:
+            if libc.mount(target, target, None, MS_BIND | MS_REC, None) != 0 or \
+                    libc.mount(None, target, None, MS_BIND | MS_REMOUNT | MS_RDONLY, None) != 0:
                 missing.append(_fail(f"read-only {path}"))
     return missing
 
@@ -239,7 +232,7 @@ def cover(libc, path: str, revealed: list[str]) -> list[str]:
             continue
     missing = []
     try:
-        if libc.mount(b"tmpfs", path.encode(), b"tmpfs", _MS_NOSUID | _MS_NODEV, b"mode=0555") != 0:
+        if libc.mount(b"tmpfs", path.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, b"mode=0555") != 0:
             return [_fail(f"hiding {path}")]
         for folder, fd in sources.items():
             try:
@@ -247,10 +240,10 @@ def cover(libc, path: str, revealed: list[str]) -> list[str]:
             except OSError as exc:
                 missing.append(f"revealing {folder} ({exc.strerror})")
                 continue
-            if libc.mount(f"/proc/self/fd/{fd}".encode(), folder.encode(), None, _MS_BIND | _MS_REC, None) != 0 or \
-                    libc.mount(None, folder.encode(), None, _MS_BIND | _MS_REMOUNT | _MS_RDONLY, None) != 0:
+            if libc.mount(f"/proc/self/fd/{fd}".encode(), folder.encode(), None, MS_BIND | MS_REC, None) != 0 or \
+                    libc.mount(None, folder.encode(), None, MS_BIND | MS_REMOUNT | MS_RDONLY, None) != 0:
                 missing.append(_fail(f"revealing {folder}"))
-        if libc.mount(None, path.encode(), None, _MS_REMOUNT | _MS_RDONLY | _MS_NOSUID | _MS_NODEV, None) != 0:
+        if libc.mount(None, path.encode(), None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, None) != 0:
             missing.append(_fail(f"hiding {path} read-only"))
     finally:
         for fd in sources.values():
@@ -352,7 +345,7 @@ def expose(libc, paths, uid: int) -> list[str]:
                 if _traversable(st, uid):
                     continue
                 fd = os.open(folder, os.O_PATH | os.O_DIRECTORY)
-                if libc.mount(b"tmpfs", folder.encode(), b"tmpfs", _MS_NOSUID | _MS_NODEV, b"mode=0755") != 0:
+                if libc.mount(b"tmpfs", folder.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, b"mode=0755") != 0:
                     missing.append(_fail(f"reaching {path}"))
                     os.close(fd)
                     break
@@ -369,7 +362,7 @@ def expose(libc, paths, uid: int) -> list[str]:
             except OSError as exc:
                 missing.append(f"reaching {path} ({exc.strerror})")
                 break
-            if libc.mount(source.encode(), inside.encode(), None, _MS_BIND | _MS_REC, None) != 0:
+            if libc.mount(source.encode(), inside.encode(), None, MS_BIND | MS_REC, None) != 0:
                 missing.append(_fail(f"reaching {path}"))
                 break
     for fd in covered.values():

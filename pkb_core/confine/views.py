@@ -44,13 +44,13 @@ import ctypes
 import os
 
 from pkb_core.confine.sandbox import mount_table, under
+from pkb_core.process.mount_flags import MS_BIND, MS_NODEV, MS_NOEXEC, MS_NOSUID
 
 #: Folders every process of the machine writes temporary files into.
 SHARED_TEMP = ("/tmp", "/var/tmp")
 #: The first Linux whose procfs mounts each take their own ``hidepid``.
 HIDEPID_PER_MOUNT = (5, 8)
 
-_MS_NOSUID, _MS_NODEV, _MS_NOEXEC, _MS_BIND = 0x2, 0x4, 0x8, 0x1000
 #: File systems under ``/proc`` not copied onto the new instance: an automount point is no mask,
 #: and opening it would mount what it stands for.
 _NOT_MASKS = ("autofs",)
@@ -108,13 +108,13 @@ def own_proc(libc) -> list[str]:
                     masks.append((point, os.open(point, os.O_PATH | os.O_NOFOLLOW)))
                 except OSError:
                     continue
-        if libc.mount(b"proc", b"/proc", b"proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, b"hidepid=2") != 0:
+        if libc.mount(b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, b"hidepid=2") != 0:
             return [f"other processes hidden ({os.strerror(ctypes.get_errno())}): every process's command line "
                     "and /proc/<pid>/net are readable"]
         missing = []
         for point, fd in masks:
             if os.path.lexists(point) and \
-                    libc.mount(f"/proc/self/fd/{fd}".encode(), point.encode(), None, _MS_BIND, None) != 0:
+                    libc.mount(f"/proc/self/fd/{fd}".encode(), point.encode(), None, MS_BIND, None) != 0:
                 missing.append(f"{point} masked as before ({os.strerror(ctypes.get_errno())})")
         return missing
     finally:

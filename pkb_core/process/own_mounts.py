@@ -16,16 +16,10 @@ ranks, a candidate group's, which copy it into their private namespaces), and go
 """
 from __future__ import annotations
 
-import ctypes
 import os
 import shutil
 
-_MS_NOSUID, _MS_NODEV = 0x2, 0x4
-_MNT_DETACH = 2
-
-
-def _libc():
-    return ctypes.CDLL(None, use_errno=True)
+from pkb_core.process.mount_flags import MNT_DETACH, MS_NODEV, MS_NOSUID, libc
 
 
 def mount_own_tmpfs(path: str, *, mode: int, owner: int | None = None, inodes: int | None = None) -> bool:
@@ -37,7 +31,7 @@ def mount_own_tmpfs(path: str, *, mode: int, owner: int | None = None, inodes: i
     options = f"mode={mode:o}" + (f",nr_inodes={int(inodes)}" if inodes else ",nr_inodes=0")
     if owner is not None:
         options += f",uid={int(owner)},gid={int(owner)}"
-    return _libc().mount(b"tmpfs", path.encode(), b"tmpfs", _MS_NOSUID | _MS_NODEV, options.encode()) == 0
+    return libc().mount(b"tmpfs", path.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, options.encode()) == 0
 
 
 def remove_tree(path: str) -> None:
@@ -45,5 +39,5 @@ def remove_tree(path: str) -> None:
     (with every one mounted below it): ``rmtree`` alone empties a mount and leaves it mounted.
     Whatever cannot be removed is left (as ``rmtree(ignore_errors=True)`` does)."""
     if os.path.ismount(path):
-        _libc().umount2(path.encode(), _MNT_DETACH)
+        libc().umount2(path.encode(), MNT_DETACH)
     shutil.rmtree(path, ignore_errors=True)
