@@ -95,31 +95,44 @@ class RayBuilds:
     def __init__(self, workers: int):
         self.workers = workers
         self._gate = threading.BoundedSemaphore(workers)
-        #: Each build's task while it runs, by job id, and the ids cancelled before theirs began.
+        #: Each build's task while it runs, by job id; the ids submitted and not yet done; those of
+        #: them cancelled (a cancel of an id that is not live is nothing to keep).
         self._tasks: dict[str, ray.ObjectRef] = {}
+        self._live: set[str] = set()
         self._cancelled: set[str] = set()
         self._lock = threading.Lock()
 
     def submit(self, job: Job, settings: LaunchSettings, done, job_id: str) -> None:
         source = Path(job.solution).read_text() if job.solution else ""
+        with self._lock:
+            self._live.add(job_id)
         threading.Thread(target=self._run, args=(job, settings, source, done, job_id), daemon=True,
                          name="pkb-ray-build").start()
 
     def cancel(self, job_id: str) -> None:
         """Stop the job's task (Ray kills its worker, and the builder with it), or keep it from starting."""
         with self._lock:
+            if job_id not in self._live:
+                return
             task = self._tasks.get(job_id)
             self._cancelled.add(job_id)
         if task is not None:
             ray.cancel(task, force=True)
 
     def _run(self, job, settings, source, done, job_id) -> None:
+        try:
+            self._build(job, settings, source, done, job_id)
+        finally:
+            with self._lock:
+                self._live.discard(job_id)
+                self._cancelled.discard(job_id)
+
+    def _build(self, job, settings, source, done, job_id) -> None:
         from pkb_core.serve.builds import CANCELLED
 
         with self._gate:
             with self._lock:
                 if job_id in self._cancelled:
-                    self._cancelled.discard(job_id)
                     done(None, None, CANCELLED)
                     return
                 task = self._tasks[job_id] = build_task.remote(job.to_json(), source, settings.to_json())
@@ -134,7 +147,6 @@ class RayBuilds:
             finally:
                 with self._lock:
                     self._tasks.pop(job_id, None)
-                    self._cancelled.discard(job_id)
         record = Record.from_json(record) if record else None
         if record is not None:  # the task wrote it in its own folder, gone with it: the service's copy
             from pkb_core.serve.service import write_copy
