@@ -31,14 +31,11 @@ class Stagger:
     def __init__(self):
         self.shortest_s: float | None = None
 
-    def hold_s(self) -> float:
-        """How long the late rank holds: twice its shortest call, within the bounds."""
-        shortest = self.shortest_s if self.shortest_s is not None else MOST_HOLD_S
-        return min(MOST_HOLD_S, max(LEAST_HOLD_S, 2 * shortest))
-
     def hold(self) -> None:
-        """Start late: sleep before the call (this rank is the trial's late one)."""
-        time.sleep(self.hold_s())
+        """Start late (this rank is the trial's late one): sleep before the call for twice its
+        shortest call, within the bounds."""
+        shortest = self.shortest_s if self.shortest_s is not None else MOST_HOLD_S
+        time.sleep(min(MOST_HOLD_S, max(LEAST_HOLD_S, 2 * shortest)))
 
     def took(self, seconds: float, *, waited_on_peer: bool) -> None:
         """One call's span (call and packing); kept only where no late peer was waited on."""
