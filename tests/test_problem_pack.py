@@ -115,3 +115,35 @@ def test_a_problem_that_says_bit_for_bit_compares_with_nothing_allowed_off():
     x = torch.randn(8, 16)
     assert compare(x * (1 + 1e-5), x, broadcast.tolerance) is not None
     assert compare(x.clone(), x, broadcast.tolerance) is None
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_the_reduce_scatter_rmsnorm_draws_tell_a_mean_from_a_sum(dtype):
+    """Problem 45 reduces, divides by W, then RMSNorms each row, which is blind to a row's scale
+    where its mean square outweighs eps: with plain normal inputs a sum taken for the mean passed
+    every trial (a new user's file, 2026-12-01). Its rows are drawn at scales that reach eps, so
+    every draw, at every working dtype, tells the two apart; the mean itself matches."""
+    import torch
+
+    from pkb_core.judge.check import compare
+    from pkb_core.problem.contract import RunContext
+
+    spec = next(s for s in SPECS if s.id == 45)
+    problem = spec.load()
+    world, dt = 2, getattr(torch, dtype)
+    tolerance = spec.tolerance  # none of its own: the dtype's
+    for trial in range(6):
+        ranks = [problem.inputs(RunContext(rank=r, world_size=world, device="cpu", dtype=dt, size="tiny",
+                                           params=spec.params("tiny"), trial=trial, secret=b"s", problem_key=spec.key))
+                 for r in range(world)]
+        gamma, eps = ranks[0][1], ranks[0][2]
+        total = sum(x.float() for x, _, _ in ranks).to(dt)  # the reduce-scatter's sum, every chunk
+
+        def norm(rows):
+            x = rows.view(-1, gamma.numel()).float()
+            return (x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps) * gamma.float()).to(dt)
+
+        for chunk in total.chunk(world):
+            mean = norm(chunk / world)
+            assert compare(norm(chunk), mean, tolerance) is not None, trial
+            assert compare(norm((chunk.float() / world).to(dt)), mean, tolerance) is None, trial

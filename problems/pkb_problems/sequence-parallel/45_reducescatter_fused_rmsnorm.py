@@ -9,8 +9,11 @@ y = x * rsqrt(mean(x^2 over the row) + eps) * gamma. Return on rank r the new
 (R, Hd) tensor y in the working dtype, built from chunk r of every rank.
 
 R: ``default`` uses the original's R = max(2, rows_global // max(W, 4)) (256 for
-W <= 4); ``tiny`` and ``large`` fix R per rank. Compared with the dtype
-tolerance.
+W <= 4); ``tiny`` and ``large`` fix R per rank. Inputs: normal, each row of the
+reduced result scaled (the same on every rank) by 10**u, u uniform in
+[-3.5, 0], so that many rows' mean square lies near eps: RMSNorm is blind to a
+row's scale where the mean square outweighs eps, and a sum taken for the mean
+would pass there. Compared with the dtype tolerance.
 """
 import torch
 import torch.distributed as dist
@@ -42,7 +45,10 @@ def _rows(params, world_size):
 def inputs(ctx):
     p = ctx.params
     r = _rows(p, ctx.world_size)
-    x = ctx.randn(ctx.world_size * r * p["hidden"])
+    # A scale per row of the flat buffer, shared by every rank, so the reduced row keeps it: rows
+    # whose mean square is near eps tell a mean from a sum (and any other scale of the row).
+    scale = 10.0 ** ctx.rand(ctx.world_size * r, 1, dtype=torch.float32, shared=True, low=-3.5, high=0.0)
+    x = (ctx.randn(ctx.world_size * r, p["hidden"], dtype=torch.float32) * scale).to(ctx.dtype).reshape(-1)
     gamma = ctx.randn(p["hidden"], shared=True)
     return (x, gamma, 1e-5)
 
