@@ -232,12 +232,12 @@ def test_html_is_self_contained_and_sortable(pkb_invoke, two_runs, tmp_path, mon
     (lambda folder: _write(folder / "empty.jsonl", "\n"), "no records in it"),
     (lambda folder: _write(folder / "binary.jsonl", b"\xff\xfe\x00"), "not a records file (not UTF-8 text)"),
 ])
-def test_an_unreadable_or_missing_run_is_one_line_and_exit_4(pkb_invoke, two_runs, tmp_path, make, message):
+def test_an_unreadable_or_missing_run_is_one_line_and_exit_1(pkb_invoke, two_runs, tmp_path, make, message):
     folder = tmp_path / "bad"
     folder.mkdir()
     bad = make(folder)
     result = pkb_invoke("leaderboard", two_runs[0], bad)
-    assert result.exit_code == 4, result.output
+    assert result.exit_code == 1, result.output
     lines = result.output.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"Error: run {bad}") and message in lines[0], result.output
 

@@ -9,7 +9,8 @@ A RUN is any of:
 
 As in :func:`pkb_core.results.records.read_records`, a later record of the same key
 replaces an earlier one. A path that is missing, unreadable, not records or holds none is a
-:class:`pkb_core.errors.CannotStart` naming the path: the command cannot start as given (exit 4).
+:class:`pkb_core.errors.PkbError` naming the path (exit 1, as ``pkb report`` and ``pkb compare``
+for a run they cannot read).
 
 What the run says about itself, for the row's label when no ``--label`` is given
 (:func:`model_of`, :func:`name_of`):
@@ -30,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pkb_core.contracts.record import Record
-from pkb_core.errors import CannotStart, PkbError
+from pkb_core.errors import PkbError
 from pkb_core.results.records import RECORDS, parse_record
 
 #: A PKB solution tree's folder: backend, precision, hardware, GPU count, provider, model.
@@ -52,24 +53,24 @@ class Run:
 
 
 def read_run(path) -> Run:
-    """The run at ``path`` (see the module docstring); :class:`CannotStart` when it cannot be read."""
+    """The run at ``path`` (see the module docstring); :class:`PkbError` when it cannot be read."""
     path = Path(path)
     try:
         if path.is_dir():
             source = path / RECORDS
             if not source.is_file():
-                raise CannotStart(f"run {path}: no {RECORDS} in it (not a run directory)")
+                raise PkbError(f"run {path}: no {RECORDS} in it (not a run directory)")
             records = _records_of(source.read_text(), source)
         elif path.exists():
             records = _records_of(path.read_text(), path)
         else:
-            raise CannotStart(f"run {path} does not exist")
+            raise PkbError(f"run {path} does not exist")
     except OSError as exc:
-        raise CannotStart(f"run {path}: cannot read it ({exc.strerror or exc})") from None
+        raise PkbError(f"run {path}: cannot read it ({exc.strerror or exc})") from None
     except UnicodeDecodeError:
-        raise CannotStart(f"run {path}: not a records file (not UTF-8 text)") from None
+        raise PkbError(f"run {path}: not a records file (not UTF-8 text)") from None
     if not records:
-        raise CannotStart(f"run {path}: no records in it")
+        raise PkbError(f"run {path}: no records in it")
     return Run(path, records, model_of(path, records))
 
 
@@ -88,7 +89,7 @@ def _records_of(text: str, source: Path) -> list[Record]:
         try:
             record = parse_record(line, where)
         except PkbError as exc:
-            raise CannotStart(f"run {exc}") from None
+            raise PkbError(f"run {exc}") from None
         by_key[record.key] = record
     return list(by_key.values())
 
