@@ -1,0 +1,216 @@
+#!/usr/bin/env python3
+"""Two ranks of pkb_triton's push protocol in one process on one GPU: the Triton push kernels'
+own cost, by launch shape, where no second GPU is lent.
+
+Usage (a GPU machine with pkb installed)::
+
+    python3 benchmarks/push_pair.py [--problems 1,2,7] [--sizes 4K,256K] [--shapes 2048x8,256x1,...]
+
+Each "rank" is a set of tensors on the same device: its input, its output, its push workspace
+(:data:`pkb_triton.push.EPOCHS` epochs of ``W`` slots filled with the sentinel) and its counters;
+the pointer table every kernel reads holds both ranks' workspaces, so the sample's kernel runs
+unchanged, rank 0's on one stream and rank 1's on another, concurrently. Their calls are captured
+into one CUDA graph (``--calls`` of each rank's, the two chains side by side, nothing between a
+rank's calls) and the graph replayed ``--replays`` times; a call's time is the replays' elapsed
+time (CUDA events) over the calls. Every call's output is checked against torch's, on both ranks.
+
+What it measures is the kernels' own work and their polling, with local HBM in place of the
+link: the relative cost of launch shapes (``BLOCK`` elements a program, ``num_warps``) and of
+protocol variants, not a two-GPU latency. ``ping`` is the floor of the same setup: two
+one-program kernels that each bump a word of the other's and wait for their own, once a call.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import sys
+from pathlib import Path
+
+import torch
+import triton
+import triton.language as tl
+
+from pkb_triton.push import EPOCHS, SENTINELS
+
+SAMPLES = Path(__file__).resolve().parent.parent / "backends" / "triton" / "pkb_triton" / "samples"
+#: The push kernels by problem: sample file, kernel name, and how the problem's tensors look.
+KERNELS = {1: ("1_allreduce", "_push_allreduce"), 2: ("2_allgather", "_push_allgather"),
+           7: ("7_reducescatter", "_push_reducescatter")}
+WORLD = 2
+
+
+def _sample(name: str):
+    spec = importlib.util.spec_from_file_location(f"pushpair_{name}", SAMPLES / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _bytes(text: str) -> int:
+    units = {"K": 1 << 10, "M": 1 << 20}
+    return int(text[:-1]) * units[text[-1]] if text[-1] in units else int(text)
+
+
+class Rank:
+    """One rank's tensors for one problem and size (see the module docstring)."""
+
+    def __init__(self, rank: int, problem: int, nbytes: int, slot: int, dtype, device):
+        size = torch.tensor([], dtype=dtype).element_size()
+        bits, self.empty = SENTINELS[size]
+        elements = nbytes // size
+        self.rank = rank
+        # n: what each slot receives a call (a row block for the reduce-scatter).
+        if problem == 7:
+            self.x = torch.randn(WORLD * elements, dtype=torch.float32, device=device).to(dtype)
+            self.n = elements
+            self.out = torch.empty(elements, dtype=dtype, device=device)
+        else:
+            self.x = torch.randn(elements, dtype=torch.float32, device=device).to(dtype)
+            self.n = elements
+            self.out = torch.empty((WORLD, elements) if problem == 2 else (elements,), dtype=dtype, device=device)
+        self.slots = torch.full((EPOCHS * WORLD * slot,), self.empty, dtype=bits, device=device)
+        self.progress = torch.zeros(WORLD, dtype=torch.int32, device=device)
+        self.counters = torch.zeros(4, dtype=torch.int32, device=device)
+
+
+def expected(problem: int, ranks: list[Rank]) -> list[torch.Tensor]:
+    xs = [r.x.float() for r in ranks]
+    if problem == 1:
+        total = sum(xs)
+        return [total.to(ranks[0].x.dtype)] * WORLD
+    if problem == 2:
+        return [torch.stack([r.x for r in ranks])] * WORLD
+    blocks = [sum(x.view(WORLD, -1)[p] for x in xs).to(ranks[0].x.dtype) for p in range(WORLD)]
+    return blocks
+
+
+def run(problem: int, nbytes: int, block: int, warps: int, calls: int, replays: int, dtype, device) -> float:
+    """Microseconds a call of the problem's push kernel, both ranks side by side (module docstring)."""
+    name, kernel_name = KERNELS[problem]
+    kernel = getattr(_sample(name), kernel_name)
+    size = torch.tensor([], dtype=dtype).element_size()
+    slot = _sample(name).PUSH_MAX_BYTES // size
+    ranks = [Rank(r, problem, nbytes, slot, dtype, device) for r in range(WORLD)]
+    table = torch.tensor([r.slots.data_ptr() for r in ranks], dtype=torch.int64, device=device)
+    progress_table = torch.tensor([r.progress.data_ptr() for r in ranks], dtype=torch.int64, device=device)
+    programs = max(1, min(torch.cuda.get_device_properties(device).multi_processor_count, -(-ranks[0].n // block)))
+    streams = [torch.cuda.Stream(device) for _ in ranks]
+
+    def launch(r: Rank) -> None:
+        kernel[(programs,)](r.x, r.out, r.slots, table.data_ptr(), r.counters, r.progress, progress_table.data_ptr(),
+                            r.rank, r.n, SLOT=slot, WORLD=WORLD, SIZE=size, EMPTY=r.empty, BLOCK=block,
+                            num_warps=warps)
+
+    def both(count: int) -> None:
+        start = torch.cuda.current_stream(device)
+        for stream, r in zip(streams, ranks):
+            stream.wait_stream(start)
+            with torch.cuda.stream(stream):
+                for _ in range(count):
+                    launch(r)
+        for stream in streams:
+            start.wait_stream(stream)
+
+    want = expected(problem, ranks)
+    for _ in range(3):  # compile, and every epoch once, eagerly
+        both(1)
+        torch.cuda.synchronize(device)
+        for r, w in zip(ranks, want):
+            if not torch.equal(r.out, w):
+                raise SystemExit(f"problem {problem} {nbytes} B block {block} warps {warps}: rank {r.rank} wrong")
+    graph = torch.cuda.CUDAGraph()
+    capture = torch.cuda.Stream(device)
+    with torch.cuda.stream(capture):
+        with torch.cuda.graph(graph, stream=capture):
+            both(calls)
+    torch.cuda.synchronize(device)
+    graph.replay()
+    torch.cuda.synchronize(device)
+    begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    begin.record()
+    for _ in range(replays):
+        graph.replay()
+    end.record()
+    torch.cuda.synchronize(device)
+    for r, w in zip(ranks, want):
+        if not torch.equal(r.out, w):
+            raise SystemExit(f"problem {problem} {nbytes} B block {block} warps {warps}: rank {r.rank} wrong after replays")
+    return begin.elapsed_time(end) * 1e3 / (replays * calls)
+
+
+@triton.jit
+def _ping(words, rank, calls_word):
+    """Bump the other rank's word, then wait until this rank's has been bumped as often as calls made."""
+    call = tl.load(calls_word + rank, volatile=True) + 1
+    tl.store(calls_word + rank, call)
+    tl.atomic_add(words + (1 - rank), 1, sem="release", scope="gpu")
+    while tl.atomic_add(words + rank, 0, sem="acquire", scope="gpu") < call:
+        pass
+
+
+def ping(calls: int, replays: int, device) -> float:
+    """Microseconds a call of the floor: one word each way, both ranks side by side."""
+    words = torch.zeros(2, dtype=torch.int32, device=device)
+    counts = torch.zeros(2, dtype=torch.int32, device=device)
+    streams = [torch.cuda.Stream(device) for _ in range(WORLD)]
+
+    def both(count: int) -> None:
+        start = torch.cuda.current_stream(device)
+        for rank, stream in enumerate(streams):
+            stream.wait_stream(start)
+            with torch.cuda.stream(stream):
+                for _ in range(count):
+                    _ping[(1,)](words, rank, counts, num_warps=1)
+        for stream in streams:
+            start.wait_stream(stream)
+
+    both(2)
+    torch.cuda.synchronize(device)
+    graph = torch.cuda.CUDAGraph()
+    capture = torch.cuda.Stream(device)
+    with torch.cuda.stream(capture):
+        with torch.cuda.graph(graph, stream=capture):
+            both(calls)
+    graph.replay()
+    torch.cuda.synchronize(device)
+    begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    begin.record()
+    for _ in range(replays):
+        graph.replay()
+    end.record()
+    torch.cuda.synchronize(device)
+    return begin.elapsed_time(end) * 1e3 / (replays * calls)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--problems", default="1,2,7")
+    parser.add_argument("--sizes", default="4K,256K", help="bytes of each rank's message (K, M suffixes)")
+    parser.add_argument("--shapes", default="2048x8,1024x4,512x4,512x2,256x1,256x2,128x1",
+                        help="BLOCKxnum_warps launch shapes to compare (the samples launch 2048x8)")
+    parser.add_argument("--dtype", default="bfloat16")
+    parser.add_argument("--calls", type=int, default=200)
+    parser.add_argument("--replays", type=int, default=20)
+    parser.add_argument("--repeats", type=int, default=3, help="readings of each row (their median and range)")
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("push_pair: needs a GPU", file=sys.stderr)
+        return 1
+    device = torch.device("cuda", 0)
+    dtype = getattr(torch, args.dtype)
+    floor = sorted(ping(args.calls, args.replays, device) for _ in range(args.repeats))
+    print(f"ping (floor): {floor[len(floor) // 2]:.2f} us a call [{floor[0]:.2f}, {floor[-1]:.2f}]")
+    print("problem  size    BLOCK  warps   us/call  [min, max]")
+    for problem in (int(p) for p in args.problems.split(",")):
+        for size_text in args.sizes.split(","):
+            for shape in args.shapes.split(","):
+                block, warps = (int(v) for v in shape.split("x"))
+                readings = sorted(run(problem, _bytes(size_text), block, warps, args.calls, args.replays, dtype,
+                                      device) for _ in range(args.repeats))
+                print(f"{problem:>7}  {size_text:>5}  {block:>6}  {warps:>5}  {readings[len(readings) // 2]:8.2f}  "
+                      f"[{readings[0]:.2f}, {readings[-1]:.2f}]", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
