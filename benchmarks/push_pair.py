@@ -18,10 +18,17 @@ What it measures is the kernels' own work and their polling, with local HBM in p
 link: the relative cost of launch shapes (``BLOCK`` elements a program, ``num_warps``) and of
 protocol variants, not a two-GPU latency. ``ping`` is the floor of the same setup: two
 one-program kernels that each bump a word of the other's and wait for their own, once a call.
+
+Both ranks' kernels are compiled and loaded before either runs: the ranks differ in ``rank``,
+which Triton specializes on (1 is a constant), and loading a module into the context waits for
+the kernels running in it, so a rank-0 kernel that spun while rank 1's was loaded would wait
+forever (the first version of this script hung so on an H200). A row that takes longer than
+``--row-timeout`` prints every thread's stack and exits.
 """
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import importlib.util
 import sys
 from pathlib import Path
@@ -96,10 +103,15 @@ def run(problem: int, nbytes: int, block: int, warps: int, calls: int, replays: 
     programs = max(1, min(torch.cuda.get_device_properties(device).multi_processor_count, -(-ranks[0].n // block)))
     streams = [torch.cuda.Stream(device) for _ in ranks]
 
+    def arguments(r: Rank) -> tuple:
+        return (r.x, r.out, r.slots, table.data_ptr(), r.counters, r.progress, progress_table.data_ptr(), r.rank, r.n)
+
+    constants = dict(SLOT=slot, WORLD=WORLD, SIZE=size, EMPTY=ranks[0].empty, BLOCK=block, num_warps=warps)
+    for r in ranks:  # compiled and loaded before any rank spins (the module docstring)
+        kernel.warmup(*arguments(r), grid=(programs,), **constants)._init_handles()
+
     def launch(r: Rank) -> None:
-        kernel[(programs,)](r.x, r.out, r.slots, table.data_ptr(), r.counters, r.progress, progress_table.data_ptr(),
-                            r.rank, r.n, SLOT=slot, WORLD=WORLD, SIZE=size, EMPTY=r.empty, BLOCK=block,
-                            num_warps=warps)
+        kernel[(programs,)](*arguments(r), **constants)
 
     def both(count: int) -> None:
         start = torch.cuda.current_stream(device)
@@ -164,6 +176,8 @@ def ping(calls: int, replays: int, device) -> float:
         for stream in streams:
             start.wait_stream(stream)
 
+    for rank in range(WORLD):  # compiled and loaded before any rank spins (the module docstring)
+        _ping.warmup(words, rank, counts, grid=(1,), num_warps=1)._init_handles()
     both(2)
     torch.cuda.synchronize(device)
     graph = torch.cuda.CUDAGraph()
@@ -192,23 +206,28 @@ def main(argv=None) -> int:
     parser.add_argument("--calls", type=int, default=200)
     parser.add_argument("--replays", type=int, default=20)
     parser.add_argument("--repeats", type=int, default=3, help="readings of each row (their median and range)")
+    parser.add_argument("--row-timeout", type=float, default=60.0,
+                        help="seconds a row may take before every thread's stack is printed and the script exits")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("push_pair: needs a GPU", file=sys.stderr)
         return 1
     device = torch.device("cuda", 0)
     dtype = getattr(torch, args.dtype)
+    faulthandler.dump_traceback_later(args.row_timeout, exit=True)
     floor = sorted(ping(args.calls, args.replays, device) for _ in range(args.repeats))
-    print(f"ping (floor): {floor[len(floor) // 2]:.2f} us a call [{floor[0]:.2f}, {floor[-1]:.2f}]")
+    print(f"ping (floor): {floor[len(floor) // 2]:.2f} us a call [{floor[0]:.2f}, {floor[-1]:.2f}]", flush=True)
     print("problem  size    BLOCK  warps   us/call  [min, max]")
     for problem in (int(p) for p in args.problems.split(",")):
         for size_text in args.sizes.split(","):
             for shape in args.shapes.split(","):
                 block, warps = (int(v) for v in shape.split("x"))
+                faulthandler.dump_traceback_later(args.row_timeout, exit=True)
                 readings = sorted(run(problem, _bytes(size_text), block, warps, args.calls, args.replays, dtype,
                                       device) for _ in range(args.repeats))
                 print(f"{problem:>7}  {size_text:>5}  {block:>6}  {warps:>5}  {readings[len(readings) // 2]:8.2f}  "
                       f"[{readings[0]:.2f}, {readings[-1]:.2f}]", flush=True)
+    faulthandler.cancel_dump_traceback_later()
     return 0
 
 
