@@ -4,7 +4,7 @@ own cost, by launch shape, where no second GPU is lent.
 
 Usage (a GPU machine with pkb installed)::
 
-    python3 benchmarks/push_pair.py [--problems 1,2,7] [--sizes 4K,256K] [--shapes 2048x8,256x1,...]
+    python3 benchmarks/push_pair.py [--problems 1,2,4,6,7] [--sizes 4K,256K] [--shapes sample,2048x8,256x1,...]
 
 Each "rank" is a set of tensors on the same device: its input, its output, its push workspace
 (:data:`pkb_triton.push.EPOCHS` epochs of ``W`` slots filled with the sentinel) and its counters;
@@ -15,9 +15,11 @@ rank's calls) and the graph replayed ``--replays`` times; a call's time is the r
 time (CUDA events) over the calls. Every call's output is checked against torch's, on both ranks.
 
 What it measures is the kernels' own work and their polling, with local HBM in place of the
-link: the relative cost of launch shapes (``BLOCK`` elements a program, ``num_warps``) and of
-protocol variants, not a two-GPU latency. ``ping`` is the floor of the same setup: two
-one-program kernels that each bump a word of the other's and wait for their own, once a call.
+link: the relative cost of launch shapes (``BLOCK`` elements a program, ``num_warps``; ``sample``:
+what the sample launches, :func:`pkb_triton.push.push_launch`) and of protocol variants, not a
+two-GPU latency. The rooted two (4 reduce, 6 gather) have rank 0 as their root. ``ping`` is the
+floor of the same setup: two one-program kernels that each bump a word of the other's and wait
+for their own, once a call.
 
 Both ranks' kernels are compiled and loaded before either runs: the ranks differ in ``rank``,
 which Triton specializes on (1 is a constant), and loading a module into the context waits for
@@ -37,12 +39,16 @@ import torch
 import triton
 import triton.language as tl
 
-from pkb_triton.push import EPOCHS, SENTINELS
+from pkb_triton.host import Peers
+from pkb_triton.push import EPOCHS, SENTINELS, push_launch
 
 SAMPLES = Path(__file__).resolve().parent.parent / "backends" / "triton" / "pkb_triton" / "samples"
-#: The push kernels by problem: sample file, kernel name, and how the problem's tensors look.
+#: The push kernels by problem: sample file and kernel name.
 KERNELS = {1: ("1_allreduce", "_push_allreduce"), 2: ("2_allgather", "_push_allgather"),
+           4: ("4_reduce", "_push_reduce"), 6: ("6_gather", "_push_gather"),
            7: ("7_reducescatter", "_push_reducescatter")}
+#: The problems with a root (rank 0 here): their kernels take ``dst`` and ``ROOT``.
+ROOTED = (4, 6)
 WORLD = 2
 
 
@@ -74,7 +80,8 @@ class Rank:
         else:
             self.x = torch.randn(elements, dtype=torch.float32, device=device).to(dtype)
             self.n = elements
-            self.out = torch.empty((WORLD, elements) if problem == 2 else (elements,), dtype=dtype, device=device)
+            gathers = problem == 2 or (problem == 6 and rank == 0)
+            self.out = torch.empty((WORLD, elements) if gathers else (elements,), dtype=dtype, device=device)
         self.slots = torch.full((EPOCHS * WORLD * slot,), self.empty, dtype=bits, device=device)
         self.progress = torch.zeros(WORLD, dtype=torch.int32, device=device)
         self.counters = torch.zeros(4, dtype=torch.int32, device=device)
@@ -82,17 +89,19 @@ class Rank:
 
 def expected(problem: int, ranks: list[Rank]) -> list[torch.Tensor]:
     xs = [r.x.float() for r in ranks]
-    if problem == 1:
-        total = sum(xs)
-        return [total.to(ranks[0].x.dtype)] * WORLD
-    if problem == 2:
-        return [torch.stack([r.x for r in ranks])] * WORLD
+    if problem in (1, 4):
+        total = sum(xs).to(ranks[0].x.dtype)
+        return [total] * WORLD if problem == 1 else [total, *(r.x for r in ranks[1:])]
+    if problem in (2, 6):
+        stacked = torch.stack([r.x for r in ranks])
+        return [stacked] * WORLD if problem == 2 else [stacked, *(r.x for r in ranks[1:])]
     blocks = [sum(x.view(WORLD, -1)[p] for x in xs).to(ranks[0].x.dtype) for p in range(WORLD)]
     return blocks
 
 
-def run(problem: int, nbytes: int, block: int, warps: int, calls: int, replays: int, dtype, device) -> float:
-    """Microseconds a call of the problem's push kernel, both ranks side by side (module docstring)."""
+def run(problem: int, nbytes: int, shape: str, calls: int, replays: int, dtype, device) -> float:
+    """Microseconds a call of the problem's push kernel in ``shape`` (``BLOCKxWARPS`` or ``sample``),
+    both ranks side by side (module docstring)."""
     name, kernel_name = KERNELS[problem]
     kernel = getattr(_sample(name), kernel_name)
     size = torch.tensor([], dtype=dtype).element_size()
@@ -100,18 +109,28 @@ def run(problem: int, nbytes: int, block: int, warps: int, calls: int, replays: 
     ranks = [Rank(r, problem, nbytes, slot, dtype, device) for r in range(WORLD)]
     table = torch.tensor([r.slots.data_ptr() for r in ranks], dtype=torch.int64, device=device)
     progress_table = torch.tensor([r.progress.data_ptr() for r in ranks], dtype=torch.int64, device=device)
-    programs = max(1, min(torch.cuda.get_device_properties(device).multi_processor_count, -(-ranks[0].n // block)))
+    peers = Peers(ptrs=table.data_ptr(), pads=0, rank=0, world_size=WORLD, pad_slots=1024, device=device)
+    if shape == "sample":
+        programs, block, warps = push_launch(ranks[0].n, peers)
+    else:
+        block, warps = (int(v) for v in shape.split("x"))
+        programs = peers.grid(ranks[0].n, block)
     streams = [torch.cuda.Stream(device) for _ in ranks]
 
     def arguments(r: Rank) -> tuple:
-        return (r.x, r.out, r.slots, table.data_ptr(), r.counters, r.progress, progress_table.data_ptr(), r.rank, r.n)
+        root = (0,) if problem in ROOTED else ()
+        return (r.x, r.out, r.slots, table.data_ptr(), r.counters, r.progress, progress_table.data_ptr(), r.rank,
+                *root, r.n)
 
-    constants = dict(SLOT=slot, WORLD=WORLD, SIZE=size, EMPTY=ranks[0].empty, BLOCK=block, num_warps=warps)
+    def constants(r: Rank) -> dict:
+        root = dict(ROOT=r.rank == 0) if problem in ROOTED else {}
+        return dict(SLOT=slot, WORLD=WORLD, SIZE=size, EMPTY=r.empty, BLOCK=block, num_warps=warps, **root)
+
     for r in ranks:  # compiled and loaded before any rank spins (the module docstring)
-        kernel.warmup(*arguments(r), grid=(programs,), **constants)._init_handles()
+        kernel.warmup(*arguments(r), grid=(programs,), **constants(r))._init_handles()
 
     def launch(r: Rank) -> None:
-        kernel[(programs,)](*arguments(r), **constants)
+        kernel[(programs,)](*arguments(r), **constants(r))
 
     def both(count: int) -> None:
         start = torch.cuda.current_stream(device)
@@ -129,7 +148,7 @@ def run(problem: int, nbytes: int, block: int, warps: int, calls: int, replays: 
         torch.cuda.synchronize(device)
         for r, w in zip(ranks, want):
             if not torch.equal(r.out, w):
-                raise SystemExit(f"problem {problem} {nbytes} B block {block} warps {warps}: rank {r.rank} wrong")
+                raise SystemExit(f"problem {problem} {nbytes} B shape {shape}: rank {r.rank} wrong")
     graph = torch.cuda.CUDAGraph()
     capture = torch.cuda.Stream(device)
     with torch.cuda.stream(capture):
@@ -146,7 +165,7 @@ def run(problem: int, nbytes: int, block: int, warps: int, calls: int, replays: 
     torch.cuda.synchronize(device)
     for r, w in zip(ranks, want):
         if not torch.equal(r.out, w):
-            raise SystemExit(f"problem {problem} {nbytes} B block {block} warps {warps}: rank {r.rank} wrong after replays")
+            raise SystemExit(f"problem {problem} {nbytes} B shape {shape}: rank {r.rank} wrong after replays")
     return begin.elapsed_time(end) * 1e3 / (replays * calls)
 
 
@@ -198,10 +217,11 @@ def ping(calls: int, replays: int, device) -> float:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--problems", default="1,2,7")
+    parser.add_argument("--problems", default="1,2,4,6,7")
     parser.add_argument("--sizes", default="4K,256K", help="bytes of each rank's message (K, M suffixes)")
-    parser.add_argument("--shapes", default="2048x8,1024x4,512x4,512x2,256x1,256x2,128x1",
-                        help="BLOCKxnum_warps launch shapes to compare (the samples launch 2048x8)")
+    parser.add_argument("--shapes", default="sample,2048x8,1024x8,512x4",
+                        help="launch shapes to compare: BLOCKxnum_warps, or sample (what the sample launches; "
+                             "before 2026-12-02 every size in 2048x8)")
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--calls", type=int, default=200)
     parser.add_argument("--replays", type=int, default=20)
@@ -217,15 +237,14 @@ def main(argv=None) -> int:
     faulthandler.dump_traceback_later(args.row_timeout, exit=True)
     floor = sorted(ping(args.calls, args.replays, device) for _ in range(args.repeats))
     print(f"ping (floor): {floor[len(floor) // 2]:.2f} us a call [{floor[0]:.2f}, {floor[-1]:.2f}]", flush=True)
-    print("problem  size    BLOCK  warps   us/call  [min, max]")
+    print("problem  size    shape     us/call  [min, max]")
     for problem in (int(p) for p in args.problems.split(",")):
         for size_text in args.sizes.split(","):
             for shape in args.shapes.split(","):
-                block, warps = (int(v) for v in shape.split("x"))
                 faulthandler.dump_traceback_later(args.row_timeout, exit=True)
-                readings = sorted(run(problem, _bytes(size_text), block, warps, args.calls, args.replays, dtype,
-                                      device) for _ in range(args.repeats))
-                print(f"{problem:>7}  {size_text:>5}  {block:>6}  {warps:>5}  {readings[len(readings) // 2]:8.2f}  "
+                readings = sorted(run(problem, _bytes(size_text), shape, args.calls, args.replays, dtype, device)
+                                  for _ in range(args.repeats))
+                print(f"{problem:>7}  {size_text:>5}  {shape:>7}  {readings[len(readings) // 2]:8.2f}  "
                       f"[{readings[0]:.2f}, {readings[-1]:.2f}]", flush=True)
     faulthandler.cancel_dump_traceback_later()
     return 0

@@ -37,7 +37,8 @@ Device side (``@triton.jit`` functions, ``pkb_triton.lang``):
     Rank ``peer``'s address from a pointer table, as a pointer with the
     element type of the pointer ``like`` (usually the output).
 
-Push (``pkb_triton.push``): :func:`push_workspace` ``(like, slot, tag="")`` and the device helpers
+Push (``pkb_triton.push``): :func:`push_workspace` ``(like, slot, tag="")``, :func:`push_launch`
+``(n, peers)`` (the grid, ``BLOCK`` and ``num_warps`` to launch with) and the device helpers
 ``push_bits``, ``push_slot``, ``push_wait_credit``, ``push_receive``, ``push_reset_last``,
 ``push_finish``: small messages sent one way with the data as its own flag, no barrier, credits
 keeping a rank that only sends from overrunning its receiver (the module's docstring says how).
@@ -54,12 +55,12 @@ from __future__ import annotations
 import importlib
 
 __all__ = ["Peers", "peers", "workspace", "max_programs", "barrier", "peer_ptr", "PushWorkspace", "push_workspace",
-           "push_bits", "push_slot", "push_wait_credit", "push_receive", "push_reset_last", "push_finish"]
+           "push_launch", "push_bits", "push_slot", "push_wait_credit", "push_receive", "push_reset_last", "push_finish"]
 
 _WHERE = {
     "Peers": "host", "peers": "host", "workspace": "host", "max_programs": "host",
     "barrier": "lang", "peer_ptr": "lang",
-    "PushWorkspace": "push", "push_workspace": "push", "push_bits": "push", "push_slot": "push",
+    "PushWorkspace": "push", "push_workspace": "push", "push_launch": "push", "push_bits": "push", "push_slot": "push",
     "push_wait_credit": "push", "push_receive": "push", "push_reset_last": "push", "push_finish": "push",
 }
 

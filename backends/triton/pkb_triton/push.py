@@ -22,10 +22,11 @@ live in a counters tensor on the device, so graph replays advance them as calls 
 backend's ``pkb_cuda.PUSH_CUH`` is the same protocol without the credits (its samples are
 collectives in which every rank receives from every rank).
 
-Host: :func:`push_workspace`. Device (``@triton.jit``): :func:`push_bits`, :func:`push_slot`,
+Host: :func:`push_workspace`, :func:`push_launch`. Device (``@triton.jit``): :func:`push_bits`, :func:`push_slot`,
 :func:`push_wait_credit`, :func:`push_receive`, :func:`push_reset_last`, :func:`push_finish`. A
 kernel::
 
+    # launched as grid, BLOCK, num_warps = push_launch(n, peers(x))
     epoch = tl.load(counters, volatile=True)
     # send (every block of this program first), to every rank p:
     push_wait_credit(progress, p, counters)  # with CREDITS only
@@ -53,6 +54,13 @@ EPOCHS = 3
 SENTINELS = {2: (torch.int16, -(1 << 15)), 4: (torch.int32, -(1 << 31)), 8: (torch.int64, -(1 << 63))}
 
 _WORKSPACES: dict = {}  # (tag, element size, slot) -> PushWorkspace, for the launch
+#: Launch shapes, (BLOCK elements a program, num_warps): the small one while one block a program
+#: covers the message, the large one above. Both ranks in one process on one H200, local memory in
+#: place of the link (benchmarks/push_pair.py, docs/benchmarks/2026-12-02-h200-push-pair.md): at
+#: 4 KiB of bf16 the all-reduce's kernels took 3.39 us a call in (512, 4) against 4.74 in the
+#: (2048, 8) the samples had used, and 4.5-4.7 against 5.7-6.0 at 256 KiB in (1024, 8).
+SMALL_SHAPE = (512, 4)
+LARGE_SHAPE = (1024, 8)
 
 
 @dataclass(frozen=True)
@@ -110,6 +118,17 @@ def push_workspace(like: torch.Tensor, slot: int, tag: str = "") -> PushWorkspac
         found = _WORKSPACES[key] = PushWorkspace(slots, peers(slots).ptrs, counters, int(slot), empty, progress,
                                                  peers(progress).ptrs)
     return found
+
+
+def push_launch(n: int, peers) -> tuple[int, int, int]:
+    """``(grid, BLOCK, num_warps)`` for a push kernel whose slots receive ``n`` elements a call
+    (``peers``: :func:`pkb_triton.peers` of a symmetric tensor): :data:`SMALL_SHAPE` while a grid of
+    its blocks covers ``n`` at once (``peers.grid``: one program per SM at most), else
+    :data:`LARGE_SHAPE`. Pass an ``n`` every rank shares, so every rank launches the same shape."""
+    block, warps = SMALL_SHAPE
+    if peers.grid(n, block) * block < n:
+        block, warps = LARGE_SHAPE
+    return peers.grid(n, block), block, warps
 
 
 def _reset() -> None:

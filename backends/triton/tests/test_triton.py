@@ -462,33 +462,52 @@ def test_the_pushing_samples_pull_what_the_push_does_not_take(tmp_path, sample):
 # The push kernels' arguments by name, as their launchers pass them for a bf16 input.
 _PUSH_SIGNATURE = {"x": "*bf16", "out": "*bf16", "slots": "*i16", "ptrs": "i64", "counters": "*i32",
                    "progress": "*i32", "progress_ptrs": "i64", "rank": "i32", "dst": "i32", "n": "i32"}
-_PUSH_CONSTANTS = {"SLOT": 512 * 1024, "SIZE": 2, "EMPTY": -(1 << 15), "BLOCK": 2048}
+_PUSH_CONSTANTS = {"SLOT": 512 * 1024, "SIZE": 2, "EMPTY": -(1 << 15)}
 
 
 @pytest.mark.parametrize("sample", ["1_allreduce.py", "2_allgather.py", "4_reduce.py", "6_gather.py",
                                     "7_reducescatter.py"])
 @pytest.mark.parametrize("world_size", [2, 3])
 def test_the_push_kernels_compile_for_hopper(sample, world_size):
-    """Each pushing sample's push kernel through Triton's whole compiler for sm_90 (no GPU needed): the
-    interpreter runs what the compiler refuses (a name that is a constexpr in one loop and a tensor
-    in the next passed every CPU test, and failed every GPU job of two candidates on 2xH200, 2026-11-30)."""
+    """Each pushing sample's push kernel through Triton's whole compiler for sm_90 (no GPU needed), in
+    both of ``push_launch``'s shapes: the interpreter runs what the compiler refuses (a name that is
+    a constexpr in one loop and a tensor in the next passed every CPU test, and failed every GPU job
+    of two candidates on 2xH200, 2026-11-30)."""
     import runpy
 
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
+    from pkb_triton.push import LARGE_SHAPE, SMALL_SHAPE
+
     found = runpy.run_path(str(SAMPLES / sample))
     (kernel,) = [v for k, v in found.items() if k.startswith("_push_") and isinstance(v, triton.JITFunction)]
-    constants = dict(_PUSH_CONSTANTS, WORLD=world_size, ROOT=True)
-    for root in ([True, False] if "ROOT" in kernel.arg_names else [True]):
-        constants["ROOT"] = root
+    for (block, warps), root in [(SMALL_SHAPE, True), (LARGE_SHAPE, True), (SMALL_SHAPE, False)]:
+        if not root and "ROOT" not in kernel.arg_names:
+            continue
+        constants = dict(_PUSH_CONSTANTS, WORLD=world_size, ROOT=root, BLOCK=block)
         signature = {name: _PUSH_SIGNATURE.get(name, "constexpr") for name in kernel.arg_names}
         constexprs = {(kernel.arg_names.index(name),): constants[name]
                       for name, kind in signature.items() if kind == "constexpr"}
         compiled = triton.compile(ASTSource(kernel, signature, constexprs=constexprs),
-                                  target=GPUTarget("cuda", 90, 32))
+                                  target=GPUTarget("cuda", 90, 32), options={"num_warps": warps})
         assert "ld.volatile.global" in compiled.asm["ptx"]
+
+
+def test_push_launch_takes_the_small_shape_while_one_pass_of_the_grid_covers_the_message():
+    import torch
+
+    from pkb_triton.host import CPU_MAX_PROGRAMS, Peers
+    from pkb_triton.push import LARGE_SHAPE, SMALL_SHAPE, push_launch
+
+    sym = Peers(ptrs=0, pads=0, rank=0, world_size=2, pad_slots=1024, device=torch.device("cpu"))
+    small, large = SMALL_SHAPE[0], LARGE_SHAPE[0]  # 512 and 1024 elements
+    assert push_launch(1, sym) == (1, *SMALL_SHAPE)
+    assert push_launch(small + 1, sym) == (2, *SMALL_SHAPE)
+    assert push_launch(CPU_MAX_PROGRAMS * small, sym) == (CPU_MAX_PROGRAMS, *SMALL_SHAPE)
+    assert push_launch(CPU_MAX_PROGRAMS * small + 1, sym) == (5, *LARGE_SHAPE)  # 4097 elements: 5 of 1024
+    assert push_launch(100 * large, sym) == (CPU_MAX_PROGRAMS, *LARGE_SHAPE)
 
 
 @pytest.mark.parametrize("dtype, slot, words", [

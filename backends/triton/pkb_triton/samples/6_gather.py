@@ -13,12 +13,11 @@ import torch
 import triton
 import triton.language as tl
 
-from pkb_triton import (barrier, peer_ptr, peers, push_bits, push_finish, push_receive, push_reset_last, push_slot,
-                        push_wait_credit, push_workspace)
+from pkb_triton import (barrier, peer_ptr, peers, push_bits, push_finish, push_launch, push_receive, push_reset_last,
+                        push_slot, push_wait_credit, push_workspace)
 
 #: The largest message pushed; the push workspace holds 3 epochs x W slots of this size.
 PUSH_MAX_BYTES = 1024 * 1024
-PUSH_BLOCK = 2048
 PULL_BLOCK = 4096
 
 
@@ -93,7 +92,8 @@ def solution(tensor, dst=0):
     out = torch.empty((sym.world_size, *tensor.shape) if root else tensor.shape, dtype=tensor.dtype,
                       device=tensor.device)
     ws = push_workspace(tensor, PUSH_MAX_BYTES // size, tag="gather")
-    _push_gather[(sym.grid(n, PUSH_BLOCK),)](tensor, out, ws.slots, ws.ptrs, ws.counters, ws.progress, ws.progress_ptrs,
-                                             sym.rank, int(dst), n, SLOT=ws.slot, WORLD=sym.world_size, SIZE=size,
-                                             EMPTY=ws.empty, ROOT=root, BLOCK=PUSH_BLOCK, num_warps=8)
+    grid, block, warps = push_launch(n, sym)
+    _push_gather[(grid,)](tensor, out, ws.slots, ws.ptrs, ws.counters, ws.progress, ws.progress_ptrs, sym.rank,
+                          int(dst), n, SLOT=ws.slot, WORLD=sym.world_size, SIZE=size, EMPTY=ws.empty, ROOT=root,
+                          BLOCK=block, num_warps=warps)
     return out
