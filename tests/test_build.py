@@ -213,6 +213,36 @@ def test_a_builder_that_claims_unsupported_after_the_source_check_gets_compile_e
     assert record["reason"].endswith("(reported once its code was imported: a compile error, not unsupported)")
 
 
+FLOODS_ITS_REPLY = '''"""Writes into its reply pipe from its import, without end."""
+import os
+
+chunk = b"x" * (1 << 20)
+while True:
+    os.write(int(os.environ["PKB_REPLY_FD"]), chunk)
+
+
+def solution(tensor):
+    return tensor
+'''
+
+
+def test_a_build_that_floods_its_reply_pipe_ends_at_once_with_its_builder(pkb_invoke, slowbuild, tmp_path):
+    """A writer that kept the pipe full held the phase's read loop, and with it the time limit and
+    a cancel, for as long as it wrote (a hostile review, 2026-12-02: a build 997 s past a 600 s
+    limit, 1.5 GB in the launcher; one that writes forever never ended)."""
+    import time
+
+    for path in slowbuild.iterdir():
+        path.unlink()
+    (slowbuild / "1_allreduce_floods.py").write_text(FLOODS_ITS_REPLY)
+    started = time.monotonic()
+    record = _run(pkb_invoke, slowbuild, tmp_path / "run", build_timeout=300)["1_allreduce_floods.py"]
+    assert time.monotonic() - started < 120
+    assert record["verdict"] == "compile-error", record
+    assert "wrote more than 1 MiB to its reply pipe" in record["reason"], record
+    assert not _processes_with(f"PKBTEST_BUILDS={tmp_path / 'builds.jsonl'}")
+
+
 def test_outcomes_are_keyed_by_the_code_that_decides_them(fake_dist, tmp_path):
     """A cached compile-error came back after the triton backend learned to serve a module (the
     version number had not moved): the outcome's key holds a fingerprint of pkb's and its

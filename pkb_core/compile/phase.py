@@ -53,6 +53,9 @@ from pkb_core.process.channel import REPLY_FD_ENV
 
 #: Seconds one build may take unless told otherwise.
 BUILD_TIMEOUT_S = 600.0
+#: The most a builder's reply pipe may carry: its source check's line and one answer (a message of
+#: at most ``BUILD_MESSAGE_CHARS`` characters, JSON-escaped). More is the solution's code writing there.
+MAX_REPLY_BYTES = 1 << 20
 #: The names of builds' temporary folders (``<tmp>/pkb-build-<pid>-<start>-<random>``).
 SCRATCH_PREFIX = "pkb-build-"
 
@@ -266,21 +269,30 @@ class BuildPhase:
             proc.stdin.close()
         os.close(write_fd)
         os.set_blocking(read_fd, False)
-        return {"solution": solution, "proc": proc, "reply": read_fd, "data": b"", "log": log,
+        return {"solution": solution, "proc": proc, "reply": read_fd, "data": bytearray(), "log": log,
                 "started": time.monotonic(), "containment": containment, "scratch": scratch, "user": user,
                 "output": made, "users": self._users}
 
     def _finished(self, build: dict) -> BuildResult | None:
+        data = build["data"]
         try:
-            while True:
+            while len(data) <= MAX_REPLY_BYTES:
                 chunk = os.read(build["reply"], 1 << 16)
                 if not chunk:
                     break
-                build["data"] += chunk
+                data += chunk
         except BlockingIOError:
             pass
         seconds = time.monotonic() - build["started"]
         code = build["proc"].poll()
+        if len(data) > MAX_REPLY_BYTES:
+            # The solution's code writes into the reply pipe (its import ran in the builder): no
+            # answer is that long, and a writer that keeps the pipe full would hold this loop, and
+            # with it the time limit and a cancel, for as long as it writes.
+            _kill(build)
+            _release(build)
+            return BuildResult(False, f"the build process wrote more than {MAX_REPLY_BYTES >> 20} MiB to its reply "
+                                      f"pipe, where its answer is one line (log: {build['log'].name})", seconds)
         if code is None:
             if seconds <= self.timeout:
                 return None
