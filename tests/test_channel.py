@@ -26,3 +26,16 @@ def test_a_flood_of_short_lines_is_cut_at_the_buffer_limit(monkeypatch, tmp_path
     reader = _reader_with(b'{"event": "barrier"}\n' * 200, tmp_path)  # 4200 bytes of well-formed lines
     (message,) = reader.read_messages()
     assert "bytes written at once" in message["malformed"]
+
+
+def test_a_message_of_too_many_lists_and_objects_is_malformed_before_it_is_parsed(tmp_path):
+    """Two such lines of 64 MiB cost a launcher 5 GB and a minute (a hostile review, 2026-12-02):
+    they are counted in their text, never built."""
+    import time
+
+    flood = b'{"event": "barrier", "p": [' + b"{}," * channel.MAX_CONTAINERS + b"{}]}\n"
+    reader = _reader_with(flood + b'{"op": "x"}\n', tmp_path)
+    started = time.monotonic()
+    messages = reader.read_messages()
+    assert time.monotonic() - started < 2
+    assert "lists and objects in one message" in messages[0]["malformed"] and messages[1] == {"op": "x"}

@@ -25,6 +25,11 @@ MAX_LINE = 64 << 20
 #: Deepest nesting of lists and objects a message may have (argument trees are a few levels deep);
 #: deeper messages are malformed, so no later ``json`` call meets a recursion limit.
 MAX_DEPTH = 64
+#: Lists and objects one message may hold, counted in its text before it is parsed: the largest
+#: answer holds a batch's skeletons (tens of windows of tens of tensors; the most leaves of any
+#: built-in problem's arguments is 25), and parsing 64 MiB of ``{},{},...`` (22 million objects)
+#: took a launcher 3 GB and 50 s a line (a hostile review, 2026-12-02).
+MAX_CONTAINERS = 1 << 19
 #: Bytes a worker may have waiting at once: one command's answer is one message.
 MAX_BUFFERED = 2 * MAX_LINE
 REPLY_FD_ENV = "PKB_REPLY_FD"
@@ -100,9 +105,10 @@ class LineReader:
     def read_messages(self) -> list:
         """Every complete message available now (``[]`` if none); sets :attr:`closed` at EOF.
 
-        A line that is not a JSON object, is longer than :data:`MAX_LINE` or nests
-        deeper than :data:`MAX_DEPTH`, or more than :data:`MAX_BUFFERED` bytes
-        waiting at once, becomes ``{"malformed": text}`` for the caller to judge.
+        A line that is not a JSON object, is longer than :data:`MAX_LINE`, holds more than
+        :data:`MAX_CONTAINERS` lists and objects or nests deeper than :data:`MAX_DEPTH`, or more
+        than :data:`MAX_BUFFERED` bytes waiting at once, becomes ``{"malformed": text}`` for the
+        caller to judge.
         """
         if not self._drain(keep=True):
             return [{"malformed": f"a message longer than {MAX_LINE} bytes, or more than {MAX_BUFFERED} "
@@ -114,6 +120,9 @@ class LineReader:
                 break
             line = bytes(self._buffer[:end])
             del self._buffer[:end + 1]
+            if line.count(b"{") + line.count(b"[") > MAX_CONTAINERS:  # an over-count is only brackets in strings
+                messages.append({"malformed": f"more than {MAX_CONTAINERS} lists and objects in one message"})
+                continue
             try:
                 message = json.loads(line)
             except Exception:  # noqa: BLE001 - not JSON, or nested past the parser's recursion limit
