@@ -186,6 +186,29 @@ def test_command_copies_reports_and_refuses_to_overwrite(pkb_invoke, problems, t
     assert forced.exit_code == 0, forced.output
 
 
+def test_links_and_special_files_in_a_tree_are_neither_read_nor_copied(pkb_invoke, problems, tmp_path):
+    """A tree's link to a file only root may read was copied into a world-readable solution, and one
+    to /dev/zero read until the machine ran out of memory (a hostile review, 2026-12-02)."""
+    import os
+
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    write_tree(src, {"1_allreduce_triton.py": 1}, problems)
+    secret = tmp_path / "secret.py"
+    secret.write_text("root:$6$hash:19000:0:99999:7:::\n")
+    secret.chmod(0o600)
+    os.symlink(secret, src / "2_allgather_triton.py")
+    os.symlink("/dev/zero", src / "3_broadcast_triton.py")
+    os.mkfifo(src / "4_reduce_triton.py")
+    plan = plan_import(src, problems)
+    skipped = {u.source.name: u.reason for u in plan.skipped}
+    assert skipped == {"2_allgather_triton.py": "a symbolic link: not read or copied",
+                       "3_broadcast_triton.py": "a symbolic link: not read or copied",
+                       "4_reduce_triton.py": "not a regular file: not read or copied"}, skipped
+    result = pkb_invoke("import-pkb", src, "--out", dst)
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in dst.rglob("*.py")) == ["1_allreduce.py"]
+
+
 def test_dry_run_writes_nothing(pkb_invoke, problems, tmp_path):
     today_tree(tmp_path / "src", problems)
     result = pkb_invoke("import-pkb", tmp_path / "src", "--out", tmp_path / "dst", "--dry-run", "-v")

@@ -35,7 +35,7 @@ import ast
 import json
 import os
 import re
-import shutil
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -303,6 +303,18 @@ def plan_import(src, problems: dict, *, exclude=()) -> ImportPlan:
             if parsed is None:
                 plan.skipped.append(Unplaced(rel_root / file, "not named <id>_<name>_<backend>.py"))
                 continue
+            try:
+                kind = os.lstat(root_path / file).st_mode
+            except OSError as exc:
+                plan.skipped.append(Unplaced(rel_root / file, f"cannot be read ({exc.strerror})"))
+                continue
+            if not stat.S_ISREG(kind):
+                # A link is not followed: a tree's link to a file only root may read (/etc/shadow)
+                # was copied into a world-readable solution, one to /dev/zero read without end
+                # (a hostile review, 2026-12-02).
+                what = "a symbolic link" if stat.S_ISLNK(kind) else "not a regular file"
+                plan.skipped.append(Unplaced(rel_root / file, f"{what}: not read or copied"))
+                continue
             entries.append((rel_root / file, *parsed, function_params(root_path / file, "solution")))
         if entries:
             plan.folders.append(_plan_folder(rel_root, entries, resolver))
@@ -342,6 +354,20 @@ def _plan_folder(rel_root: Path, entries: list, resolver: _Resolver) -> Folder:
     return folder
 
 
+def _copy_regular(source: Path, target: Path) -> None:
+    """Copy the regular file ``source`` (not through a link: one put there since it was planned is
+    refused) into ``target``, which is made 0644."""
+    try:
+        fd = os.open(source, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as exc:
+        raise PkbError(f"{source}: cannot be read ({exc.strerror}; a link is not followed)") from None
+    with os.fdopen(fd, "rb") as reader:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise PkbError(f"{source} is not a regular file: not copied")
+        data = reader.read()
+    target.write_bytes(data)
+
+
 def write_import(plan: ImportPlan, dst, *, force: bool = False) -> list:
     """Copy the placed files into ``dst`` (refusing to overwrite unless
     ``force``) and write ``dst/pkb-import.json``; return the written paths."""
@@ -359,7 +385,7 @@ def write_import(plan: ImportPlan, dst, *, force: bool = False) -> list:
     written = []
     for placed, target in zip(plan.placed, targets):
         target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(plan.src / placed.source, target)
+        _copy_regular(plan.src / placed.source, target)
         written.append(target)
     manifest = {
         "source": str(plan.src.resolve()),
