@@ -97,7 +97,10 @@ def test_dryrun_and_save_outputs(pkb_invoke, tmp_path):
     assert saved["candidate"].shape == (2, 8, 16)
     dry = tmp_path / "dry"
     records = _records(pkb_invoke("run", "--problem", "2", "--mode", "dryrun", "--out", dry, "--json"))
-    assert records[0]["verdict"] == "pass" and records[0]["mode"] == "dryrun"
+    assert records[0]["verdict"] == "unchecked" and records[0]["mode"] == "dryrun"
+    # Nothing was checked: no report counts it as a pass (a new user's wrong files read 100 %).
+    report = json.loads(pkb_invoke("report", dry, "--json").stdout)
+    assert report["aggregates"]["count"] == 0 and report["aggregates"]["unchecked"] == 1, report["aggregates"]
     assert "reference" not in torch.load(next((dry / "outputs").glob("2_allgather*")) / "rank0.pt")
 
 

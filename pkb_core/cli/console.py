@@ -19,6 +19,7 @@ from pkb_core.contracts.verdict import Verdict
 #: Verdict colours in rich tables.
 VERDICT_STYLES = {**{v.value: "red" for v in Verdict if v.failing}, Verdict.PASS.value: "green",
                   Verdict.FLAGGED.value: "yellow", Verdict.UNSUPPORTED.value: "dim", Verdict.CANCELLED.value: "dim",
+                  Verdict.UNCHECKED.value: "dim",
                   # pkb compare's states of a job between two runs
                   "improved": "green", "regressed": "red"}
 

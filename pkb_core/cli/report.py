@@ -161,6 +161,8 @@ def _aggregates_section(agg) -> Section:
     rows = [["rows counted", agg["count"]], ["unsupported (not counted)", agg["unsupported"]]]
     if agg.get("cancelled"):
         rows.append(["cancelled (not counted)", agg["cancelled"]])
+    if agg.get("unchecked"):
+        rows.append(["unchecked, --mode dryrun (not counted)", agg["unchecked"]])
     rows += [["verdicts", ", ".join(f"{n} {v}" for v, n in agg["verdicts"].items())],
              ["pass rate", _pct(agg["pass_rate"])]]
     rows += [[f"fast_{p:g} (correct and speedup > {p:g})", _pct(agg["fast_p"][f"{p:g}"]) or missing] for p in FAST_P]

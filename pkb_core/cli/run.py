@@ -43,7 +43,8 @@ from pkb_core.plugin.hookspecs import hookimpl
 @click.option("--size", type=click.Choice(["auto", "tiny", "default", "large"]), default="auto", show_default=True,
               help="Size preset (auto: default on GPU, tiny on CPU).")
 @click.option("--mode", type=click.Choice(["eval", "dryrun"]), default="eval", show_default=True,
-              help="eval checks against the reference; dryrun runs only the candidate and saves its outputs.")
+              help="eval checks against the reference; dryrun runs only the candidate and saves its outputs "
+                   "(verdict unchecked, never counted as a pass).")
 @click.option("--measure-perf", is_flag=True, help="Time the reference and the candidate (times and speedups).")
 @click.option("--timing-mode", "timing_modes", cls=ListOption, default=None,
               callback=lambda ctx, param, value: () if value is None else _timing_modes(value),

@@ -285,6 +285,9 @@ class JobRun:
                     self.stage = f"trial {trial} of {self.job.trials} (one checked call)"
                     self._trial(trial)
                     self.outcome.trials = trial + 1
+            if self.job.mode == "dryrun":
+                self.outcome.verdict = Verdict.UNCHECKED
+                self.outcome.reason = "--mode dryrun: the outputs were saved, not compared with the reference's"
             if self.job.mode == "eval" and self.job.measure_perf:
                 if self.before_timing:
                     self.before_timing()  # nothing else starting up on this node while it times

@@ -31,15 +31,18 @@ class Verdict(str, enum.Enum):
     #: stopped from outside before it ended (a cancel of the reward service's):
     #: nothing was found about the solution
     CANCELLED = "cancelled"
+    #: ran without a check (``--mode dryrun``: the outputs saved, never compared), so nothing
+    #: was found about its correctness; never counted as a pass
+    UNCHECKED = "unchecked"
 
     def __str__(self) -> str:
         return self.value
 
     @property
     def failing(self) -> bool:
-        """Whether a run that has this verdict failed (``unsupported`` and ``cancelled`` do not:
-        neither is a finding about the solution)."""
-        return self not in (Verdict.PASS, Verdict.UNSUPPORTED, Verdict.CANCELLED)
+        """Whether a run that has this verdict failed (``unsupported``, ``cancelled`` and
+        ``unchecked`` do not: none is a finding about the solution)."""
+        return self not in (Verdict.PASS, Verdict.UNSUPPORTED, Verdict.CANCELLED, Verdict.UNCHECKED)
 
 
 #: Every verdict's text, in the order reports list them.

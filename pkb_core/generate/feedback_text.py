@@ -25,6 +25,7 @@ _VERDICT_WORDS = {
     Verdict.UNSUPPORTED: "unsupported",
     Verdict.FLAGGED: "flagged: a rule of the harness was broken (never a win, even if the answer is right)",
     Verdict.CANCELLED: "cancelled: stopped before it ended (nothing was found about the file)",
+    Verdict.UNCHECKED: "unchecked: ran without a check (--mode dryrun)",
 }
 
 

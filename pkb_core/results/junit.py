@@ -29,7 +29,7 @@ from pkb_core.contracts.verdict import Verdict
 
 FAILURES = (Verdict.FAIL, Verdict.FLAGGED)
 ERRORS = (Verdict.ERROR, Verdict.COMPILE_ERROR, Verdict.TIMEOUT, Verdict.CRASH)
-SKIPPED = (Verdict.UNSUPPORTED, Verdict.CANCELLED)
+SKIPPED = (Verdict.UNSUPPORTED, Verdict.CANCELLED, Verdict.UNCHECKED)
 
 
 def testcase_name(record: dict) -> str:

@@ -85,7 +85,7 @@ def solution_name(record: Record) -> str:
 
 #: Verdicts that say nothing about the solution (it could not run here; it was stopped from
 #: outside): left out of every rate, and counted apart.
-NOT_COUNTED = (Verdict.UNSUPPORTED, Verdict.CANCELLED)
+NOT_COUNTED = (Verdict.UNSUPPORTED, Verdict.CANCELLED, Verdict.UNCHECKED)
 
 
 def counted(records) -> list[dict]:
@@ -217,6 +217,7 @@ def aggregates(records, include_cpu: bool = False) -> dict:
         "count": len(rows),
         "unsupported": sum(1 for r in records if r.verdict == Verdict.UNSUPPORTED),
         "cancelled": sum(1 for r in records if r.verdict == Verdict.CANCELLED),
+        "unchecked": sum(1 for r in records if r.verdict == Verdict.UNCHECKED),
         "verdicts": dict(sorted(verdicts.items())),
         "pass_rate": fast_p(rows, 0.0),
         "fast_p": {_p(p): fast_p(rows, p, include_cpu) for p in FAST_P},
