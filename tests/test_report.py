@@ -38,6 +38,19 @@ def test_cancelled_jobs_are_counted_apart_from_failures(samples):
     assert agg["pass_rate"] == pytest.approx(5 / 9) and agg["verdicts"]["cancelled"] == 3
 
 
+def test_a_file_run_again_into_the_same_folder_counts_once_by_its_last_record(samples):
+    """A file that failed, was edited and passed has two records (its content is in the key): the
+    report counted both, a pass rate of 50 % for a file that passes (a new user, 2026-12-02)."""
+    import attrs
+
+    records = load_run(samples)
+    failed = next(r for r in records if r.verdict == "fail")
+    fixed = attrs.evolve(failed, key=failed.key + "#edited", verdict="pass", reason="")
+    agg = summarize(records + [fixed])["aggregates"]
+    assert agg["count"] == 9 and agg["verdicts"]["pass"] == 6 and "fail" not in agg["verdicts"]
+    assert agg["pass_rate"] == pytest.approx(6 / 9)
+
+
 def test_the_geomean_label_says_what_it_counted(fixtures):
     """Issue 55: in CPU mode the host timings are left out, and the label says so beside its 0."""
     from pkb_core.cli.report import geomean_label

@@ -89,8 +89,18 @@ NOT_COUNTED = (Verdict.UNSUPPORTED, Verdict.CANCELLED, Verdict.UNCHECKED)
 
 
 def counted(records) -> list[dict]:
-    """The rows that count towards rates: everything but ``unsupported`` and ``cancelled``."""
-    return [r for r in records if r.verdict not in NOT_COUNTED]
+    """The rows that count towards rates: everything but :data:`NOT_COUNTED`, one row per solution
+    file and setting (backend, problem, world size, size, dtype, mode): the file's last record. A
+    file edited and run again into the same folder has a record of its own (its content is in the
+    record's key), and the stale one had counted beside it (a new user's pass rate of 50 % for
+    one file that passed, 2026-12-02)."""
+    latest: dict[tuple, object] = {}
+    for r in records:
+        if r.verdict not in NOT_COUNTED:
+            slot = (r.backend, r.problem, r.world_size, r.size, r.dtype, r.mode, r.solution)
+            latest.pop(slot, None)  # kept in the order of its last record
+            latest[slot] = r
+    return list(latest.values())
 
 
 def geomean(values) -> float | None:
@@ -206,7 +216,7 @@ def aggregates(records, include_cpu: bool = False) -> dict:
     the speedups (faster / slower / no measurable difference) of a set of rows."""
     rows = counted(records)
     verdicts: dict[str, int] = {}
-    for r in records:
+    for r in rows + [r for r in records if r.verdict in NOT_COUNTED]:
         verdicts[r.verdict.value] = verdicts.get(r.verdict.value, 0) + 1
     timed = [r for r in rows if is_correct(r) and speed_counts(r, include_cpu)]
     readings: dict[str, int] = {}
