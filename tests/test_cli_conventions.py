@@ -165,6 +165,11 @@ NO_GPU = pytest.mark.skipif(shutil.which("nvidia-smi") is not None, reason="a GP
     # Typed values are the command line's, not the configuration's (there is none here).
     (["report", "FILE"], 4, "Error: Invalid value for 'RUN_DIR': Directory"),
     (["build", "x.py"], 4, "Error: Missing option '--backend'."),
+    # click keeps the last of a repeated option: the first was dropped without a word.
+    (["run", "--problem", "2", "--problem", "7"], 4, "Error: --problem is given more than once: it takes one list "
+                                                     "(--problem 2,7)"),
+    (["run", "--solution", "a.py", "--solution=b.py"], 4, "Error: --solution is given more than once: it takes one "
+                                                           "value"),
     *[pytest.param(args, 1, "Error: --device cuda but no GPU is visible here", marks=NO_GPU)
       for args in (["calibrate", "--device", "cuda", "--no-noise"], ["run", "--device", "cuda"])],
 ])

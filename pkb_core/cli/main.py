@@ -60,6 +60,12 @@ class _Group(click.Group):
     pkb_config_error = None
     pkb_config_keys: dict = {}
 
+    def resolve_command(self, ctx, args):
+        name, command, rest = super().resolve_command(ctx, args)
+        if command is not None:
+            _refuse_repeated_options(command, rest)
+        return name, command, rest
+
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
@@ -101,6 +107,28 @@ class _Group(click.Group):
             if origin:
                 exc.param_hint = origin
         return one_line(exc.format_message())
+
+
+def _refuse_repeated_options(command: click.Command, args) -> None:
+    """A usage error where an option that takes one value is given twice: click keeps the last,
+    so ``--problem 2 --problem 7`` ran problem 7 alone and ``--solution a.py --solution b.py``
+    only ``b.py``, without a word (a new user, 2026-12-02)."""
+    single = {}
+    for param in command.params:
+        if isinstance(param, click.Option) and not (param.multiple or param.count or param.is_flag):
+            single.update({opt: param for opt in param.opts if opt.startswith("--")})
+    seen: dict = {}
+    for arg in args:
+        if arg == "--":
+            break
+        param = single.get(arg.split("=", 1)[0])
+        if param is None:
+            continue
+        if param.name in seen:
+            flag = max(param.opts, key=len)
+            takes = f"one list ({flag} 2,7)" if isinstance(param, ListOption) else "one value"
+            raise click.UsageError(f"{flag} is given more than once: it takes {takes}")
+        seen[param.name] = arg
 
 
 def one_line(message: str) -> str:
