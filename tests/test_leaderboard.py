@@ -299,3 +299,15 @@ def test_pkbs_published_trees():
     # Untimed (no --measure-perf): no fast_p above 0 and no geomean, never a made-up number.
     assert rows["GPT-5.5"]["fast_p"]["1"] is None and rows["GPT-5.5"]["geomean_speedup"] is None
     assert [d["setting"] for d in board["differences"]] == ["problem set"]
+
+
+def test_html_into_a_folder_not_made_yet_makes_it_and_an_unwritable_path_is_one_line(pkb_invoke, two_runs, tmp_path):
+    """--html into a missing folder was a traceback (exit 3) in report and leaderboard (a new user)."""
+    page = tmp_path / "new" / "deeper" / "board.html"
+    assert pkb_invoke("leaderboard", *two_runs, "--html", page).exit_code == 0 and page.is_file()
+    report = tmp_path / "r" / "report.html"
+    assert pkb_invoke("report", two_runs[0], "--html", report).exit_code == 0 and report.is_file()
+    (tmp_path / "file").write_text("")
+    result = pkb_invoke("leaderboard", *two_runs, "--html", tmp_path / "file" / "x.html")
+    assert result.exit_code == 1 and result.output.strip().splitlines()[-1].startswith("Error: --html "), result.output
+    assert "Traceback" not in result.output

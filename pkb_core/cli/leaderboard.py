@@ -42,9 +42,11 @@ def leaderboard(runs, labels, json_, html_file, common, include_cpu):
     if html_file:
         from pkb_core.results.leaderboard_html import render_leaderboard_html
 
-        html_file.write_text(render_leaderboard_html(board, sections(board) + [detail_section(board)],
-                                                     command=command_line(runs, labels, common, include_cpu,
-                                                                          html_file)))
+        from pkb_core.cli.output_files import write_output_file
+
+        page = render_leaderboard_html(board, sections(board) + [detail_section(board)],
+                                       command=command_line(runs, labels, common, include_cpu, html_file))
+        write_output_file(html_file, page, option="--html")
     if json_:
         click.echo(json.dumps(board, indent=2))
         return

@@ -38,7 +38,9 @@ def report(run_dir, json_, html_file, plots, ks, include_cpu):
     if html_file:
         from pkb_core.results.report_html import render_html
 
-        html_file.write_text(render_html(summary, report_sections(summary)))
+        from pkb_core.cli.output_files import write_output_file
+
+        write_output_file(html_file, render_html(summary, report_sections(summary)), option="--html")
     written = _write_plots(records, run_dir / "plots") if plots else []
     if json_:
         click.echo(json.dumps(dict(summary, plots=[str(p) for p in written]), indent=2))
