@@ -65,6 +65,18 @@ class SolutionUnsupported(CompileError):
     :class:`CompileError`, so code that knows only that still fails the file."""
 
 
+class Terminated(SystemExit):
+    """SIGTERM or SIGHUP (``timeout``, SLURM, systemd, a closed terminal), raised where the process
+    is so that every ``finally`` runs; its exit status is 128 + the signal. ``pkb run`` and
+    ``pkb bench`` catch it as they catch Ctrl-C: the table of what finished, and how to resume."""
+
+    def __init__(self, signum: int):
+        import signal
+
+        super().__init__(128 + signum)
+        self.signal_name = signal.Signals(signum).name
+
+
 class SolutionFailed(Exception):
     """A candidate's solution raised; the message is the verdict's one line.
 

@@ -601,20 +601,26 @@ def test_junitxml_has_one_testcase_per_job_by_verdict(pkb_invoke, tmp_path):
     assert error.get("type") == "compile-error" and "syntax error" in error.text
 
 
-def _interrupt_inside_a_hanging_job(command, cwd, out) -> None:
-    """Run ``command`` (its --out ``out``), send it SIGINT a few seconds into its first job (which
-    hangs), and check it exits 2 saying the two jobs were not run and how to resume."""
+def _interrupt_inside_a_hanging_job(command, cwd, out, sig=signal.SIGINT) -> None:
+    """Run ``command`` (its --out ``out``), send it ``sig`` a few seconds into its first job (which
+    hangs), and check it exits 2 (SIGINT; else 128 + the signal) saying the two jobs were not run
+    and how to resume."""
     proc = subprocess.Popen(command, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.default_int_handler))
     deadline = time.monotonic() + 120
     while not list((out / "logs").glob("launch-*.log")) and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.2)
     time.sleep(3)  # well inside the hanging job
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(sig)
     stdout, stderr = proc.communicate(timeout=90)
-    assert proc.returncode == 2, (stdout, stderr)
-    assert stderr.strip().splitlines()[-1] == "Interrupted (Ctrl-C)"
-    assert f"interrupted: 2 job(s) not run; the same command with --out {out} resumes" in stderr
+    if sig == signal.SIGINT:
+        assert proc.returncode == 2, (stdout, stderr)
+        assert stderr.strip().splitlines()[-1] == "Interrupted (Ctrl-C)"
+        assert f"interrupted: 2 job(s) not run; the same command with --out {out} resumes" in stderr
+    else:
+        assert proc.returncode == 128 + sig, (stdout, stderr)
+        assert stderr.strip().splitlines()[-1] == (f"terminated ({signal.Signals(sig).name}): 2 job(s) not run; "
+                                                   f"the same command with --out {out} resumes")
     assert "Traceback" not in stderr
 
 
@@ -625,6 +631,15 @@ def test_ctrl_c_exits_2_and_the_run_resumes(tmp_path):
                "--junitxml", str(tmp_path / "junit.xml")]
     _interrupt_inside_a_hanging_job(command, tmp_path, out)
     assert ET.parse(tmp_path / "junit.xml").getroot().find("testsuite").get("tests") == "0"
+
+
+def test_sigterm_says_what_did_not_run_and_how_to_resume_as_ctrl_c_does(tmp_path):
+    """SIGTERM (timeout, SLURM, systemd) and SIGHUP ended a run without a word (a new user's pass,
+    2026-12-02): now the table of what finished and the resume line, exit status 128 + the signal."""
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "pkb_core", "run", "--solution", str(SOLUTIONS / "1_allreduce_hang.py"),
+               "--problem", "1,2", "--trials", "1", "--timeout", "100", "--out", str(out)]
+    _interrupt_inside_a_hanging_job(command, tmp_path, out, sig=signal.SIGTERM)
 
 
 def test_ctrl_c_in_bench_says_what_did_not_run_and_how_to_resume(tmp_path):

@@ -27,7 +27,7 @@ from pkb_core.cli.config_values import ListOption
 from pkb_core.cli.limits import limit_options
 
 from pkb_core.contracts.verdict import Verdict
-from pkb_core.errors import BadOption, NothingSelected
+from pkb_core.errors import BadOption, NothingSelected, Terminated
 from pkb_core.plugin.reference_backend import NAME as REFERENCE
 from pkb_core.results.table import render_table
 
@@ -109,7 +109,7 @@ def bench(pm, problems, backend, solutions, sizes, nproc, dtype, trials, warmup,
     """Sweep message sizes: solutions vs NCCL (eager and CUDA graph), with busbw."""
     from pkb_core.baselines import baselines_for
     from pkb_core.cli.config import config_of
-    from pkb_core.cli.progress import JobProgress
+    from pkb_core.cli.progress import JobProgress, stopped_by
     from pkb_core.cli.run import (CPU_QUICK_BYTES, CPU_TIMING_NOTE, FAILING, hold_run_dir_for_command,
                                   skipping_notice, writable_paths)
     from pkb_core.contracts.dtypes import ITEMSIZE
@@ -185,10 +185,10 @@ def bench(pm, problems, backend, solutions, sizes, nproc, dtype, trials, warmup,
                                                       build_timeout=build_timeout, build_workers=build_jobs,
                                                       **limits)
                     batch_session.run(batch, settings)
-        except KeyboardInterrupt:
+        except (KeyboardInterrupt, Terminated) as stop:
             # As pkb run: the table of what finished, and how to resume (a new user's Ctrl-C said only
             # "Interrupted", and bench's default --out is a new folder each time).
-            interrupted = True
+            interrupted = stop
         finally:
             progress.close()
     by_key = {**earlier, **{r.key: r for r in reporter.records}}
@@ -211,9 +211,9 @@ def bench(pm, problems, backend, solutions, sizes, nproc, dtype, trials, warmup,
         click.echo(f"# Avg bus bandwidth of {library} : " + _gbps(reference_avg))
         click.echo("# Avg bus bandwidth : " + _gbps(average))
     if interrupted:
-        click.echo(f"interrupted: {len(keys) - len(records)} job(s) not run; the same command with --out {run_dir} "
-                   "resumes", err=True)
-        raise KeyboardInterrupt
+        click.echo(f"{stopped_by(interrupted)}: {len(keys) - len(records)} job(s) not run; the same command with "
+                   f"--out {run_dir} resumes", err=True)
+        raise interrupted
     if any(r.verdict in FAILING for r in records):
         raise SystemExit(1)
 

@@ -18,7 +18,7 @@ from pkb_core.cli.config import (CONFIG_META, add_option_envvars, command_defaul
                                  value_origin)
 from pkb_core.cli.config_values import ListOption
 from pkb_core.config import Config, load_config
-from pkb_core.errors import PkbError
+from pkb_core.errors import PkbError, Terminated
 from pkb_core.plugin.manager import backend_infos, get_plugin_manager
 from pkb_core.problem.registry import build_registry
 from pkb_core.results.table import render_table
@@ -442,7 +442,7 @@ def main(argv=None) -> None:
 
 
 def _exit_on_termination() -> None:
-    """SIGTERM and SIGHUP end ``pkb`` as an exit does (``SystemExit``, status 128 + the signal),
+    """SIGTERM and SIGHUP end ``pkb`` as an exit does (:class:`Terminated`, status 128 + the signal),
     so every ``finally`` runs: a launch stops its groups and zygotes and removes its
     shared-memory folders, a compile phase kills its builders. Python's default would end
     the process on the spot and leave them to the warden (:mod:`pkb_core.process.warden`).
@@ -450,7 +450,7 @@ def _exit_on_termination() -> None:
     import signal
 
     def leave(signum, _frame):
-        raise SystemExit(128 + signum)
+        raise Terminated(signum)
 
     for sig in (signal.SIGTERM, signal.SIGHUP):
         if signal.getsignal(sig) == signal.SIG_DFL:

@@ -15,7 +15,13 @@ import sys
 import click
 
 from pkb_core.contracts.verdict import Verdict
+from pkb_core.errors import Terminated
 from pkb_core.plugin.hookspecs import hookimpl
+
+
+def stopped_by(stop: BaseException) -> str:
+    """How a run was stopped, for its last line: ``interrupted`` (Ctrl-C) or ``terminated (SIGTERM)``."""
+    return f"terminated ({stop.signal_name})" if isinstance(stop, Terminated) else "interrupted"
 
 
 class JobProgress:

@@ -10,12 +10,12 @@ from pathlib import Path
 import click
 
 from pkb_core.cli.numbers import FiniteFloatRange
-from pkb_core.errors import PkbError
+from pkb_core.errors import PkbError, Terminated
 from pkb_core.plugin.reference_backend import NAME as REFERENCE
 from pkb_core.cli.config_values import ListOption
 from pkb_core.cli.limits import limit_options
 from pkb_core.launch.fanout import executor_options
-from pkb_core.cli.progress import JobProgress
+from pkb_core.cli.progress import JobProgress, stopped_by
 from pkb_core.contracts.modes import CPU_HEADLINE_MODE, HEADLINE_MODE, MODES, claimable
 from pkb_core.contracts.verdict import FAILING, Verdict
 from pkb_core.results.table import render_table
@@ -180,8 +180,8 @@ def run(pm, problems, backend, solution, solutions, nproc, nnodes, node_rank, rd
         progress.start()
         try:
             session.run(pending, settings, executor)
-        except KeyboardInterrupt:
-            interrupted = True
+        except (KeyboardInterrupt, Terminated) as stop:
+            interrupted = stop
         finally:
             progress.close()
     by_key = {**earlier, **{r.key: r for r in reporter.records}}
@@ -212,9 +212,9 @@ def run(pm, problems, backend, solution, solutions, nproc, nnodes, node_rank, rd
     if reporter.stopped:
         click.echo(f"stopped ({reporter.stop_reason}); {not_run} job(s) not run", err=True)
     if interrupted:
-        click.echo(f"interrupted: {not_run} job(s) not run; the same command with --out {run_dir} resumes",
-                   err=True)
-        raise KeyboardInterrupt
+        click.echo(f"{stopped_by(interrupted)}: {not_run} job(s) not run; the same command with --out {run_dir} "
+                   "resumes", err=True)
+        raise interrupted
     if any(r.verdict in FAILING for r in records):
         raise SystemExit(1)
 
