@@ -173,13 +173,15 @@ NO_GPU = pytest.mark.skipif(shutil.which("nvidia-smi") is not None, reason="a GP
     *[pytest.param(args, 1, "Error: --device cuda but no GPU is visible here", marks=NO_GPU)
       for args in (["calibrate", "--device", "cuda", "--no-noise"], ["run", "--device", "cuda"])],
 ])
-def test_more_bad_input_is_one_line(pkb_invoke, tmp_path, args, code, message):
+def test_more_bad_input_is_one_line(pkb_invoke, tmp_path, monkeypatch, args, code, message):
+    monkeypatch.chdir(tmp_path)  # where a run without --out would make runs/<time>
     (tmp_path / "file").write_text("")
     args = [a.replace("FILE", str(tmp_path / "file")).replace("DIR", str(tmp_path)) for a in args]
     result = pkb_invoke(*args)
     assert result.exit_code == code, result.output
     assert result.output.strip().splitlines()[-1].startswith(message), result.output
     assert "Traceback" not in result.output
+    assert not (tmp_path / "runs").exists(), "a refused run left its run directory"
 
 
 def test_out_naming_a_file_says_it_is_a_file(pkb_invoke, tmp_path):

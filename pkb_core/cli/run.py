@@ -395,7 +395,22 @@ def hold_run_dir_for_command(run_dir: Path) -> None:
 
 
 def writable_paths(run_dir: Path, junitxml: Path | None) -> None:
-    """Refuse, in one line and before any job, a run directory or report file that cannot be written."""
+    """Refuse, in one line and before any job, a run directory or report file that cannot be
+    written; a refusal leaves no folder it made (a refused run had left an empty run directory,
+    which `pkb leaderboard runs/*` then refused: a new user, 2026-12-02)."""
+    made = [path for path in [run_dir, *run_dir.parents] if not path.exists()]
+    try:
+        _writable_paths(run_dir, junitxml)
+    except PkbError:
+        for path in made:  # deepest first
+            try:
+                path.rmdir()
+            except OSError:
+                break  # not empty, or not there: what is left is not only this refusal's
+        raise
+
+
+def _writable_paths(run_dir: Path, junitxml: Path | None) -> None:
     from pkb_core.results.records import make_run_dir
 
     for folder, what in ((run_dir, "run directory"), (junitxml.parent if junitxml else None, "--junitxml folder")):
