@@ -754,8 +754,21 @@ def test_a_world_size_beyond_the_cores_warns_in_one_line(pkb_invoke, fake_dist, 
     assert warnings == [f"warning: world size {crowded} is more than this machine's {cores} CPU core(s): in CPU "
                         "mode every rank is a process, so they take turns and jobs run slowly (raise --timeout "
                         "if they time out)"]
-    result = pkb_invoke("run", "--problem", "even_only_conv", "--nproc", 1, "--out", tmp_path / "b")
+    result = pkb_invoke("run", "--problem", "even_only_conv", "--nproc", 2, "--out", tmp_path / "b")
     assert result.exit_code == 0 and "warning:" not in result.stderr
+
+
+def test_one_rank_is_refused_where_it_would_check_nothing(pkb_invoke, tmp_path):
+    """pkb runs no problem at one rank: --nproc 1 made every job unsupported and the run exit 0
+    (a CI job could pass having checked nothing; a new user, 2026-12-02)."""
+    bench = ["bench", "--backend", "reference", "--problem", "1", "--sizes", "4K"]
+    for command in (["run", "--problem", "1,2"], bench):
+        result = pkb_invoke(*command, "--nproc", 1, "--out", tmp_path / command[0])
+        assert result.exit_code == 4, result.output
+        assert result.output.strip().splitlines()[-1] == (
+            "Error: --nproc 1: no selected problem runs at world size 1 (world size 1: needs at least 2 ranks "
+            "(nothing is communicated at W = 1)); give --nproc 2 or more"), result.output
+        assert not (tmp_path / command[0]).exists()
 
 
 LONG_REASON = ("needs a world size that is a power of two and at least four, because its butterfly exchange "

@@ -113,7 +113,8 @@ def bench(pm, problems, backend, solutions, sizes, nproc, dtype, trials, warmup,
     from pkb_core.cli.run import (CPU_QUICK_BYTES, CPU_TIMING_NOTE, FAILING, hold_run_dir_for_command,
                                   skipping_notice, writable_paths)
     from pkb_core.contracts.dtypes import ITEMSIZE
-    from pkb_core.launch.plan import RunRequest, device_defaults, pair_solutions, skip_recorded
+    from pkb_core.launch.plan import (RunRequest, device_defaults, pair_solutions, refuse_a_world_nothing_runs_at,
+                                      skip_recorded)
     from pkb_core.launch.session import Session
 
     session = Session.here(pm, config_of(), device=device, backend=backend, world_size=nproc, what="--nproc")
@@ -143,6 +144,7 @@ def bench(pm, problems, backend, solutions, sizes, nproc, dtype, trials, warmup,
         return [(f"sweep:{nbytes}", problem.module.sweep(nbytes, nproc, itemsize)) for nbytes in sizes]
 
     jobs, rejected = session.plan(request, pairs, expand=message_sizes)
+    refuse_a_world_nothing_runs_at(nproc, jobs, rejected)
     baseline_jobs = []
     reference = session.sibling(backend=REFERENCE)
     if device == "cuda" and baselines:

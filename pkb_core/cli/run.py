@@ -87,7 +87,8 @@ def run(pm, problems, backend, solution, solutions, nproc, nnodes, node_rank, rd
     failed, 2 interrupted, 4 a bad option or configuration value, 5 nothing selected."""
     from pkb_core.cli.config import config_of
     from pkb_core.contracts.batch import Nodes
-    from pkb_core.launch.plan import check_solution_paths, named_problem, pair_solutions, skip_recorded
+    from pkb_core.launch.plan import (check_solution_paths, named_problem, pair_solutions,
+                                      refuse_a_world_nothing_runs_at, skip_recorded)
     from pkb_core.launch.session import Session
     from pkb_core.machine.device import crowded_cores_warning, detect_device, device_count, require_device
     from pkb_core.plugin.manager import get_backend_info
@@ -132,9 +133,10 @@ def run(pm, problems, backend, solution, solutions, nproc, nnodes, node_rank, rd
     run_dir = Path(out or Path("runs") / _dt.datetime.now().strftime("%Y%m%d-%H%M%S"))
     dropped = []
     pairs = pair_solutions(request, registry, info, dropped=dropped)
+    jobs, rejected = session.plan(request, pairs)
+    refuse_a_world_nothing_runs_at(nproc, jobs, rejected)
     writable_paths(run_dir, junitxml)
     hold_run_dir_for_command(run_dir)
-    jobs, rejected = session.plan(request, pairs)
     if device == "cpu":  # notices once nothing is left to refuse: a refusal stays one line
         click.echo(f"No GPU: CPU mode (gloo, shared-memory heap, Triton interpreter), size {request.size}."
                    + (" Times are host timings, not GPU performance." if measure_perf else ""), err=True)

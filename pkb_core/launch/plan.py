@@ -296,6 +296,19 @@ def plan_jobs(request: RunRequest, pairs, expand=None) -> tuple[list[Job], list[
     return jobs, rejected
 
 
+def refuse_a_world_nothing_runs_at(nproc: int, jobs, rejected) -> None:
+    """:class:`~pkb_core.errors.BadOption` where every job is refused at a world size below two:
+    pkb's contract runs no problem at one rank (nothing is communicated), so ``--nproc 1`` made
+    every job ``unsupported`` and the run exit 0, checking nothing (a new user, 2026-12-02).
+    Above one rank a problem's own rule refusing every job stays a run of ``unsupported``
+    records, as pytest's skips."""
+    from pkb_core.errors import BadOption
+
+    if nproc < 2 and rejected and not jobs:
+        raise BadOption(f"--nproc {nproc}: no selected problem runs at world size {nproc} ({rejected[0][1]}); "
+                        "give --nproc 2 or more")
+
+
 def _sized(request: RunRequest, size: str) -> RunRequest:
     if size == request.size:
         return request
