@@ -180,7 +180,9 @@ def leaf_difference(cand, ref, tolerance=None) -> str | None:
         finite = torch.isfinite(c) & torch.isfinite(r)
         bad = (torch.isnan(c) != torch.isnan(r)) | ((torch.isinf(c) | torch.isinf(r)) & (c != r))
         bad |= finite & (err > atol * scale + rtol * r.abs())
-        err = torch.where(finite, err, torch.zeros_like(err))
+        # A NaN or infinity where the reference has another value is an infinite error, as the
+        # check reports it (it read "max abs err 0" beside the check's "inf": a new user).
+        err = torch.where(finite, err, torch.where(bad, torch.full_like(err, float("inf")), torch.zeros_like(err)))
     else:  # integers and booleans exact; fp8 compares bit patterns, like the check
         bits = (c.view(torch.uint8), r.view(torch.uint8)) if r.is_floating_point() else (c, r)
         bad = bits[0] != bits[1]
