@@ -409,8 +409,19 @@ def _failed(exc: BaseException, when: str = "", *, solution=None) -> SolutionFai
     """The verdict line for a solution that raised: its place names the solution's own
     line first (``solution``: its file); a refused collective says so, and so does a
     failure for want of NVLink multicast (:func:`pkb_core.candidate.multicast_gate.refusal`)."""
+    import sys
+    import traceback
+
     from pkb_core.candidate import multicast_gate
 
+    # The verdict's line names one place; the whole traceback goes to this rank's stderr, the
+    # job's log (a new user found every log empty after an error it could not place).
+    import torch.distributed as dist
+
+    rank = f"rank {dist.get_rank()}: " if dist.is_initialized() else ""
+    print(f"pkb: {rank}the solution raised{when}:", file=sys.stderr)
+    traceback.print_exception(exc, file=sys.stderr)
+    sys.stderr.flush()
     if is_refusal(exc):
         from pkb_core.candidate.sealed import REFUSAL_REASON
 

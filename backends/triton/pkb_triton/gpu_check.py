@@ -61,7 +61,13 @@ def install() -> None:
     def run(self, *args, grid, warmup, **kwargs):
         check(self, args, kwargs)
         check_pads(self, grid, args, kwargs)
-        return launch(self, *args, grid=grid, warmup=warmup, **kwargs)
+        try:
+            return launch(self, *args, grid=grid, warmup=warmup, **kwargs)
+        except InterpreterError as exc:
+            hint = interpreter_hint(str(exc))
+            if hint:  # the same exception, its place kept: only its message gains the hint
+                exc.error_message = f"{exc} ({hint})"
+            raise
 
     def call(self, *args, **kwargs):
         patched = _patch_lang(self.fn)
@@ -75,6 +81,22 @@ def install() -> None:
     InterpretedFunction.run = run
     InterpretedFunction.__call__ = call
     _INSTALLED = True
+
+
+#: What the interpreter's own words mean, where they are known to puzzle: a loop over a ``range``
+#: whose bounds are tensors (a program id, a runtime size) compiles for the GPU, and the
+#: interpreter fails on it converting the bound (a new user's grid-stride loop, 2026-12-02).
+INTERPRETER_HINTS = {
+    "only 0-dimensional arrays can be converted to Python scalars":
+        "Triton's interpreter, which runs kernels on the CPU, cannot loop over a range whose bounds are "
+        "tensors (a program id, a size passed at run time): write that loop as a while loop, as "
+        "docs/backends/triton.md says",
+}
+
+
+def interpreter_hint(message: str) -> str | None:
+    """A sentence on what an interpreter error ``message`` usually means, or None."""
+    return next((hint for words, hint in INTERPRETER_HINTS.items() if words in message), None)
 
 
 def check(kernel, args: tuple, kwargs: dict) -> None:

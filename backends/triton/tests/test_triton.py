@@ -120,6 +120,37 @@ def test_a_kernel_the_gpu_compiler_refuses_fails_on_the_cpu_too(pkb_invoke, tmp_
 
 
 
+
+_RUNTIME_RANGE = textwrap.dedent('''
+    import torch
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def _fill(x, n, BLOCK: tl.constexpr):
+        for start in range(tl.program_id(0) * BLOCK, n, tl.num_programs(0) * BLOCK):
+            offs = start + tl.arange(0, BLOCK)
+            tl.store(x + offs, 1.0, mask=offs < n)
+
+    def solution(tensor):
+        out = torch.empty_like(tensor)
+        _fill[(2,)](out, out.numel(), BLOCK=64)
+        return out
+''')
+
+
+def test_a_loop_over_a_runtime_range_says_what_the_interpreter_cannot_do(pkb_invoke, tmp_path):
+    """Compiled for a GPU it runs; the interpreter failed converting the bound, in words that did
+    not point at the loop (a new user's grid-stride loop, 2026-12-02)."""
+    solution = tmp_path / "1_allreduce.py"
+    solution.write_text(_RUNTIME_RANGE)
+    result = pkb_invoke("run", "--backend", "triton", "--device", "cpu", "--solution", solution, "--nproc", 2,
+                        "--trials", 1, "--json", "--out", tmp_path / "run")
+    (record,) = json.loads(result.stdout)["results"]
+    assert record["verdict"] == "error", record
+    assert "cannot loop over a range whose bounds are tensors" in record["reason"], record["reason"]
+    assert "write that loop as a while loop" in record["reason"], record["reason"]
+
 # A pull all-reduce (every rank reads every rank's input) with the barriers it needs left out:
 # the one before its reads (the harness's own barrier puts every input in place, so this one
 # is not needed here), the one after them, or both.
