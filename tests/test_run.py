@@ -14,7 +14,7 @@ VERDICTS_OF_BAD_SOLUTIONS = {
     "1_allreduce_hang.py": ("timeout", "(where each rank was: the Python stacks in "),
     "1_allreduce_crash.py": ("crash", "SIGABRT"),
     "1_allreduce_raises_on_one_rank.py": ("error", "rank 1: solution raised ValueError: boom on rank 1"),
-    "1_allreduce_no_solution.py": ("compile-error", "defines no callable `solution`"),
+    "1_allreduce_no_solution.py": ("compile-error", "defines no callable `solution`; it defines `solve`"),
     "1_allreduce_syntax.py": ("compile-error", "syntax error"),
     "1_allreduce_symm_mem_style.py": ("pass", ""),
     "1_allreduce_unreadable_on_one_rank.py": ("fail", "trial 1: rank 0: the solution's outputs could not be read"),

@@ -60,7 +60,15 @@ def load_solution(path) -> callable:
     module = load_module(path)
     solution = getattr(module, "solution", None)
     if not callable(solution):
-        raise CompileError(f"{path} defines no callable `solution`")
+        import difflib
+        import inspect
+
+        defined = sorted(name for name, value in vars(module).items()
+                         if inspect.isfunction(value) and value.__module__ == module.__name__ and not name.startswith("_"))
+        close = difflib.get_close_matches("solution", defined, n=1, cutoff=0.6)
+        said = (f" (did you mean `{close[0]}`?)" if close else
+                f"; it defines {', '.join(f'`{n}`' for n in defined[:6])}" if defined else "")
+        raise CompileError(f"{path} defines no callable `solution`{said}")
     return solution
 
 
