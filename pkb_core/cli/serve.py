@@ -417,6 +417,8 @@ def jobs(job_ids, url, token, wait, json_):
         raise
     if json_:
         click.echo(json.dumps([view.to_json() for view in views], indent=2))
+    elif not views:
+        click.echo(f"no jobs on {url} that this client may see", err=True)
     else:
         for view in views:
             label = Path(view.record.solution).name if view.record is not None and view.record.solution else "-"
