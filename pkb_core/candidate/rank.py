@@ -412,12 +412,12 @@ def _failed(exc: BaseException, when: str = "", *, solution=None) -> SolutionFai
     import sys
     import traceback
 
+    import torch.distributed as dist
+
     from pkb_core.candidate import multicast_gate
 
     # The verdict's line names one place; the whole traceback goes to this rank's stderr, the
     # job's log (a new user found every log empty after an error it could not place).
-    import torch.distributed as dist
-
     rank = f"rank {dist.get_rank()}: " if dist.is_initialized() else ""
     print(f"pkb: {rank}the solution raised{when}:", file=sys.stderr)
     traceback.print_exception(exc, file=sys.stderr)

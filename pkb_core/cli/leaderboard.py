@@ -40,9 +40,8 @@ def leaderboard(runs, labels, json_, html_file, common, include_cpu):
     """
     board = make_leaderboard([read_run(path) for path in runs], labels, include_cpu=include_cpu, common=common)
     if html_file:
-        from pkb_core.results.leaderboard_html import render_leaderboard_html
-
         from pkb_core.cli.output_files import write_output_file
+        from pkb_core.results.leaderboard_html import render_leaderboard_html
 
         page = render_leaderboard_html(board, sections(board) + [detail_section(board)],
                                        command=command_line(runs, labels, common, include_cpu, html_file))

@@ -36,9 +36,8 @@ def report(run_dir, json_, html_file, plots, ks, include_cpu):
     records = load_run(run_dir)
     summary = summarize_run(records, run_dir, ks=ks, include_cpu=include_cpu)
     if html_file:
-        from pkb_core.results.report_html import render_html
-
         from pkb_core.cli.output_files import write_output_file
+        from pkb_core.results.report_html import render_html
 
         write_output_file(html_file, render_html(summary, report_sections(summary)), option="--html")
     written = _write_plots(records, run_dir / "plots") if plots else []
