@@ -139,3 +139,21 @@ def test_multicast_is_off_unless_the_operator_allows_it_and_nothing_turns_it_off
     quiet = tmp_path / "1_allreduce_quiet.py"
     quiet.write_text("def solution(tensor):\n    raise RuntimeError('CUDA error: an illegal memory access')\n")
     assert not multicast_claim_believable(str(quiet), "cuda")  # its source never names multicast
+    # pkb's own exception raised by the file itself, and multicast named in a comment only: no claim
+    # (a wrong file made itself unsupported so: a hostile review, 2026-12-02)
+    forged = tmp_path / "1_allreduce_forged.py"
+    forged.write_text("from pkb_core.errors import MulticastUnavailable\n\n\ndef solution(tensor):  # multimem\n"
+                      "    raise MulticastUnavailable('off here')\n")
+    assert not multicast_claim_believable(str(forged), "cuda")
+
+
+def test_only_the_gates_own_refusal_makes_a_solution_unsupported(monkeypatch):
+    from pkb_core.candidate import multicast_gate
+    from pkb_core.errors import MulticastUnavailable
+
+    monkeypatch.setattr(multicast_gate, "_WHY", "no GPU")
+    assert multicast_gate.refusal(MulticastUnavailable("needs NVLink multicast (made by the solution)")) is None
+    try:
+        multicast_gate._RefusedOp("multimem_all_reduce_")()
+    except MulticastUnavailable as refused:
+        assert multicast_gate.refusal(refused).startswith("needs NVLink multicast")

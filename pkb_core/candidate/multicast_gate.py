@@ -38,6 +38,12 @@ from pkb_core.plugin.multicast import NEEDS_MULTICAST
 _WHY: str | None = None
 #: What the solution asked for and was refused, in words (first ask first).
 _DENIED: list[str] = []
+#: The refusals the gate itself raised (the latest few): a ``MulticastUnavailable`` a solution made
+#: and raised on its own, calling nothing refused, made a wrong file ``unsupported`` and so dropped
+#: it out of every rate (a hostile review, 2026-12-02). Strong references: exceptions take no weak
+#: ones, and a few are enough (a call raises one).
+_RAISED: list[MulticastUnavailable] = []
+_RAISED_KEPT = 16
 #: Errors after a refused ask that are the device's answer to a null multicast address.
 _DEVICE_FAULT = re.compile(r"CUDA error|illegal (memory access|address|instruction)|misaligned address|"
                            r"unspecified launch failure", re.IGNORECASE)
@@ -84,7 +90,10 @@ class _RefusedOp:
 
     def __call__(self, *args, **kwargs):
         _deny(f"called {self._name}")
-        raise MulticastUnavailable(f"{NEEDS_MULTICAST} ({_WHY}): it called {self._name}")
+        refused = MulticastUnavailable(f"{NEEDS_MULTICAST} ({_WHY}): it called {self._name}")
+        _RAISED.append(refused)
+        del _RAISED[:-_RAISED_KEPT]
+        raise refused
 
     def __getattr__(self, overload):  # torch.ops.symm_mem.multimem_all_reduce_.default
         if overload.startswith("__"):
@@ -111,7 +120,7 @@ def refusal(exc: BaseException, solution=None) -> str | None:
         return None
     seen = exc
     while seen is not None:
-        if isinstance(seen, MulticastUnavailable):
+        if isinstance(seen, MulticastUnavailable) and any(seen is raised for raised in _RAISED):
             return f"{seen}{where(seen, solution, inner=False)}"
         seen = seen.__cause__ or seen.__context__
     if not _DENIED:

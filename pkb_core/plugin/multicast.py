@@ -139,6 +139,22 @@ def multicast_claim_believable(solution, device: str) -> bool:
     if solution is None or multicast_off(device) is None:
         return False
     try:
-        return bool(_MULTICAST_WORDS.search(solution_text(solution, errors="replace")))
+        return bool(_MULTICAST_WORDS.search(_code_of(solution_text(solution, errors="replace"))))
     except OSError:
         return False
+
+
+def _code_of(source: str) -> str:
+    """``source`` without its comments and without pkb's own exception's name: a file that only
+    imported ``MulticastUnavailable`` (to raise it itself) or named multicast in a comment had
+    its claim believed (a hostile review, 2026-12-02). Strings stay: CUDA sources in them name
+    ``multimem`` instructions. A source Python cannot tokenize is kept whole."""
+    import io
+    import tokenize
+
+    try:
+        kept = [token.string for token in tokenize.generate_tokens(io.StringIO(source).readline)
+                if token.type != tokenize.COMMENT]
+    except (tokenize.TokenError, SyntaxError, ValueError):
+        kept = [source]
+    return " ".join(kept).replace("MulticastUnavailable", "")
