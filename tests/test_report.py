@@ -360,3 +360,26 @@ def test_a_medians_interval_is_shown_as_its_reach_under_and_over_it(pkb_invoke, 
     assert "ref -/+%" in header and "sol -/+%" in header and "±" not in header
     first = rows[0]["reference_ci_reach_pct"]
     assert f"-{first[0]:.0f}/+{first[1]:.0f}" in text or f"-{first[0]:.1f}/" in text
+
+
+def test_a_rerun_that_skips_a_recorded_job_makes_it_the_files_newest(samples, tmp_path):
+    """A file failed, passed once edited, then failed again as first written: the last run skipped
+    its (recorded) fail, and the report counted the pass (a hostile review, 2026-12-02). A key
+    written again takes its new place too."""
+    import attrs
+
+    from pkb_core.launch.plan import skip_recorded
+    from pkb_core.results.records import RECORDS, append_record, read_records
+
+    base = next(r for r in load_run(samples) if r.verdict == "fail")
+    first = attrs.evolve(base, key=base.key + "#first")
+    edited = attrs.evolve(base, key=base.key + "#edited", verdict="pass", reason="")
+    for record in (first, edited):
+        append_record(tmp_path, record)
+    assert summarize(read_records(tmp_path))["aggregates"]["verdicts"] == {"pass": 1}
+    assert set(skip_recorded(tmp_path, [first.key], force=False)) == {first.key}
+    assert summarize(read_records(tmp_path))["aggregates"]["verdicts"] == {"fail": 1}
+    assert len((tmp_path / RECORDS).read_text().splitlines()) == 2
+    append_record(tmp_path, edited)  # the same key again (the service's records): its new place counts
+    assert [r.key for r in read_records(tmp_path)] == [first.key, edited.key]
+    assert summarize(read_records(tmp_path))["aggregates"]["verdicts"] == {"pass": 1}

@@ -320,14 +320,17 @@ def _sized(request: RunRequest, size: str) -> RunRequest:
 def skip_recorded(run_dir, keys, force: bool) -> dict:
     """The records of ``keys`` already in ``run_dir``, by key: a rerun skips those jobs.
     With ``force`` they are forgotten first (the jobs run again, their records replaced)
-    and none is returned. One read of the records file."""
-    from pkb_core.results.records import forget_records, read_records
+    and none is returned; else they are moved to the end of the file
+    (:func:`~pkb_core.results.records.records_to_end`)."""
+    from pkb_core.results.records import forget_records, read_records, records_to_end
 
     keys = set(keys)
     if force:
         forget_records(run_dir, keys)
         return {}
-    return {r.key: r for r in read_records(run_dir) if r.key in keys}
+    found = {r.key: r for r in read_records(run_dir) if r.key in keys}
+    records_to_end(run_dir, found)  # what this command ran, skipped or not, is each file's newest
+    return found
 
 
 def launch_settings(info, *, device: str, nproc: int, run_dir, options: dict | None = None,

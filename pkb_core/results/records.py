@@ -140,12 +140,15 @@ def append_record(run_dir: Path, record: Record) -> None:
 
 
 def read_records(run_dir: Path) -> list[Record]:
-    """Every record of a run directory, in the order written (later duplicates win)."""
+    """Every record of a run directory, in the order written (a later duplicate wins, and takes
+    its place: a key kept where it first appeared had put a job's newest record before another
+    key's older one, and reports count each file's last record by this order)."""
     path = Path(run_dir) / RECORDS
     if not path.exists():
         return []
     by_key = {}
     for line, record in _numbered_records(path):
+        by_key.pop(record.key, None)
         by_key[record.key] = record
     return list(by_key.values())
 
@@ -203,12 +206,35 @@ def forget_records(run_dir: Path, keys) -> int:
         folder = Path(run_dir) / "outputs" / job_slug(record.problem, record.solution, record.world_size, record.size)
         if folder.is_dir():
             shutil.rmtree(folder, ignore_errors=True)
+    _rewrite(path, kept)
+    return len(dropped)
+
+
+def records_to_end(run_dir: Path, keys) -> None:
+    """Move the records of ``keys`` to the end of the run's file, in their order: a rerun that
+    skips them (they are recorded) affirms them as the newest of their files. Without it a file
+    that failed, passed when edited, and failed again as first written (its fail skipped, being
+    recorded) was counted by its pass (a hostile review, 2026-12-02). One rename, as
+    :func:`forget_records`."""
+    path = Path(run_dir) / RECORDS
+    keys = set(keys)
+    if not keys or not path.exists():
+        return
+    lines, kept, moved = [], [], []
+    for line, record in _numbered_records(path):
+        lines.append(line + "\n")
+        (moved if record.key in keys else kept).append(line + "\n")
+    if moved and lines[-len(moved):] != moved:  # already last: nothing to move
+        _rewrite(path, kept + moved)
+
+
+def _rewrite(path: Path, lines: list[str]) -> None:
+    """Replace the records file ``path`` by ``lines`` in one rename, keeping its mode."""
     tmp = path.with_name(f".{RECORDS}.{os.getpid()}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, stat.S_IMODE(path.stat().st_mode))
     with os.fdopen(fd, "w") as out:  # the mode the file had (0600 as pkb made it)
-        out.write("".join(kept))
+        out.write("".join(lines))
     os.replace(tmp, path)
-    return len(dropped)
 
 
 def machine_info(device) -> dict:

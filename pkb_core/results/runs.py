@@ -90,6 +90,7 @@ def _records_of(text: str, source: Path) -> list[Record]:
             record = parse_record(line, where)
         except PkbError as exc:
             raise PkbError(f"run {exc}") from None
+        by_key.pop(record.key, None)  # a later duplicate takes its place (records.read_records)
         by_key[record.key] = record
     return list(by_key.values())
 
