@@ -118,3 +118,28 @@ def test_a_finished_job_made_under_other_claim_rules_is_not_the_answer_to_a_new_
     assert intake.plan(submission, "b").dedup_key == now
     monkeypatch.setattr(intake_module, "CLAIM_RULES", intake_module.CLAIM_RULES - 1)
     assert intake.plan(submission, "c").dedup_key != now
+
+
+def test_a_record_made_by_other_judge_code_is_not_the_answer_and_a_tenants_label_is_its_own(tmp_path, monkeypatch):
+    """A hostile review (2026-12-02): after a fix to a problem's reference the service still served
+    the pass an identical submission had earned before it; and a label another tenant chose merged
+    two tenants' records in the run folders' report (an identical source under it shared a key)."""
+    from pkb_core.config import load_config
+    from pkb_core.contracts.serve import Submission
+    from pkb_core.launch.session import Session
+    from pkb_core.plugin.manager import get_plugin_manager
+    from pkb_core.serve import intake as intake_module
+
+    session = Session.here(get_plugin_manager(), load_config(tmp_path), device="cpu", backend="reference",
+                           world_size=2)
+    intake = intake_module.Intake(session, devices=2, sources=tmp_path / "sources", max_source_bytes=1 << 20,
+                                  job_timeout=60.0, max_timeout=600.0)
+    submission = Submission(problem="1", source="def solution(x):\n    return x\n", backend="reference",
+                            label="mine.py")
+    now = intake.plan(submission, "a").dedup_key
+    monkeypatch.setattr(intake_module, "code_fingerprint", lambda: "another judge")
+    assert intake.plan(submission, "b").dedup_key != now
+    alice, bob = intake.plan(submission, "c", "alice").job, intake.plan(submission, "d", "bob").job
+    assert (alice.solution_label, bob.solution_label) == ("alice:mine.py", "bob:mine.py")
+    assert alice.key != bob.key
+    assert intake.plan(submission, "e").job.solution_label == "mine.py"  # no tokens: the label as given

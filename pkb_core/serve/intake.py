@@ -25,6 +25,7 @@ from pathlib import Path
 
 import attrs
 
+from pkb_core.compile.outcomes import code_fingerprint
 from pkb_core.compile.source_defects import source_bytes, source_defect
 from pkb_core.contracts.dtypes import PRECISIONS
 from pkb_core.contracts.job import Job
@@ -101,7 +102,7 @@ class Intake:
             self._infos[name] = info
         return self._infos[name]
 
-    def plan(self, submission: Submission, job_id: str) -> Planned:
+    def plan(self, submission: Submission, job_id: str, owner: str | None = None) -> Planned:
         """The job for ``submission``; :class:`Refused` when it cannot be queued."""
         from pkb_core.launch.plan import keyed_by_content
 
@@ -125,15 +126,18 @@ class Intake:
                                       warmup=submission.warmup, iters=submission.iters,
                                       min_iters=submission.min_iters, problems=str(spec.id),
                                       solution=str(path) if path else None)
-            jobs, rejected = session.plan(request, [(spec, path, self.label(submission, spec.key, job_id))])
+            jobs, rejected = session.plan(request, [(spec, path, self.label(submission, spec.key, job_id, owner))])
         except PkbError as exc:
             raise Refused(str(exc)) from None
         job, refusal = (jobs[0], None) if jobs else rejected[0]
         if defect:
             job = keyed_by_content(job, source_bytes(submission.source))
         lane_key = self.lane_key(submission, world_size)
+        # The judge's code is in it (pkb's, the backends', the problems'): a record made before a fix
+        # to the judge or a problem was still served after it (a hostile review, 2026-12-02).
         dedup = {"source": hashlib.sha256(source_bytes(submission.source)).hexdigest(), "timeout": lane_key[2],
                  "options": session.backend_options, "world_size": world_size, "claim_rules": CLAIM_RULES,
+                 "judge": code_fingerprint(),
                  **{k: v for k, v in job.to_json().items() if k not in ("key", "slug", "solution", "solution_label")}}
         size = len(source_bytes(submission.source))
         # Kept in the store only where no file holds it, and not at all when over the limit.
@@ -146,10 +150,15 @@ class Intake:
                        kept_bytes=size if (path or kept_in_row) else 0)
 
     @staticmethod
-    def label(submission: Submission, problem_key: str, job_id: str) -> str:
+    def label(submission: Submission, problem_key: str, job_id: str, owner: str | None = None) -> str:
         """How the job's record names its solution: the submission's label, else ``<problem>-{job}.py``,
-        with ``{job}`` replaced by the job id (so a run directory's records name every submission apart)."""
-        return (submission.label or f"{problem_key}-{{job}}.py").replace("{job}", job_id)
+        with ``{job}`` replaced by the job id (so a run directory's records name every submission apart);
+        under ``--tokens`` prefixed by the tenant (``alice:mine.py``), so that a label another tenant
+        chose names another row in the service's run folders (one tenant's ``mine.py`` had merged
+        with another's in `pkb report`, and an identical source under it shared its record's key:
+        a hostile review, 2026-12-02)."""
+        label = (submission.label or f"{problem_key}-{{job}}.py").replace("{job}", job_id)
+        return f"{owner}:{label}" if owner is not None else label
 
     def lane_key(self, submission: Submission, world_size: int) -> tuple:
         """``(backend, world size, job timeout)``: what a lane must have been started with to run the job."""

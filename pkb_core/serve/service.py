@@ -228,7 +228,7 @@ class Service:
         from pkb_core.contracts.verdict import Verdict
 
         job_id = f"j{int(time.time() * 1000):x}{secrets.token_hex(4)}"
-        planned = self.intake.plan(submission, job_id)
+        planned = self.intake.plan(submission, job_id, owner)
         submission = planned.submission
 
         def admit(*, jobs: int, source_bytes: int) -> None:
