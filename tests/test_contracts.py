@@ -236,3 +236,14 @@ def test_a_record_that_would_not_read_back_is_refused_before_it_is_written(tmp_p
     assert not (tmp_path / RECORDS).exists()
     append_record(tmp_path, record)
     assert (tmp_path / RECORDS).read_text().count("\n") == 1
+
+
+def test_a_job_slug_stays_a_name_the_file_system_takes():
+    """A legal 253-byte solution file name made the judge's save of its outputs fail (a hostile
+    review, 2026-12-02): a long slug keeps its start and a digest of the whole."""
+    from pkb_core.contracts.job import SLUG_CHARS, job_slug
+
+    long = job_slug("1_allreduce", "1_allreduce_" + "a" * 240 + ".py", 2, "tiny")
+    other = job_slug("1_allreduce", "1_allreduce_" + "a" * 239 + "b.py", 2, "tiny")
+    assert len(long) == SLUG_CHARS and long.startswith("1_allreduce-1_allreduce_aaa") and long != other
+    assert job_slug("1_allreduce", "mine.py", 2, "tiny") == "1_allreduce-mine-W2-tiny"

@@ -71,6 +71,18 @@ class Built(Contract):
     cached: bool
 
 
+#: The longest folder name a slug is (file systems take 255 bytes a name).
+SLUG_CHARS = 200
+
+
 def job_slug(problem_key: str, solution_label: str, world_size: int, size: str) -> str:
-    """The folder name of a job's saved outputs and profiles (:attr:`Job.slug`; also found from a record)."""
-    return re.sub(r"[^A-Za-z0-9_.-]+", "-", f"{problem_key}-{Path(solution_label).stem}-W{world_size}-{size}")
+    """The folder name of a job's saved outputs and profiles (:attr:`Job.slug`; also found from a record).
+    A name longer than :data:`SLUG_CHARS` keeps its start and ends in a digest of the whole: a
+    solution file's legal 253-byte name had made the judge's save fail ("File name too long"), and
+    the job read as the judge's error (a hostile review, 2026-12-02)."""
+    slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", f"{problem_key}-{Path(solution_label).stem}-W{world_size}-{size}")
+    if len(slug) <= SLUG_CHARS:
+        return slug
+    import hashlib
+
+    return f"{slug[:SLUG_CHARS - 17]}-{hashlib.sha256(slug.encode()).hexdigest()[:16]}"
