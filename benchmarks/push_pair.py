@@ -99,6 +99,44 @@ def expected(problem: int, ranks: list[Rank]) -> list[torch.Tensor]:
     return blocks
 
 
+class SideBySide:
+    """Each rank's calls on a stream of its own, the streams forked from and joined back into the
+    current one (so a CUDA graph captures them as parallel chains)."""
+
+    def __init__(self, launches: list, device):
+        self.launches, self.device = launches, device
+        self.streams = [torch.cuda.Stream(device) for _ in launches]
+
+    def __call__(self, count: int) -> None:
+        start = torch.cuda.current_stream(self.device)
+        for stream, launch in zip(self.streams, self.launches):
+            stream.wait_stream(start)
+            with torch.cuda.stream(stream):
+                for _ in range(count):
+                    launch()
+        for stream in self.streams:
+            start.wait_stream(stream)
+
+    def graph_us(self, calls: int, replays: int) -> float:
+        """Microseconds a call: ``calls`` of each rank captured in one CUDA graph, replayed
+        ``replays`` times between two CUDA events (one replay first, untimed)."""
+        graph = torch.cuda.CUDAGraph()
+        capture = torch.cuda.Stream(self.device)
+        with torch.cuda.stream(capture):
+            with torch.cuda.graph(graph, stream=capture):
+                self(calls)
+        torch.cuda.synchronize(self.device)
+        graph.replay()
+        torch.cuda.synchronize(self.device)
+        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        begin.record()
+        for _ in range(replays):
+            graph.replay()
+        end.record()
+        torch.cuda.synchronize(self.device)
+        return begin.elapsed_time(end) * 1e3 / (replays * calls)
+
+
 def run(problem: int, nbytes: int, shape: str, calls: int, replays: int, dtype, device) -> float:
     """Microseconds a call of the problem's push kernel in ``shape`` (``BLOCKxWARPS`` or ``sample``),
     both ranks side by side (module docstring)."""
@@ -115,7 +153,6 @@ def run(problem: int, nbytes: int, shape: str, calls: int, replays: int, dtype, 
     else:
         block, warps = (int(v) for v in shape.split("x"))
         programs = peers.grid(ranks[0].n, block)
-    streams = [torch.cuda.Stream(device) for _ in ranks]
 
     def arguments(r: Rank) -> tuple:
         root = (0,) if problem in ROOTED else ()
@@ -129,19 +166,7 @@ def run(problem: int, nbytes: int, shape: str, calls: int, replays: int, dtype, 
     for r in ranks:  # compiled and loaded before any rank spins (the module docstring)
         kernel.warmup(*arguments(r), grid=(programs,), **constants(r))._init_handles()
 
-    def launch(r: Rank) -> None:
-        kernel[(programs,)](*arguments(r), **constants(r))
-
-    def both(count: int) -> None:
-        start = torch.cuda.current_stream(device)
-        for stream, r in zip(streams, ranks):
-            stream.wait_stream(start)
-            with torch.cuda.stream(stream):
-                for _ in range(count):
-                    launch(r)
-        for stream in streams:
-            start.wait_stream(stream)
-
+    both = SideBySide([lambda r=r: kernel[(programs,)](*arguments(r), **constants(r)) for r in ranks], device)
     want = expected(problem, ranks)
     for _ in range(3):  # compile, and every epoch once, eagerly
         both(1)
@@ -149,24 +174,11 @@ def run(problem: int, nbytes: int, shape: str, calls: int, replays: int, dtype, 
         for r, w in zip(ranks, want):
             if not torch.equal(r.out, w):
                 raise SystemExit(f"problem {problem} {nbytes} B shape {shape}: rank {r.rank} wrong")
-    graph = torch.cuda.CUDAGraph()
-    capture = torch.cuda.Stream(device)
-    with torch.cuda.stream(capture):
-        with torch.cuda.graph(graph, stream=capture):
-            both(calls)
-    torch.cuda.synchronize(device)
-    graph.replay()
-    torch.cuda.synchronize(device)
-    begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    begin.record()
-    for _ in range(replays):
-        graph.replay()
-    end.record()
-    torch.cuda.synchronize(device)
+    us = both.graph_us(calls, replays)
     for r, w in zip(ranks, want):
         if not torch.equal(r.out, w):
             raise SystemExit(f"problem {problem} {nbytes} B shape {shape}: rank {r.rank} wrong after replays")
-    return begin.elapsed_time(end) * 1e3 / (replays * calls)
+    return us
 
 
 @triton.jit
@@ -183,36 +195,13 @@ def ping(calls: int, replays: int, device) -> float:
     """Microseconds a call of the floor: one word each way, both ranks side by side."""
     words = torch.zeros(2, dtype=torch.int32, device=device)
     counts = torch.zeros(2, dtype=torch.int32, device=device)
-    streams = [torch.cuda.Stream(device) for _ in range(WORLD)]
-
-    def both(count: int) -> None:
-        start = torch.cuda.current_stream(device)
-        for rank, stream in enumerate(streams):
-            stream.wait_stream(start)
-            with torch.cuda.stream(stream):
-                for _ in range(count):
-                    _ping[(1,)](words, rank, counts, num_warps=1)
-        for stream in streams:
-            start.wait_stream(stream)
-
     for rank in range(WORLD):  # compiled and loaded before any rank spins (the module docstring)
         _ping.warmup(words, rank, counts, grid=(1,), num_warps=1)._init_handles()
+    both = SideBySide([lambda rank=rank: _ping[(1,)](words, rank, counts, num_warps=1) for rank in range(WORLD)],
+                      device)
     both(2)
     torch.cuda.synchronize(device)
-    graph = torch.cuda.CUDAGraph()
-    capture = torch.cuda.Stream(device)
-    with torch.cuda.stream(capture):
-        with torch.cuda.graph(graph, stream=capture):
-            both(calls)
-    graph.replay()
-    torch.cuda.synchronize(device)
-    begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    begin.record()
-    for _ in range(replays):
-        graph.replay()
-    end.record()
-    torch.cuda.synchronize(device)
-    return begin.elapsed_time(end) * 1e3 / (replays * calls)
+    return both.graph_us(calls, replays)
 
 
 def main(argv=None) -> int:
