@@ -170,6 +170,7 @@ NO_GPU = pytest.mark.skipif(shutil.which("nvidia-smi") is not None, reason="a GP
                                                      "(--problem 2,7)"),
     (["run", "--solution", "a.py", "--solution=b.py"], 4, "Error: --solution is given more than once: it takes one "
                                                            "value"),
+    pytest.param(["build", "--backend", "cuda"], 1, "Error: backend 'cuda' needs an NVIDIA GPU", marks=NO_GPU),
     *[pytest.param(args, 1, "Error: --device cuda but no GPU is visible here", marks=NO_GPU)
       for args in (["calibrate", "--device", "cuda", "--no-noise"], ["run", "--device", "cuda"])],
 ])

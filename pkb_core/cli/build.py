@@ -39,8 +39,10 @@ def build(pm, backend, solution, solutions, problems, device, build_timeout, bui
     from pkb_core.problem.registry import build_registry
     from pkb_core.process import temp_folders
 
-    info = get_backend_info(pm, backend)
     device = detect_device(device)
+    # A backend that cannot run here is one line, as under `pkb run` (the cuda backend on a machine
+    # without a GPU gave a compile error per file: a new user, 2026-12-02).
+    info = get_backend_info(pm, backend, device=device)
     if not solution and not solutions:
         if info.samples is None:
             raise PkbError(f"backend {backend!r} has no samples: give --solution FILE or --solutions DIR")
