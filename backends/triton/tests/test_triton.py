@@ -102,16 +102,22 @@ _REFUSED_ON_GPU = textwrap.dedent('''
 ''')
 
 
+def _one_record(pkb_invoke, tmp_path, source: str, *options) -> dict:
+    """The record of ``source`` run as problem 1's solution on the triton backend in CPU mode, at W=2."""
+    solution = tmp_path / "1_allreduce.py"
+    solution.write_text(source)
+    result = pkb_invoke("run", "--backend", "triton", "--device", "cpu", "--solution", solution, "--nproc", 2,
+                        *options, "--json", "--out", tmp_path / "run")
+    (record,) = json.loads(result.stdout)["results"]
+    return record
+
+
 def test_a_kernel_the_gpu_compiler_refuses_fails_on_the_cpu_too(pkb_invoke, tmp_path):
     """A kernel that Triton's interpreter runs and its compiler refuses (a name that is a
     ``tl.static_range`` constexpr in one loop and a tensor in the next: it failed every GPU job of
     two push kernels whose CPU tests all passed) is the solution's error in CPU mode, in one line
     naming the kernel, the file's line and what the compiler said."""
-    solution = tmp_path / "1_allreduce.py"
-    solution.write_text(_REFUSED_ON_GPU)
-    result = pkb_invoke("run", "--backend", "triton", "--device", "cpu", "--solution", solution, "--nproc", 2,
-                        "--json", "--out", tmp_path / "run")
-    (record,) = json.loads(result.stdout)["results"]
+    record = _one_record(pkb_invoke, tmp_path, _REFUSED_ON_GPU)
     assert record["verdict"] == "error", record
     line = _REFUSED_ON_GPU.splitlines().index("    while start < n:") + 1
     assert ("Triton's compiler refuses kernel `_allreduce` for the GPU (sm_90) "
@@ -142,11 +148,7 @@ _RUNTIME_RANGE = textwrap.dedent('''
 def test_a_loop_over_a_runtime_range_says_what_the_interpreter_cannot_do(pkb_invoke, tmp_path):
     """Compiled for a GPU it runs; the interpreter failed converting the bound, in words that did
     not point at the loop (a new user's grid-stride loop, 2026-12-02)."""
-    solution = tmp_path / "1_allreduce.py"
-    solution.write_text(_RUNTIME_RANGE)
-    result = pkb_invoke("run", "--backend", "triton", "--device", "cpu", "--solution", solution, "--nproc", 2,
-                        "--trials", 1, "--json", "--out", tmp_path / "run")
-    (record,) = json.loads(result.stdout)["results"]
+    record = _one_record(pkb_invoke, tmp_path, _RUNTIME_RANGE, "--trials", 1)
     assert record["verdict"] == "error", record
     assert "cannot loop over a range whose bounds are tensors" in record["reason"], record["reason"]
     assert "write that loop as a while loop" in record["reason"], record["reason"]
@@ -245,11 +247,7 @@ def test_a_grid_wider_than_the_signal_pad_is_refused_in_words(pkb_invoke, tmp_pa
     """A launch with more programs than the barrier's pad has slots for (the solution picks its grid
     without ``Peers.grid``) is the solution's error, in one line naming the grid and the pad, not a
     crash or a hang from the barrier's slots past the pad (a SIGSEGV in CPU mode before)."""
-    solution = tmp_path / "1_allreduce.py"
-    solution.write_text(_WIDER_THAN_THE_PAD)
-    result = pkb_invoke("run", "--backend", "triton", "--device", "cpu", "--solution", solution, "--nproc", 2,
-                        "--timeout", 60, "--json", "--out", tmp_path / "run")
-    (record,) = json.loads(result.stdout)["results"]
+    record = _one_record(pkb_invoke, tmp_path, _WIDER_THAN_THE_PAD, "--timeout", 60)
     assert record["verdict"] == "error", record
     assert ("GridTooWide: a grid of 513 programs is wider than the barrier's signal pad: at world size 2 it "
             "needs 1026 slots and the pad has 1024, room for at most 512 programs a channel") in record["reason"], \
