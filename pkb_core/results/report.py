@@ -173,14 +173,13 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 
 
 def sample_groups(records) -> dict[tuple, list[dict]]:
-    """Counted rows grouped into problems (same problem, backend, world size, size, dtype, mode),
-    one sample per solution file: the file's last record (a file run untimed, then again with
-    ``--measure-perf`` into the same folder, is one sample, not two)."""
-    groups: dict[tuple, dict] = {}
+    """Counted rows grouped into problems (same problem, backend, world size, size, dtype, mode):
+    one sample per solution file, since :func:`counted` keeps each file's last record (a file run
+    untimed, then again with ``--measure-perf`` into the same folder, is one sample, not two)."""
+    groups: dict[tuple, list] = {}
     for r in counted(records):
-        key = (r.backend, r.problem, r.world_size, r.size, r.dtype, r.mode)
-        groups.setdefault(key, {})[r.solution] = r
-    return {key: list(by_file.values()) for key, by_file in groups.items()}
+        groups.setdefault((r.backend, r.problem, r.world_size, r.size, r.dtype, r.mode), []).append(r)
+    return groups
 
 
 def at_k(records, ks=None, include_cpu: bool = False) -> dict | None:
