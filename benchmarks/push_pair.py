@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import faulthandler
+import functools
 import importlib.util
 import sys
 from pathlib import Path
@@ -52,7 +53,9 @@ ROOTED = (4, 6)
 WORLD = 2
 
 
+@functools.lru_cache(maxsize=None)
 def _sample(name: str):
+    """The sample file ``name``, imported once (its kernels compiled and loaded once a shape)."""
     spec = importlib.util.spec_from_file_location(f"pushpair_{name}", SAMPLES / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -72,16 +75,11 @@ class Rank:
         bits, self.empty = SENTINELS[size]
         elements = nbytes // size
         self.rank = rank
-        # n: what each slot receives a call (a row block for the reduce-scatter).
-        if problem == 7:
-            self.x = torch.randn(WORLD * elements, dtype=torch.float32, device=device).to(dtype)
-            self.n = elements
-            self.out = torch.empty(elements, dtype=dtype, device=device)
-        else:
-            self.x = torch.randn(elements, dtype=torch.float32, device=device).to(dtype)
-            self.n = elements
-            gathers = problem == 2 or (problem == 6 and rank == 0)
-            self.out = torch.empty((WORLD, elements) if gathers else (elements,), dtype=dtype, device=device)
+        # n: what each slot receives a call (a row block of W for the reduce-scatter's input).
+        self.n = elements
+        self.x = torch.randn((WORLD if problem == 7 else 1) * elements, dtype=torch.float32, device=device).to(dtype)
+        gathers = problem == 2 or (problem == 6 and rank == 0)
+        self.out = torch.empty((WORLD, elements) if gathers else (elements,), dtype=dtype, device=device)
         self.slots = torch.full((EPOCHS * WORLD * slot,), self.empty, dtype=bits, device=device)
         self.progress = torch.zeros(WORLD, dtype=torch.int32, device=device)
         self.counters = torch.zeros(4, dtype=torch.int32, device=device)
@@ -95,8 +93,7 @@ def expected(problem: int, ranks: list[Rank]) -> list[torch.Tensor]:
     if problem in (2, 6):
         stacked = torch.stack([r.x for r in ranks])
         return [stacked] * WORLD if problem == 2 else [stacked, *(r.x for r in ranks[1:])]
-    blocks = [sum(x.view(WORLD, -1)[p] for x in xs).to(ranks[0].x.dtype) for p in range(WORLD)]
-    return blocks
+    return [sum(x.view(WORLD, -1)[p] for x in xs).to(ranks[0].x.dtype) for p in range(WORLD)]
 
 
 class SideBySide:
@@ -141,9 +138,10 @@ def run(problem: int, nbytes: int, shape: str, calls: int, replays: int, dtype, 
     """Microseconds a call of the problem's push kernel in ``shape`` (``BLOCKxWARPS`` or ``sample``),
     both ranks side by side (module docstring)."""
     name, kernel_name = KERNELS[problem]
-    kernel = getattr(_sample(name), kernel_name)
+    sample = _sample(name)
+    kernel = getattr(sample, kernel_name)
     size = torch.tensor([], dtype=dtype).element_size()
-    slot = _sample(name).PUSH_MAX_BYTES // size
+    slot = sample.PUSH_MAX_BYTES // size
     ranks = [Rank(r, problem, nbytes, slot, dtype, device) for r in range(WORLD)]
     table = torch.tensor([r.slots.data_ptr() for r in ranks], dtype=torch.int64, device=device)
     progress_table = torch.tensor([r.progress.data_ptr() for r in ranks], dtype=torch.int64, device=device)
@@ -168,7 +166,7 @@ def run(problem: int, nbytes: int, shape: str, calls: int, replays: int, dtype, 
 
     both = SideBySide([lambda r=r: kernel[(programs,)](*arguments(r), **constants(r)) for r in ranks], device)
     want = expected(problem, ranks)
-    for _ in range(3):  # compile, and every epoch once, eagerly
+    for _ in range(3):  # every epoch once, eagerly, checked
         both(1)
         torch.cuda.synchronize(device)
         for r, w in zip(ranks, want):
@@ -204,6 +202,12 @@ def ping(calls: int, replays: int, device) -> float:
     return both.graph_us(calls, replays)
 
 
+def _spread(readings: list[float]) -> str:
+    """The median of ``readings`` and their range."""
+    readings = sorted(readings)
+    return f"{readings[len(readings) // 2]:.2f}  [{readings[0]:.2f}, {readings[-1]:.2f}]"
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--problems", default="1,2,4,6,7")
@@ -224,17 +228,16 @@ def main(argv=None) -> int:
     device = torch.device("cuda", 0)
     dtype = getattr(torch, args.dtype)
     faulthandler.dump_traceback_later(args.row_timeout, exit=True)
-    floor = sorted(ping(args.calls, args.replays, device) for _ in range(args.repeats))
-    print(f"ping (floor): {floor[len(floor) // 2]:.2f} us a call [{floor[0]:.2f}, {floor[-1]:.2f}]", flush=True)
+    print(f"ping (floor): {_spread([ping(args.calls, args.replays, device) for _ in range(args.repeats)])} us a call",
+          flush=True)
     print("problem  size    shape     us/call  [min, max]")
     for problem in (int(p) for p in args.problems.split(",")):
         for size_text in args.sizes.split(","):
             for shape in args.shapes.split(","):
                 faulthandler.dump_traceback_later(args.row_timeout, exit=True)
-                readings = sorted(run(problem, _bytes(size_text), shape, args.calls, args.replays, dtype, device)
-                                  for _ in range(args.repeats))
-                print(f"{problem:>7}  {size_text:>5}  {shape:>7}  {readings[len(readings) // 2]:8.2f}  "
-                      f"[{readings[0]:.2f}, {readings[-1]:.2f}]", flush=True)
+                readings = [run(problem, _bytes(size_text), shape, args.calls, args.replays, dtype, device)
+                            for _ in range(args.repeats)]
+                print(f"{problem:>7}  {size_text:>5}  {shape:>7}  {_spread(readings):>22}", flush=True)
     faulthandler.cancel_dump_traceback_later()
     return 0
 
